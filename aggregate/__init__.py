@@ -1,0 +1,59 @@
+"""aggregate: Bayesian Dialectical Argumentation (BDA) over council traces.
+
+Kept-stable entry points::
+
+    aggregate.Trace.from_dict(d)                                  # one JSONL record -> Trace
+    aggregate.one_coin_posterior(trace, priors, candidate_prior=None) -> {candidate: prob}
+
+Estimators (configure, ``fit(traces, gold)``, ``predict_proba(traces)`` -> tidy DataFrame,
+fitted attributes end in ``_``): ``OneCoinBDA``, ``ConfusionBDA`` and the baselines
+``Plurality``, ``VerbalizedVote``, ``BestMember``, ``LogisticStacker``, ``GatedVote``,
+``DawidSkeneEM``, ``IsotonicRecalibrated``. Selection: ``nested_cv``. Metrics: ``summarize``,
+``ece``, ``brier``, ``paired_bootstrap``. Synthetic councils: ``generate_council``,
+``Adversary``, ``sleeper_traces``, ``permute_labels``, ``truncate_traces``.
+
+Pure numpy/scipy math; no model code is imported. scikit-learn, crowd-kit and matplotlib are
+imported only where used.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+# name -> submodule; imported on first access (PEP 562) so that ``import aggregate`` (done by
+# the ``chorus`` CLI on every call) stays cheap.
+_EXPORTS = {
+    "Trace": "trace", "Move": "trace", "load_traces": "trace", "dump_traces": "trace",
+    "one_coin_posterior": "posterior", "log_odds_weights": "posterior",
+    "Protocol": "protocol", "STRICT": "protocol", "GENERAL": "protocol", "Endorsement": "protocol",
+    "ProtocolReport": "protocol", "extract_endorsements": "protocol",
+    "Pool": "counts", "trace_counts": "counts",
+    "Aggregator": "base", "wide": "base",
+    "OneCoinBDA": "estimators", "ConfusionBDA": "estimators",
+    "Plurality": "baselines", "VerbalizedVote": "baselines", "BestMember": "baselines",
+    "LogisticStacker": "baselines", "GatedVote": "baselines", "DawidSkeneEM": "baselines",
+    "IsotonicRecalibrated": "baselines",
+    "make_method": "methods", "method_names": "methods",
+    "nested_cv": "selection", "outer_splits": "selection", "CVResult": "selection",
+    "accuracy": "metrics", "brier": "metrics", "ece": "metrics", "summarize": "metrics",
+    "paired_bootstrap": "metrics", "reliability_table": "metrics",
+    "Adversary": "synthetic", "CouncilSpec": "synthetic", "generate_council": "synthetic",
+    "sleeper_traces": "synthetic", "permute_labels": "synthetic", "truncate_traces": "synthetic",
+    "TraceError": "errors", "ProtocolError": "errors", "LabelError": "errors",
+    "PriorError": "errors", "VerifyError": "errors",
+}
+
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    mod = _EXPORTS.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'aggregate' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"aggregate.{mod}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(list(globals()) + __all__)

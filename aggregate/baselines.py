@@ -1,0 +1,377 @@
+"""Baselines (seed B.1), run on the same folds, label budget and tie-break discipline as BDA.
+
+* ``Plurality``: round-0 proposals; confidence = the winning fraction.
+* ``VerbalizedVote``: round-0 proposals weighted by stated confidence; confidence = the
+  winner's mean stated confidence.
+* ``BestMember``: the seat with the best round-0 accuracy on the training part.
+* ``LogisticStacker``: l2 logistic regression (scikit-learn) on per-candidate features
+  [c_i(g), d_i(g)] of all seats, weights shared across candidates (label-indifferent),
+  C by inner CV on Brier.
+* ``GatedVote``: plurality over seats whose training round-0 accuracy exceeds 1/K.
+* ``DawidSkeneEM``: crowd-kit's unsupervised one-coin Dawid-Skene EM on the round-0 votes of
+  the deployment pool (no labels).
+* ``IsotonicRecalibrated``: leak-free 5-fold isotonic recalibration (scikit-learn) of any arm.
+"""
+from __future__ import annotations
+
+import warnings
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from aggregate.base import Aggregator
+from aggregate.counts import Pool
+from aggregate.errors import TraceError
+from aggregate.metrics import brier_per_task
+from aggregate.selection import argmax_random, argmin_random
+
+
+def _vote_counts(pool: Pool, idx: np.ndarray, seats: np.ndarray | None = None,
+                 weights: np.ndarray | None = None) -> np.ndarray:
+    """(n, K) round-0 proposal tallies (optionally per-seat weights, a seat mask)."""
+    a = pool.r0_answer[np.asarray(idx)]  # (n, I)
+    n, I = a.shape
+    w = np.ones((n, I)) if weights is None else np.asarray(weights, float)
+    ok = a >= 0
+    if seats is not None:
+        ok &= np.asarray(seats, bool)[None, :]
+    V = np.zeros((n, pool.K))
+    rows = np.repeat(np.arange(n), I).reshape(n, I)
+    np.add.at(V, (rows[ok], a[ok]), w[ok])
+    return V
+
+
+def _fractions(V: np.ndarray) -> np.ndarray:
+    tot = V.sum(1, keepdims=True)
+    K = V.shape[1]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(tot > 0, V / np.where(tot > 0, tot, 1), 1.0 / K)
+
+
+def _spread(answer: np.ndarray, conf: np.ndarray, K: int) -> np.ndarray:
+    """Probability vector with ``conf`` on ``answer`` and the rest spread evenly."""
+    n = len(answer)
+    P = np.repeat(((1.0 - conf) / (K - 1))[:, None], K, axis=1)
+    P[np.arange(n), answer] = conf
+    return P
+
+
+def _round0_accuracy(pool: Pool, idx: np.ndarray) -> np.ndarray:
+    """(I,) round-0 accuracy per seat on labelled tasks (a missing proposal counts as wrong);
+    -inf for a seat that never proposed there."""
+    a = pool.r0_answer[idx]
+    g = pool.gold[idx][:, None]
+    has = (a >= 0).sum(0)
+    acc = ((a == g) & (a >= 0)).sum(0) / np.maximum(len(idx), 1)
+    return np.where(has > 0, acc, -np.inf)
+
+
+class Plurality(Aggregator):
+    """Most-proposed round-0 answer; probabilities = vote shares (uniform without votes)."""
+
+    supervised = False
+
+    def _fit(self, pool: Pool, idx: np.ndarray) -> None:
+        self.agents_ = pool.agents
+
+    def _proba(self, pool: Pool, idx: np.ndarray) -> np.ndarray:
+        return _fractions(_vote_counts(pool, idx))
+
+
+class VerbalizedVote(Aggregator):
+    """Confidence-weighted round-0 vote; confidence = the winner's mean stated confidence
+    (the remaining mass spread evenly). A round-0 proposal without a stated confidence is an
+    error unless ``missing_confidence`` is a number to substitute."""
+
+    supervised = False
+
+    def __init__(self, *, missing_confidence: float | None = None, inner_folds: int = 5,
+                 random_state: int = 0, protocol: str = "strict", on_violation: str = "error"):
+        super().__init__(inner_folds=inner_folds, random_state=random_state, protocol=protocol,
+                         on_violation=on_violation)
+        self.missing_confidence = missing_confidence
+
+    def _fit(self, pool: Pool, idx: np.ndarray) -> None:
+        self.agents_ = pool.agents
+
+    def _conf(self, pool: Pool, idx: np.ndarray) -> np.ndarray:
+        a = pool.r0_answer[idx]
+        c = pool.r0_conf[idx].copy()
+        miss = (a >= 0) & np.isnan(c)
+        if miss.any():
+            if self.missing_confidence is None:
+                t, i = np.argwhere(miss)[0]
+                raise TraceError(f"verbalized vote: task {pool.task_ids[idx[t]]!r}, agent "
+                                 f"{pool.agents[i]!r} proposes without a stated confidence "
+                                 f"({int(miss.sum())} such proposals; set missing_confidence)")
+            c[miss] = self.missing_confidence
+        return c
+
+    def _decide(self, pool: Pool, idx: np.ndarray, rng: np.random.Generator):
+        idx = np.asarray(idx)
+        c = self._conf(pool, idx)
+        W = _vote_counts(pool, idx, weights=np.nan_to_num(c))
+        V = _vote_counts(pool, idx)
+        K = pool.K
+        ans = argmax_random(np.where(V > 0, W, -1.0), rng)  # only answers someone proposed
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean_c = W[np.arange(len(idx)), ans] / V[np.arange(len(idx)), ans]
+        conf = np.where(V.sum(1) > 0, mean_c, 1.0 / K)
+        conf = np.clip(np.nan_to_num(conf, nan=1.0 / K), 0.0, 1.0)
+        return ans, _spread(ans, conf, K)
+
+    def _proba(self, pool: Pool, idx: np.ndarray) -> np.ndarray:
+        return self._decide(pool, idx, self._rng(7))[1]
+
+
+class BestMember(Aggregator):
+    """The seat with the best round-0 accuracy on the training part (ties: seeded draw).
+    ``confidence="train_accuracy"`` puts that accuracy on its answer; ``"stated"`` uses the
+    seat's own stated confidence. Where the seat did not propose: uniform."""
+
+    def __init__(self, *, confidence: str = "train_accuracy", inner_folds: int = 5,
+                 random_state: int = 0, protocol: str = "strict", on_violation: str = "error"):
+        super().__init__(inner_folds=inner_folds, random_state=random_state, protocol=protocol,
+                         on_violation=on_violation)
+        if confidence not in ("train_accuracy", "stated"):
+            raise ValueError(f"confidence must be 'train_accuracy' or 'stated', got {confidence!r}")
+        self.confidence = confidence
+
+    def _fit(self, pool: Pool, idx: np.ndarray) -> None:
+        self.agents_ = pool.agents
+        acc = _round0_accuracy(pool, np.asarray(idx))
+        best = argmin_random(-acc, self._rng(1))
+        self.seat_ = pool.agents[best]
+        self._seat = best
+        self.seat_accuracy_ = pd.Series(acc, index=list(pool.agents), name="round0_accuracy")
+
+    def _proba(self, pool: Pool, idx: np.ndarray) -> np.ndarray:
+        idx = np.asarray(idx)
+        i = pool.agents.index(self.seat_)
+        a = pool.r0_answer[idx, i]
+        K = pool.K
+        if self.confidence == "stated":
+            conf = pool.r0_conf[idx, i]
+            if np.isnan(conf[a >= 0]).any():
+                raise TraceError("best member (stated confidence): a proposal of seat "
+                                 f"{self.seat_!r} has no stated confidence")
+        else:
+            conf = np.full(len(idx), float(self.seat_accuracy_[self.seat_]))
+        conf = np.clip(np.maximum(conf, 0.0), 0.0, 1.0)
+        P = _spread(np.maximum(a, 0), conf, K)
+        P[a < 0] = 1.0 / K
+        return P
+
+    def fitted_summary(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"seat": self.seat_}
+        out.update({f"acc[{a}]": float(v) for a, v in self.seat_accuracy_.items()})
+        return out
+
+
+class GatedVote(Aggregator):
+    """Plurality over the seats whose training round-0 accuracy exceeds 1/K; confidence = the
+    winning fraction among surviving seats. If no seat clears the gate, all seats vote
+    (recorded as ``gate_fallback_``)."""
+
+    def _fit(self, pool: Pool, idx: np.ndarray) -> None:
+        self.agents_ = pool.agents
+        acc = _round0_accuracy(pool, np.asarray(idx))
+        keep = acc > 1.0 / pool.K
+        self.gate_fallback_ = not keep.any()
+        if self.gate_fallback_:
+            keep = np.ones_like(keep)
+        self.seats_ = [a for a, k in zip(pool.agents, keep) if k]
+        self.seat_accuracy_ = pd.Series(acc, index=list(pool.agents), name="round0_accuracy")
+
+    def _proba(self, pool: Pool, idx: np.ndarray) -> np.ndarray:
+        mask = np.array([a in self.seats_ for a in pool.agents])
+        return _fractions(_vote_counts(pool, idx, seats=mask))
+
+    def fitted_summary(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"gate_fallback": bool(self.gate_fallback_)}
+        out.update({f"gate[{a}]": a in self.seats_ for a in self.agents_})
+        return out
+
+
+def _stack_features(pool: Pool, idx: np.ndarray) -> np.ndarray:
+    """(n, K, 2I) per-candidate features [c_i(g), d_i(g)] for all seats."""
+    idx = np.asarray(idx)
+    c = pool.c[idx].astype(float)  # (n, I, K)
+    d = pool.d[idx].astype(float)
+    return np.concatenate([c.transpose(0, 2, 1), d.transpose(0, 2, 1)], axis=2)
+
+
+class LogisticStacker(Aggregator):
+    """l2 logistic regression on per-candidate rows (task, g) with features [c_i(g), d_i(g)]_i
+    and target 1[g = gold]; the weights are shared across candidates (label-indifferent).
+    Probabilities: the per-row probabilities normalised over each task's candidates. The
+    regulariser C is chosen by inner CV on the task-level Brier score."""
+
+    def __init__(self, *, C_grid: Sequence[float] = (0.01, 0.1, 1.0, 10.0, 100.0),
+                 inner_folds: int = 5, random_state: int = 0, protocol: str = "strict",
+                 on_violation: str = "error"):
+        super().__init__(inner_folds=inner_folds, random_state=random_state, protocol=protocol,
+                         on_violation=on_violation)
+        self.C_grid = tuple(C_grid)
+
+    @staticmethod
+    def _fit_lr(X: np.ndarray, y: np.ndarray, C: float):
+        from sklearn.linear_model import LogisticRegression
+
+        lr = LogisticRegression(C=C, solver="newton-cholesky", max_iter=200)
+        lr.fit(X, y)
+        return lr
+
+    @staticmethod
+    def _rows(pool: Pool, idx: np.ndarray):
+        F = _stack_features(pool, idx)  # (n, K, f)
+        n, K, f = F.shape
+        y = (np.arange(K)[None, :] == pool.gold[idx][:, None]).astype(int).ravel()
+        return F.reshape(n * K, f), y, (n, K)
+
+    @staticmethod
+    def _task_proba(lr, pool: Pool, idx: np.ndarray) -> np.ndarray:
+        F = _stack_features(pool, idx)
+        n, K, f = F.shape
+        p = lr.predict_proba(F.reshape(n * K, f))[:, 1].reshape(n, K)
+        return p / p.sum(1, keepdims=True)
+
+    def _fit(self, pool: Pool, idx: np.ndarray) -> None:
+        idx = np.asarray(idx)
+        self.agents_ = pool.agents
+        if len(self.C_grid) == 1:
+            self.C_ = float(self.C_grid[0])
+            self.cv_results_ = None
+        else:
+            scores = np.zeros(len(self.C_grid))
+            for tr, va in self._inner(pool, idx):
+                X, y, _ = self._rows(pool, tr)
+                for j, C in enumerate(self.C_grid):
+                    lr = self._fit_lr(X, y, C)
+                    scores[j] += brier_per_task(self._task_proba(lr, pool, va), pool.gold[va]).sum()
+            scores /= len(idx)
+            self.cv_results_ = pd.DataFrame({"C": self.C_grid, "brier": scores})
+            self.C_ = float(self.C_grid[argmin_random(scores, self._rng(1))])
+        X, y, _ = self._rows(pool, idx)
+        self.model_ = self._fit_lr(X, y, self.C_)
+        names = [f"c[{a}]" for a in pool.agents] + [f"d[{a}]" for a in pool.agents]
+        self.coef_ = pd.Series(self.model_.coef_[0], index=names, name="coef")
+
+    def _proba(self, pool: Pool, idx: np.ndarray) -> np.ndarray:
+        return self._task_proba(self.model_, pool, np.asarray(idx))
+
+    def fitted_summary(self) -> dict[str, Any]:
+        return {"hp_C": self.C_}
+
+
+class DawidSkeneEM(Aggregator):
+    """crowd-kit's ``OneCoinDawidSkene`` (majority-vote initialised EM) on the round-0 votes
+    of the pool it predicts (no labels). Tasks without votes get a uniform posterior; labels
+    nobody voted for get probability 0."""
+
+    supervised = False
+
+    def __init__(self, *, n_iter: int = 100, tol: float = 1e-5, inner_folds: int = 5,
+                 random_state: int = 0, protocol: str = "strict", on_violation: str = "error"):
+        super().__init__(inner_folds=inner_folds, random_state=random_state, protocol=protocol,
+                         on_violation=on_violation)
+        self.n_iter = n_iter
+        self.tol = tol
+
+    def _fit(self, pool: Pool, idx: np.ndarray) -> None:
+        self.agents_ = pool.agents
+
+    def votes_frame(self, pool: Pool, idx: np.ndarray) -> pd.DataFrame:
+        a = pool.r0_answer[np.asarray(idx)]
+        t, i = np.nonzero(a >= 0)
+        return pd.DataFrame({"task": np.asarray(idx)[t], "worker": np.asarray(pool.agents)[i],
+                             "label": a[t, i]})
+
+    def _proba(self, pool: Pool, idx: np.ndarray) -> np.ndarray:
+        from crowdkit.aggregation import OneCoinDawidSkene
+
+        idx = np.asarray(idx)
+        K = pool.K
+        data = self.votes_frame(pool, idx)
+        P = np.full((len(idx), K), 1.0 / K)
+        if len(data) == 0:
+            return P
+        with warnings.catch_warnings():  # crowd-kit 1.4 trips pandas 3 deprecation warnings
+            warnings.simplefilter("ignore", DeprecationWarning)
+            warnings.simplefilter("ignore", FutureWarning)
+            ds = OneCoinDawidSkene(n_iter=self.n_iter, tol=self.tol).fit(data)
+        probas = ds.probas_.reindex(columns=range(K), fill_value=0.0).fillna(0.0)
+        self.skills_ = pd.Series(ds.skills_.to_numpy(), index=list(ds.skills_.index), name="skill")
+        pos = pd.Series(np.arange(len(idx)), index=idx)
+        rows = pos.loc[probas.index.to_numpy()].to_numpy()
+        P[rows] = probas.to_numpy()
+        return P
+
+    def fitted_summary(self) -> dict[str, Any]:
+        return {f"skill[{a}]": float(v) for a, v in getattr(self, "skills_", pd.Series(dtype=float)).items()}
+
+
+class IsotonicRecalibrated(Aggregator):
+    """Leak-free isotonic recalibration of ``base``: out-of-fold confidences from ``n_folds``
+    folds of the training part (the base refitted on each inner training part, so no label
+    scores its own calibration) fit an ``IsotonicRegression`` of correctness on confidence;
+    the base is then refitted on the whole training part and its decided answer keeps its
+    place while its confidence is mapped (the other candidates share the remaining mass in
+    proportion)."""
+
+    def __init__(self, base: Aggregator, *, n_folds: int = 5, inner_folds: int = 5,
+                 random_state: int = 0, protocol: str = "strict", on_violation: str = "error"):
+        super().__init__(inner_folds=inner_folds, random_state=random_state, protocol=protocol,
+                         on_violation=on_violation)
+        self.base = base
+        self.n_folds = n_folds
+        self.needs_shared_labels = base.needs_shared_labels
+
+    def _fit(self, pool: Pool, idx: np.ndarray) -> None:
+        from sklearn.isotonic import IsotonicRegression
+
+        idx = np.asarray(idx)
+        self.agents_ = pool.agents
+        conf = np.empty(len(idx))
+        correct = np.empty(len(idx))
+        pos = pd.Series(np.arange(len(idx)), index=idx)
+        # the recalibration folds: the same stratified split as every arm's inner folds
+        saved = self.inner_folds
+        self.inner_folds = self.n_folds
+        folds = self._inner(pool, idx)
+        self.inner_folds = saved
+        for j, (tr, va) in enumerate(folds):
+            b = self.base.clone(random_state=self.random_state, inner_folds=self.inner_folds)
+            b._fit(pool, tr)
+            a, p = b._decide(pool, va, self._rng(2, j))
+            k = pos.loc[va].to_numpy()
+            conf[k] = p[np.arange(len(va)), a]
+            correct[k] = (a == pool.gold[va])
+        self.iso_ = IsotonicRegression(y_min=0.0, y_max=1.0, out_of_bounds="clip").fit(conf, correct)
+        self.base_ = self.base.clone(random_state=self.random_state, inner_folds=self.inner_folds)
+        self.base_._fit(pool, idx)
+
+    def _decide(self, pool: Pool, idx: np.ndarray, rng: np.random.Generator):
+        a, p = self.base_._decide(pool, idx, rng)
+        return a, self._remap(a, p)
+
+    def _remap(self, a: np.ndarray, p: np.ndarray) -> np.ndarray:
+        n, K = p.shape
+        old = p[np.arange(n), a]
+        new = np.clip(self.iso_.predict(old), 0.0, 1.0)
+        rest = 1.0 - old
+        with np.errstate(invalid="ignore", divide="ignore"):
+            scale = np.where(rest > 0, (1.0 - new) / rest, 0.0)
+        q = p * scale[:, None]
+        even = rest <= 0
+        if even.any():
+            q[even] = ((1.0 - new[even]) / (K - 1))[:, None]
+        q[np.arange(n), a] = new
+        return q
+
+    def _proba(self, pool: Pool, idx: np.ndarray) -> np.ndarray:
+        return self._decide(pool, idx, self._rng(7))[1]
+
+    def fitted_summary(self) -> dict[str, Any]:
+        return {f"base.{k}": v for k, v in self.base_.fitted_summary().items()}

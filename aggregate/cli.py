@@ -1,0 +1,185 @@
+"""``chorus aggregate``: run | sweep | verify (plus generate, check for trace files).
+
+Heavy imports (numpy, pandas, scikit-learn, crowd-kit, matplotlib) happen inside the verbs:
+this module is imported on every ``chorus`` call.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+app = typer.Typer(no_args_is_help=True, add_completion=False,
+                  help="BDA aggregation over council traces: run, sweep, verify.")
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    from aggregate.errors import LabelError, PriorError, TraceError
+    from chorus.config import ConfigError
+
+    return (ConfigError, TraceError, LabelError, PriorError, ValueError)
+
+
+def _fail(msg: str, code: int = 2) -> None:
+    from rich.console import Console
+
+    Console(stderr=True).print(f"[bold red]error:[/] {msg}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def _default_out(name: str, verb: str) -> Path:
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return Path("runs") / "aggregate" / f"{name}-{verb}-{stamp}"
+
+
+class _Bars:
+    """A rich progress bar factory: ``make(total, description)`` returns an ``advance`` hook."""
+
+    def __init__(self, quiet: bool):
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn,
+                                   TextColumn, TimeElapsedColumn, TimeRemainingColumn)
+
+        self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                                 MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("eta"),
+                                 TimeRemainingColumn(), disable=quiet, transient=False)
+
+    def __enter__(self):
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self.progress.__exit__(*exc)
+
+    def make(self, total: int, description: str):
+        task = self.progress.add_task(description, total=total)
+        return lambda: self.progress.advance(task)
+
+
+@app.command()
+def run(config: Path = typer.Argument(..., help="YAML run config (see aggregate/configs/)."),
+        out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default runs/aggregate/NAME-run-TIME)."),
+        quiet: bool = typer.Option(False, "--quiet", help="No progress bar.")) -> None:
+    """Traces + methods -> nested-CV posteriors, metrics, bootstrap, tables, plots, one results file."""
+    from rich.console import Console
+
+    from aggregate.config import RunConfig
+    from aggregate.experiments import run_experiment
+    from chorus.config import load_config
+
+    try:
+        cfg = load_config(config, RunConfig)
+        out = out or _default_out(cfg.name, "run")
+        with _Bars(quiet) as bars:
+            path = run_experiment(cfg, out, config_dir=config.parent, progress=bars.make)
+    except _user_errors() as err:
+        _fail(str(err))
+    con = Console()
+    con.print((out / "results.md").read_text(), markup=False, highlight=False, soft_wrap=True)
+    con.print(f"[green]results:[/] {path}\n[green]run directory:[/] {out} "
+              f"(tables/, plots/, results.md, summary.json)")
+
+
+@app.command()
+def sweep(config: Path = typer.Argument(..., help="YAML sweep config (kind: dose_response | sleeper)."),
+          out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default runs/aggregate/NAME-sweep-TIME)."),
+          quiet: bool = typer.Option(False, "--quiet", help="No progress bar.")) -> None:
+    """Synthetic adversary sweeps: dose-response (regime x k x p_wrong) or the sleeper axis (f)."""
+    from rich.console import Console
+
+    from aggregate.config import SweepConfig
+    from aggregate.experiments import run_sweep
+    from chorus.config import load_config
+
+    try:
+        cfg = load_config(config, SweepConfig)
+        out = out or _default_out(cfg.name, "sweep")
+        with _Bars(quiet) as bars:
+            path = run_sweep(cfg, out, progress=bars.make)
+    except _user_errors() as err:
+        _fail(str(err))
+    con = Console()
+    con.print((out / "results.md").read_text(), markup=False, highlight=False, soft_wrap=True)
+    con.print(f"[green]results:[/] {path}\n[green]run directory:[/] {out}")
+
+
+@app.command()
+def verify(run_dir: Path = typer.Argument(..., help="A run directory holding results.json."),
+           all_cells: bool = typer.Option(False, "--all", help="Recompute every cell of a sweep."),
+           cells: Optional[int] = typer.Option(None, "--cells", help="Recompute N evenly spaced cells (sweeps; default 4)."),
+           tolerance: float = typer.Option(1e-6, "--tolerance", help="Largest allowed absolute difference."),
+           no_bootstrap: bool = typer.Option(False, "--no-bootstrap", help="Skip recomputing the bootstrap."),
+           quiet: bool = typer.Option(False, "--quiet")) -> None:
+    """Recompute numbers of results.json from the stored traces; exit 1 on any mismatch."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from aggregate.errors import VerifyError
+    from aggregate.results import verify as do_verify
+
+    try:
+        with _Bars(quiet) as bars:
+            checks = do_verify(run_dir, cells="all" if all_cells else cells, tolerance=tolerance,
+                               bootstrap=not no_bootstrap, progress=bars.make)
+    except (VerifyError, *_user_errors()) as err:
+        _fail(str(err))
+    con = Console()
+    bad = [c for c in checks if not c.ok]
+    cells_seen = sorted({c.cell for c in checks if c.cell != "-"})
+    if bad:
+        t = Table(title="mismatches")
+        for col in ("cell", "quantity", "stored", "recomputed"):
+            t.add_column(col, overflow="fold")
+        for c in bad[:50]:
+            t.add_row(c.cell, c.what, repr(c.stored), repr(c.recomputed))
+        con.print(t)
+        con.print(f"[bold red]FAILED[/]: {len(bad)} of {len(checks)} checks differ "
+                  f"(tolerance {tolerance}) in {run_dir / 'results.json'}")
+        raise typer.Exit(1)
+    worst = max((c.diff for c in checks if c.diff is not None), default=0.0)
+    con.print(f"[bold green]OK[/]: {len(checks)} checks over {len(cells_seen)} cell(s) "
+              f"({', '.join(cells_seen)}) recompute within {tolerance} (largest difference {worst:.3g}) "
+              f"for {run_dir / 'results.json'}")
+
+
+@app.command()
+def generate(out: Path = typer.Option(..., "--out", help="Trace file to write (.jsonl or .jsonl.gz)."),
+             n_tasks: int = typer.Option(1500, "--n", help="Number of tasks."),
+             K: int = typer.Option(2, "--K", help="Candidates per task."),
+             reliabilities: str = typer.Option("0.74,0.68,0.68", "--reliabilities", help="Seat reliabilities, comma-separated."),
+             rounds: int = typer.Option(3, "--rounds"),
+             adversary: Optional[str] = typer.Option(None, "--adversary", help="persistent | rotating"),
+             k: int = typer.Option(1, "--k", help="Adversarial seats."),
+             p_wrong: float = typer.Option(1.0, "--p-wrong"),
+             seed: int = typer.Option(0, "--seed")) -> None:
+    """Write a synthetic council trace file (the spec's JSONL)."""
+    from aggregate.synthetic import Adversary, CouncilSpec, generate_council
+    from aggregate.trace import dump_traces
+
+    try:
+        spec = CouncilSpec(n_tasks=n_tasks, K=K, rounds=rounds,
+                           reliabilities=tuple(float(x) for x in reliabilities.split(",")))
+        adv = Adversary(kind=adversary, k=k, p_wrong=p_wrong) if adversary else None
+        dump_traces(generate_council(spec, adversary=adv, seed=seed), out)
+    except _user_errors() as err:
+        _fail(str(err))
+    typer.echo(f"wrote {n_tasks} traces to {out}")
+
+
+@app.command()
+def check(traces: Path = typer.Argument(..., help="Trace file (.jsonl / .jsonl.gz)."),
+          protocol: str = typer.Option("strict", "--protocol", help="strict | general")) -> None:
+    """Validate a trace file and run the protocol automaton; report rejected moves (exit 1 if any)."""
+    import json
+
+    from aggregate.protocol import check_all
+    from aggregate.trace import load_traces
+
+    try:
+        trs = load_traces(traces)
+        rep = check_all(trs, protocol)
+    except _user_errors() as err:
+        _fail(str(err))
+    typer.echo(json.dumps(rep.to_dict(), indent=2))
+    if rep.rejected:
+        raise typer.Exit(1)

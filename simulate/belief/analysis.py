@@ -1,0 +1,271 @@
+"""Headline metrics computed from a run directory's tables alone.
+
+Per condition: where beliefs start and land, cross-agent variance, whether disagreement
+persists, R^2 of terminal beliefs against the mean-field FJ fixed point; per (condition, kappa):
+kappa recovered from events with the speaker's latent belief s (the channel test) and with the
+consumed evidence e (exact by construction); across conditions: the committed-minority
+dose-response and kappa-recovery rank order; the channel audit (transfer curve of e against s,
+Pearson) and the probe audit (belief vs self-report r)."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from . import core
+from .config import BeliefConfig
+
+
+def pearson(x, y) -> float:
+    x = np.asarray(x, dtype=float)
+    y = np.asarray(y, dtype=float)
+    ok = np.isfinite(x) & np.isfinite(y)
+    if ok.sum() < 3 or np.std(x[ok]) == 0 or np.std(y[ok]) == 0:
+        return float("nan")
+    return float(np.corrcoef(x[ok], y[ok])[0, 1])
+
+
+def spearman(x, y) -> float:
+    from scipy.stats import spearmanr
+    x = np.asarray(x, dtype=float)
+    y = np.asarray(y, dtype=float)
+    ok = np.isfinite(x) & np.isfinite(y)
+    if ok.sum() < 3 or np.ptp(x[ok]) == 0 or np.ptp(y[ok]) == 0:
+        return float("nan")
+    return float(spearmanr(x[ok], y[ok]).statistic)
+
+
+def r2_no_intercept(y, ref) -> float:
+    """1 - SS_res/SS_tot with the reference used as is (no refit)."""
+    y = np.asarray(y, dtype=float)
+    ref = np.asarray(ref, dtype=float)
+    ok = np.isfinite(y) & np.isfinite(ref)
+    if ok.sum() < 2:
+        return float("nan")
+    ss_tot = float(np.sum((y[ok] - y[ok].mean()) ** 2))
+    if ss_tot == 0:
+        return float("nan")
+    return 1.0 - float(np.sum((y[ok] - ref[ok]) ** 2)) / ss_tot
+
+
+def fixed_points(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """Mean-field FJ fixed point b* per (run, agent) (NaN where there is none: gamma = 1
+    without committed agents). Uses each run's own graph."""
+    runs, agents, edges = tables["runs"], tables["agents"], tables["edges"]
+    out = []
+    for _, rr in runs.iterrows():
+        a = agents[agents.run == rr.run].sort_values("agent")
+        n = len(a)
+        adj = None
+        if rr.topology != "complete":
+            e = edges[edges.run == rr.run]
+            adj = np.zeros((n, n))
+            adj[e.u.to_numpy(), e.v.to_numpy()] = 1.0
+            adj[e.v.to_numpy(), e.u.to_numpy()] = 1.0
+        try:
+            bstar = core.fj_fixed_point(a.kappa.to_numpy(), a.b0.to_numpy(), rr.gamma, rr.w,
+                                        adjacency=adj)
+        except ValueError:
+            bstar = np.full(n, np.nan)
+        out.append(pd.DataFrame({"run": rr.run, "agent": a.agent.to_numpy(), "b_star": bstar}))
+    return pd.concat(out, ignore_index=True)
+
+
+def trajectories(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """Per (condition, round, agent): belief averaged over seeds."""
+    bel = tables["beliefs"]
+    return bel.groupby(["condition", "round", "agent"], as_index=False)["b"].mean()
+
+
+def condition_metrics(tables: dict[str, pd.DataFrame], cfg: BeliefConfig,
+                      bstar: pd.DataFrame) -> pd.DataFrame:
+    runs, bel, ut = tables["runs"], tables["beliefs"], tables["utterances"]
+    rows = []
+    for cond, rs in runs.groupby("condition", sort=True):
+        r0 = rs.iloc[0]
+        b = bel[bel.condition == cond]
+        free = b[~b.committed]
+        start = free[free["round"] == 0]
+        end = free[free["round"] == r0.rounds]
+        late = free[free["round"] > 0.75 * r0.rounds]
+        init_var = start.groupby("run")["b"].var(ddof=0).mean()
+        final_var = end.groupby("run")["b"].var(ddof=0).mean()
+        # per-agent terminal belief averaged over seeds vs seed-averaged fixed point
+        allend = b[b["round"] == r0.rounds].merge(bstar, on=["run", "agent"])
+        per_agent = allend.groupby("agent")[["b", "b_star"]].mean()
+        u = ut[ut.condition == cond]
+        rows.append({
+            "condition": int(cond), "label": r0.label, "population": r0.population,
+            "gamma": float(r0.gamma), "w": float(r0.w), "kappa": float(r0.kappa),
+            "committed_fraction": float(r0.committed_fraction), "n_committed": int(r0.n_committed),
+            "n_agents": int(r0.n_agents), "rounds": int(r0.rounds), "topology": r0.topology,
+            "topic": r0.topic, "n_runs": int(len(rs)),
+            "initial_mean": float(start.b.mean()), "final_mean": float(end.b.mean()),
+            "late_mean": float(late.b.mean()),
+            "landing_shift": float(end.b.mean() - start.b.mean()),
+            "initial_variance": float(init_var), "final_variance": float(final_var),
+            "persists": bool(final_var > cfg.analysis.persist_threshold),
+            "fj_r2": r2_no_intercept(per_agent.b, per_agent.b_star),
+            "free_b_star_mean": float(allend[~allend.committed].b_star.mean()),
+            "utterances": int(len(u)), "appraisal_failures": int(u.failed.sum()),
+            "appraisal_failure_rate": float(u.failed.mean()) if len(u) else float("nan"),
+            "channel_pearson": pearson(u.s, u.e),
+            "belief_probe_r": pearson(b.b, b.probe),
+            "probe_failures": int(((b["round"] > 0) & b.probe.isna()).sum()),
+        })
+    return pd.DataFrame(rows)
+
+
+def kappa_recovery(tables: dict[str, pd.DataFrame], cfg: BeliefConfig) -> pd.DataFrame:
+    """Per (condition, prescribed kappa): kappa_hat from s on well-conditioned events
+    (|s-b| > filter), and the exactness check with e."""
+    ev, runs = tables["events"], tables["runs"]
+    thr = cfg.analysis.kappa_filter
+    ev = ev[np.isfinite(ev.kappa.to_numpy())]
+    g = runs.set_index("run")[["gamma", "w"]]
+    gamma = g.gamma.reindex(ev.run).to_numpy()
+    w = g.w.reindex(ev.run).to_numpy()
+    b, b1, s, e = (ev[c].to_numpy() for c in ("b_before", "b_after", "s", "e"))
+    k_s = core.kappa_hat(b, b1, s, ev.b0.to_numpy(), ev.m.to_numpy(), gamma, w)
+    k_e = core.kappa_hat(b, b1, e, ev.b0.to_numpy(), ev.m.to_numpy(), gamma, w)
+    keep_s = core.well_conditioned(s, b, thr) & np.isfinite(k_s)
+    keep_e = core.well_conditioned(e, b, thr) & np.isfinite(k_e)
+    kappa = ev.kappa.to_numpy()
+    df = pd.DataFrame({"condition": ev.condition.to_numpy(), "kappa": kappa, "k_s": k_s,
+                       "keep_s": keep_s, "k_e": k_e, "keep_e": keep_e,
+                       "rel_e": np.abs(k_e - kappa) / kappa})
+    rows = []
+    for (cond, kap), d in df.groupby(["condition", "kappa"], sort=True):
+        ks = d.k_s[d.keep_s]
+        rows.append({"condition": int(cond), "kappa": float(kap),
+                     "gamma": float(runs[runs.condition == cond].gamma.iloc[0]),
+                     "events": int(len(d)), "retained": float(d.keep_s.mean()),
+                     "kappa_hat_median": float(ks.median()) if len(ks) else float("nan"),
+                     "kappa_hat_iqr": float(ks.quantile(.75) - ks.quantile(.25)) if len(ks) else float("nan"),
+                     "rel_error": float(abs(ks.median() - kap) / kap) if len(ks) else float("nan"),
+                     "exact_max_rel_error": float(d.rel_e[d.keep_e].max()) if d.keep_e.any() else float("nan")})
+    return pd.DataFrame(rows)
+
+
+def transfer_curve(ut: pd.DataFrame, bins: int) -> pd.DataFrame:
+    edges = np.linspace(0, 1, bins + 1)
+    u = ut[np.isfinite(ut.e)]
+    idx = np.clip(np.digitize(u.s, edges) - 1, 0, bins - 1)
+    g = pd.DataFrame({"bin": idx, "s": u.s.to_numpy(), "e": u.e.to_numpy()}).groupby("bin")
+    out = g.agg(s_mean=("s", "mean"), e_mean=("e", "mean"), e_std=("e", "std"), n=("e", "size"))
+    out = out.reindex(range(bins)).reset_index()
+    out["s_lo"], out["s_hi"] = edges[:-1], edges[1:]
+    return out
+
+
+def dose_response(cm: pd.DataFrame, runs: pd.DataFrame, tipping_ratio: float) -> tuple[pd.DataFrame, list[dict]]:
+    """Committed conditions: free agents' mean belief vs the committed fraction, per family of
+    otherwise-equal conditions, with the stylised full-following reference and the mean-field
+    FJ level. The response is the free agents' mean over the last quarter of rounds
+    (``late_mean``; the round-end snapshot ``final_mean`` is kept beside it): with sequential
+    turns a pliable agent's round-end belief depends on who happened to speak last, and the
+    late-time average removes that turn-order noise. ``smooth`` = monotone and no slope above
+    ``tipping_ratio`` x the median slope."""
+    c = cm[cm.population == "committed"].copy()
+    if c.empty:
+        return pd.DataFrame(), []
+    c["f"] = c.n_committed / c.n_agents
+    fam_cols = ["gamma", "w", "kappa", "n_agents", "rounds", "topology", "topic"]
+    free_b0 = c.initial_mean  # free agents start at free_b0
+    c["reference"] = [float(core.committed_minority_meanfield(f, b, k, r, g, w))
+                      for f, b, k, r, g, w in zip(c.f, free_b0, c.kappa, c.rounds, c.gamma, c.w)]
+    fams = []
+    for key, d in c.groupby(fam_cols, sort=True):
+        d = d.sort_values("f")
+        y, f = d.late_mean.to_numpy(), d.f.to_numpy()
+        if len(d) < 2:
+            continue  # one point is no dose-response
+        slopes = np.diff(y) / np.diff(f)
+        monotone = bool(np.all(slopes > 0))
+        ratio = float(slopes.max() / np.median(slopes)) if monotone else float("nan")
+        fams.append({**dict(zip(fam_cols, key)), "points": int(len(d)), "monotone": monotone,
+                     "tipping_ratio": ratio,
+                     "smooth": bool(monotone and len(slopes) >= 2 and ratio < tipping_ratio)})
+    return c[["condition", "label", "gamma", "kappa", "f", "late_mean", "final_mean", "reference",
+              "free_b_star_mean"]], fams
+
+
+def _nan_to_none(x: Any) -> Any:
+    if isinstance(x, float) and math.isnan(x):
+        return None
+    if isinstance(x, (np.floating,)):
+        return None if np.isnan(x) else float(x)
+    if isinstance(x, np.integer):
+        return int(x)
+    if isinstance(x, np.bool_):
+        return bool(x)
+    return x
+
+
+def records(df: pd.DataFrame) -> list[dict]:
+    return [{k: _nan_to_none(v) for k, v in r.items()} for r in df.to_dict(orient="records")]
+
+
+def analyse(tables: dict[str, pd.DataFrame], cfg: BeliefConfig,
+            provenance: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, pd.DataFrame]]:
+    """(summary, derived tables) from the run's tables."""
+    prov = provenance or {}
+    bstar = fixed_points(tables)
+    cm = condition_metrics(tables, cfg, bstar)
+    kr = kappa_recovery(tables, cfg)
+    tc = transfer_curve(tables["utterances"], cfg.analysis.transfer_bins)
+    dr, fams = dose_response(cm, tables["runs"], cfg.analysis.tipping_ratio)
+    ut, bel = tables["utterances"], tables["beliefs"]
+
+    gammas = sorted(cm.gamma.unique())
+    g0 = cfg.gamma if cfg.gamma in gammas else gammas[0]
+    at = cm[cm.gamma == g0]
+
+    def first(pop: str) -> dict | None:
+        d = at[at.population == pop]
+        return None if d.empty else d.iloc[0].to_dict()
+
+    dg, fj = first("degroot"), first("fj")
+    krg = kr[(kr.gamma == g0)].dropna(subset=["kappa_hat_median"])
+    kap_levels = krg.groupby("kappa").kappa_hat_median.median()
+    rel = krg.groupby("kappa").rel_error.median()
+    fam0 = [f for f in fams if f["gamma"] == g0]
+    headline = {
+        "gamma": g0,
+        "appraiser_tau": prov.get("appraiser_tau"),
+        "appraisal_failure_rate": float(ut.failed.mean()) if len(ut) else None,
+        "channel_pearson": pearson(ut.s, ut.e),
+        "belief_probe_r": pearson(bel.b, bel.probe),
+        "degroot_initial_mean": dg["initial_mean"] if dg else None,
+        "degroot_landing": dg["final_mean"] if dg else None,
+        "degroot_final_variance": dg["final_variance"] if dg else None,
+        "fj_final_variance": fj["final_variance"] if fj else None,
+        "fj_persists": fj["persists"] if fj else None,
+        "fj_r2": fj["fj_r2"] if fj else None,
+        "committed_monotone": fam0[0]["monotone"] if fam0 else None,
+        "committed_smooth": fam0[0]["smooth"] if fam0 else None,
+        "committed_tipping_ratio": fam0[0]["tipping_ratio"] if fam0 else None,
+        "kappa_levels": int(len(kap_levels)),
+        "kappa_spearman": spearman(kap_levels.index, kap_levels.values) if len(kap_levels) >= 3 else None,
+        "kappa_median_rel_error": float(rel.median()) if len(rel) else None,
+        "kappa_mean_rel_error": float(rel.mean()) if len(rel) else None,
+        "kappa_exact_max_rel_error": float(kr.exact_max_rel_error.max()) if len(kr) else None,
+        "kappa_retained": float(krg.retained.mean()) if len(krg) else None,
+    }
+    summary = {
+        "experiment": cfg.name, "mode": cfg.mode,
+        "model": prov.get("model") if cfg.mode == "llm" else None,
+        "conditions_n": int(len(cm)), "runs": int(len(tables["runs"])),
+        "events": int(len(tables["events"])), "utterances": int(len(ut)),
+        "headline": {k: _nan_to_none(v) for k, v in headline.items()},
+        "conditions": records(cm), "kappa_recovery": records(kr),
+        "committed_families": [{k: _nan_to_none(v) for k, v in f.items()} for f in fams],
+        "dose_response": records(dr) if len(dr) else [],
+        "transfer": records(tc),
+    }
+    derived = {"condition_metrics": cm, "kappa_recovery": kr, "transfer": tc, "fixed_points": bstar}
+    if len(dr):
+        derived["dose_response"] = dr
+    return summary, derived

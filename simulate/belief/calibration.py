@@ -1,0 +1,145 @@
+"""Appraiser calibration by temperature scaling (seed App. B).
+
+p_cal = sigmoid(logit(p) / tau); tau minimises the soft-label cross-entropy
+-[y log p + (1-y) log(1-p)] on an 80% split of the topic's labelled utterances; ECE and
+cross-entropy are reported before and after on the held-out 20%. One fit per (topic, model),
+stored under ``simulate/topics/calibration/fits/`` and reused by later runs."""
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from chorus.config import ConfigError
+from chorus.seeding import call_seed, rng
+
+from .roles import APPRAISE, LLMAppraiser, temperature_scale
+from .topics import TOPICS_DIR, load_topic
+
+CAL_DIR = TOPICS_DIR / "calibration"
+FITS_DIR = CAL_DIR / "fits"
+STREAM_SPLIT = 21
+EPS = 1e-6
+
+
+def soft_cross_entropy(p, y) -> float:
+    p = np.clip(np.asarray(p, dtype=float), EPS, 1 - EPS)
+    y = np.asarray(y, dtype=float)
+    return float(np.mean(-(y * np.log(p) + (1 - y) * np.log1p(-p))))
+
+
+def ece(p, y, bins: int = 10) -> float:
+    """Expected calibration error with soft labels: sum_k n_k/n |mean p_k - mean y_k| over
+    equal-width bins of p."""
+    p = np.asarray(p, dtype=float)
+    y = np.asarray(y, dtype=float)
+    idx = np.clip((p * bins).astype(int), 0, bins - 1)
+    total = 0.0
+    for k in range(bins):
+        sel = idx == k
+        if sel.any():
+            total += sel.sum() * abs(p[sel].mean() - y[sel].mean())
+    return float(total / len(p)) if len(p) else float("nan")
+
+
+def fit_tau(p, y, bounds: tuple[float, float] = (0.05, 20.0)) -> float:
+    """The tau minimising soft cross-entropy of temperature_scale(p, tau) against y."""
+    from scipy.optimize import minimize_scalar
+    p = np.asarray(p, dtype=float)
+    y = np.asarray(y, dtype=float)
+    res = minimize_scalar(lambda lt: soft_cross_entropy(temperature_scale(p, np.exp(lt)), y),
+                          bounds=(np.log(bounds[0]), np.log(bounds[1])), method="bounded",
+                          options={"xatol": 1e-6})
+    return float(np.exp(res.x))
+
+
+def labels_path(topic_id: str) -> Path:
+    return CAL_DIR / f"{topic_id}.yaml"
+
+
+def load_labels(topic_id: str) -> pd.DataFrame:
+    p = labels_path(topic_id)
+    if not p.is_file():
+        raise ConfigError(f"topic = {topic_id!r}: no calibration set at {p}")
+    data = yaml.safe_load(p.read_text())
+    df = pd.DataFrame(data["items"])
+    bad = df[(df.y < 0) | (df.y > 1)]
+    if len(bad):
+        raise ConfigError(f"{p}: labels outside [0, 1]: {bad.id.tolist()}")
+    df.attrs["sha256"] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return df
+
+
+def split(n: int, seed: int, val_fraction: float = 0.2) -> tuple[np.ndarray, np.ndarray]:
+    perm = rng(seed, STREAM_SPLIT).permutation(n)
+    n_val = int(round(val_fraction * n))
+    return np.sort(perm[n_val:]), np.sort(perm[:n_val])
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+
+
+def fit_path(topic_id: str, model: str) -> Path:
+    return FITS_DIR / topic_id / f"{_safe(model)}.json"
+
+
+def load_fit(topic_id: str, model: str) -> dict[str, Any] | None:
+    p = fit_path(topic_id, model)
+    return json.loads(p.read_text()) if p.is_file() else None
+
+
+def fit_from_scores(p_raw, y, seed: int = 0, val_fraction: float = 0.2) -> dict[str, Any]:
+    """Fit tau on the training split of the appraised items (failed ones, NaN, left out)."""
+    p_raw = np.asarray(p_raw, dtype=float)
+    y = np.asarray(y, dtype=float)
+    tr, va = split(len(y), seed, val_fraction)
+    ok = np.isfinite(p_raw)
+    tr, va = tr[ok[tr]], va[ok[va]]
+    if len(tr) < 5 or len(va) < 2:
+        raise RuntimeError(f"too few valid appraisals to fit tau ({ok.sum()} of {len(y)})")
+    tau = fit_tau(p_raw[tr], y[tr])
+    cal = temperature_scale(p_raw, tau)
+    pv = np.clip(p_raw[va], EPS, 1 - EPS)
+    return {
+        "tau": tau, "n_items": int(len(y)), "n_failed": int((~ok).sum()),
+        "n_train": int(len(tr)), "n_val": int(len(va)), "split_seed": seed,
+        "ece_before": ece(pv, y[va]), "ece_after": ece(cal[va], y[va]),
+        "ce_before": soft_cross_entropy(pv, y[va]), "ce_after": soft_cross_entropy(cal[va], y[va]),
+        "train_ce_before": soft_cross_entropy(p_raw[tr], y[tr]),
+        "train_ce_after": soft_cross_entropy(cal[tr], y[tr]),
+        "pearson_raw_vs_label": float(np.corrcoef(p_raw[ok], y[ok])[0, 1])
+        if ok.sum() > 2 and np.std(p_raw[ok]) > 0 else None,
+    }
+
+
+def calibrate(engine: Any, model: str, topic_id: str = "transit_priority", seed: int = 0,
+              appraiser_kwargs: dict[str, Any] | None = None, store: bool = True,
+              ) -> tuple[dict[str, Any], pd.DataFrame]:
+    """Appraise the topic's labelled set with ``engine``, fit tau, optionally store the fit."""
+    topic = load_topic(topic_id)
+    labels = load_labels(topic.id)
+    app = LLMAppraiser(engine, **(appraiser_kwargs or {}))
+    convs = [topic.appraiser_messages(t) for t in labels.text]
+    p, attempts, errors = app.read(convs, lambda i, a: call_seed(seed, i, APPRAISE, a))
+    fit = fit_from_scores(p, labels.y.to_numpy(), seed=seed)
+    fit.update({"model": model, "topic": topic.id, "topic_sha256": topic.sha256,
+                "labels_sha256": labels.attrs["sha256"],
+                "engine": getattr(engine, "identity", None),
+                "fitted": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")})
+    scores = labels.assign(p_raw=p, attempts=attempts, error=errors,
+                           p_cal=temperature_scale(p, fit["tau"]))
+    tr, va = split(len(labels), seed)
+    scores["split"] = np.where(np.isin(np.arange(len(labels)), va), "val", "train")
+    if store:
+        path = fit_path(topic.id, model)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(fit, indent=2, default=str))
+        fit["stored_at"] = str(path)
+    return fit, scores

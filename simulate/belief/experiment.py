@@ -1,0 +1,179 @@
+"""Experiments end to end: config -> conditions x seeds -> lockstep engine -> run directory
+(tables, summary, plots). ``report`` recomputes summary and plots from a run directory alone."""
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from chorus.config import ConfigError, load_config
+from chorus.runs import RunDir
+
+from . import analysis, plots
+from .calibration import fit_path, load_fit
+from .config import BeliefConfig, Condition, expand
+from .engine import RunSpec, prepare, run_group
+from .roles import LLMAppraiser, LLMGenerator, LLMProbe, OracleProbe
+from .tables import all_tables
+from .topics import load_topic
+
+NOT_SWEEPABLE = ("mode", "seed", "name", "llm", "analysis", "sweep")
+TABLES = ("events", "utterances", "beliefs", "runs", "agents", "edges", "conditions")
+
+
+def plan(cfg: BeliefConfig, sweep: bool) -> tuple[list[Condition], list[RunSpec]]:
+    """Conditions and runs, all validated (configs, topics, populations, graphs) up front."""
+    if sweep and not cfg.sweep:
+        raise ConfigError(f"{cfg.name}: 'sweep' needs a config with a sweep: section "
+                          f"(use 'chorus belief run' for a single condition)")
+    for key in cfg.sweep:
+        if key.split(".")[0] in NOT_SWEEPABLE:
+            raise ConfigError(f"sweep.{key}: {key.split('.')[0]!r} is shared by every run and "
+                              f"cannot be swept")
+    conditions = expand(cfg, use_sweep=sweep)
+    specs, k = [], 0
+    for c in conditions:
+        load_topic(c.config.topic)
+        for s in c.config.seed_list:
+            specs.append(RunSpec(run=k, condition=c.index, seed=s, config=c.config))
+            k += 1
+    return conditions, specs
+
+
+def resolve_taus(cfg: BeliefConfig, conditions: list[Condition]) -> dict[str, dict[str, Any]]:
+    """Appraiser tau per topic for LLM mode: the config's value or the stored fit."""
+    out: dict[str, dict[str, Any]] = {}
+    for c in conditions:
+        t = load_topic(c.config.topic)
+        if t.id in out:
+            continue
+        if cfg.llm.appraiser.tau is not None:
+            out[t.id] = {"tau": float(cfg.llm.appraiser.tau), "source": "config"}
+            continue
+        fit = load_fit(t.id, cfg.llm.model)
+        if fit is None:
+            raise ConfigError(
+                f"llm.appraiser.tau = None and no stored calibration for model "
+                f"{cfg.llm.model!r} on topic {t.id!r} ({fit_path(t.id, cfg.llm.model)}): run "
+                f"'chorus belief calibrate --model {cfg.llm.model} --topic {t.id}' or set "
+                f"llm.appraiser.tau explicitly (1.0 = uncalibrated)")
+        out[t.id] = {"tau": float(fit["tau"]), "source": str(fit_path(t.id, cfg.llm.model))}
+    return out
+
+
+def default_out(cfg: BeliefConfig) -> Path:
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return Path("runs") / "belief" / f"{cfg.name}-{stamp}"
+
+
+def run_experiment(cfg: BeliefConfig, out: str | Path | None = None, *, sweep: bool = False,
+                   engine: Any = None, progress: Callable[[int, int], Any] | None = None,
+                   make_plots: bool = True, source: str | None = None) -> tuple[RunDir, dict]:
+    """Run ``cfg`` (its sweep grid when ``sweep``) and write a complete run directory.
+
+    ``engine``: a serving engine for LLM mode (loaded from ``cfg.llm`` when None).
+    ``progress(total, advance)``: called with (total utterances, 0) once, then with the number
+    of utterances each lockstep turn produced.
+    """
+    conditions, specs = plan(cfg, sweep)
+    taus = resolve_taus(cfg, conditions) if cfg.mode == "llm" else {}
+    groups = prepare(specs, cfg.seed, {k: v["tau"] for k, v in taus.items()})
+    out = Path(out) if out is not None else default_out(cfg)
+    topics = {load_topic(c.config.topic).id: load_topic(c.config.topic).sha256 for c in conditions}
+    run = RunDir.create(
+        out, part="belief", config=cfg, seeds={"root": cfg.seed, "replicates": cfg.seed_list},
+        mode=cfg.mode, sweep=sweep, source_config=source,
+        conditions=[{"index": c.index, "label": c.label, "overrides": c.overrides} for c in conditions],
+        topics_sha256=topics, engine_code_sha256=_code_hash(),
+        determinism={"per_request_seeds": "call_seed(root, run seed, round, turn|agent, role, attempt)",
+                     "streams": "rng(root, run seed, stream)"})
+    gen = app = None
+    prb: Any = OracleProbe()
+    if cfg.mode == "llm":
+        if engine is None:
+            from serving import load_engine
+            engine = load_engine(cfg.llm.model, backend=cfg.llm.backend, store=run.store_path)
+        lc = cfg.llm
+        gen = LLMGenerator(engine, lc.generator.temperature, lc.generator.top_p, lc.generator.max_tokens)
+        app = LLMAppraiser(engine, lc.appraiser.temperature, lc.appraiser.max_tokens,
+                           lc.appraiser.max_retries, lc.appraiser.retry_temperature)
+        prb = LLMProbe(engine, lc.probe.temperature, lc.probe.max_tokens, lc.probe.max_retries,
+                       lc.probe.retry_temperature) if lc.probe.enabled else None
+        tau_vals = sorted({v["tau"] for v in taus.values()})
+        prov_fn = getattr(engine, "provenance", None)
+        run.update_provenance(model=lc.model,
+                              engine=prov_fn() if callable(prov_fn) else getattr(engine, "identity", None),
+                              appraiser_tau=tau_vals[0] if len(tau_vals) == 1 else None,
+                              appraiser_taus=taus, store=str(run.store_path))
+    total = sum(g.R * g.rounds * g.N for g in groups)  # utterances
+    if progress:
+        progress(total, 0)
+    t0 = time.perf_counter()
+    results = [run_group(g, gen, app, prb, (lambda _k, r=g.R: progress(total, r)) if progress else None)
+               for g in groups]
+    wall = time.perf_counter() - t0
+    tabs = all_tables(results, conditions)
+    for name in TABLES:
+        run.write_table(name, tabs[name])
+    ut = tabs["utterances"]
+    stats = {"wall_s": wall, "runs": len(specs), "utterances": int(total),
+             "listener_events": int(len(tabs["events"])),
+             "appraisal_failures": int(ut.failed.sum()),
+             "probe_failures": int(sum(r.probe_failures for r in results))}
+    if cfg.mode == "llm":
+        stats["model_calls"] = {"generator": gen.requests, "appraiser": app.requests,
+                                "probe": prb.requests if prb is not None else 0,
+                                "computed_by_engine": getattr(engine, "model_calls", None),
+                                "generated_tokens": int(ut.completion_tokens.sum())}
+    run.update_provenance(stats=stats)
+    summary = report(run.path, make_plots=make_plots, tables=tabs)
+    run.finish()
+    return run, summary
+
+
+def _code_hash() -> str:
+    h = hashlib.sha256()
+    for p in sorted(Path(__file__).parent.glob("*.py")):
+        h.update(p.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def report(path: str | Path, make_plots: bool = True, tables: dict | None = None) -> dict:
+    """Summary JSON and plots recomputed from a run directory's files alone."""
+    run = RunDir(path)
+    if not (run.path / "config.yaml").is_file():
+        raise ConfigError(f"{run.path}: not a belief run directory (no config.yaml)")
+    cfg = load_config(run.path / "config.yaml", BeliefConfig)
+    tabs = tables or {name: run.read_table(name) for name in TABLES}
+    prov = run.provenance()
+    summary, derived = analysis.analyse(tabs, cfg, prov)
+    summary["stats"] = prov.get("stats")
+    summary["plots"] = []
+    for name, df in derived.items():
+        run.write_table(name, df)
+    if make_plots:
+        for name, fn in plots.PLOTS.items():
+            if name == "probe" and cfg.mode != "llm":
+                continue
+            p = fn(tabs, derived, run.plot_path(name))
+            if p is not None:
+                summary["plots"].append(str(Path(p).relative_to(run.path)))
+    run.write_summary(summary)
+    return summary
+
+
+def headline_rows(summary: dict) -> list[tuple[str, str]]:
+    """(name, value) pairs for printing."""
+    def fmt(v):
+        if v is None:
+            return "-"
+        if isinstance(v, bool):
+            return "yes" if v else "no"
+        if isinstance(v, float):
+            return f"{v:.4g}" if np.isfinite(v) else "nan"
+        return str(v)
+    return [(k, fmt(v)) for k, v in summary.get("headline", {}).items()]

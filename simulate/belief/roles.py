@@ -1,0 +1,277 @@
+"""The three model-facing roles behind small Protocols, batch-first.
+
+- generator: renders each speaker's credence as a comment (``Turn`` -> ``Utterances``);
+- appraiser: reads each comment back into evidence e in [0, 1] (temperature-scaled p_plus);
+- probe: an independent 0-100 self-report per agent per round (never fed back).
+
+Every call is one batch across the runs advancing in lockstep; every request carries its own
+seed, derived from (root seed, run seed, round, turn or agent, role, attempt) with
+``chorus.seeding.call_seed``, so a run's results do not depend on what it was batched with.
+
+Oracle implementations (e = s, probe = b) make no model calls; LLM implementations talk to a
+``serving`` engine (``load_engine``) through ``chat`` only.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any, Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+from chorus.seeding import call_seed
+
+from .topics import Topic
+
+GEN, APPRAISE, PROBE = 1, 2, 3  # role ids in the seed keys
+
+P_PLUS_SCHEMA = {
+    "type": "object",
+    "properties": {"p_plus": {"type": "number", "minimum": 0, "maximum": 1}},
+    "required": ["p_plus"],
+    "additionalProperties": False,
+}
+STANCE_SCHEMA = {
+    "type": "object",
+    "properties": {"stance": {"type": "integer", "minimum": 0, "maximum": 100}},
+    "required": ["stance"],
+    "additionalProperties": False,
+}
+
+
+@dataclass
+class RunKey:
+    """What a run's model calls may depend on: its replicate seed, its topic and the
+    appraiser temperature tau fitted for that topic."""
+    seed: int
+    topic: Topic
+    tau: float = 1.0
+
+
+@dataclass
+class Turn:
+    """One turn of every run in the batch: who speaks and what they believe."""
+    root_seed: int
+    round: int
+    turn: int
+    runs: Sequence[RunKey]
+    speakers: np.ndarray  # (R,)
+    s: np.ndarray         # (R,) speakers' latent beliefs
+
+    def seeds(self, role: int, attempt: int = 0, idx: Sequence[int] | None = None) -> list[int]:
+        idx = range(len(self.runs)) if idx is None else idx
+        return [call_seed(self.root_seed, self.runs[i].seed, self.round, self.turn, role, attempt)
+                for i in idx]
+
+
+@dataclass
+class ProbeRound:
+    """End of a round: every agent of every run reports its stance."""
+    root_seed: int
+    round: int
+    runs: Sequence[RunKey]
+    b: np.ndarray  # (R, N) current beliefs
+
+    def seed(self, i: int, agent: int, attempt: int = 0) -> int:
+        return call_seed(self.root_seed, self.runs[i].seed, self.round, agent, PROBE, attempt)
+
+
+@dataclass
+class Utterances:
+    texts: list[str | None] | None  # None: no text at all (oracle); an entry None: failed
+    prompt_tokens: np.ndarray | None = None
+    completion_tokens: np.ndarray | None = None
+
+
+@dataclass
+class Appraisals:
+    p_raw: np.ndarray           # (R,) the appraiser's stated p_plus (NaN if failed)
+    e: np.ndarray               # (R,) calibrated evidence (NaN if failed: updates nobody)
+    attempts: np.ndarray        # (R,) model calls spent
+    errors: list[str | None] = field(default_factory=list)
+
+
+@runtime_checkable
+class Generator(Protocol):
+    def generate(self, turn: Turn) -> Utterances: ...
+
+
+@runtime_checkable
+class Appraiser(Protocol):
+    def appraise(self, turn: Turn, utterances: Utterances) -> Appraisals: ...
+
+
+@runtime_checkable
+class Probe(Protocol):
+    def probe(self, pr: ProbeRound) -> tuple[np.ndarray, int]:
+        """(R, N) self-reports on [0, 1] (NaN = failed), and the number of failures."""
+        ...
+
+
+# -- calibration -------------------------------------------------------------------------
+def temperature_scale(p, tau, eps: float = 1e-6) -> np.ndarray:
+    """p_cal = sigmoid(logit(p) / tau) (p clipped to [eps, 1-eps]; NaN stays NaN)."""
+    p = np.clip(np.asarray(p, dtype=float), eps, 1.0 - eps)
+    z = np.log(p) - np.log1p(-p)
+    return 1.0 / (1.0 + np.exp(-z / np.asarray(tau, dtype=float)))
+
+
+# -- oracle --------------------------------------------------------------------------------
+class OracleGenerator:
+    """No text: the speaker's belief travels as is."""
+
+    def generate(self, turn: Turn) -> Utterances:
+        return Utterances(texts=None)
+
+
+class OracleAppraiser:
+    """e = s: the language round-trip replaced by a perfect channel."""
+
+    def appraise(self, turn: Turn, utterances: Utterances) -> Appraisals:
+        n = len(turn.s)
+        return Appraisals(p_raw=turn.s, e=turn.s, attempts=np.zeros(n, dtype=np.int32))
+
+
+class OracleProbe:
+    """probe = b."""
+
+    def probe(self, pr: ProbeRound) -> tuple[np.ndarray, int]:
+        return pr.b.copy(), 0
+
+
+# -- LLM -----------------------------------------------------------------------------------
+def _number(out: Any, key: str) -> tuple[float | None, str | None]:
+    """The value of ``key`` in a structured completion, or (None, why)."""
+    parsed = getattr(out, "parsed", None)
+    if parsed is None:
+        if getattr(out, "conformed", None) is False:
+            return None, "non-conforming output"
+        try:
+            parsed = json.loads(out.text)
+        except (json.JSONDecodeError, TypeError):
+            return None, "not valid JSON"
+    if not isinstance(parsed, dict) or key not in parsed:
+        return None, f"no {key!r} field"
+    v = parsed[key]
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        return None, f"{key} is not a number"
+    return float(v), None
+
+
+def clean_utterance(text: str | None) -> str | None:
+    """Strip whitespace and wrapping quotes; an empty comment is a failed generation."""
+    if text is None:
+        return None
+    t = text.strip().strip('"').strip()
+    return t or None
+
+
+class LLMGenerator:
+    def __init__(self, engine: Any, temperature: float = 0.9, top_p: float = 1.0,
+                 max_tokens: int = 60):
+        self.engine, self.temperature, self.top_p, self.max_tokens = engine, temperature, top_p, max_tokens
+        self.requests = 0
+
+    def generate(self, turn: Turn) -> Utterances:
+        convs = [rk.topic.generator_messages(float(s)) for rk, s in zip(turn.runs, turn.s)]
+        self.requests += len(convs)
+        outs = self.engine.chat(convs, temperature=self.temperature, top_p=self.top_p,
+                                max_tokens=self.max_tokens, seed=turn.seeds(GEN))
+        return Utterances(texts=[clean_utterance(o.text) for o in outs],
+                          prompt_tokens=np.array([o.prompt_tokens or 0 for o in outs]),
+                          completion_tokens=np.array([o.completion_tokens or 0 for o in outs]))
+
+
+class LLMAppraiser:
+    """Structured output {"p_plus": x}, calibrated with each run's tau; an invalid answer
+    is retried (at ``retry_temperature``, fresh seed) up to ``max_retries`` times, then
+    recorded as failed: e = NaN, which updates nobody. Never a default value."""
+
+    def __init__(self, engine: Any, temperature: float = 0.0, max_tokens: int = 40,
+                 max_retries: int = 2, retry_temperature: float = 0.7):
+        self.engine = engine
+        self.temperature, self.max_tokens = temperature, max_tokens
+        self.max_retries, self.retry_temperature = max_retries, retry_temperature
+        self.requests = 0
+
+    def read(self, convs: list, seed_of) -> tuple[np.ndarray, np.ndarray, list[str | None]]:
+        """Raw p_plus for each conversation (NaN after the retries fail).
+        ``seed_of(i, attempt)`` gives the request seed."""
+        n = len(convs)
+        p = np.full(n, np.nan)
+        attempts = np.zeros(n, dtype=np.int32)
+        errors: list[str | None] = [None] * n
+        todo = list(range(n))
+        for attempt in range(1 + self.max_retries):
+            if not todo:
+                break
+            temp = self.temperature if attempt == 0 else self.retry_temperature
+            self.requests += len(todo)
+            outs = self.engine.chat([convs[i] for i in todo], json_schema=P_PLUS_SCHEMA,
+                                    temperature=temp, max_tokens=self.max_tokens,
+                                    seed=[seed_of(i, attempt) for i in todo])
+            again = []
+            for i, o in zip(todo, outs):
+                attempts[i] += 1
+                v, why = _number(o, "p_plus")
+                if v is not None and not (0.0 <= v <= 1.0):
+                    v, why = None, f"p_plus = {v} outside [0, 1]"
+                if v is None:
+                    errors[i] = why
+                    again.append(i)
+                else:
+                    p[i], errors[i] = v, None
+            todo = again
+        return p, attempts, errors
+
+    def appraise(self, turn: Turn, utterances: Utterances) -> Appraisals:
+        texts = utterances.texts or [None] * len(turn.runs)
+        idx = [i for i, t in enumerate(texts) if t is not None]
+        n = len(texts)
+        p = np.full(n, np.nan)
+        attempts = np.zeros(n, dtype=np.int32)
+        errors: list[str | None] = ["no utterance" if t is None else None for t in texts]
+        if idx:
+            convs = [turn.runs[i].topic.appraiser_messages(texts[i]) for i in idx]
+            seeds = {a: turn.seeds(APPRAISE, a, idx) for a in range(1 + self.max_retries)}
+            pi, ai, ei = self.read(convs, lambda j, a: seeds[a][j])
+            p[idx], attempts[idx] = pi, ai
+            for j, i in enumerate(idx):
+                errors[i] = ei[j]
+        tau = np.array([rk.tau for rk in turn.runs])
+        e = np.where(np.isfinite(p), temperature_scale(p, tau), np.nan)
+        return Appraisals(p_raw=p, e=e, attempts=attempts, errors=errors)
+
+
+class LLMProbe:
+    """An independent 0-100 self-report per agent (structured output {"stance": k})."""
+
+    def __init__(self, engine: Any, temperature: float = 0.0, max_tokens: int = 16,
+                 max_retries: int = 1, retry_temperature: float = 0.7):
+        self.engine, self.temperature, self.max_tokens = engine, temperature, max_tokens
+        self.max_retries, self.retry_temperature = max_retries, retry_temperature
+        self.requests = 0
+
+    def probe(self, pr: ProbeRound) -> tuple[np.ndarray, int]:
+        R, N = pr.b.shape
+        out = np.full((R, N), np.nan)
+        todo = [(i, j) for i in range(R) for j in range(N)]
+        for attempt in range(1 + self.max_retries):
+            if not todo:
+                break
+            convs = [pr.runs[i].topic.probe_messages(float(pr.b[i, j])) for i, j in todo]
+            temp = self.temperature if attempt == 0 else self.retry_temperature
+            self.requests += len(convs)
+            outs = self.engine.chat(convs, json_schema=STANCE_SCHEMA, temperature=temp,
+                                    max_tokens=self.max_tokens,
+                                    seed=[pr.seed(i, j, attempt) for i, j in todo])
+            again = []
+            for (i, j), o in zip(todo, outs):
+                v, _ = _number(o, "stance")
+                if v is None or not (0.0 <= v <= 100.0):
+                    again.append((i, j))
+                else:
+                    out[i, j] = v / 100.0
+            todo = again
+        return out, len(todo)

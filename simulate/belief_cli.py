@@ -1,0 +1,163 @@
+"""``chorus belief``: run | sweep | report | calibrate. Heavy imports (numpy-heavy modules,
+serving, matplotlib) stay inside the commands so ``chorus --help`` stays fast."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+app = typer.Typer(no_args_is_help=True, add_completion=False,
+                  help="Bayesian belief layer (BCA): run, sweep, report, calibrate.")
+
+_SET_HELP = "Override a config field: --set n_agents=4 --set population.kappa=2 (YAML values)."
+
+
+def _overrides(sets: Optional[List[str]]) -> dict:
+    import yaml
+    from chorus.config import ConfigError
+    out = {}
+    for s in sets or []:
+        if "=" not in s:
+            raise ConfigError(f"--set {s!r}: expected KEY=VALUE")
+        k, v = s.split("=", 1)
+        out[k.strip()] = yaml.safe_load(v)
+    return out
+
+
+def _fail(err: Exception) -> None:
+    from rich.console import Console
+    Console(stderr=True).print(f"[red]error:[/red] {err}")
+    raise typer.Exit(2)
+
+
+def _progress_runner(cfg, out, sweep, source, no_plots):
+    from rich.console import Console
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                               TimeElapsedColumn, TimeRemainingColumn)
+    from simulate.belief.experiment import run_experiment
+    console = Console()
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("utterances"), TimeElapsedColumn(), TimeRemainingColumn(),
+                  console=console, transient=False) as prog:
+        task = prog.add_task(f"{cfg.name} ({cfg.mode})", total=None)
+
+        def progress(total: int, k: int) -> None:
+            if k == 0:
+                prog.update(task, total=total)
+            else:
+                prog.advance(task, k)
+        run, summary = run_experiment(cfg, out, sweep=sweep, progress=progress,
+                                      make_plots=not no_plots, source=source)
+    _print_summary(console, run.path, summary)
+
+
+def _print_summary(console, path: Path, summary: dict) -> None:
+    from rich.table import Table
+    from simulate.belief.experiment import headline_rows
+    t = Table(title=f"{summary.get('experiment')} ({summary.get('mode')}): headline", show_header=False)
+    for k, v in headline_rows(summary):
+        t.add_row(k, v)
+    console.print(t)
+    stats = summary.get("stats") or {}
+    if stats:
+        console.print(f"{stats.get('runs')} runs, {stats.get('listener_events')} listener events, "
+                      f"{stats.get('appraisal_failures')} failed appraisals, "
+                      f"simulation {stats.get('wall_s', 0):.2f} s")
+    console.print(f"results: [bold]{path}[/bold] (summary.json, tables/*.parquet, plots/*.png)")
+
+
+def _load(config: str, sets):
+    from simulate.belief.config import load_belief_config, resolve_config_path
+    return load_belief_config(config, _overrides(sets)), str(resolve_config_path(config))
+
+
+@app.command()
+def run(config: str = typer.Argument(..., help="Experiment config (a path or a shipped name, e.g. fj)."),
+        out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default runs/belief/NAME-TIME)."),
+        set_: Optional[List[str]] = typer.Option(None, "--set", help=_SET_HELP),
+        no_plots: bool = typer.Option(False, "--no-plots", help="Skip the figures.")) -> None:
+    """Run one condition (the config without its sweep) for every seed, in lockstep."""
+    from chorus.config import ConfigError
+    try:
+        cfg, src = _load(config, set_)
+        _progress_runner(cfg, out, False, src, no_plots)
+    except ConfigError as err:
+        _fail(err)
+
+
+@app.command()
+def sweep(config: str = typer.Argument(..., help="Experiment config with a sweep: section."),
+          out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default runs/belief/NAME-TIME)."),
+          set_: Optional[List[str]] = typer.Option(None, "--set", help=_SET_HELP),
+          no_plots: bool = typer.Option(False, "--no-plots", help="Skip the figures.")) -> None:
+    """Run every condition of the config's sweep grid x seeds, all in lockstep."""
+    from chorus.config import ConfigError
+    try:
+        cfg, src = _load(config, set_)
+        _progress_runner(cfg, out, True, src, no_plots)
+    except ConfigError as err:
+        _fail(err)
+
+
+@app.command()
+def report(run_dir: Path = typer.Argument(..., help="A belief run directory."),
+           no_plots: bool = typer.Option(False, "--no-plots", help="Skip the figures.")) -> None:
+    """Recompute summary.json and plots from a run directory's files alone."""
+    from rich.console import Console
+    from chorus.config import ConfigError
+    from simulate.belief.experiment import report as _report
+    try:
+        summary = _report(run_dir, make_plots=not no_plots)
+    except (ConfigError, FileNotFoundError) as err:
+        _fail(err)
+    _print_summary(Console(), run_dir, summary)
+
+
+@app.command()
+def calibrate(model: str = typer.Option("smollm2-135m-instruct", "--model", help="Model profile."),
+              backend: str = typer.Option("auto", "--backend", help="hf | vllm | openai | auto."),
+              topic: str = typer.Option("transit_priority", "--topic", help="Topic with a labelled set."),
+              seed: int = typer.Option(0, "--seed", help="Split and request seed."),
+              out: Optional[Path] = typer.Option(None, "--out", help="Run directory for the scores and plot."),
+              no_store: bool = typer.Option(False, "--no-store", help="Do not store the fit for reuse.")) -> None:
+    """Fit the appraiser temperature tau for a model on a topic's labelled utterances."""
+    import datetime as _dt
+    from rich.console import Console
+    from chorus.config import ConfigError
+    from chorus.runs import RunDir
+    from simulate.belief import plots
+    from simulate.belief.calibration import calibrate as _calibrate, load_labels
+    console = Console()
+    try:
+        load_labels(topic)
+    except ConfigError as err:
+        _fail(err)
+    out = out or Path("runs") / "belief" / f"calibrate-{topic}-{_dt.datetime.now():%Y%m%d-%H%M%S}"
+    run = RunDir.create(out, part="belief", seeds={"root": seed}, command="calibrate",
+                        model=model, topic=topic)
+    from serving import load_engine
+    with console.status(f"loading {model} ({backend})"):
+        engine = load_engine(model, backend=backend, store=run.store_path)
+    with console.status("appraising the labelled set"):
+        fit, scores = _calibrate(engine, model, topic, seed=seed, store=not no_store)
+    run.write_table("calibration_scores", scores)
+    plots.calibration(scores, fit["tau"], run.plot_path("calibration"))
+    run.write_summary(fit)
+    run.update_provenance(engine=getattr(engine, "identity", None))
+    run.finish()
+    console.print(f"tau = {fit['tau']:.3f}; held-out ECE {fit['ece_before']:.3f} -> {fit['ece_after']:.3f}, "
+                  f"cross-entropy {fit['ce_before']:.3f} -> {fit['ce_after']:.3f} "
+                  f"({fit['n_train']} train / {fit['n_val']} val, {fit['n_failed']} failed appraisals)")
+    if fit.get("stored_at"):
+        console.print(f"fit stored: [bold]{fit['stored_at']}[/bold]")
+    console.print(f"results: [bold]{run.path}[/bold]")
+
+
+@app.command()
+def topics() -> None:
+    """List the shipped topics."""
+    from simulate.belief.topics import list_topics, load_topic
+    for t in list_topics():
+        tp = load_topic(t)
+        typer.echo(f"{tp.id}: {tp.title} (a+ {tp.a_plus_short!r}, a- {tp.a_minus_short!r})")

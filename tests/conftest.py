@@ -1,0 +1,58 @@
+"""Shared fixtures: real engines on the embedded model, loaded once per test session."""
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
+EMBEDDED = "smollm2-135m-instruct"
+HAVE_VLLM = importlib.util.find_spec("vllm") is not None
+
+
+@pytest.fixture(scope="session")
+def hf_engine():
+    from serving import load_engine
+
+    eng = load_engine(EMBEDDED, "hf", dtype="float32")
+    yield eng
+    eng.close()
+
+
+@pytest.fixture(scope="session")
+def vllm_engine():
+    if not HAVE_VLLM:
+        pytest.skip("vLLM is not installed (pip install 'chorus[cpu]')")
+    from serving import load_engine
+
+    eng = load_engine(EMBEDDED, "vllm", dtype="float32", enforce_eager=True)
+    yield eng
+    eng.close()
+
+
+@pytest.fixture(params=["hf", "vllm"])
+def engine(request):
+    """Both local backends, for tests that must hold on each."""
+    return request.getfixturevalue(f"{request.param}_engine")
+
+
+QUESTIONS = [
+    "What is the capital of France?",
+    "Name a primary colour.",
+    "Write one sentence about rivers.",
+    "What is 2 + 2?",
+    "Give me a synonym for happy.",
+    "Which animal says moo?",
+    "Is the earth round? Answer Yes or No.",
+    "Tell me a fact about the moon.",
+]
+
+
+def chats(n: int = len(QUESTIONS)) -> list[list[dict[str, str]]]:
+    return [[{"role": "user", "content": q}] for q in QUESTIONS[:n]]

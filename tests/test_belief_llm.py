@@ -1,0 +1,178 @@
+"""LLM roles: batching invariance, retries and failures (with a deterministic fake engine),
+calibration, and one end-to-end run through the real embedded model."""
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from simulate.belief import calibration as cal
+from simulate.belief.config import BeliefConfig
+from simulate.belief.engine import simulate
+from simulate.belief.experiment import plan, run_experiment
+from simulate.belief.roles import LLMAppraiser, LLMGenerator, LLMProbe, temperature_scale
+from simulate.belief.tables import events_table, utterances_table
+
+
+@dataclass
+class Out:
+    text: str
+    prompt_tokens: int = 10
+    completion_tokens: int = 5
+    finish_reason: str = "stop"
+    conformed: Any = None
+    parsed: Any = None
+    cached: bool = False
+
+
+class FakeEngine:
+    """Outputs depend only on (conversation, seed, temperature): batch-invariant like a real
+    engine with per-request seeds. The generator echoes the stance phrase; the appraiser reads
+    it back (with hash noise) and fails for about one request in ``fail_every``."""
+    identity = {"profile": "fake"}
+
+    def __init__(self, fail_every: int = 4, out_of_range: bool = False):
+        self.fail_every, self.out_of_range = fail_every, out_of_range
+        self.batches: list[int] = []
+
+    @staticmethod
+    def _h(*parts) -> int:
+        return int(hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:12], 16)
+
+    def chat(self, conversations, *, temperature=1.0, top_p=1.0, max_tokens=256, stop=None,
+             seed=None, json_schema=None, **kw):
+        seeds = seed if isinstance(seed, list) else [seed] * len(conversations)
+        self.batches.append(len(conversations))
+        outs = []
+        for conv, sd in zip(conversations, seeds):
+            h = self._h(conv, sd, temperature)
+            user = conv[-1]["content"]
+            if json_schema is None:
+                stance = conv[-1]["content"].split("Privately, you are ")[1].split(".")[0]
+                outs.append(Out(text=f"  I am {stance}, friend #{h % 97}. "))
+            elif "p_plus" in json_schema["properties"]:
+                if h % self.fail_every == 0:
+                    outs.append(Out(text="{\"p_plus\": ", conformed=False))
+                    continue
+                v = 0.1 + 0.8 * ("rail" in user.split("Comment:")[1][:60]) + (h % 11) / 100
+                if self.out_of_range and h % 3 == 0:
+                    v = 1.7
+                outs.append(Out(text=json.dumps({"p_plus": v}), conformed=True, parsed={"p_plus": v}))
+            else:
+                v = h % 101
+                outs.append(Out(text=json.dumps({"stance": v}), conformed=True, parsed={"stance": v}))
+        return outs
+
+
+def _roles(eng):
+    return dict(generator=LLMGenerator(eng), appraiser=LLMAppraiser(eng, max_retries=1),
+                probe=LLMProbe(eng))
+
+
+def test_llm_mode_batched_equals_alone_and_failures_are_counted():
+    cfg = BeliefConfig(mode="llm", n_agents=4, rounds=2, seeds=[0, 1],
+                       population={"kind": "uniform"}, sweep={"population.kappa": [1, 8]})
+    conds, specs = plan(cfg, sweep=True)
+    eng = FakeEngine()
+    batched = simulate(specs, cfg.seed, **_roles(eng))[0]
+    assert max(eng.batches) == len(specs) * 4  # the probe: every agent of every run, one batch
+    ub, eb = utterances_table(batched), events_table(batched)
+    assert ub.failed.any() and (ub.attempts[ub.failed] == 2).all()  # retried once, then failed
+    assert not ub.e.isin([0.5]).any()  # never a silent default
+    assert ub[ub.failed].e.isna().all() and (ub[ub.failed].listeners == 0).all()
+    for sp in specs:
+        alone = simulate([sp], cfg.seed, **_roles(FakeEngine()))[0]
+        pd.testing.assert_frame_equal(utterances_table(alone).drop(columns=["run", "condition"]),
+                                      ub[ub.run == sp.run].drop(columns=["run", "condition"]).reset_index(drop=True))
+        pd.testing.assert_frame_equal(events_table(alone).drop(columns=["run", "condition"]),
+                                      eb[eb.run == sp.run].drop(columns=["run", "condition"]).reset_index(drop=True))
+
+
+def test_out_of_range_p_plus_is_a_failure_not_a_clip():
+    cfg = BeliefConfig(mode="llm", n_agents=3, rounds=2, seeds=[0, 1, 2, 3])
+    conds, specs = plan(cfg, sweep=False)
+    eng = FakeEngine(fail_every=10**9, out_of_range=True)
+    res = simulate(specs, cfg.seed, generator=LLMGenerator(eng),
+                   appraiser=LLMAppraiser(eng, max_retries=0), probe=None)[0]
+    ut = utterances_table(res)
+    assert ut.failed.any()
+    assert ut.error[ut.failed].str.contains("outside").all()
+    assert ut.p_raw.dropna().between(0, 1).all()
+
+
+def test_temperature_scaling_and_tau_fit():
+    p = np.linspace(0.02, 0.98, 60)
+    assert np.allclose(temperature_scale(p, 1.0), p)
+    y = temperature_scale(p, 2.5)  # an overconfident appraiser: true labels are softer
+    assert cal.fit_tau(p, y) == pytest.approx(2.5, rel=1e-3)
+    assert cal.ece(y, y) == 0.0
+    assert cal.soft_cross_entropy(temperature_scale(p, 2.5), y) < cal.soft_cross_entropy(p, y)
+
+
+def test_calibration_set_is_about_100_graded_items_over_every_band():
+    df = cal.load_labels("transit_priority")
+    assert 95 <= len(df) <= 110 and df.id.is_unique
+    assert df.y.between(0, 1).all() and df.rationale.str.len().gt(5).all()
+    from simulate.belief.topics import stance_bin
+    assert set(stance_bin(df.y.to_numpy())) == set(range(9))
+    tr, va = cal.split(len(df), 0)
+    assert len(va) == round(0.2 * len(df)) and not set(tr) & set(va)
+
+
+def test_calibrate_with_fake_engine_stores_a_reusable_fit(tmp_path, monkeypatch):
+    monkeypatch.setattr(cal, "FITS_DIR", tmp_path)
+    fit, scores = cal.calibrate(FakeEngine(), "fake-model", "transit_priority", seed=0)
+    assert fit["tau"] > 0 and fit["n_failed"] == scores.p_raw.isna().sum()
+    assert (tmp_path / "transit_priority" / "fake-model.json").is_file()
+    assert cal.load_fit("transit_priority", "fake-model")["tau"] == fit["tau"]
+    for k in ("ece_before", "ece_after", "ce_before", "ce_after"):
+        assert np.isfinite(fit[k])
+
+
+def test_llm_experiment_with_fake_engine_writes_a_complete_run(tmp_path):
+    cfg = BeliefConfig(name="fake", mode="llm", n_agents=4, rounds=2, seeds=2,
+                       llm={"appraiser": {"tau": 1.5, "max_retries": 0}})
+    run, summary = run_experiment(cfg, tmp_path / "run", engine=FakeEngine(), make_plots=False)
+    assert summary["headline"]["appraiser_tau"] == 1.5
+    assert summary["headline"]["appraisal_failure_rate"] > 0
+    assert summary["stats"]["model_calls"]["appraiser"] > summary["stats"]["utterances"] - 1
+    ut = run.read_table("utterances")
+    assert ut.text.notna().all() and (ut.text.str.strip() == ut.text).all()
+    assert run.read_table("beliefs").probe.notna().sum() == 2 * 4 * 2
+
+
+def _serving_ready() -> bool:
+    try:
+        from serving import load_engine  # noqa: F401
+        from serving.profiles import get_profile
+        return bool(get_profile("smollm2-135m-instruct").status()[0])
+    except Exception:
+        return False
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _serving_ready(), reason="serving layer or embedded model not available")
+def test_real_model_end_to_end(tmp_path):
+    """N = 3, 2 rounds, 2 runs in lockstep through SmolLM2-135M (hf backend). Plumbing only:
+    the model cannot judge stance, so no number here is a finding."""
+    from serving import load_engine
+    cfg = BeliefConfig(name="real", mode="llm", n_agents=3, rounds=2, seeds=2,
+                       population={"kind": "uniform", "kappa": 2},
+                       llm={"backend": "hf", "appraiser": {"tau": 1.0, "max_retries": 1},
+                            "generator": {"max_tokens": 20}, "probe": {"max_tokens": 12}})
+    eng = load_engine(cfg.llm.model, backend="hf", store=tmp_path / "calls.sqlite")
+    run, summary = run_experiment(cfg, tmp_path / "run", engine=eng, make_plots=False)
+    ut = run.read_table("utterances")
+    assert len(ut) == 2 * 2 * 3
+    ok = ut[~ut.failed]
+    assert ok.p_raw.between(0, 1).all() and ok.text.str.len().gt(0).all()
+    ev = run.read_table("events")
+    assert len(ev) == ok.listeners.sum()
+    k = np.abs(ev.e - ev.b_before) > 0.05
+    from simulate.belief import kappa_hat
+    kh = kappa_hat(ev.b_before, ev.b_after, ev.e, ev.b0, ev.m, 0.7, 1.0)
+    assert np.allclose(kh[k], 2.0, rtol=1e-6)
+    assert summary["stats"]["model_calls"]["generator"] == 12

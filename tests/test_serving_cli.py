@@ -1,0 +1,42 @@
+"""The chorus CLI as a user runs it."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from conftest import ROOT
+
+
+def chorus(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "chorus.cli", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout, env={**__import__("os").environ, "COLUMNS": "200"})
+
+
+def test_models_list_shows_every_profile_with_path_and_readiness():
+    r = chorus("models", "list")
+    assert r.returncode == 0, r.stderr
+    for name in ("smollm2-135m-instruct", "gemma3-270m", "llama-3.1-8b-instruct", "qwen3.5-9b", "gemma-4-e4b-it"):
+        assert name in r.stdout
+    assert "yes" in r.stdout and "CHORUS_MODEL_LLAMA_3_1_8B_INSTRUCT" in r.stdout
+
+
+def test_generate_store_and_stats(tmp_path):
+    store = tmp_path / "calls.sqlite"
+    args = ["generate", "Say hello in French.", "--backend", "hf", "--max-tokens", "12", "--store", str(store), "--json"]
+    r = chorus(*args)
+    assert r.returncode == 0, r.stderr
+    first = json.loads(r.stdout.strip().splitlines()[-1])
+    assert first["text"] and first["cached"] is False
+    r2 = chorus(*args)
+    second = json.loads(r2.stdout.strip().splitlines()[-1])
+    assert second["cached"] is True and second["text"] == first["text"]
+    s = chorus("store", "stats", str(store))
+    assert s.returncode == 0 and "1 calls" in s.stdout
+
+
+def test_generate_bad_input_exits_nonzero_with_a_message():
+    r = chorus("generate", "hi", "--profile", "nope")
+    assert r.returncode == 2 and "unknown model profile 'nope'" in r.stdout
+    r = chorus("generate", "hi", "--backend", "hf", "--temperature", "-1")
+    assert r.returncode == 2 and "temperature" in r.stdout
