@@ -103,9 +103,6 @@ class Engine:
         samplings = [Sampling(temperature=temperature, top_p=top_p, max_tokens=max_tokens, stop=stops, seed=s,
                               json_schema=json_schema, choices=tuple(choices) if choices is not None else None)
                      for s in seeds]
-        prompts = [self.render(c) for c in convs]
-        for i, p in enumerate(prompts):
-            self._check_len(i, p, max_tokens)
         keys = [request_key(self.identity, "chat", {"messages": c, **s.key_dict()}) if (s.greedy or s.seed is not None)
                 else None for c, s in zip(convs, samplings)]
         results: list[Completion | None] = [None] * len(convs)
@@ -120,6 +117,9 @@ class Engine:
             if r is None:
                 todo.setdefault(keys[i] or f"nocache-{i}", []).append(i)
         firsts = [v[0] for v in todo.values()]
+        prompts = {i: self.render(convs[i]) for i in firsts}  # only what the model must compute
+        for i, p in prompts.items():
+            self._check_len(i, p, max_tokens)
         done = len(convs) - sum(len(v) for v in todo.values())
         if progress:
             progress(done, len(convs))

@@ -40,6 +40,9 @@ class Sampling:
             raise RequestError(f"stop must be non-empty strings, got {self.stop!r}")
         if self.seed is not None and not (isinstance(self.seed, int) and 0 <= self.seed < 2**63):
             raise RequestError(f"seed must be an integer in [0, 2**63), got {self.seed!r}")
+        # one canonical form, so that temperature=0 and temperature=0.0 are the same stored call
+        object.__setattr__(self, "temperature", float(t))
+        object.__setattr__(self, "top_p", float(p))
         if self.json_schema is not None and self.choices is not None:
             raise RequestError("give either json_schema or choices, not both")
         if self.choices is not None and (not self.choices or any(not isinstance(c, str) or not c for c in self.choices)):

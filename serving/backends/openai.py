@@ -43,6 +43,7 @@ class OpenAIBackend:
         key = api_key or os.environ.get("OPENAI_API_KEY", "EMPTY")
         self.client = httpx.Client(timeout=timeout_s, headers={"Authorization": f"Bearer {key}"})
         self._load = {e: 0 for e in self.endpoints}
+        self.sent = {e: 0 for e in self.endpoints}  # requests per endpoint, for provenance and tests
         self._lock = threading.Lock()
         self.concurrency = concurrency * len(self.endpoints)
         self.max_model_len = max_model_len or self._server_max_len()
@@ -69,6 +70,7 @@ class OpenAIBackend:
         with self._lock:
             ep = min(self.endpoints, key=lambda e: self._load[e])  # least outstanding requests
             self._load[ep] += 1
+            self.sent[ep] += 1
         try:
             r = self.client.post(f"{ep}/completions", json={"model": self.model_name, **body})
             if r.status_code != 200:
