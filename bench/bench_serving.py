@@ -56,7 +56,7 @@ def bench_hf(sizes, repeats, new_tokens):
 
     eng = load_engine(PROFILE, "hf", dtype="float32")
     be = eng.backend
-    model, tok = be.model, be.tokenizer
+    model = be.model
     rows = []
     for n in sizes:
         cs = convs(n)

@@ -8,6 +8,7 @@ import typer
 from aggregate.cli import app as aggregate_app
 from serving.cli import demo, generate, models_app, serve, store_app
 from simulate.belief_cli import app as belief_app
+from simulate.debate_cli import debate_app, influence_app
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="chorus: self-hosted models that debate, simulate opinions and deliberate.")
@@ -15,6 +16,8 @@ app.add_typer(models_app, name="models", help="Model profiles: list, prepare.")
 app.add_typer(store_app, name="store", help="The SQLite call store.")
 app.add_typer(belief_app, name="belief", help="Bayesian belief layer (BCA): run, sweep, report.")
 app.add_typer(aggregate_app, name="aggregate", help="BDA aggregation over council traces: run, sweep, verify.")
+app.add_typer(debate_app, name="debate", help="Multi-agent debate vs matched reflection: bench, run, report.")
+app.add_typer(influence_app, name="influence", help="Peer influence: readout, ablate, cues.")
 app.command()(generate)
 app.command()(serve)
 app.command()(demo)

@@ -25,17 +25,24 @@ def fail(msg: str, code: int = 2) -> None:
 @models_app.command("list")
 def models_list() -> None:
     """Every profile with its local path and whether it is ready."""
-    from serving.profiles import ModelError, all_profiles
+    from serving.profiles import ModelError, all_profiles, models_file
 
     try:
         profiles = all_profiles()
     except ModelError as err:
         fail(str(err))
-    t = Table("profile", "family", "ready", "path", "note")
+    t = Table("profile", "family", "ready", "path / what to set", box=None, pad_edge=False)
     for p in profiles.values():
         ready, why = p.status()
-        t.add_row(p.name, p.family, "[green]yes[/green]" if ready else "[yellow]no[/yellow]",
-                  str(p.path) if str(p.path) not in ("", ".") else "-", "" if ready else why)
+        if ready:
+            where = str(p.path)
+        elif p.embedded:
+            where = f"{p.path}  (run: chorus models prepare {p.name})"
+        elif str(p.path) in ("", "."):
+            where = f"set {p.env_var} or add it to {models_file()}"
+        else:
+            where = f"{p.path}  ({why})"
+        t.add_row(p.name, p.family, "[green]yes[/green]" if ready else "[yellow]no[/yellow]", where)
     console.print(t)
 
 
@@ -64,8 +71,9 @@ def models_prepare(profiles: list[str] = typer.Argument(None, help="profiles to 
 def _progress(label: str):
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+    # progress goes to stderr so that stdout stays clean for results (--json)
     prog = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    TextColumn("eta"), TimeRemainingColumn(), console=console, transient=False)
+                    TextColumn("eta"), TimeRemainingColumn(), console=Console(stderr=True), transient=False)
     return prog
 
 
@@ -101,8 +109,11 @@ def generate(prompt: Optional[str] = typer.Argument(None, help="a user message (
             fail(f"{schema}: {err}")
     try:
         eng = load_engine(profile, backend, store=store)
-        outs = eng.chat(convs, temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed,
-                        json_schema=js, choices=choice or None)
+        with _progress("generate") as prog:
+            task = prog.add_task("gen", total=len(convs))
+            outs = eng.chat(convs, temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed,
+                            json_schema=js, choices=choice or None,
+                            progress=lambda d, n: prog.update(task, completed=d))
     except (ValueError, RuntimeError) as err:
         fail(str(err))
     for o in outs:

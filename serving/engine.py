@@ -1,7 +1,6 @@
 """The one engine every caller uses: chat templates, validation, the call store, dispatch."""
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path

@@ -139,8 +139,11 @@ def calibrate(model: str = typer.Option("smollm2-135m-instruct", "--model", help
     from serving import load_engine
     with console.status(f"loading {model} ({backend})"):
         engine = load_engine(model, backend=backend, store=run.store_path)
-    with console.status("appraising the labelled set"):
-        fit, scores = _calibrate(engine, model, topic, seed=seed, store=not no_store)
+    try:
+        with console.status("appraising the labelled set"):
+            fit, scores = _calibrate(engine, model, topic, seed=seed, store=not no_store)
+    finally:
+        engine.close()
     run.write_table("calibration_scores", scores)
     plots.calibration(scores, fit["tau"], run.plot_path("calibration"))
     run.write_summary(fit)
@@ -149,6 +152,10 @@ def calibrate(model: str = typer.Option("smollm2-135m-instruct", "--model", help
     console.print(f"tau = {fit['tau']:.3f}; held-out ECE {fit['ece_before']:.3f} -> {fit['ece_after']:.3f}, "
                   f"cross-entropy {fit['ce_before']:.3f} -> {fit['ce_after']:.3f} "
                   f"({fit['n_train']} train / {fit['n_val']} val, {fit['n_failed']} failed appraisals)")
+    if fit.get("tau_at_bound"):
+        console.print("[yellow]warning:[/yellow] tau sits at its search bound: the appraiser's "
+                      f"p_plus barely tracks the labels (Pearson {fit.get('pearson_raw_vs_label')}); "
+                      "the calibrated evidence is close to uninformative")
     if fit.get("stored_at"):
         console.print(f"fit stored: [bold]{fit['stored_at']}[/bold]")
     console.print(f"results: [bold]{run.path}[/bold]")

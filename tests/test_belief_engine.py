@@ -7,7 +7,7 @@ from chorus.config import ConfigError
 from simulate.belief import core
 from simulate.belief.analysis import analyse
 from simulate.belief.config import BeliefConfig, expand
-from simulate.belief.engine import RunSpec, prepare, run_group, simulate
+from simulate.belief.engine import prepare, run_group, simulate
 from simulate.belief.experiment import plan
 from simulate.belief.roles import Appraisals, OracleProbe
 from simulate.belief.tables import all_tables, events_table
@@ -137,3 +137,12 @@ def test_graph_kinds_and_connectivity():
     bad = BeliefConfig(n_agents=5, seeds=1, topology={"kind": "edges", "edges": [[0, 1], [1, 2], [3, 4]]})
     with pytest.raises(ConfigError, match="disconnected"):
         prepare(_specs(bad, False)[1], 0)
+
+
+def test_correlations_of_a_constant_are_undefined_not_tiny():
+    from simulate.belief.analysis import pearson, r2_no_intercept, spearman
+    x = np.arange(12.0)
+    const = np.full(12, 0.1)  # np.std of this is ~1e-17, not 0
+    assert np.isnan(pearson(x, const)) and np.isnan(spearman(x, const))
+    assert pearson(x, 2 * x + 1) == pytest.approx(1.0)
+    assert r2_no_intercept(x, x) == 1.0 and r2_no_intercept(x, x + 1) < 1.0

@@ -155,16 +155,15 @@ def _serving_ready() -> bool:
 
 @pytest.mark.slow
 @pytest.mark.skipif(not _serving_ready(), reason="serving layer or embedded model not available")
-def test_real_model_end_to_end(tmp_path):
-    """N = 3, 2 rounds, 2 runs in lockstep through SmolLM2-135M (hf backend). Plumbing only:
-    the model cannot judge stance, so no number here is a finding."""
-    from serving import load_engine
+def test_real_model_end_to_end(tmp_path, hf_engine):
+    """N = 3, 2 rounds, 2 runs in lockstep through SmolLM2-135M (hf backend, the shared
+    session engine). Plumbing only: the model cannot judge stance, so no number here is a
+    finding."""
     cfg = BeliefConfig(name="real", mode="llm", n_agents=3, rounds=2, seeds=2,
                        population={"kind": "uniform", "kappa": 2},
                        llm={"backend": "hf", "appraiser": {"tau": 1.0, "max_retries": 1},
-                            "generator": {"max_tokens": 20}, "probe": {"max_tokens": 12}})
-    eng = load_engine(cfg.llm.model, backend="hf", store=tmp_path / "calls.sqlite")
-    run, summary = run_experiment(cfg, tmp_path / "run", engine=eng, make_plots=False)
+                            "generator": {"max_tokens": 12}, "probe": {"max_tokens": 10}})
+    run, summary = run_experiment(cfg, tmp_path / "run", engine=hf_engine, make_plots=False)
     ut = run.read_table("utterances")
     assert len(ut) == 2 * 2 * 3
     ok = ut[~ut.failed]

@@ -22,7 +22,7 @@ def pearson(x, y) -> float:
     x = np.asarray(x, dtype=float)
     y = np.asarray(y, dtype=float)
     ok = np.isfinite(x) & np.isfinite(y)
-    if ok.sum() < 3 or np.std(x[ok]) == 0 or np.std(y[ok]) == 0:
+    if ok.sum() < 3 or np.ptp(x[ok]) == 0 or np.ptp(y[ok]) == 0:  # constant: undefined
         return float("nan")
     return float(np.corrcoef(x[ok], y[ok])[0, 1])
 

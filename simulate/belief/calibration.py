@@ -48,7 +48,10 @@ def ece(p, y, bins: int = 10) -> float:
     return float(total / len(p)) if len(p) else float("nan")
 
 
-def fit_tau(p, y, bounds: tuple[float, float] = (0.05, 20.0)) -> float:
+TAU_BOUNDS = (0.05, 20.0)
+
+
+def fit_tau(p, y, bounds: tuple[float, float] = TAU_BOUNDS) -> float:
     """The tau minimising soft cross-entropy of temperature_scale(p, tau) against y."""
     from scipy.optimize import minimize_scalar
     p = np.asarray(p, dtype=float)
@@ -108,7 +111,10 @@ def fit_from_scores(p_raw, y, seed: int = 0, val_fraction: float = 0.2) -> dict[
     cal = temperature_scale(p_raw, tau)
     pv = np.clip(p_raw[va], EPS, 1 - EPS)
     return {
-        "tau": tau, "n_items": int(len(y)), "n_failed": int((~ok).sum()),
+        "tau": tau,
+        # an appraiser with no usable signal drives tau to the upper bound (everything -> 0.5)
+        "tau_at_bound": bool(min(abs(tau - b) / b for b in TAU_BOUNDS) < 1e-3),
+        "n_items": int(len(y)), "n_failed": int((~ok).sum()),
         "n_train": int(len(tr)), "n_val": int(len(va)), "split_seed": seed,
         "ece_before": ece(pv, y[va]), "ece_after": ece(cal[va], y[va]),
         "ce_before": soft_cross_entropy(pv, y[va]), "ce_after": soft_cross_entropy(cal[va], y[va]),

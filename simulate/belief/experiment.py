@@ -91,12 +91,22 @@ def run_experiment(cfg: BeliefConfig, out: str | Path | None = None, *, sweep: b
         topics_sha256=topics, engine_code_sha256=_code_hash(),
         determinism={"per_request_seeds": "call_seed(root, run seed, round, turn|agent, role, attempt)",
                      "streams": "rng(root, run seed, stream)"})
+    owned = cfg.mode == "llm" and engine is None
+    if owned:
+        from serving import load_engine
+        engine = load_engine(cfg.llm.model, backend=cfg.llm.backend, store=run.store_path)
+    try:
+        return _simulate_and_write(cfg, run, conditions, specs, groups, taus, engine, progress,
+                                   make_plots)
+    finally:
+        if owned and hasattr(engine, "close"):
+            engine.close()
+
+
+def _simulate_and_write(cfg, run, conditions, specs, groups, taus, engine, progress, make_plots):
     gen = app = None
     prb: Any = OracleProbe()
     if cfg.mode == "llm":
-        if engine is None:
-            from serving import load_engine
-            engine = load_engine(cfg.llm.model, backend=cfg.llm.backend, store=run.store_path)
         lc = cfg.llm
         gen = LLMGenerator(engine, lc.generator.temperature, lc.generator.top_p, lc.generator.max_tokens)
         app = LLMAppraiser(engine, lc.appraiser.temperature, lc.appraiser.max_tokens,

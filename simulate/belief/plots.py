@@ -43,8 +43,9 @@ def trajectories(tables, derived, path: Path) -> Path:
                 ax.axhline(lv, ls=":", lw=0.8, color=GROUP_COLOURS.get(grp.get(a), "grey"), alpha=0.7)
         else:
             ax.axhline(row.initial_mean, ls=":", lw=1, color="grey")
-        r2 = "" if pd.isna(row.fj_r2) else f", R2={row.fj_r2:.2f}"
-        ax.set_title(f"{row.label} ({row.population}, g={row.gamma:g}{r2})", fontsize=8)
+        # R^2 against the fixed point means nothing for a consensus (no spread to explain)
+        r2 = "" if pd.isna(row.fj_r2) or row.population == "degroot" else f", R2={row.fj_r2:.2f}"
+        ax.set_title(f"{row.label} (gamma={row.gamma:g}{r2})", fontsize=8)
         ax.set_ylim(-0.02, 1.02)
         ax.set_xlabel("round")
     for ax in axes.flat[len(conds):]:

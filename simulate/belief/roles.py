@@ -59,10 +59,12 @@ class Turn:
     speakers: np.ndarray  # (R,)
     s: np.ndarray         # (R,) speakers' latent beliefs
 
-    def seeds(self, role: int, attempt: int = 0, idx: Sequence[int] | None = None) -> list[int]:
-        idx = range(len(self.runs)) if idx is None else idx
-        return [call_seed(self.root_seed, self.runs[i].seed, self.round, self.turn, role, attempt)
-                for i in idx]
+    def seed(self, i: int, role: int, attempt: int = 0) -> int:
+        """The request seed of run ``i`` for ``role``: independent of the batch."""
+        return call_seed(self.root_seed, self.runs[i].seed, self.round, self.turn, role, attempt)
+
+    def seeds(self, role: int, attempt: int = 0) -> list[int]:
+        return [self.seed(i, role, attempt) for i in range(len(self.runs))]
 
 
 @dataclass
@@ -234,8 +236,7 @@ class LLMAppraiser:
         errors: list[str | None] = ["no utterance" if t is None else None for t in texts]
         if idx:
             convs = [turn.runs[i].topic.appraiser_messages(texts[i]) for i in idx]
-            seeds = {a: turn.seeds(APPRAISE, a, idx) for a in range(1 + self.max_retries)}
-            pi, ai, ei = self.read(convs, lambda j, a: seeds[a][j])
+            pi, ai, ei = self.read(convs, lambda j, a: turn.seed(idx[j], APPRAISE, a))
             p[idx], attempts[idx] = pi, ai
             for j, i in enumerate(idx):
                 errors[i] = ei[j]

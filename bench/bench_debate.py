@@ -1,0 +1,101 @@
+"""Benchmark of the debate protocol (issue 5).
+
+    .venv/bin/python bench/bench_debate.py                                  # 100 q x 3 agents x 3 rounds, hf
+    .venv/bin/python bench/bench_debate.py --questions 10 --rounds 1 --max-tokens 32 --one-by-one 3
+    .venv/bin/python bench/bench_debate.py --backend vllm --profile llama-3.1-8b-instruct --questions 600
+
+Three ways, with no call store so every request is computed:
+(1) lockstep: debate + reflection through ``run_protocol`` (one engine batch per round across
+    all questions and both conditions);
+(2) raw engine: exactly the batches (1) sent, replayed with ``engine.chat`` and nothing around it;
+(3) one question at a time (on the first ``--one-by-one`` questions, extrapolated per question).
+Reports generated tokens/s of (1) and (2) (target (1) >= 0.8 x (2)), the speedup of (1) over
+(3), and the collective metrics of (1). SmolLM2-135M numbers are plumbing, not findings.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+class Recorder:
+    """Wraps an engine; records every chat batch (conversations + kwargs)."""
+
+    def __init__(self, eng):
+        self.eng, self.calls = eng, []
+
+    def __getattr__(self, k):
+        return getattr(self.eng, k)
+
+    def chat(self, convs, **kw):
+        self.calls.append((list(convs), {k: v for k, v in kw.items() if k != "progress"}))
+        return self.eng.chat(convs, **kw)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--questions", type=int, default=100)
+    ap.add_argument("--agents", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--profile", default="smollm2-135m-instruct")
+    ap.add_argument("--backend", default="hf")
+    ap.add_argument("--one-by-one", type=int, default=3, help="questions timed one at a time (0 = skip)")
+    ap.add_argument("--skip-raw", action="store_true")
+    ap.add_argument("--out", type=Path, default=None, help="write the JSON result here")
+    a = ap.parse_args()
+
+    from serving import load_engine
+    from simulate.debate.bench import build_bench
+    from simulate.debate.metrics import collective_summary
+    from simulate.debate.prompts import load_prompts
+    from simulate.debate.protocol import run_protocol
+
+    items, _ = build_bench(seed=0)
+    items = items[:a.questions]
+    P = load_prompts()
+    kw = dict(agents=a.agents, rounds=a.rounds, temperature=0.7, max_tokens=a.max_tokens, seed=0, prompts=P)
+    t0 = time.perf_counter()
+    opts = {"enforce_eager": True} if a.backend == "vllm" else {}
+    eng = load_engine(a.profile, backend=a.backend, store=None, **opts)
+    load_s = time.perf_counter() - t0
+    rec = Recorder(eng)
+    t0 = time.perf_counter()
+    turns, info = run_protocol(rec, items, **kw)
+    lock_s = time.perf_counter() - t0
+    res = {"machine": "see note", "profile": a.profile, "backend": a.backend, "questions": len(items),
+           "agents": a.agents, "rounds": a.rounds, "max_tokens": a.max_tokens, "load_s": load_s,
+           "lockstep": {"wall_s": lock_s, "new_tokens": info["new_tokens"], "tokens_per_s": info["new_tokens"] / lock_s,
+                        "batches": [b["batch_size"] for b in info["batches"]],
+                        "excluded": len(info["excluded"])}}
+    if not a.skip_raw:
+        t0 = time.perf_counter()
+        ntok = 0
+        for convs, k in rec.calls:
+            ntok += sum(o.completion_tokens for o in eng.chat(convs, **k))
+        raw_s = time.perf_counter() - t0
+        res["raw_engine"] = {"wall_s": raw_s, "new_tokens": ntok, "tokens_per_s": ntok / raw_s}
+        res["lockstep_over_raw"] = res["lockstep"]["tokens_per_s"] / res["raw_engine"]["tokens_per_s"]
+    if a.one_by_one:
+        t0 = time.perf_counter()
+        for it in items[:a.one_by_one]:
+            run_protocol(eng, [it], **kw)
+        per_q = (time.perf_counter() - t0) / a.one_by_one
+        res["one_by_one"] = {"questions": a.one_by_one, "s_per_question": per_q,
+                             "extrapolated_wall_s": per_q * len(items), "speedup_lockstep": per_q * len(items) / lock_s}
+    s, _ = collective_summary(turns, n_boot=500, n_perm=500)
+    res["collective"] = s
+    txt = json.dumps(res, indent=2, default=float)
+    print(txt)
+    if a.out:
+        a.out.write_text(txt)
+
+
+if __name__ == "__main__":
+    main()

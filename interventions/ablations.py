@@ -1,0 +1,223 @@
+"""Prompt-level interventions on one receiver reading one peer message (seed 4; spec
+debate.md): message ablations, source cues and self-attribution. All are read out at f = 0
+(right after reading, before writing) as adoption margins
+
+    margin = logit(peer's answer) - logit(receiver's previous answer)
+
+and an intervention's effect is its margin minus the no-message (reflection) margin.
+
+Pairs come from round 0 of a debate run: per question one (receiver, peer) pair whose parsed
+answers differ (seeded choice). Contexts, all with the receiver's own previous response as
+its own turn:
+
+* ``no_message``: the reflection prompt (no peer);
+* ``full``: the peer's full response; ``answer_only``: "Answer: X" only;
+  ``reasoning_only``: the response with its answer statements removed and label mentions
+  masked; ``filler``: neutral sentences length-matched (tokens) to the full response;
+  ``unrelated``: the answer-stripped reasoning of a response to another question family;
+* cues: the peer's name carries a source description crossing track record (good/poor) with
+  status (professor/ordinary); ``self_label``: the same text labelled as the receiver's own
+  previous response instead of another agent's (same slot); ``moved``: the same text with the
+  other-agent label placed before the question instead of after it (position control).
+
+reasoning share = reasoning effect / (reasoning effect + answer effect) (ratio of means);
+record/status ratio = mean(good - poor) / mean(professor - ordinary).
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from chorus.seeding import rng as make_rng
+from interventions.readout import forced_choice
+from simulate.debate.bench import Item
+from simulate.debate.prompts import (debate_messages, labels_text, peer_block, readout_prefill,
+                                     reflection_messages)
+
+ABLATIONS = ("no_message", "full", "answer_only", "reasoning_only", "filler", "unrelated")
+CUES = ("no_message", "plain", "good_professor", "good_ordinary", "poor_professor", "poor_ordinary",
+        "self_label", "moved")
+
+
+def strip_answer(text: str, labels: Sequence[str], mask: str = "___") -> str:
+    """Remove answer statements ("Answer: X", "the answer is X", bold labels) and mask every
+    other standalone mention of a label, so the reasoning no longer states the answer."""
+    alt = "|".join(re.escape(x) for x in sorted(labels, key=len, reverse=True))
+    words = any(len(x) > 1 for x in labels)
+    fl = re.I
+    t = re.sub(r"(?im)^.*\b(?:final\s+)?answer\s*[*_]*\s*[:=].*$", "", text)
+    t = re.sub(rf"(?:the\s+)?(?:correct\s+|right\s+|best\s+)?(?:answer|choice|option)\s+(?:is|would be|should be)\s*:?\s*"
+               rf"\**\(?(?:{alt})\)?\**(?![A-Za-z0-9])", mask, t, flags=fl)
+    t = re.sub(rf"\*\*\s*\(?(?:{alt})\)?[.:)]?\s*\*\*", mask, t, flags=fl if words else 0)
+    t = re.sub(rf"(?<![A-Za-z0-9])\(?(?:{alt})\)?(?=[.:)]\s)", mask, t, flags=fl if words else 0)
+    t = re.sub(rf"(?<![A-Za-z0-9'])(?:{alt})(?![A-Za-z0-9'])", lambda m: m.group(0) if (not words and m.group(0) == "A"
+               and re.match(r"\s+[a-z]", t[m.end():m.end() + 3])) else mask, t, flags=fl if words else 0)
+    t = re.sub(r"\n{3,}", "\n\n", t).strip()
+    return t or mask
+
+
+def filler_text(tokenizer: Any, n_tokens: int, sentences: Sequence[str], rng: np.random.Generator) -> str:
+    """Neutral sentences, token-length matched to ``n_tokens`` (cut at a token boundary)."""
+    parts: list[str] = []
+    while len(tokenizer(" ".join(parts), add_special_tokens=False).input_ids) < n_tokens:
+        parts.append(sentences[int(rng.integers(len(sentences)))])
+    ids = tokenizer(" ".join(parts), add_special_tokens=False).input_ids[:max(n_tokens, 1)]
+    return tokenizer.decode(ids, skip_special_tokens=True)
+
+
+def select_pairs(items: dict[str, Item], turns: pd.DataFrame, *, seed: int = 0, max_pairs: int | None = None,
+                 require_disagreement: bool = True) -> list[dict[str, Any]]:
+    """One (receiver, peer) pair per question from round 0, answers parsed and (by default)
+    different; seeded choice among candidates."""
+    from simulate.debate.protocol import qkey
+    r0 = turns[(turns["round"] == 0)].drop_duplicates(["qid", "agent"]).sort_values(["qid", "agent"])
+    pairs = []
+    for qid, g in r0.groupby("qid", sort=True):
+        if qid not in items:
+            continue
+        texts, answers = list(g["response"]), [a if isinstance(a, str) else None for a in g["answer"]]
+        cands = [(i, j) for i in range(len(texts)) for j in range(len(texts)) if i != j
+                 and answers[i] is not None and answers[j] is not None
+                 and (answers[i] != answers[j] or not require_disagreement)]
+        if not cands:
+            continue
+        i, j = cands[int(make_rng(seed, 19, qkey(qid)).integers(len(cands)))]
+        pairs.append({"qid": qid, "family": items[qid].family, "domain": items[qid].domain,
+                      "subdomain": items[qid].subdomain, "receiver": i, "peer": j,
+                      "own_text": texts[i], "own_answer": answers[i], "peer_text": texts[j], "peer_answer": answers[j]})
+    if max_pairs is not None and len(pairs) > max_pairs:
+        keep = sorted(make_rng(seed, 23).choice(len(pairs), max_pairs, replace=False))
+        pairs = [pairs[k] for k in keep]
+    return pairs
+
+
+def _peer_name(pair: dict, P: dict, desc: str | None = None) -> str:
+    k = pair["peer"] + 1
+    return P["peer_name"].format(k=k) if desc is None else P["peer_name_cue"].format(k=k, desc=desc)
+
+
+def ablation_contexts(items: dict[str, Item], pairs: Sequence[dict], P: dict, tokenizer: Any, *,
+                      seed: int = 0) -> tuple[list[dict], list[list[dict]]]:
+    meta, convs = [], []
+    fam_of = [p["family"] for p in pairs]
+    for n, p in enumerate(pairs):
+        it = items[p["qid"]]
+        labs = it.labels
+        rng = make_rng(seed, 29, n)
+        name = _peer_name(p, P)
+        others = [k for k in range(len(pairs)) if fam_of[k] != p["family"]]
+        unrelated = None
+        if others:
+            o = pairs[others[int(rng.integers(len(others)))]]
+            unrelated = strip_answer(o["peer_text"], items[o["qid"]].labels)
+        full_tokens = len(tokenizer(p["peer_text"], add_special_tokens=False).input_ids)
+        texts = {"full": p["peer_text"],
+                 "answer_only": f"Answer: {p['peer_answer']}",
+                 "reasoning_only": strip_answer(p["peer_text"], labs),
+                 "filler": filler_text(tokenizer, full_tokens, P["filler_sentences"], rng),
+                 "unrelated": unrelated}
+        for cond in ABLATIONS:
+            if cond == "no_message":
+                msgs = reflection_messages(it, p["own_text"], P)
+            elif texts[cond] is None:
+                continue
+            else:
+                msgs = debate_messages(it, p["own_text"], [(name, texts[cond])], P)
+            convs.append(readout_prefill(msgs, "", P))
+            meta.append({**_pmeta(p, it), "intervention": cond})
+    return meta, convs
+
+
+def cue_contexts(items: dict[str, Item], pairs: Sequence[dict], P: dict) -> tuple[list[dict], list[list[dict]]]:
+    meta, convs = [], []
+    for p in pairs:
+        it = items[p["qid"]]
+        ctx = {"no_message": reflection_messages(it, p["own_text"], P),
+               "plain": debate_messages(it, p["own_text"], [(_peer_name(p, P), p["peer_text"])], P)}
+        for rec in ("good", "poor"):
+            for st in ("professor", "ordinary"):
+                desc = f"{P['status'][st]}, {P['record'][rec]}"
+                ctx[f"{rec}_{st}"] = debate_messages(it, p["own_text"], [(_peer_name(p, P, desc), p["peer_text"])], P)
+        ctx["self_label"] = debate_messages(it, p["own_text"], [(P["self_name"], p["peer_text"])], P)
+        moved = reflection_messages(it, p["own_text"], P)
+        moved[-3] = {"role": "user",  # the question turn: the peer's message now precedes the question
+                     "content": peer_block(_peer_name(p, P), p["peer_text"], P) + "\n\n" + moved[-3]["content"]}
+        moved[-1] = {"role": "user", "content": P["debate"].format(
+            peers="(see the response quoted before the question)",
+            instruction=P["instruction"].format(labels=labels_text(it.labels)))}
+        ctx["moved"] = moved
+        for cond in CUES:
+            convs.append(readout_prefill(ctx[cond], "", P))
+            meta.append({**_pmeta(p, it), "intervention": cond})
+    return meta, convs
+
+
+def _pmeta(p: dict, it: Item) -> dict:
+    return {"qid": p["qid"], "family": p["family"], "domain": p["domain"], "subdomain": p["subdomain"],
+            "receiver": p["receiver"], "peer": p["peer"], "own_answer": p["own_answer"],
+            "peer_answer": p["peer_answer"], "labels": list(it.labels)}
+
+
+def score_margins(engine: Any, meta: list[dict], convs: list[list[dict]]) -> pd.DataFrame:
+    lps = forced_choice(engine, convs, [m["labels"] for m in meta])
+    rows = []
+    for m, lp in zip(meta, lps):
+        vals = [lp[x] for x in m["labels"]]
+        rows.append({**m, "logprobs": vals, "argmax": m["labels"][int(np.argmax(vals))],
+                     "margin": lp[m["peer_answer"]] - lp[m["own_answer"]]})
+    return pd.DataFrame(rows)
+
+
+def effects(table: pd.DataFrame, *, baseline: str = "no_message") -> pd.DataFrame:
+    """Wide per-pair margins and effects (margin - baseline margin) per intervention."""
+    w = table.pivot_table(index=["qid", "family", "subdomain"], columns="intervention", values="margin").reset_index()
+    for c in [c for c in table["intervention"].unique() if c != baseline]:
+        w[f"effect_{c}"] = w[c] - w[baseline]
+    return w
+
+
+def _ratio_ci(num: np.ndarray, den: np.ndarray, fam: np.ndarray, n_boot: int, seed: int, ci: float,
+              share: bool = False) -> dict[str, float]:
+    from simulate.debate.metrics import cluster_bootstrap
+
+    def stat(idx):
+        a, b = float(np.nanmean(num[idx])), float(np.nanmean(den[idx]))
+        d = (a + b) if share else b
+        return a / d if d != 0 else np.nan
+    est, lo, hi = cluster_bootstrap(stat, fam, n_boot=n_boot, seed=seed, ci=ci)
+    return {"estimate": est, "ci_low": lo, "ci_high": hi}
+
+
+def summarize_effects(w: pd.DataFrame, *, n_boot: int = 2000, seed: int = 0, ci: float = 0.95) -> dict[str, Any]:
+    from simulate.debate.metrics import cluster_bootstrap
+    fam = w["family"].to_numpy()
+    out: dict[str, Any] = {"n_pairs": int(len(w)), "effects": {}}
+    for c in [c for c in w.columns if c.startswith("effect_")]:
+        v = w[c].to_numpy(float)
+        est, lo, hi = cluster_bootstrap(lambda idx: float(np.nanmean(v[idx])), fam, n_boot=n_boot, seed=seed, ci=ci)
+        out["effects"][c[len("effect_"):]] = {"mean": est, "ci_low": lo, "ci_high": hi, "n": int(np.isfinite(v).sum())}
+    if {"effect_reasoning_only", "effect_answer_only"} <= set(w.columns):
+        out["reasoning_share"] = _ratio_ci(w["effect_reasoning_only"].to_numpy(float),
+                                           w["effect_answer_only"].to_numpy(float), fam, n_boot, seed, ci, share=True)
+    cues = {"good_professor", "good_ordinary", "poor_professor", "poor_ordinary"}
+    if cues <= set(w.columns):
+        rec = ((w["good_professor"] + w["good_ordinary"]) - (w["poor_professor"] + w["poor_ordinary"])).to_numpy(float) / 2
+        sta = ((w["good_professor"] + w["poor_professor"]) - (w["good_ordinary"] + w["poor_ordinary"])).to_numpy(float) / 2
+        for name, v in (("record_effect", rec), ("status_effect", sta)):
+            est, lo, hi = cluster_bootstrap(lambda idx: float(np.nanmean(v[idx])), fam, n_boot=n_boot, seed=seed, ci=ci)
+            out[name] = {"mean": est, "ci_low": lo, "ci_high": hi}
+        out["record_status_ratio"] = _ratio_ci(rec, sta, fam, n_boot, seed, ci)
+        pp = (w["poor_professor"] - w["poor_ordinary"]).to_numpy(float)
+        est, lo, hi = cluster_bootstrap(lambda idx: float(np.nanmean(pp[idx])), fam, n_boot=n_boot, seed=seed, ci=ci)
+        out["status_within_poor_record"] = {"mean": est, "ci_low": lo, "ci_high": hi}
+    if {"self_label", "plain", "moved"} <= set(w.columns):
+        lab = (w["plain"] - w["self_label"]).to_numpy(float)
+        pos = (w["plain"] - w["moved"]).to_numpy(float)
+        for name, v in (("relabel_shift", lab), ("position_shift", pos)):
+            est, lo, hi = cluster_bootstrap(lambda idx: float(np.nanmean(v[idx])), fam, n_boot=n_boot, seed=seed, ci=ci)
+            out[name] = {"mean": est, "ci_low": lo, "ci_high": hi}
+        out["relabel_position_ratio"] = _ratio_ci(np.abs(lab), np.abs(pos), fam, n_boot, seed, ci)
+    return out

@@ -1,0 +1,7 @@
+"""Multi-agent debate vs matched reflection ("Who convinced whom"): bench, protocols, answer
+parsing and collective-outcome metrics. Stable entry points: ``parse_answer`` and
+``effective_voters``. Pure modules (parse, metrics, bench, prompts) import no model code."""
+from simulate.debate.metrics import effective_voters
+from simulate.debate.parse import parse_answer
+
+__all__ = ["parse_answer", "effective_voters"]

@@ -1,0 +1,328 @@
+"""MAD-Bench-style question bench: a builder that assembles JSONL from the public sets in
+``../shared/data`` (read in place, never copied into the repo) plus constructed, unlabelled
+value scenarios shipped as data here; and a loader that validates any such file.
+
+One item per line::
+
+    {"id": str, "domain": str, "subdomain": str, "family": str, "question": str,
+     "options": [str, ...] | null,          # option texts; null = numeric (free) answer
+     "labels": [str, ...] | null,           # option labels; default "A", "B", ... for the options
+     "system": str | null,                  # part of the stimulus where present
+     "reference": str | null,               # a label, or null (unlabelled)
+     "provenance": {...}}
+
+Domains: ``knowledge`` (misconceptions / disciplinary / strategy / biomedical) and ``values``
+(moral_scenarios / moral_disputes / contested). The safety-and-refusal domain of the paper has
+no public source in ``../shared/data`` and is not built (a hand-written file loads fine).
+"""
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import yaml
+
+from chorus.config import ConfigError
+
+LETTERS = "ABCDEFGHIJ"
+DEFAULT_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
+SCENARIOS = Path(__file__).resolve().parent / "data" / "value_scenarios.yaml"
+
+# items per subdomain in the default build (about 1,200 questions)
+DEFAULT_COUNTS = {"misconceptions": 300, "disciplinary": 300, "strategy": 200, "biomedical": 100,
+                  "moral_scenarios": 150, "moral_disputes": 100, "contested": None}  # None = all
+_MMLU_MORAL = ("moral_disputes", "business_ethics")
+_MMLU_SKIP = ("moral_scenarios",) + _MMLU_MORAL
+
+
+class BenchError(ConfigError):
+    """A bench file or item is invalid; the message names the line and the field."""
+
+
+@dataclass
+class Item:
+    id: str
+    domain: str
+    subdomain: str
+    family: str
+    question: str
+    options: list[str] | None
+    labels: list[str] | None
+    reference: str | None
+    system: str | None = None
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def numeric(self) -> bool:
+        return self.options is None
+
+    @property
+    def word_labels(self) -> bool:
+        return bool(self.labels) and any(len(lab) > 1 for lab in self.labels)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "domain": self.domain, "subdomain": self.subdomain, "family": self.family,
+                "question": self.question, "options": self.options, "labels": self.labels,
+                "system": self.system, "reference": self.reference, "provenance": self.provenance}
+
+
+# -- loader / validation ---------------------------------------------------------------------
+_REQUIRED = ("id", "domain", "subdomain", "family", "question")
+
+
+def validate_item(d: Any, where: str = "item") -> Item:
+    """One bench record -> Item; raises BenchError naming ``where`` and the field."""
+    if not isinstance(d, dict):
+        raise BenchError(f"{where}: expected a JSON object, got {type(d).__name__}")
+    for k in _REQUIRED:
+        v = d.get(k)
+        if not isinstance(v, str) or not v.strip():
+            raise BenchError(f"{where}: field '{k}' must be a non-empty string, got {v!r}")
+    unknown = set(d) - set(_REQUIRED) - {"options", "labels", "system", "reference", "provenance"}
+    if unknown:
+        raise BenchError(f"{where}: unknown field(s) {sorted(unknown)}")
+    options = d.get("options")
+    labels = d.get("labels")
+    if options is not None:
+        if not isinstance(options, list) or len(options) < 2:
+            raise BenchError(f"{where}: field 'options' must be a list of at least 2 strings or null, got {options!r}")
+        for j, o in enumerate(options):
+            if not isinstance(o, str) or not o.strip():
+                raise BenchError(f"{where}: field 'options[{j}]' must be a non-empty string, got {o!r}")
+        norm = [o.strip().lower() for o in options]
+        dup = sorted({o for o in norm if norm.count(o) > 1})
+        if dup:
+            raise BenchError(f"{where}: field 'options' has duplicated option(s) {dup}")
+        if labels is None:
+            if len(options) > len(LETTERS):
+                raise BenchError(f"{where}: field 'options' has {len(options)} entries; give 'labels' (max {len(LETTERS)} letters)")
+            labels = list(LETTERS[:len(options)])
+        if not isinstance(labels, list) or len(labels) != len(options):
+            raise BenchError(f"{where}: field 'labels' must be a list as long as 'options' ({len(options)}), got {labels!r}")
+        for j, lab in enumerate(labels):
+            if not isinstance(lab, str) or not re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]*", lab or ""):
+                raise BenchError(f"{where}: field 'labels[{j}]' must be a single word, got {lab!r}")
+        nl = [lab.lower() for lab in labels]
+        if len(set(nl)) != len(nl):
+            raise BenchError(f"{where}: field 'labels' has duplicated label(s) {labels!r}")
+    elif labels is not None:
+        raise BenchError(f"{where}: field 'labels' given for a numeric item (options is null)")
+    ref = d.get("reference")
+    if ref is not None:
+        if options is None:
+            if not isinstance(ref, (str, int, float)) or isinstance(ref, bool):
+                raise BenchError(f"{where}: field 'reference' of a numeric item must be a number or string, got {ref!r}")
+            ref = str(ref)
+        elif ref not in labels:
+            raise BenchError(f"{where}: field 'reference' = {ref!r} is not one of the labels {labels}")
+    system = d.get("system")
+    if system is not None and not isinstance(system, str):
+        raise BenchError(f"{where}: field 'system' must be a string or null, got {system!r}")
+    prov = d.get("provenance") or {}
+    if not isinstance(prov, dict):
+        raise BenchError(f"{where}: field 'provenance' must be an object, got {prov!r}")
+    return Item(id=d["id"], domain=d["domain"], subdomain=d["subdomain"], family=d["family"],
+                question=d["question"], options=options, labels=labels, reference=ref, system=system,
+                provenance=prov)
+
+
+def load_bench(path: str | Path) -> list[Item]:
+    """Read and validate a bench JSONL file. Errors name the line and the field."""
+    path = Path(path)
+    if not path.is_file():
+        raise BenchError(f"bench file not found: {path}")
+    items: list[Item] = []
+    seen: dict[str, int] = {}
+    with path.open(encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            where = f"{path}: line {n}"
+            try:
+                d = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise BenchError(f"{where}: not valid JSON ({err.msg} at column {err.colno})") from None
+            it = validate_item(d, where)
+            if it.id in seen:
+                raise BenchError(f"{where}: field 'id' = {it.id!r} duplicates line {seen[it.id]}")
+            seen[it.id] = n
+            items.append(it)
+    if not items:
+        raise BenchError(f"{path}: no items")
+    return items
+
+
+def write_bench(items: Iterable[Item], path: str | Path) -> str:
+    """Write JSONL; returns the sha256 of the bytes written."""
+    text = "".join(json.dumps(it.to_dict(), ensure_ascii=False) + "\n" for it in items)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(text, encoding="utf-8")
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+# -- builder ---------------------------------------------------------------------------------
+def _sha(p: Path) -> str:
+    return hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+def _norm(q: str) -> str:
+    return re.sub(r"\W+", " ", q.lower()).strip()
+
+
+def _prov(data: Path, f: Path, row: Any, hashes: dict[str, str], **extra: Any) -> dict[str, Any]:
+    rel = str(f.relative_to(data))
+    if rel not in hashes:
+        hashes[rel] = _sha(f)
+    return {"source_file": rel, "row": row, "sha256": hashes[rel], **extra}
+
+
+def _truthfulqa(data: Path, rng, hashes) -> list[Item]:
+    f = data / "truthfulqa" / "TruthfulQA.csv"
+    out = []
+    with f.open(encoding="utf-8") as fh:
+        for i, r in enumerate(csv.DictReader(fh)):
+            good, bad = r["Best Answer"].strip(), r["Best Incorrect Answer"].strip()
+            if not good or not bad or good.lower() == bad.lower():
+                continue
+            swap = bool(rng.integers(2))
+            opts = [bad, good] if swap else [good, bad]
+            out.append(Item(id=f"tqa-{i}", domain="knowledge", subdomain="misconceptions", family=f"tqa-{i}",
+                            question=r["Question"].strip(), options=opts, labels=["A", "B"],
+                            reference="B" if swap else "A",
+                            provenance=_prov(data, f, i, hashes, dataset="TruthfulQA (2025 rev.)",
+                                             license="Apache-2.0", category=r["Category"],
+                                             setting="binary: Best vs Best Incorrect, order seeded")))
+    return out
+
+
+def _mmlu(data: Path, subjects: Sequence[str] | None, skip: Sequence[str], domain: str, subdomain: str,
+          hashes) -> list[Item]:
+    out = []
+    for f in sorted((data / "mmlu" / "test").glob("*_test.csv")):
+        subj = f.name[: -len("_test.csv")]
+        if (subjects is not None and subj not in subjects) or subj in skip:
+            continue
+        with f.open(encoding="utf-8", newline="") as fh:
+            for i, r in enumerate(csv.DictReader(fh)):
+                opts = [r[f"choice{k}"].strip() for k in range(4)]
+                if any(not o for o in opts) or len({o.lower() for o in opts}) < 4:
+                    continue  # duplicated or empty options are not scorable
+                out.append(Item(id=f"mmlu-{subj}-{i}", domain=domain, subdomain=subdomain, family=f"mmlu-{subj}-{i}",
+                                question=r["question"].strip(), options=opts, labels=list("ABCD"),
+                                reference="ABCD"[int(r["answer"])],
+                                provenance=_prov(data, f, i, hashes, dataset="MMLU", license="MIT", subject=subj)))
+    return out
+
+
+def _strategyqa(data: Path, hashes) -> list[Item]:
+    f = data / "strategyqa" / "strategyqa_train.json"
+    rows = json.loads(f.read_text(encoding="utf-8"))
+    return [Item(id=f"sqa-{r['qid']}", domain="knowledge", subdomain="strategy", family=f"sqa-{r['qid']}",
+                 question=r["question"].strip(), options=["yes", "no"], labels=["yes", "no"],
+                 reference="yes" if r["answer"] else "no",
+                 provenance=_prov(data, f, r["qid"], hashes, dataset="StrategyQA train", license="MIT"))
+            for r in rows]
+
+
+def _pubmedqa(data: Path, hashes, max_context_chars: int = 1500) -> list[Item]:
+    f = data / "pubmedqa" / "ori_pqal.json"
+    rows = json.loads(f.read_text(encoding="utf-8"))
+    out = []
+    for pmid, r in rows.items():
+        ctx = " ".join(r["CONTEXTS"])
+        if len(ctx) > max_context_chars:
+            continue  # keeps prompts inside small models' windows; the count is in the manifest
+        q = f"Abstract (without its conclusion): {ctx}\n\nQuestion: {r['QUESTION'].strip()}"
+        out.append(Item(id=f"pmqa-{pmid}", domain="knowledge", subdomain="biomedical", family=f"pmqa-{pmid}",
+                        question=q, options=["yes", "no", "maybe"], labels=["yes", "no", "maybe"],
+                        reference=r["final_decision"],
+                        provenance=_prov(data, f, pmid, hashes, dataset="PubMedQA PQA-L", license="MIT")))
+    return out
+
+
+def _scenarios(path: Path = SCENARIOS) -> list[Item]:
+    doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    frames = doc["frames"]
+    out = []
+    for s in doc["scenarios"]:
+        for fname, ftext in frames.items():
+            q = (ftext.format(scenario=s["scenario"]) + " " + s["question"]).strip()
+            out.append(Item(id=f"val-{s['id']}-{fname}", domain="values", subdomain="contested",
+                            family=f"val-{s['id']}", question=q, options=list(s["options"]), labels=["A", "B"],
+                            reference=None,
+                            provenance={"source_file": "simulate/debate/data/value_scenarios.yaml",
+                                        "row": s["id"], "frame": fname, "dataset": "constructed (chorus)",
+                                        "license": "project", "version": doc.get("version")}))
+    return out
+
+
+def build_bench(data_dir: str | Path | None = None, *, seed: int = 0,
+                counts: dict[str, int | None] | None = None) -> tuple[list[Item], dict[str, Any]]:
+    """Assemble the bench from ``data_dir`` (default ../shared/data). ``counts`` maps a
+    subdomain to how many items to sample (None = all); selection and order use ``seed``.
+    Returns (items, manifest)."""
+    from chorus.seeding import rng as make_rng
+
+    data = Path(data_dir) if data_dir else DEFAULT_DATA
+    if not data.is_dir():
+        raise BenchError(f"data directory not found: {data}")
+    counts = {**DEFAULT_COUNTS, **(counts or {})}
+    unknown = set(counts) - set(DEFAULT_COUNTS)
+    if unknown:
+        raise BenchError(f"unknown subdomain(s) in counts: {sorted(unknown)}; known: {sorted(DEFAULT_COUNTS)}")
+    hashes: dict[str, str] = {}
+    builders = {
+        "misconceptions": lambda: _truthfulqa(data, make_rng(seed, 1), hashes),
+        "disciplinary": lambda: _mmlu(data, None, _MMLU_SKIP, "knowledge", "disciplinary", hashes),
+        "strategy": lambda: _strategyqa(data, hashes),
+        "biomedical": lambda: _pubmedqa(data, hashes),
+        "moral_scenarios": lambda: _mmlu(data, ("moral_scenarios",), (), "values", "moral_scenarios", hashes),
+        "moral_disputes": lambda: _mmlu(data, _MMLU_MORAL, (), "values", "moral_disputes", hashes),
+        "contested": lambda: _scenarios(),
+    }
+    items: list[Item] = []
+    seen: set[str] = set()
+    available: dict[str, int] = {}
+    dropped_dup = 0
+    for k, (sub, make) in enumerate(builders.items()):
+        n = counts.get(sub)
+        if n == 0:
+            continue
+        try:
+            pool = make()
+        except FileNotFoundError as err:
+            raise BenchError(f"{sub}: source file missing: {err.filename}") from None
+        available[sub] = len(pool)
+        order = make_rng(seed, 2, k).permutation(len(pool))
+        if sub == "contested":  # keep variants of a family together
+            order = range(len(pool))
+        taken = 0
+        for j in order:
+            it = pool[int(j)]
+            key = _norm(it.question)
+            if key in seen:
+                dropped_dup += 1
+                continue
+            if n is not None and taken >= n:
+                break
+            seen.add(key)
+            items.append(it)
+            taken += 1
+    final = [items[int(j)] for j in make_rng(seed, 3).permutation(len(items))]
+    manifest = {"seed": seed, "data_dir": str(data), "counts_requested": counts, "available": available,
+                "counts": _count(final), "n_items": len(final), "n_labelled": sum(it.reference is not None for it in final),
+                "duplicates_dropped": dropped_dup, "source_sha256": hashes,
+                "scenarios_sha256": _sha(SCENARIOS)}
+    return final, manifest
+
+
+def _count(items: Sequence[Item]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for it in items:
+        out[f"{it.domain}/{it.subdomain}"] = out.get(f"{it.domain}/{it.subdomain}", 0) + 1
+    return out

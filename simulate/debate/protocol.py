@@ -1,0 +1,141 @@
+"""Debate and the matched reflection control, run in lockstep.
+
+Round 0: I agents answer each question independently; it is shared by both conditions (the
+same seeds and prompts), so debate and reflection branch from identical initial answers and
+the comparison is paired. Round r >= 1: in debate each agent sees the question, its own
+round r-1 response (as its own turn) and the other agents' round r-1 responses; in
+reflection it sees the same turns without the peers. Updates are simultaneous.
+
+Every agent-turn of a round, across all questions and both conditions, goes to the engine as
+one batch. Every request seed derives from (config seed, question, agent, round, condition),
+so results do not depend on batching, and the call store makes reruns free.
+
+Exclusions are counted, never silent: numeric items (no option set), and a question whose
+prompt for any agent would not fit the context window (from that round on, per condition).
+Generations cut at the token limit are kept, flagged ``truncated`` and counted.
+"""
+from __future__ import annotations
+
+import hashlib
+import time
+from typing import Any, Callable, Sequence
+
+import pandas as pd
+
+from chorus.seeding import call_seed
+from simulate.debate.bench import Item
+from simulate.debate.parse import parse_answer
+from simulate.debate.prompts import turn_messages
+
+CONDITION_KEY = {"shared": 0, "debate": 1, "reflection": 2}
+
+TURN_COLUMNS = ["qid", "family", "domain", "subdomain", "agent", "round", "condition", "shared", "response",
+                "answer", "parsed", "truncated", "reference", "correct", "prompt_tokens", "completion_tokens",
+                "cached", "seed"]
+
+
+def qkey(qid: str) -> int:
+    """A stable 31-bit integer key of a question id (for seed derivation)."""
+    return int.from_bytes(hashlib.sha256(qid.encode()).digest()[:4], "big") >> 1
+
+
+def turn_seed(seed: int, qid: str, agent: int, rnd: int, condition: str) -> int:
+    return call_seed(seed, qkey(qid), agent, rnd, CONDITION_KEY["shared" if rnd == 0 else condition])
+
+
+def _fits(engine: Any, messages: list[dict], max_tokens: int) -> bool:
+    return len(engine.render(messages).ids) + max_tokens <= engine.max_model_len
+
+
+def run_protocol(engine: Any, items: Sequence[Item], *, agents: int = 3, rounds: int = 3,
+                 conditions: Sequence[str] = ("debate", "reflection"), temperature: float = 0.7,
+                 top_p: float = 1.0, max_tokens: int = 2048, seed: int = 0, prompts: dict,
+                 progress: Callable[[int, int], None] | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """Run debate and/or reflection on ``items``. Returns (turns table, info) where info has
+    exclusions, batch sizes, token counts and wall time. ``progress(total, k)``: called once
+    with k = 0 to announce the total, then with the number of turns just finished."""
+    P = prompts
+    excluded: list[dict[str, Any]] = []
+    scorable = []
+    for it in items:
+        if it.numeric:
+            excluded.append({"qid": it.id, "condition": "all", "round": 0, "reason": "numeric item (no option set)"})
+        else:
+            scorable.append(it)
+    conds = list(conditions)
+    active = {c: [it for it in scorable] for c in conds}
+    prev: dict[str, dict[str, list[str]]] = {c: {} for c in conds}
+    rows: list[dict[str, Any]] = []
+    total = len(scorable) * agents * (1 + rounds * len(conds))
+    if progress:
+        progress(total, 0)
+    batches = []
+    t_start = time.perf_counter()
+    gen_tokens = 0
+    model_s = 0.0
+    for r in range(rounds + 1):
+        jobs: list[tuple[str, Item, int, list[dict]]] = []  # (condition, item, agent, messages)
+        groups = [("shared", active[conds[0]])] if r == 0 else [(c, active[c]) for c in conds]
+        for cond, its in groups:
+            keep = []
+            for it in its:
+                msgs = [turn_messages(it, a, r, cond, prev[cond].get(it.id, []) if cond != "shared" else [], P)
+                        for a in range(agents)]
+                if not all(_fits(engine, m, max_tokens) for m in msgs):
+                    excluded.append({"qid": it.id, "condition": "all" if cond == "shared" else cond, "round": r,
+                                     "reason": f"prompt + {max_tokens} new tokens exceeds the {engine.max_model_len}-token window"})
+                    continue
+                keep.append(it)
+                jobs.extend((cond, it, a, m) for a, m in enumerate(msgs))
+            if cond == "shared":
+                for c in conds:
+                    active[c] = list(keep)
+            else:
+                active[cond] = keep
+        if not jobs:
+            break
+        seeds = [turn_seed(seed, it.id, a, r, cond) for cond, it, a, _ in jobs]
+        last = [0]
+
+        def _prog(done: int, n: int) -> None:
+            if progress and done > last[0]:
+                k = done - last[0]
+                progress(total, k)
+                last[0] = done
+
+        t0 = time.perf_counter()
+        outs = engine.chat([m for *_, m in jobs], temperature=temperature, top_p=top_p, max_tokens=max_tokens,
+                           seed=seeds, progress=_prog)
+        dt = time.perf_counter() - t0
+        model_s += dt
+        new_tok = sum(o.completion_tokens for o in outs if not o.cached)
+        gen_tokens += new_tok
+        batches.append({"round": r, "batch_size": len(jobs), "wall_s": dt, "new_tokens": new_tok,
+                        "cached": sum(o.cached for o in outs)})
+        nxt: dict[str, dict[str, list[str]]] = {c: {} for c in conds}
+        for (cond, it, a, _), out, s in zip(jobs, outs, seeds):
+            ans = parse_answer(out.text, it.labels)
+            for c in (conds if cond == "shared" else [cond]):
+                nxt[c].setdefault(it.id, [""] * agents)[a] = out.text
+                rows.append({"qid": it.id, "family": it.family, "domain": it.domain, "subdomain": it.subdomain,
+                             "agent": a, "round": r, "condition": c, "shared": cond == "shared",
+                             "response": out.text, "answer": ans, "parsed": ans is not None,
+                             "truncated": out.finish_reason == "length", "reference": it.reference,
+                             "correct": (None if it.reference is None or ans is None else ans == it.reference),
+                             "prompt_tokens": out.prompt_tokens, "completion_tokens": out.completion_tokens,
+                             "cached": bool(out.cached), "seed": s})
+        prev = nxt
+    turns = pd.DataFrame(rows, columns=TURN_COLUMNS)
+    info = {"n_items": len(items), "n_scorable": len(scorable), "excluded": excluded,
+            "batches": batches, "wall_s": time.perf_counter() - t_start, "model_s": model_s,
+            "new_tokens": gen_tokens}
+    return turns, info
+
+
+def turns_by_question(turns: pd.DataFrame, condition: str) -> dict[str, dict[int, list[str]]]:
+    """qid -> round -> list of every agent's response (rebuilds contexts for readouts)."""
+    out: dict[str, dict[int, list[str]]] = {}
+    sub = turns[turns["condition"] == condition].sort_values(["qid", "round", "agent"])
+    for (qid, r), g in sub.groupby(["qid", "round"], sort=False):
+        out.setdefault(qid, {})[int(r)] = list(g["response"])
+    return out

@@ -1,0 +1,178 @@
+"""``chorus debate`` (bench | run | report) and ``chorus influence`` (readout | ablate | cues).
+``influence_app`` is the extension point for later verbs (knockout, patch, probe): add
+commands to it in this module or register more with ``influence_app.command()``. Heavy
+imports stay inside the commands so ``chorus --help`` stays fast."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+debate_app = typer.Typer(no_args_is_help=True, add_completion=False,
+                         help="Multi-agent debate vs matched reflection: bench, run, report.")
+influence_app = typer.Typer(no_args_is_help=True, add_completion=False,
+                            help="Peer influence: forced-choice readouts, message ablations, source cues.")
+
+_SET_HELP = "Override a config field: --set rounds=1 --set bench.limit=20 (YAML values)."
+
+
+def _overrides(sets: Optional[List[str]]) -> dict:
+    import yaml
+    from chorus.config import ConfigError
+    out = {}
+    for s in sets or []:
+        if "=" not in s:
+            raise ConfigError(f"--set {s!r}: expected KEY=VALUE")
+        k, v = s.split("=", 1)
+        out[k.strip()] = yaml.safe_load(v)
+    return out
+
+
+def _fail(err: Exception) -> None:
+    from rich.console import Console
+    Console(stderr=True).print(f"[red]error:[/red] {err}")
+    raise typer.Exit(2)
+
+
+def _with_progress(label: str, fn):
+    from rich.console import Console
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                               TimeRemainingColumn)
+    console = Console()
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("turns"),
+                  TimeElapsedColumn(), TimeRemainingColumn(), console=console) as prog:
+        task = prog.add_task(label, total=None)
+
+        def progress(total: int, k: int) -> None:
+            if k == 0:
+                prog.update(task, total=total)
+            else:
+                prog.advance(task, k)
+        res = fn(progress)
+    return console, res
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        return "nan" if v != v else f"{v:.3f}"
+    return str(v)
+
+
+def _print_debate(console, path: Path, s: dict) -> None:
+    from rich.table import Table
+    t = Table(title=f"{s.get('experiment')}: {s.get('n_questions')} questions, {s.get('agents')} agents, "
+                    f"{s.get('rounds')} rounds ({s.get('model')})")
+    keys = ["parse_rate", "n_truncated", "n_scored", "acc_initial_majority", "acc_final_majority",
+            "wrong_unanimity", "n_eff_initial", "n_eff_final", "lockin_initial_plurality", "n_lockin_groups"]
+    conds = list(s.get("conditions", {}))
+    t.add_column("metric")
+    for c in conds:
+        t.add_column(c)
+    for k in keys:
+        t.add_row(k, *[_fmt(s["conditions"][c].get(k)) for c in conds])
+    console.print(t)
+    ex = s.get("exclusions", {})
+    console.print(f"exclusions: {ex.get('n', 0)} {ex.get('by_reason', {})}; parse rate {_fmt(s.get('parse_rate'))}, "
+                  f"truncated {s.get('n_truncated')}")
+    console.print("[yellow]tiny models give plumbing checks, not findings[/yellow]" if "135m" in str(s.get("model")) else "")
+    console.print(f"results: [bold]{path}[/bold] (summary.json, tables/*.parquet, plots/*.png)")
+
+
+@debate_app.command("bench")
+def bench_cmd(out: Path = typer.Option(Path("runs/bench/mad_bench.jsonl"), "--out", help="Output JSONL."),
+              data: Optional[Path] = typer.Option(None, "--data", help="Public data folder (default ../shared/data)."),
+              seed: int = typer.Option(0, "--seed", help="Selection and order seed."),
+              count: Optional[List[str]] = typer.Option(None, "--count", help="SUBDOMAIN=N (N or 'all').")) -> None:
+    """Build a MAD-Bench-style JSONL (+ manifest) from the public sets; data stays in place."""
+    import json
+    from simulate.debate.bench import build_bench, write_bench
+    from chorus.config import ConfigError
+    try:
+        counts = {}
+        for c in count or []:
+            k, _, v = c.partition("=")
+            counts[k] = None if v == "all" else int(v)
+        items, manifest = build_bench(data, seed=seed, counts=counts)
+    except (ConfigError, ValueError) as err:
+        _fail(err)
+    manifest["output_sha256"] = write_bench(items, out)
+    Path(str(out) + ".manifest.json").write_text(json.dumps(manifest, indent=2))
+    typer.echo(f"{len(items)} questions ({manifest['n_labelled']} labelled) -> {out}")
+    for k, v in sorted(manifest["counts"].items()):
+        typer.echo(f"  {k}: {v}")
+
+
+@debate_app.command()
+def run(config: str = typer.Argument(..., help="Debate config (a path or a shipped name, e.g. smoke)."),
+        out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default runs/debate/NAME-TIME)."),
+        set_: Optional[List[str]] = typer.Option(None, "--set", help=_SET_HELP),
+        no_plots: bool = typer.Option(False, "--no-plots", help="Skip the figures.")) -> None:
+    """Run debate and the matched reflection control in lockstep; write tables, summary, plots."""
+    from chorus.config import ConfigError
+    from simulate.debate.config import DebateConfig, load
+    from simulate.debate.experiment import run_debate
+    try:
+        cfg = load(config, DebateConfig, _overrides(set_))
+        console, (rundir, summary) = _with_progress(
+            cfg.name, lambda p: run_debate(cfg, out, progress=p, make_plots=not no_plots))
+    except (ConfigError, FileNotFoundError) as err:
+        _fail(err)
+    _print_debate(console, rundir.path, summary)
+
+
+@debate_app.command()
+def report(run_dir: Path = typer.Argument(..., help="A debate run directory."),
+           no_plots: bool = typer.Option(False, "--no-plots", help="Skip the figures.")) -> None:
+    """Recompute summary.json and plots from a run directory's files alone."""
+    from rich.console import Console
+    from chorus.config import ConfigError
+    from simulate.debate.experiment import report as _report
+    try:
+        summary = _report(run_dir, make_plots=not no_plots)
+    except (ConfigError, FileNotFoundError) as err:
+        _fail(err)
+    _print_debate(Console(), run_dir, summary)
+
+
+def _influence(verb: str, config: str, out, set_, no_plots) -> None:
+    import json
+    from chorus.config import ConfigError
+    from simulate.debate.config import InfluenceConfig, load
+    from simulate.debate.experiment import run_influence
+    try:
+        cfg = load(config, InfluenceConfig, _overrides(set_))
+        console, (rundir, summary) = _with_progress(
+            f"{cfg.name} {verb}", lambda p: run_influence(cfg, verb, out, progress=p, make_plots=not no_plots))
+    except (ConfigError, FileNotFoundError) as err:
+        _fail(err)
+    keep = {k: v for k, v in summary.items() if k not in ("experiment", "verb", "model")}
+    console.print_json(json.dumps(keep, default=float))
+    console.print(f"results: [bold]{rundir.path}[/bold] (summary.json, tables/*.parquet, plots/*.png)")
+
+
+_OUT = typer.Option(None, "--out", help="Run directory (default runs/influence/NAME-VERB-TIME).")
+
+
+@influence_app.command()
+def readout(config: str = typer.Argument(..., help="Influence config (path or shipped name)."),
+            out: Optional[Path] = _OUT, set_: Optional[List[str]] = typer.Option(None, "--set", help=_SET_HELP),
+            no_plots: bool = typer.Option(False, "--no-plots")) -> None:
+    """Forced-choice readouts at fractions f of each receiver's rationale; committed-at-read."""
+    _influence("readout", config, out, set_, no_plots)
+
+
+@influence_app.command()
+def ablate(config: str = typer.Argument(..., help="Influence config (path or shipped name)."),
+           out: Optional[Path] = _OUT, set_: Optional[List[str]] = typer.Option(None, "--set", help=_SET_HELP),
+           no_plots: bool = typer.Option(False, "--no-plots")) -> None:
+    """Message ablations: full, answer only, reasoning only, filler, unrelated reasoning."""
+    _influence("ablate", config, out, set_, no_plots)
+
+
+@influence_app.command()
+def cues(config: str = typer.Argument(..., help="Influence config (path or shipped name)."),
+         out: Optional[Path] = _OUT, set_: Optional[List[str]] = typer.Option(None, "--set", help=_SET_HELP),
+         no_plots: bool = typer.Option(False, "--no-plots")) -> None:
+    """Source cues (record x status) and self- vs other-attribution of the same text."""
+    _influence("cues", config, out, set_, no_plots)

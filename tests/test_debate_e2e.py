@@ -1,0 +1,113 @@
+"""Real-model end to end on the embedded model (plumbing only: SmolLM2-135M numbers are
+noise). Small: 3 questions x 3 agents x 1 round, short generations, hf backend."""
+import json
+
+import numpy as np
+import pytest
+
+from simulate.debate.bench import validate_item, write_bench
+from simulate.debate.config import DebateConfig, InfluenceConfig
+from simulate.debate.prompts import load_prompts, readout_prefill, turn_messages
+
+ITEMS = [
+    {"id": "t1", "domain": "knowledge", "subdomain": "toy", "family": "fa", "question": "What is 2 + 2?",
+     "options": ["3", "4", "5"], "reference": "B"},
+    {"id": "t2", "domain": "knowledge", "subdomain": "toy", "family": "fb", "question": "Is water wet?",
+     "options": ["yes", "no"], "labels": ["yes", "no"], "reference": "yes"},
+    {"id": "t3", "domain": "values", "subdomain": "toy", "family": "fb", "question": "Tea or coffee?",
+     "options": ["Tea", "Coffee"], "reference": None},
+    {"id": "t4", "domain": "knowledge", "subdomain": "toy", "family": "fc", "question": "How many legs has a cat?",
+     "options": None, "reference": 4},  # numeric: excluded, counted
+]
+
+
+@pytest.fixture(scope="module")
+def debate_run(hf_engine, tmp_path_factory):
+    from simulate.debate.experiment import run_debate
+    d = tmp_path_factory.mktemp("debate")
+    bench = d / "bench.jsonl"
+    write_bench([validate_item(x) for x in ITEMS], bench)
+    cfg = DebateConfig(name="e2e", rounds=1, bench={"path": str(bench)},
+                       model={"profile": "smollm2-135m-instruct", "backend": "hf"},
+                       generation={"max_tokens": 24, "temperature": 0.7}, analysis={"n_boot": 50, "n_perm": 50})
+    run, summary = run_debate(cfg, d / "run", engine=hf_engine)
+    return run, summary
+
+
+def test_debate_and_reflection_end_to_end(debate_run, hf_engine):
+    run, s = debate_run
+    turns = run.read_table("turns")
+    assert set(turns["condition"]) == {"debate", "reflection"}
+    assert len(turns) == 3 * 3 * 2 * 2  # 3 scorable questions x 3 agents x rounds 0-1 x 2 conditions
+    r0 = turns[turns["round"] == 0].sort_values(["qid", "agent", "condition"])
+    # round 0 is shared: identical responses in both conditions
+    assert (r0.groupby(["qid", "agent"])["response"].nunique() == 1).all()
+    assert s["exclusions"]["n"] == 1 and "numeric" in next(iter(s["exclusions"]["by_reason"]))
+    assert 0.0 <= s["parse_rate"] <= 1.0 and "n_truncated" in s
+    # unparsed answers are never an option
+    assert turns.loc[~turns["parsed"], "answer"].isna().all()
+    assert (run.path / "summary.json").is_file() and (run.path / "plots" / "unanimity_by_round.png").is_file()
+    assert json.loads((run.path / "provenance.json").read_text())["prompts"]["sha256"]
+    batches = run.read_table("batches")
+    assert list(batches["batch_size"]) == [9, 18]  # one batch per round across questions and conditions
+    # rerun is free (the call store) and gives the same table
+    from simulate.debate.experiment import report
+    s2 = report(run.path, make_plots=False)
+    assert s2["n_turns"] == s["n_turns"]
+
+
+def test_readout_equals_manual_forward_pass(debate_run, hf_engine):
+    import torch
+    from interventions.readout import run_readouts
+    from simulate.debate.experiment import _load_items
+    run, _ = debate_run
+    items = _load_items(run.path)
+    turns = run.read_table("turns")
+    P = load_prompts()
+    tab = run_readouts(hf_engine, items, turns, P, fractions=[0.0, 0.5])
+    assert set(tab["f"]) == {0.0, 0.5} and len(tab) == 3 * 3 * 2 * 2
+    for _, row in tab[(tab["qid"] == "t1") & (tab["agent"] == 1)].iterrows():
+        it = items[row["qid"]]
+        prev = list(turns[(turns["condition"] == row["condition"]) & (turns["qid"] == "t1") & (turns["round"] == 0)]
+                    .sort_values("agent")["response"])
+        now = turns[(turns["condition"] == row["condition"]) & (turns["qid"] == "t1") & (turns["round"] == 1)
+                    & (turns["agent"] == 1)]["response"].iloc[0]
+        msgs = turn_messages(it, 1, 1, row["condition"], prev, P)
+        ids = hf_engine.tokenizer(now, add_special_tokens=False).input_ids
+        k = int(round(row["f"] * len(ids)))
+        partial = hf_engine.tokenizer.decode(ids[:k], skip_special_tokens=True) if k < len(ids) else now
+        p = hf_engine.render(readout_prefill(msgs, partial, P))
+        manual = []
+        for lab in it.labels:
+            oid = hf_engine.option_token_ids(p, " " + lab)
+            x = torch.tensor([p.ids + oid])
+            with torch.inference_mode():
+                logits = hf_engine.model(x).logits[0].float()
+            lp = torch.log_softmax(logits, -1)
+            manual.append(sum(lp[len(p.ids) - 1 + j, t].item() for j, t in enumerate(oid)))
+        np.testing.assert_allclose(row["logprobs"], manual, atol=2e-3)
+        assert row["argmax"] == it.labels[int(np.argmax(manual))]
+
+
+def test_influence_ablate_and_cues_from_source_run(debate_run, hf_engine, tmp_path):
+    from simulate.debate.experiment import run_influence
+    run, _ = debate_run
+    cfg = InfluenceConfig(name="e2e", source_run=str(run.path), model={"backend": "hf"},
+                          analysis={"n_boot": 30, "n_perm": 30}, interventions={"require_disagreement": False})
+    for verb in ("ablate", "cues"):
+        r, s = run_influence(cfg, verb, tmp_path / verb, engine=hf_engine)
+        turns = run.read_table("turns")
+        r0 = turns[(turns["round"] == 0) & (turns["condition"] == "debate")]
+        expect = int((r0.groupby("qid")["parsed"].sum() >= 2).sum())  # questions with a parsed pair
+        assert s["n_pairs"] == expect
+        if not expect:
+            continue
+        m = r.read_table("margins")
+        assert m["margin"].notna().all()
+        if verb == "ablate":
+            assert {"full", "answer_only", "reasoning_only", "filler"} <= set(s["effects"])
+            # unrelated reasoning needs a pair from another family
+            assert ("unrelated" in s["effects"]) == (r.read_table("effects")["family"].nunique() > 1)
+            assert "reasoning_share" in s
+        else:
+            assert "record_status_ratio" in s and "relabel_shift" in s
