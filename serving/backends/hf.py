@@ -31,12 +31,16 @@ class HFBackend:
 
     def __init__(self, path: str, *, dtype: str = "float32", device: str | None = None,
                  attn_implementation: str | None = None, batch_size: int = 16,
-                 max_model_len: int | None = None, token_budget: int = 16384):
+                 max_model_len: int | None = None, token_budget: int = 16384, threads: int | None = None):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         # fp32 with padding can hit denormals on CPU and slow down 30x (measured)
         torch.set_flush_denormal(True)
+        # on a CPU shared with other jobs, fewer threads than cores avoids oversubscription (measured 20x)
+        threads = threads or int(os.environ.get("CHORUS_TORCH_THREADS", "0")) or None
+        if threads:
+            torch.set_num_threads(threads)
         self.torch = torch
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.dtype = dtype
