@@ -11,6 +11,8 @@ from typing import Optional
 
 import typer
 
+from chorus.cliutil import fail as _fail
+
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="BDA aggregation over council traces: run, sweep, verify.")
 
@@ -19,13 +21,6 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from chorus.config import ConfigError
 
     return (ConfigError, TraceError, LabelError, PriorError, ValueError)
-
-
-def _fail(msg: str, code: int = 2) -> None:
-    from rich.console import Console
-
-    Console(stderr=True).print(f"[bold red]error:[/] {msg}", highlight=False, soft_wrap=True)
-    raise typer.Exit(code)
 
 
 def _default_out(name: str, verb: str) -> Path:

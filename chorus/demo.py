@@ -30,7 +30,7 @@ def _items(n: int) -> list[dict[str, Any]]:
 
 def run_demo(size: str, out: Path, profile: str, backend: str, console: Any = None) -> Path:
     from serving import load_engine
-    from serving.cli import _progress
+    from chorus.cliutil import engine_callback, progress
 
     cfg = validate(DemoConfig, {"size": size, "profile": profile, "backend": backend}, source="demo options")
     run = RunDir.create(out, part="demo", config=cfg, seeds={"root": cfg.seed})
@@ -42,11 +42,9 @@ def run_demo(size: str, out: Path, profile: str, backend: str, console: Any = No
 
     import pandas as pd
 
-    with _progress("serving: generate") as prog:
-        task = prog.add_task("gen", total=len(convs))
+    with progress("serving: generate", "requests") as update:
         t0 = time.perf_counter()
-        outs = eng.chat(convs, temperature=0.0, max_tokens=cfg.max_tokens,
-                        progress=lambda d, n: prog.update(task, completed=d))
+        outs = eng.chat(convs, temperature=0.0, max_tokens=cfg.max_tokens, progress=engine_callback(update))
         dt = time.perf_counter() - t0
     new_tokens = sum(o.completion_tokens for o in outs)
     computed = sum(o.completion_tokens for o in outs if not o.cached)

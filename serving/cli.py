@@ -12,14 +12,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from chorus.cliutil import engine_callback, fail, progress
+
 console = Console()
 models_app = typer.Typer(no_args_is_help=True)
 store_app = typer.Typer(no_args_is_help=True)
-
-
-def fail(msg: str, code: int = 2) -> None:
-    console.print(f"[red]error:[/red] {msg}")
-    raise typer.Exit(code)
 
 
 @models_app.command("list")
@@ -68,15 +65,6 @@ def models_prepare(profiles: list[str] = typer.Argument(None, help="profiles to 
             fail(str(err))
 
 
-def _progress(label: str):
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-    # progress goes to stderr so that stdout stays clean for results (--json)
-    prog = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    TextColumn("eta"), TimeRemainingColumn(), console=Console(stderr=True), transient=False)
-    return prog
-
-
 def generate(prompt: Optional[str] = typer.Argument(None, help="a user message (or use --chat)"),
              chat: Optional[Path] = typer.Option(None, help="JSON file: a list of {role, content} messages, or a list of such lists"),
              profile: str = typer.Option("smollm2-135m-instruct", "--profile", "-m"),
@@ -109,11 +97,9 @@ def generate(prompt: Optional[str] = typer.Argument(None, help="a user message (
             fail(f"{schema}: {err}")
     try:
         eng = load_engine(profile, backend, store=store)
-        with _progress("generate") as prog:
-            task = prog.add_task("gen", total=len(convs))
+        with progress("generate", "requests") as update:
             outs = eng.chat(convs, temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed,
-                            json_schema=js, choices=choice or None,
-                            progress=lambda d, n: prog.update(task, completed=d))
+                            json_schema=js, choices=choice or None, progress=engine_callback(update))
     except (ValueError, RuntimeError) as err:
         fail(str(err))
     for o in outs:

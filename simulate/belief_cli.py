@@ -7,49 +7,24 @@ from typing import List, Optional
 
 import typer
 
+from chorus.cliutil import fail as _fail
+from chorus.cliutil import parse_overrides as _overrides
+from chorus.cliutil import progress
+
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="Bayesian belief layer (BCA): run, sweep, report, calibrate.")
 
 _SET_HELP = "Override a config field: --set n_agents=4 --set population.kappa=2 (YAML values)."
 
 
-def _overrides(sets: Optional[List[str]]) -> dict:
-    import yaml
-    from chorus.config import ConfigError
-    out = {}
-    for s in sets or []:
-        if "=" not in s:
-            raise ConfigError(f"--set {s!r}: expected KEY=VALUE")
-        k, v = s.split("=", 1)
-        out[k.strip()] = yaml.safe_load(v)
-    return out
-
-
-def _fail(err: Exception) -> None:
-    from rich.console import Console
-    Console(stderr=True).print(f"[red]error:[/red] {err}")
-    raise typer.Exit(2)
-
-
 def _progress_runner(cfg, out, sweep, source, no_plots):
     from rich.console import Console
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                               TimeElapsedColumn, TimeRemainingColumn)
-    from simulate.belief.experiment import run_experiment
-    console = Console()
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TextColumn("utterances"), TimeElapsedColumn(), TimeRemainingColumn(),
-                  console=console, transient=False) as prog:
-        task = prog.add_task(f"{cfg.name} ({cfg.mode})", total=None)
 
-        def progress(total: int, k: int) -> None:
-            if k == 0:
-                prog.update(task, total=total)
-            else:
-                prog.advance(task, k)
-        run, summary = run_experiment(cfg, out, sweep=sweep, progress=progress,
+    from simulate.belief.experiment import run_experiment
+    with progress(f"{cfg.name} ({cfg.mode})", "utterances") as update:
+        run, summary = run_experiment(cfg, out, sweep=sweep, progress=update,
                                       make_plots=not no_plots, source=source)
-    _print_summary(console, run.path, summary)
+    _print_summary(Console(), run.path, summary)
 
 
 def _print_summary(console, path: Path, summary: dict) -> None:

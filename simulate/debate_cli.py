@@ -9,6 +9,10 @@ from typing import List, Optional
 
 import typer
 
+from chorus.cliutil import fail as _fail
+from chorus.cliutil import parse_overrides as _overrides
+from chorus.cliutil import progress
+
 debate_app = typer.Typer(no_args_is_help=True, add_completion=False,
                          help="Multi-agent debate vs matched reflection: bench, run, report.")
 influence_app = typer.Typer(no_args_is_help=True, add_completion=False,
@@ -17,40 +21,12 @@ influence_app = typer.Typer(no_args_is_help=True, add_completion=False,
 _SET_HELP = "Override a config field: --set rounds=1 --set bench.limit=20 (YAML values)."
 
 
-def _overrides(sets: Optional[List[str]]) -> dict:
-    import yaml
-    from chorus.config import ConfigError
-    out = {}
-    for s in sets or []:
-        if "=" not in s:
-            raise ConfigError(f"--set {s!r}: expected KEY=VALUE")
-        k, v = s.split("=", 1)
-        out[k.strip()] = yaml.safe_load(v)
-    return out
-
-
-def _fail(err: Exception) -> None:
-    from rich.console import Console
-    Console(stderr=True).print(f"[red]error:[/red] {err}")
-    raise typer.Exit(2)
-
-
 def _with_progress(label: str, fn):
     from rich.console import Console
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                               TimeRemainingColumn)
-    console = Console()
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("turns"),
-                  TimeElapsedColumn(), TimeRemainingColumn(), console=console) as prog:
-        task = prog.add_task(label, total=None)
 
-        def progress(total: int, k: int) -> None:
-            if k == 0:
-                prog.update(task, total=total)
-            else:
-                prog.advance(task, k)
-        res = fn(progress)
-    return console, res
+    with progress(label, "turns") as update:
+        res = fn(update)
+    return Console(), res
 
 
 def _fmt(v) -> str:

@@ -37,6 +37,6 @@ def test_generate_store_and_stats(tmp_path):
 
 def test_generate_bad_input_exits_nonzero_with_a_message():
     r = chorus("generate", "hi", "--profile", "nope")
-    assert r.returncode == 2 and "unknown model profile 'nope'" in r.stdout
+    assert r.returncode == 2 and "unknown model profile 'nope'" in r.stderr
     r = chorus("generate", "hi", "--backend", "hf", "--temperature", "-1")
-    assert r.returncode == 2 and "temperature" in r.stdout
+    assert r.returncode == 2 and "temperature" in r.stderr
