@@ -257,9 +257,9 @@ def load_engine(profile: str = DEFAULT_PROFILE, backend: str = "auto", *, store:
     if backend == "openai":
         from serving.backends.openai import OpenAIBackend
 
-        be = OpenAIBackend(prof, max_model_len=max_model_len, **backend_kwargs)
+        be = OpenAIBackend(prof, max_model_len=max_model_len, **backend_kwargs)  # requires the local folder
         tokenizer = be.tokenizer
-        wh = weights_hash(prof.path) if prof.status()[0] else None
+        wh = weights_hash(prof.path)
     else:
         path = prof.require()
         wh = weights_hash(path)
