@@ -152,3 +152,9 @@ def cues(config: str = typer.Argument(..., help="Influence config (path or shipp
          no_plots: bool = typer.Option(False, "--no-plots")) -> None:
     """Source cues (record x status) and self- vs other-attribution of the same text."""
     _influence("cues", config, out, set_, no_plots)
+
+
+# knockout / patch / probe (issue 6) live in interventions/internals_cli.py
+from interventions.internals_cli import register as _register_internals  # noqa: E402
+
+_register_internals(influence_app)
