@@ -3,10 +3,13 @@ mounts them. Part modules keep heavy imports (torch, vllm) inside functions so t
 ``chorus --help`` stays fast."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 
 from aggregate.cli import app as aggregate_app
-from serving.cli import demo, generate, models_app, serve, store_app
+from chorus.cliutil import fail
+from serving.cli import generate, models_app, serve, store_app
 from simulate.belief_cli import app as belief_app
 from simulate.council_cli import council_app
 from simulate.debate_cli import debate_app, influence_app
@@ -25,7 +28,56 @@ app.add_typer(roleplay_app, name="roleplay", help="DEBATE-style role-play groups
 app.add_typer(sft_app, name="sft", help="Next-message SFT with TRL (base vs SFT vs human).")
 app.command()(generate)
 app.command()(serve)
-app.command()(demo)
+
+
+@app.command()
+def demo(size: str = typer.Option("tiny", "--size", help="tiny (a few minutes) | full (the main job, < 15 min on 2 CPU cores)"),
+         out: Path = typer.Option(Path("runs/demo"), "--out", help="Run directory; OUT/report.html is written there."),
+         profile: str = typer.Option("smollm2-135m-instruct", "--profile", "-m", help="Model profile for the single-model stages."),
+         backend: str = typer.Option("auto", "--backend", "-b", help="auto | hf | vllm | openai"),
+         stage: list[str] = typer.Option(None, "--stage", help="Run only these stages (repeatable); default all."),
+         seed: int = typer.Option(0, "--seed")) -> None:
+    """The main job: one small study across every part on the embedded model, with a self-contained HTML report.
+    Rerunning resumes: completed model calls are read back from each stage's store."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from chorus.demo import run_demo
+
+    console = Console()
+    if size not in ("tiny", "full"):
+        fail(f"--size must be tiny or full, got {size!r}")
+    try:
+        report_path = run_demo(size=size, out=out, profile=profile, backend=backend, stages=stage or None,
+                               seed=seed, console=console)
+    except (ValueError, RuntimeError) as err:
+        fail(str(err))
+    import json
+    summ = json.loads((out / "summary.json").read_text())
+    timing = json.loads((out / "timing.json").read_text())["stages"]
+    t = Table(title=f"chorus demo ({size})")
+    for c in ("stage", "status", "wall s", "note"):
+        t.add_column(c)
+    for name, rec in summ["stages"].items():
+        colour = {"done": "green", "failed": "red"}.get(rec["status"], "yellow")
+        t.add_row(name, f"[{colour}]{rec['status']}[/{colour}]", str(timing.get(name, {}).get("wall_s", "")),
+                  rec.get("error", "")[:80])
+    console.print(t)
+    console.print(f"report: {report_path}")
+    if any(r["status"] == "failed" for r in summ["stages"].values()):
+        raise typer.Exit(1)
+
+
+@app.command()
+def report(run_dir: Path = typer.Argument(..., help="Any chorus run directory (a demo, or one part's run)."),
+           out: Path = typer.Option(None, "--out", help="HTML file to write (default RUN/report.html).")) -> None:
+    """Render a single self-contained HTML report (no network, no external assets) for a run directory."""
+    from chorus.report import ReportError, render_report
+    try:
+        path = render_report(run_dir, out=out)
+    except ReportError as err:
+        fail(str(err))
+    typer.echo(str(path))
 
 
 def main() -> None:  # pragma: no cover

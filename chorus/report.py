@@ -1,47 +1,256 @@
-"""A self-contained HTML report of any run directory (no network, no external assets)."""
+"""``chorus report RUN``: one self-contained HTML file for any run directory (no network, no
+external assets: CSS inline, plots embedded as base64 PNG, no scripts).
+
+Everything shown is read from the run's files (summary.json, tables/*.parquet, plots/*.png,
+provenance.json, config.yaml); nothing is typed here. A demo directory (``chorus demo``) is
+rendered as one section per stage, each stage from its own run directory; a stage that was
+interrupted or failed is named as such and the rest still renders.
+"""
 from __future__ import annotations
 
 import base64
 import html
 import json
+import math
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
-CSS = """body{font-family:system-ui,sans-serif;max-width:1000px;margin:2em auto;color:#222}
-table{border-collapse:collapse;font-size:13px;margin:.5em 0}td,th{border:1px solid #ccc;padding:3px 6px;text-align:left;vertical-align:top}
-th{background:#f3f3f3}pre{background:#f7f7f7;padding:.6em;overflow:auto;font-size:12px}img{max-width:100%}"""
+from chorus import __version__
+
+CSS = """body{font-family:system-ui,-apple-system,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222;line-height:1.4}
+h1{font-size:1.6em}h2{border-bottom:2px solid #ddd;padding-bottom:.2em;margin-top:1.6em}h3{margin-bottom:.3em}
+table{border-collapse:collapse;font-size:13px;margin:.5em 0}td,th{border:1px solid #ccc;padding:3px 7px;text-align:left;vertical-align:top}
+th{background:#f3f3f3}pre{background:#f7f7f7;padding:.6em;overflow:auto;font-size:12px;max-height:30em}
+img{max-width:100%;border:1px solid #eee}figure{display:inline-block;margin:.5em;max-width:48%;vertical-align:top}
+figcaption{font-size:12px;color:#555;text-align:center}.warn{background:#fff4e5;border-left:4px solid #f0a020;padding:.5em 1em}
+.bad{background:#fdecea;border-left:4px solid #d33;padding:.5em 1em}.ok{color:#1a7f37;font-weight:bold}
+.failed{color:#d33;font-weight:bold}.other{color:#b26a00;font-weight:bold}nav a{margin-right:1em}
+details{margin:.4em 0}summary{cursor:pointer;color:#345}"""
+
+MAX_ROWS = 25
 
 
-def _table(df: pd.DataFrame, limit: int = 30) -> str:
-    return df.head(limit).to_html(index=False, escape=True, float_format=lambda x: f"{x:.4g}", border=0)
+class ReportError(ValueError):
+    """The directory cannot be rendered (missing, or not a chorus run directory)."""
 
 
-def render_report(run_dir: str | Path) -> Path:
-    run = Path(run_dir)
-    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>chorus run {html.escape(run.name)}</title>"
-             f"<style>{CSS}</style></head><body><h1>chorus run: {html.escape(run.name)}</h1>"]
-    summ = run / "summary.json"
-    parts.append("<section id='summary'><h2>Headline numbers</h2>")
-    if summ.exists():
-        parts.append(f"<pre>{html.escape(json.dumps(json.loads(summ.read_text()), indent=2))}</pre>")
+def _esc(x: Any) -> str:
+    return html.escape(str(x))
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        return "nan" if not math.isfinite(v) else f"{v:.4g}"
+    return str(v)
+
+
+def _scalar(v: Any) -> bool:
+    return v is None or isinstance(v, (str, int, float, bool))
+
+
+def _kv_table(d: dict[str, Any]) -> str:
+    rows = "".join(f"<tr><th>{_esc(k)}</th><td>{_esc(_fmt(v))}</td></tr>" for k, v in d.items())
+    return f"<table>{rows}</table>"
+
+
+def _df_table(df: pd.DataFrame, limit: int = MAX_ROWS) -> str:
+    more = f"<p><i>first {limit} of {len(df)} rows</i></p>" if len(df) > limit else ""
+    shown = df.head(limit).copy()
+    for c in shown.columns:  # long free text (generations) would swamp the page
+        if shown[c].dtype == object:
+            shown[c] = shown[c].map(lambda v: (str(v)[:200] + "…") if isinstance(v, str) and len(v) > 200 else v)
+    return shown.to_html(index=False, escape=True, border=0, na_rep="–",
+                         float_format=lambda x: f"{x:.4g}") + more
+
+
+def _render_value(name: str, obj: Any, depth: int = 0) -> str:
+    """A summary value as HTML: flat dicts as key/value tables, dicts of flat dicts as a matrix,
+    lists of flat dicts as a table, deeper structure as nested headings, then JSON."""
+    if _scalar(obj):
+        return _kv_table({name: obj})
+    if isinstance(obj, dict) and obj and all(_scalar(v) for v in obj.values()):
+        return f"<h4>{_esc(name)}</h4>{_kv_table(obj)}" if name else _kv_table(obj)
+    if (isinstance(obj, dict) and obj and all(isinstance(v, dict) and v and all(_scalar(x) for x in v.values())
+                                              for v in obj.values())):
+        return f"<h4>{_esc(name)}</h4>" + _df_table(pd.DataFrame(obj).reset_index().rename(columns={"index": ""}), 60)
+    if isinstance(obj, list) and obj and all(isinstance(v, dict) and all(_scalar(x) for x in v.values()) for v in obj):
+        return f"<h4>{_esc(name)}</h4>" + _df_table(pd.DataFrame(obj), 60)
+    if isinstance(obj, dict) and depth < 2:
+        scal = {k: v for k, v in obj.items() if _scalar(v)}
+        parts = [f"<h4>{_esc(name)}</h4>" if name else "", _kv_table(scal) if scal else ""]
+        parts += [_render_value(f"{name}.{k}" if name else k, v, depth + 1) for k, v in obj.items() if not _scalar(v)]
+        return "".join(parts)
+    return f"<h4>{_esc(name)}</h4><pre>{_esc(json.dumps(obj, indent=1, default=str)[:20000])}</pre>"
+
+
+def _headline(summary: dict[str, Any]) -> dict[str, Any]:
+    """The part's own ``headline`` block when it has one, else its top-level scalars."""
+    if isinstance(summary.get("headline"), dict):
+        return {k: v for k, v in summary["headline"].items() if _scalar(v)}
+    return {k: v for k, v in summary.items() if _scalar(v)}
+
+
+def _dig(d: Any, dotted: str) -> Any:
+    for k in dotted.split("/"):
+        if not isinstance(d, dict) or k not in d:
+            return None
+        d = d[k]
+    return d if _scalar(d) else None
+
+
+def _key_numbers(name: str, rec: dict[str, Any] | None) -> str:
+    """A few headline numbers of a demo stage for the overview (the stage's declared keys, else its
+    first headline scalars)."""
+    from chorus.demo import REGISTRY
+    summ = (rec or {}).get("summary") or {}
+    keys = REGISTRY[name].keys if name in REGISTRY else ()
+    pairs = [(k.split("/")[-1] if k.startswith("headline/") else k, _dig(summ, k)) for k in keys]
+    pairs = [(k, v) for k, v in pairs if v is not None] or list(_headline(summ).items())[:4]
+    return "<br>".join(f"{_esc(k)} = {_esc(_fmt(v))}" for k, v in pairs)
+
+
+def _read_json(p: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(p.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def _version_note(prov: dict[str, Any] | None) -> str:
+    if prov is None:
+        return "<p class='warn'>missing: provenance.json (versions, models and seeds unknown)</p>"
+    made = (prov.get("versions") or {}).get("chorus")
+    if made and made.split(".")[:2] != __version__.split(".")[:2]:
+        return (f"<p class='warn'>This run was made by chorus {_esc(made)}; this is chorus {_esc(__version__)}. "
+                "It is rendered with what it has: sections this version expects may be missing.</p>")
+    return ""
+
+
+def _run_body(run: Path, title_level: int = 2, anchor: str = "") -> str:
+    """Headline numbers, plots, tables and provenance of one run directory."""
+    h = f"h{title_level}"
+    out: list[str] = []
+    summ = _read_json(run / "summary.json")
+    prov = _read_json(run / "provenance.json")
+    out.append(_version_note(prov) if title_level == 2 else "")
+    if summ is None:
+        out.append("<p class='bad'>missing: summary.json (this run did not finish: it was interrupted or failed)</p>")
     else:
-        parts.append("<p><b>missing:</b> summary.json (the run did not finish)</p>")
-    parts.append("</section><section id='plots'><h2>Plots</h2>")
-    for png in sorted((run / "plots").glob("*.png")):
+        head = _headline(summ)
+        out.append(f"<{h} id='{anchor}headline'>Headline numbers</{h}>" + (_kv_table(head) if head else "<p>–</p>"))
+        rest = {k: v for k, v in summ.items() if not _scalar(v) and k not in ("headline", "plots")}
+        if rest:
+            out.append("<details><summary>all numbers of this run</summary>"
+                       + "".join(_render_value(k, v) for k, v in rest.items()) + "</details>")
+    pngs = sorted((run / "plots").glob("*.png")) if (run / "plots").is_dir() else []
+    out.append(f"<{h} id='{anchor}plots'>Plots</{h}>")
+    if not pngs:
+        out.append("<p>none</p>")
+    for png in pngs:
         b64 = base64.b64encode(png.read_bytes()).decode()
-        parts.append(f"<figure><img alt='{html.escape(png.stem)}' src='data:image/png;base64,{b64}'>"
-                     f"<figcaption>{html.escape(png.stem)}</figcaption></figure>")
-    parts.append("</section><section id='tables'><h2>Tables</h2>")
-    for pq in sorted((run / "tables").glob("*.parquet")):
-        parts.append(f"<h3>{html.escape(pq.stem)}</h3>{_table(pd.read_parquet(pq))}")
-    parts.append("</section><section id='provenance'><h2>Provenance</h2>")
-    prov = run / "provenance.json"
-    parts.append(f"<pre>{html.escape(prov.read_text()) if prov.exists() else 'missing: provenance.json'}</pre>")
+        out.append(f"<figure><img alt='{_esc(png.stem)}' src='data:image/png;base64,{b64}'>"
+                   f"<figcaption>{_esc(png.stem)}</figcaption></figure>")
+    pqs = sorted((run / "tables").glob("*.parquet")) if (run / "tables").is_dir() else []
+    out.append(f"<{h} id='{anchor}tables'>Tables</{h}>")
+    if not pqs:
+        out.append("<p>none</p>")
+    for pq in pqs:
+        try:
+            df = pd.read_parquet(pq)
+            out.append(f"<details><summary>{_esc(pq.stem)} ({len(df)} rows)</summary>{_df_table(df)}</details>")
+        except Exception as e:  # a half-written table must not stop the report
+            out.append(f"<p class='bad'>{_esc(pq.name)}: unreadable ({_esc(type(e).__name__)})</p>")
+    out.append(f"<{h} id='{anchor}provenance'>Provenance</{h}>")
+    if prov is None:
+        out.append("<p class='warn'>missing: provenance.json</p>")
+    else:
+        out.append(f"<details><summary>versions, model identities, seeds, times</summary>"
+                   f"<pre>{_esc(json.dumps(prov, indent=1, default=str))}</pre></details>")
     cfg = run / "config.yaml"
-    if cfg.exists():
-        parts.append(f"<h3>config.yaml</h3><pre>{html.escape(cfg.read_text())}</pre>")
-    parts.append("</section></body></html>")
-    out = run / "report.html"
-    out.write_text("".join(parts))
-    return out
+    if cfg.is_file():
+        out.append(f"<details><summary>config.yaml</summary><pre>{_esc(cfg.read_text())}</pre></details>")
+    err = run / "error.txt"
+    if err.is_file():
+        out.append(f"<details open><summary class='failed'>error</summary><pre>{_esc(err.read_text()[-6000:])}</pre></details>")
+    return "".join(out)
+
+
+def _demo_body(run: Path, summ: dict[str, Any] | None, prov: dict[str, Any] | None) -> str:
+    from chorus.demo import REGISTRY, STAGES
+    stages = (summ or {}).get("stages", {})
+    timing = (_read_json(run / "timing.json") or {}).get("stages", {})
+    planned = (prov or {}).get("stages") or list(STAGES)
+    out = [_version_note(prov), "<section id='overview'><h2>Overview</h2>"]
+    if summ is None:
+        out.append("<p class='bad'>missing: summary.json (the demo was interrupted before its first stage ended)</p>")
+    rows = []
+    for name in planned:
+        rec = stages.get(name)
+        status = rec["status"] if rec else "missing (not run, or interrupted)"
+        cls = {"done": "ok", "failed": "failed"}.get(status, "other")
+        title = rec.get("title") if rec else (REGISTRY[name].title if name in REGISTRY else name)
+        wall = timing.get(name, {}).get("wall_s")
+        rows.append(f"<tr><td><a href='#stage-{_esc(name)}'>{_esc(name)}</a></td><td>{_esc(title)}</td>"
+                    f"<td class='{cls}'>{_esc(status)}</td><td>{_key_numbers(name, rec)}</td><td>{_esc(_fmt(wall))}</td>"
+                    f"<td>{_esc((rec or {}).get('error', ''))}</td></tr>")
+    out.append("<table><tr><th>stage</th><th>what</th><th>status</th><th>key numbers</th><th>wall s (last invocation)</th>"
+               "<th>note</th></tr>" + "".join(rows) + "</table>")
+    prof = (summ or {}).get("profile")
+    out.append(f"<p>Size <b>{_esc((summ or {}).get('size', '?'))}</b>, model <b>{_esc(prof)}</b>. The embedded models "
+               "(135M-270M parameters) are too small to judge stances or answer well: LLM-mode numbers here test the "
+               "plumbing, not the science; oracle-mode numbers are exact.</p></section>")
+    for name in planned:
+        rec = stages.get(name)
+        sdir = run / name
+        title = rec.get("title") if rec else (REGISTRY[name].title if name in REGISTRY else name)
+        out.append(f"<section id='stage-{_esc(name)}'><h2>{_esc(title)}</h2>")
+        if rec is None:
+            out.append(f"<p class='warn'>missing: stage <b>{_esc(name)}</b> has no result (not run, or interrupted)."
+                       f"{' Partial files follow.' if sdir.is_dir() else ''}</p>")
+        elif rec["status"] != "done":
+            out.append(f"<p class='{'bad' if rec['status'] == 'failed' else 'warn'}'>{_esc(rec['status'])}: "
+                       f"{_esc(rec.get('error', ''))}</p>")
+        if sdir.is_dir():
+            out.append(_run_body(sdir, title_level=3, anchor=f"{name}-"))
+        out.append("</section>")
+    return "".join(out)
+
+
+def render_report(run_dir: str | Path, out: str | Path | None = None) -> Path:
+    """Write ``RUN/report.html`` (or ``out``) for the run directory ``run_dir``; returns its path."""
+    run = Path(run_dir)
+    if not run.is_dir():
+        raise ReportError(f"{run}: no such run directory")
+    summ = _read_json(run / "summary.json")
+    prov = _read_json(run / "provenance.json")
+    if summ is None and prov is None and not (run / "config.yaml").is_file():
+        raise ReportError(f"{run}: not a chorus run directory (no summary.json, provenance.json or config.yaml)")
+    is_demo = (prov or {}).get("part") == "demo" or (summ is not None and isinstance(summ.get("stages"), dict)
+                                                      and all(isinstance(v, dict) and "status" in v
+                                                              for v in summ["stages"].values()))
+    part = (prov or {}).get("part", "run")
+    body = _demo_body(run, summ, prov) if is_demo else _run_body(run)
+    nav = ("<nav><a href='#overview'>overview</a>" + "".join(
+        f"<a href='#stage-{_esc(s)}'>{_esc(s)}</a>" for s in ((prov or {}).get("stages") or (summ or {}).get("stages", {})))
+        + "<a href='#demo-provenance'>provenance</a></nav>") if is_demo else ""
+    demo_prov = ""
+    if is_demo and prov is not None:
+        demo_prov = (f"<section id='demo-provenance'><h2>Provenance</h2><pre>{_esc(json.dumps(prov, indent=1, default=str))}"
+                     "</pre></section>")
+    doc = (f"<!doctype html><html lang='en'><head><meta charset='utf-8'>"
+           f"<meta name='viewport' content='width=device-width,initial-scale=1'>"
+           f"<title>chorus {_esc(part)}: {_esc(run.resolve().name)}</title><style>{CSS}</style></head><body>"
+           f"<h1>chorus {_esc(part)}: {_esc(run.resolve().name)}</h1>{nav}{body}{demo_prov}"
+           f"<footer><p><small>rendered by chorus {_esc(__version__)} from the files in {_esc(run.resolve())}</small></p>"
+           f"</footer></body></html>")
+    path = Path(out) if out is not None else run / "report.html"
+    tmp = path.with_suffix(".html.tmp")
+    tmp.write_text(doc, encoding="utf-8")
+    tmp.replace(path)
+    return path

@@ -6,11 +6,11 @@ servers; model profiles; the SQLite call store.
     eng.chat([[{"role": "user", "content": "Hi"}]], temperature=0, max_tokens=32)
     eng.option_logprobs([[{"role": "user", "content": "A or B?"}]], ["A", "B"])
 """
-from serving.engine import Engine, load_engine
+from serving.engine import Engine, engine_pool, load_engine
 from serving.profiles import DEFAULT_PROFILE, ModelError, Profile, all_profiles, get_profile
 from serving.store import CallStore, StoreError
 from serving.structured import SchemaError
 from serving.types import Completion, ContextLengthError, RequestError
 
-__all__ = ["Engine", "load_engine", "Completion", "CallStore", "StoreError", "ModelError", "RequestError",
+__all__ = ["Engine", "engine_pool", "load_engine", "Completion", "CallStore", "StoreError", "ModelError", "RequestError",
            "ContextLengthError", "SchemaError", "Profile", "get_profile", "all_profiles", "DEFAULT_PROFILE"]

@@ -166,16 +166,3 @@ def store_stats(path: Path = typer.Argument(..., help="a calls.sqlite file or a 
     console.print(f"{st['path']}: {st['calls']} calls, {st['bytes'] / 1e6:.1f} MB")
     console.print(t)
 
-
-def demo(size: str = typer.Option("tiny", help="tiny | full"),
-         out: Path = typer.Option(Path("runs/demo"), help="run directory"),
-         profile: str = typer.Option("smollm2-135m-instruct", "--profile", "-m"),
-         backend: str = typer.Option("auto", "--backend", "-b")) -> None:
-    """The main job: a small study on the embedded model, written to OUT (report.html beside the run files)."""
-    from chorus.demo import run_demo
-
-    try:
-        report = run_demo(size=size, out=out, profile=profile, backend=backend, console=console)
-    except (ValueError, RuntimeError) as err:
-        fail(str(err))
-    console.print(f"[green]done[/green]: {report}")

@@ -1,6 +1,7 @@
 """The one engine every caller uses: chat templates, validation, the call store, dispatch."""
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from pathlib import Path
@@ -160,6 +161,8 @@ class Engine:
             raise RequestError(f"option {option!r} tokenises to nothing")
         return ids
 
+    OPTION_CHUNK = 64  # prompts per committed chunk of option_logprobs
+
     def option_logprobs(self, conversations: Sequence[list[dict[str, str]]],
                         options: Sequence[str]) -> list[dict[str, float]]:
         """For each conversation, log P(option | context) of each option string as the beginning
@@ -182,8 +185,10 @@ class Engine:
         for i, r in enumerate(results):
             if r is None:
                 todo.setdefault(keys[i], []).append(i)
-        if todo:
-            firsts = [v[0] for v in todo.values()]
+        firsts_all = [v[0] for v in todo.values()]
+        # committed chunk by chunk: a kill loses at most one chunk of forward passes
+        for c0 in range(0, len(firsts_all), self.OPTION_CHUNK):
+            firsts = firsts_all[c0:c0 + self.OPTION_CHUNK]
             prompts = [self.render(convs[i]) for i in firsts]
             option_ids = []
             for j, p in enumerate(prompts):
@@ -207,7 +212,8 @@ class Engine:
         return results  # type: ignore[return-value]
 
     def close(self) -> None:
-        self.backend.close()
+        if not getattr(self.backend, "_pooled", False):  # a pooled backend outlives its engines
+            self.backend.close()
         if self.store is not None:
             self.store.close()
 
@@ -233,6 +239,26 @@ def default_dtype() -> str:
         return "float32"
 
 
+_POOL: dict[tuple, tuple[Any, Any, str | None]] | None = None
+
+
+@contextlib.contextmanager
+def engine_pool():
+    """Inside this block, ``load_engine`` loads each (profile, backend, dtype, options) once and
+    hands later callers a new ``Engine`` (with their own store) around the same loaded model.
+    ``chorus demo`` runs every stage in one pool so the model is not reloaded per stage."""
+    global _POOL
+    outer, _POOL = _POOL, ({} if _POOL is None else _POOL)
+    try:
+        yield _POOL
+    finally:
+        if outer is None:
+            for be, _tok, _wh in _POOL.values():
+                be._pooled = False
+                be.close()
+        _POOL = outer
+
+
 def load_engine(profile: str = DEFAULT_PROFILE, backend: str = "auto", *, store: str | Path | CallStore | None = None,
                 dtype: str | None = None, max_model_len: int | None = None, **backend_kwargs: Any) -> Engine:
     """Load ``profile`` on ``backend`` ("hf", "vllm", "openai" or "auto").
@@ -252,6 +278,11 @@ def load_engine(profile: str = DEFAULT_PROFILE, backend: str = "auto", *, store:
         raise ValueError(f"dtype must be float32, bfloat16 or float16, got {dtype!r}")
     prof = get_profile(profile)
     dtype = dtype or default_dtype()
+    st = store if isinstance(store, CallStore) or store is None else CallStore(store)
+    key = (prof.name, str(prof.path), backend, dtype, max_model_len, repr(sorted(backend_kwargs.items())))
+    if _POOL is not None and key in _POOL:
+        be, tokenizer, wh = _POOL[key]
+        return Engine(prof, be, tokenizer, dtype=dtype, store=st, weights_sha256=wh)
     from serving.prepare import weights_hash
 
     if backend == "openai":
@@ -275,5 +306,7 @@ def load_engine(profile: str = DEFAULT_PROFILE, backend: str = "auto", *, store:
 
             be = VLLMBackend(str(path), dtype=dtype, max_model_len=max_model_len, **backend_kwargs)
             tokenizer = be.tokenizer
-    st = store if isinstance(store, CallStore) or store is None else CallStore(store)
+    if _POOL is not None:
+        be._pooled = True
+        _POOL[key] = (be, tokenizer, wh)
     return Engine(prof, be, tokenizer, dtype=dtype, store=st, weights_sha256=wh)

@@ -1,0 +1,118 @@
+"""The main job end to end at the tiny size, on the embedded model: every stage, the report, a
+real headless browser (Debian's chromium via Playwright), and a killed-and-resumed demo."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from chorus.demo import STAGES
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parent.parent
+CHORUS = [sys.executable, "-m", "chorus.cli"]
+ARTIFACTS = Path(os.environ.get("CHORUS_TEST_ARTIFACTS", ROOT / "artifacts"))
+
+
+def _demo(out: Path, *extra: str, **popen) -> subprocess.Popen:
+    return subprocess.Popen(CHORUS + ["demo", "--size", "tiny", "--out", str(out), *extra], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **popen)
+
+
+@pytest.fixture(scope="module")
+def demo_dir(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("demo") / "run"
+    p = _demo(out)
+    log, _ = p.communicate(timeout=1800)
+    assert p.returncode == 0, log[-4000:]
+    return out
+
+
+
+def test_demo_runs_every_stage_and_writes_the_layout(demo_dir):
+    summ = json.loads((demo_dir / "summary.json").read_text())
+    status = {k: v["status"] for k, v in summ["stages"].items()}
+    assert status == {s: "done" for s in STAGES}, {k: summ["stages"][k].get("error") for k in status}
+    prov = json.loads((demo_dir / "provenance.json").read_text())
+    for lib in ("chorus", "torch", "transformers", "nnsight"):
+        assert prov["versions"].get(lib), lib
+    for s in STAGES:  # every stage is a run directory of the shared layout
+        d = demo_dir / s
+        assert (d / "summary.json").is_file() and (d / "provenance.json").is_file() and (d / "config.yaml").is_file(), s
+    assert list((demo_dir / "belief_oracle" / "plots").glob("*.png"))
+    assert (demo_dir / "debate" / "tables" / "turns.parquet").is_file()
+    timing = json.loads((demo_dir / "timing.json").read_text())
+    assert set(timing["stages"]) == set(STAGES)
+
+
+def test_report_has_every_section(demo_dir):
+    html = (demo_dir / "report.html").read_text()
+    assert "id='overview'" in html
+    for s in STAGES:
+        assert f"id='stage-{s}'" in html
+    assert "missing:" not in html.split("id='stage-serving'")[0]  # the overview names nothing missing
+
+
+def test_report_in_headless_chromium(demo_dir):
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.fail("Debian's chromium is not installed: run `bash scripts/setup.sh --test` (it installs it)")
+    from playwright.sync_api import sync_playwright
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    messages: list[tuple[str, str]] = []
+    requests: list[str] = []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1200, "height": 900})
+        page.on("console", lambda m: messages.append((m.type, m.text)))
+        page.on("pageerror", lambda e: messages.append(("pageerror", str(e))))
+        page.on("request", lambda r: requests.append(r.url))
+        page.goto((demo_dir / "report.html").as_uri())
+        page.wait_for_load_state("load")
+        for s in STAGES:
+            assert page.locator(f"#stage-{s}").is_visible(), s
+        assert page.locator("#overview table").is_visible()
+        n_img = page.locator("img").count()
+        broken = page.evaluate("Array.from(document.images).filter(i => !(i.complete && i.naturalWidth > 0)).length")
+        page.screenshot(path=str(ARTIFACTS / "demo-report.png"), full_page=True)
+        browser.close()
+    assert not [m for m in messages if m[0] in ("error", "pageerror", "warning")], messages
+    assert n_img >= 5 and broken == 0
+    assert all(u.startswith(("file:", "data:")) for u in requests), requests  # nothing from a network
+
+
+def test_killed_demo_resumes_to_the_same_summary(demo_dir, tmp_path):
+    """Kill a demo during its debate stage, rerun it: the summary equals the uninterrupted one
+    and the rerun reads back the calls the killed process had completed."""
+    out = tmp_path / "killed"
+    stages = ["--stage", "serving", "--stage", "debate"]
+    p = _demo(out, *stages, start_new_session=True)
+    deadline = time.time() + 900
+    killed = False
+    while time.time() < deadline and p.poll() is None:
+        db = out / "debate" / "calls.sqlite"
+        if db.is_file() and db.stat().st_size > 40_000:  # some debate calls are committed
+            os.killpg(p.pid, signal.SIGKILL)
+            killed = True
+            break
+        time.sleep(0.5)
+    p.communicate(timeout=60)
+    assert killed, "the demo finished before it could be killed; make the debate stage longer"
+    summ = json.loads((out / "summary.json").read_text())
+    assert "debate" not in summ["stages"]  # it really was interrupted there
+    p = _demo(out, *stages)
+    log, _ = p.communicate(timeout=1200)
+    assert p.returncode == 0, log[-3000:]
+    resumed = json.loads((out / "summary.json").read_text())["stages"]
+    ref = json.loads((demo_dir / "summary.json").read_text())["stages"]
+    for s in ("serving", "debate"):
+        assert resumed[s] == ref[s], s
+    timing = json.loads((out / "timing.json").read_text())["stages"]
+    assert timing["debate"]["stored_calls_before"] > 0

@@ -1,0 +1,102 @@
+"""The HTML report on hand-built run directories (no model): incomplete runs, older versions,
+bad directories, self-containment."""
+from __future__ import annotations
+
+import json
+import re
+
+import pandas as pd
+import pytest
+
+from chorus.report import ReportError, render_report
+from chorus.runs import RunDir, write_json
+
+
+def _run(tmp_path, name="r", **summary):
+    run = RunDir.create(tmp_path / name, part="debate", seeds={"root": 0})
+    run.write_table("turns", pd.DataFrame({"qid": ["q1", "q2"], "answer": ["A", None]}))
+    if summary:
+        run.write_summary(summary)
+    return run
+
+
+def test_single_run_report_has_every_section_and_numbers_from_files(tmp_path):
+    run = _run(tmp_path, headline={"parse_rate": 0.8125, "n_questions": 300},
+               conditions={"debate": {"acc": 0.41}, "reflection": {"acc": 0.39}})
+    html = render_report(run.path).read_text()
+    for anchor in ("headline", "plots", "tables", "provenance"):
+        assert f"id='{anchor}'" in html
+    assert "0.8125" in html and "300" in html and "0.41" in html  # read from summary.json
+    assert "turns (2 rows)" in html
+
+
+def test_report_is_self_contained(tmp_path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    run = _run(tmp_path, headline={"x": 1})
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [0, 1])
+    fig.savefig(run.plot_path("line"))
+    plt.close(fig)
+    html = render_report(run.path).read_text()
+    assert "data:image/png;base64," in html
+    assert not re.search(r"""(src|href)\s*=\s*['"]?(https?:|//)""", html)  # nothing fetched from a network
+    assert "<script" not in html
+
+
+def test_incomplete_run_still_renders_naming_what_is_missing(tmp_path):
+    run = _run(tmp_path)  # no summary: interrupted
+    html = render_report(run.path).read_text()
+    assert "missing: summary.json" in html
+    assert "turns (2 rows)" in html
+
+
+def test_incomplete_demo_names_missing_stages(tmp_path):
+    demo = RunDir.create(tmp_path / "demo", part="demo", stages=["serving", "debate", "council"])
+    demo.write_summary({"size": "tiny", "profile": "smollm2-135m-instruct",
+                        "stages": {"serving": {"status": "done", "title": "Serving", "summary": {"n": 1}},
+                                   "council": {"status": "failed", "title": "Council", "error": "ValueError: boom"}}})
+    _run(demo.path, "serving", headline={"readout_accuracy": 0.625})
+    html = render_report(demo.path).read_text()
+    assert "id='overview'" in html and "id='stage-serving'" in html and "id='stage-debate'" in html
+    assert "missing: stage <b>debate</b>" in html
+    assert "ValueError: boom" in html
+    assert "0.625" in html
+
+
+def test_older_version_is_rendered_with_a_warning(tmp_path):
+    run = _run(tmp_path, headline={"x": 1})
+    prov = run.provenance()
+    prov["versions"]["chorus"] = "0.0.1"
+    write_json(run.path / "provenance.json", prov)
+    html = render_report(run.path).read_text()
+    assert "made by chorus 0.0.1" in html
+
+
+def test_bad_directories_are_refused(tmp_path):
+    with pytest.raises(ReportError, match="no such run directory"):
+        render_report(tmp_path / "nope")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ReportError, match="not a chorus run directory"):
+        render_report(tmp_path / "empty")
+
+
+def test_corrupt_summary_is_reported_not_fatal(tmp_path):
+    run = _run(tmp_path)
+    (run.path / "summary.json").write_text("{not json")
+    html = render_report(run.path).read_text()
+    assert "missing: summary.json" in html
+    json.loads((run.path / "provenance.json").read_text())
+
+
+def test_report_cli(tmp_path):
+    from typer.testing import CliRunner
+
+    from chorus.cli import app
+    run = _run(tmp_path, headline={"x": 1})
+    res = CliRunner().invoke(app, ["report", str(run.path), "--out", str(tmp_path / "x.html")])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "x.html").is_file()
+    res = CliRunner().invoke(app, ["report", str(tmp_path / "missing")])
+    assert res.exit_code != 0 and "no such run directory" in res.output
