@@ -196,7 +196,9 @@ REGISTRY: dict[str, Stage] = {s.name: s for s in [
            "committed_at_read/by_condition/reflection/0.0/share", "committed_at_read/debate_minus_reflection_f0/delta",
            "message_effect_round1/shift")),
     Stage("knockout", "Inside the model: attention knockout, residual interchange, probes",
-          _external("interventions.internals_demo"), "passes"),
+          _external("interventions.internals_demo"), "passes",
+          ("knockout/all_layers/after/share_removed", "knockout/all_layers/decision/share_removed",
+           "patch/cue_effect_x_minus_y/mean", "probe/n_layers_above_null_p90")),
     Stage("council", "Live council aggregated by BDA vs baselines", _external("simulate.council.demo"), "calls"),
     Stage("roleplay", "Role-play groups vs humans (synthetic fixture)", _external("simulate.roleplay.demo"), "turns"),
 ]}

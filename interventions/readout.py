@@ -43,16 +43,24 @@ def option_strings(labels: Sequence[str]) -> list[str]:
     return [" " + lab for lab in labels]
 
 
-def forced_choice(engine: Any, conversations: Sequence[list[dict]], labels: Sequence[Sequence[str]]) -> list[dict[str, float]]:
-    """Option-label log-probs after each conversation's prefill, batched per label set."""
+def forced_choice(engine: Any, conversations: Sequence[list[dict]], labels: Sequence[Sequence[str]],
+                  progress: Any = None, chunk: int = 64) -> list[dict[str, float]]:
+    """Option-label log-probs after each conversation's prefill, batched per label set (in chunks,
+    so that ``progress(total, k)`` advances)."""
     out: list[dict[str, float] | None] = [None] * len(conversations)
     groups: dict[tuple, list[int]] = {}
     for i, labs in enumerate(labels):
         groups.setdefault(tuple(labs), []).append(i)
-    for labs, idx in groups.items():
-        lps = engine.option_logprobs([conversations[i] for i in idx], option_strings(labs))
-        for i, d in zip(idx, lps):
-            out[i] = {lab: float(d[" " + lab]) for lab in labs}
+    if progress:
+        progress(len(conversations), 0)
+    for labs, idx_all in groups.items():
+        for c0 in range(0, len(idx_all), chunk):
+            idx = idx_all[c0:c0 + chunk]
+            lps = engine.option_logprobs([conversations[i] for i in idx], option_strings(labs))
+            for i, d in zip(idx, lps):
+                out[i] = {lab: float(d[" " + lab]) for lab in labs}
+            if progress:
+                progress(len(conversations), len(idx))
     return out  # type: ignore[return-value]
 
 
@@ -109,12 +117,12 @@ def score(meta: list[dict], lps: list[dict[str, float]]) -> pd.DataFrame:
 
 def run_readouts(engine: Any, items: dict[str, Item], turns: pd.DataFrame, P: dict, *,
                  fractions: Sequence[float] = FRACTIONS, rounds: Sequence[int] | None = None,
-                 seed: int = 0) -> pd.DataFrame:
+                 seed: int = 0, progress: Any = None) -> pd.DataFrame:
     meta, convs = readout_jobs(items, turns, P, fractions=fractions, rounds=rounds, tokenizer=engine.tokenizer,
                                seed=seed)
     if not convs:
         return pd.DataFrame()
-    lps = forced_choice(engine, convs, [m["labels"] for m in meta])
+    lps = forced_choice(engine, convs, [m["labels"] for m in meta], progress=progress)
     return score(meta, lps)
 
 

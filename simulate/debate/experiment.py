@@ -155,7 +155,7 @@ def run_influence(cfg: InfluenceConfig, verb: str, out: Path | None = None, *, p
     if verb == "readout":
         turns, items = _source_turns(cfg, run, eng, cfg.rounds, progress)
         table = ro.run_readouts(eng, items, turns, P, fractions=cfg.readout.fractions, rounds=cfg.readout.rounds,
-                                seed=cfg.seed)
+                                seed=cfg.seed, progress=progress if cfg.source_run else None)
         run.write_table("readouts", table)
         if len(table):
             summary["n_readouts"] = int(len(table))

@@ -1,0 +1,155 @@
+"""Benchmark of attention knockout (issue 6).
+
+    .venv/bin/python bench/bench_knockout.py                                 # 50 contexts, embedded model
+    .venv/bin/python bench/bench_knockout.py --contexts 6 --repeats 3 --out bench/results/knockout.json
+    .venv/bin/python bench/bench_knockout.py --source-run runs/debate/X   # contexts from a debate run
+
+(1) Cost of a knocked-out forward pass relative to a plain forward pass on the same batch:
+    plain (the hf backend's own forward), knockout in all layers through the AttentionInterface
+    function, and knockout by editing the attention mask through nnsight (full logits, compared
+    with a plain full-logit forward). Interleaved repeats, medians. Also checks that the two
+    knockout routes agree bitwise.
+(2) Wall time of a full single-layer + cumulative sweep over all layers (queries "after") plus
+    the two all-layer variants on ``--contexts`` contexts, no call store.
+Contexts: by default synthetic single-peer debate prompts built from the bench questions (own
+answer and a disagreeing peer, ~60 tokens each), so no generation is needed; with
+``--source-run`` the round-0 pairs of a debate run. SmolLM2-135M numbers are plumbing, not findings.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def synthetic_pairs(n: int) -> tuple[dict, list[dict]]:
+    from simulate.debate.bench import build_bench
+    items, _ = build_bench(seed=0)
+    items = [it for it in items if it.labels and len(it.labels) >= 2 and not it.word_labels][:n]
+    pairs = []
+    for it in items:
+        a, b = it.labels[0], it.labels[1]
+        own = (f"Looking at the options, {a} ({it.options[0]}) seems the most defensible to me, although I am "
+               f"not fully certain about the alternatives. Answer: {a}")
+        peer = (f"I went through each option in turn. {it.options[1]} fits the question best, and the other "
+                f"options either overstate or miss the key point that the question is asking about. "
+                f"Answer: {b}")
+        pairs.append({"qid": it.id, "family": it.family, "domain": it.domain, "subdomain": it.subdomain,
+                      "receiver": 0, "peer": 1, "own_text": own, "own_answer": a, "peer_text": peer, "peer_answer": b})
+    return {it.id: it for it in items}, pairs
+
+
+def run_pairs(path: str, n: int) -> tuple[dict, list[dict]]:
+    from chorus.runs import RunDir
+    from interventions.ablations import select_pairs
+    from simulate.debate.bench import load_bench
+    run = RunDir(path)
+    items = {it.id: it for it in load_bench(run.path / "bench.jsonl")}
+    return items, select_pairs(items, run.read_table("turns"), max_pairs=n)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--contexts", type=int, default=50, help="contexts of the full sweep")
+    ap.add_argument("--batch", type=int, default=8, help="contexts in the cost-ratio batch")
+    ap.add_argument("--repeats", type=int, default=5, help="interleaved repeats of the cost-ratio passes")
+    ap.add_argument("--profile", default="smollm2-135m-instruct")
+    ap.add_argument("--source-run", default=None, help="a debate run directory (default: synthetic contexts)")
+    ap.add_argument("--skip-sweep", action="store_true")
+    ap.add_argument("--out", type=Path, default=None, help="write the JSON result here")
+    a = ap.parse_args()
+
+    import torch
+
+    from interventions import internals_experiment as ix
+    from interventions import knockout as ko
+    from interventions.internals_config import KnockoutSpec
+    from interventions.readout import option_strings
+    from serving import load_engine
+    from simulate.debate.prompts import load_prompts
+
+    eng = load_engine(a.profile, "hf", dtype="float32")
+    P = load_prompts()
+    n_needed = max(a.contexts, a.batch)
+    items, pairs = run_pairs(a.source_run, n_needed) if a.source_run else synthetic_pairs(n_needed)
+    ctxs = ix.knockout_contexts(items, pairs, P)
+    be, lm = eng.backend, ko.layer_map(eng)
+    res: dict = {"profile": a.profile, "n_layers": lm.n_layers, "torch_threads": torch.get_num_threads(),
+                 "cpu_count": os.cpu_count(), "contexts_source": a.source_run or "synthetic",
+                 "machine_note": "2-core CPU shared with other jobs; timings are noisy"}
+
+    # (1) cost ratio on one batch
+    bc = ctxs[:a.batch]
+    opts = option_strings(bc[0]["meta"]["labels"])
+    rows = ko.prepare_rows(eng, [c["full"] for c in bc], opts, [c["block"] for c in bc])
+    seqs = [r.prompt for r in rows]
+    readout = [(len(s) - 1, len(s)) for s in seqs]
+    ko_rows = [ko.Row(r.prompt, r.options, r.span, frozenset(lm.maskable), "after") for r in rows]
+    res["batch"] = {"rows": len(rows), "tokens_max": max(map(len, seqs)), "tokens_mean": statistics.mean(map(len, seqs))}
+
+    def plain_last():
+        be._last_logprobs(seqs)
+
+    def ko_last():
+        ko._forward(be, lm, ko_rows, seqs, readout, keep_last=True)
+
+    def plain_full():
+        ids, mask = be._pad(seqs)
+        with torch.inference_mode():
+            be._forward(ids, mask)
+
+    def nnsight_full():
+        ko.nnsight_logits(eng, ko_rows)
+
+    fns = {"plain": plain_last, "knockout_interface": ko_last, "plain_full_logits": plain_full,
+           "knockout_nnsight": nnsight_full}
+    for f in fns.values():  # warm-up (nnsight builds its wrapper once)
+        f()
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(a.repeats):
+        for k, f in fns.items():
+            t0 = time.perf_counter()
+            f()
+            times[k].append(time.perf_counter() - t0)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    res["forward_s_median"] = med
+    res["forward_s_all"] = times
+    res["ratio_interface_vs_plain"] = med["knockout_interface"] / med["plain"]
+    res["ratio_nnsight_vs_plain_full"] = med["knockout_nnsight"] / med["plain_full_logits"]
+    a_lp = ko._forward(be, lm, ko_rows, seqs, readout, keep_last=False)
+    n_lp = torch.log_softmax(ko.nnsight_logits(eng, ko_rows).float(), dim=-1)
+    res["routes_bitwise_equal"] = bool(torch.equal(a_lp, n_lp))
+    print(json.dumps({k: res[k] for k in ("forward_s_median", "ratio_interface_vs_plain",
+                                          "ratio_nnsight_vs_plain_full", "routes_bitwise_equal")}, indent=2))
+
+    # (2) full sweep
+    if not a.skip_sweep:
+        sc = ctxs[:a.contexts]
+        conds, _ = ix.knockout_conditions(eng, KnockoutSpec(queries=["after", "decision"], sweep_queries=["after"]))
+        eng.store = None
+        t0 = time.perf_counter()
+        table = ix.run_knockout_pairs(eng, sc, conds)
+        wall = time.perf_counter() - t0
+        s = ix.summarize_knockout(table, n_boot=200, seed=0, ci=0.95)
+        res["sweep"] = {"contexts": len(sc), "conditions": len(conds), "forward_rows": len(sc) * len(conds),
+                        "wall_s": wall, "s_per_context": wall / len(sc),
+                        "prompt_tokens_mean": float(statistics.mean(len(eng.render(c["full"]).ids) for c in sc)),
+                        "all_layers": s.get("all_layers"), "message_effect": s.get("message_effect"),
+                        "single": [(r["layer"], r["share_removed"]) for r in s["curves"] if r["kind"] == "single"],
+                        "cumulative": [(r["layer"], r["share_removed"]) for r in s["curves"] if r["kind"] == "cumulative"]}
+        print(json.dumps({k: v for k, v in res["sweep"].items() if k not in ("single", "cumulative")}, indent=2, default=float))
+    if a.out:
+        a.out.parent.mkdir(parents=True, exist_ok=True)
+        a.out.write_text(json.dumps(res, indent=2, default=float))
+        print(f"-> {a.out}")
+
+
+if __name__ == "__main__":
+    main()

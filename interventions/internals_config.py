@@ -1,0 +1,88 @@
+"""Typed config for ``chorus influence knockout|patch|probe``: an influence config (source run or
+bench, model, seed, pairs) plus the knockout, patching and probe settings. Validated before
+any model call; the model must run on the transformers backend (internals need the weights)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal, Optional, Union
+
+from pydantic import Field, field_validator, model_validator
+
+from simulate.debate.config import InfluenceConfig, _Strict
+
+CONFIGS_DIR = Path(__file__).resolve().parents[1] / "simulate" / "configs" / "influence"
+
+Layers = Union[Literal["all"], list[int]]
+
+
+class KnockoutSpec(_Strict):
+    queries: list[Literal["after", "decision"]] = ["after", "decision"]
+    sweep_queries: list[Literal["after", "decision"]] = Field(
+        ["after"], description="query variants of the single-layer and cumulative sweeps")
+    single: bool = True
+    cumulative: bool = True
+    layers: Layers = Field("all", description="layers of the sweeps (start layers of the cumulative sweep)")
+    block: Literal["peer_block", "peer_text"] = Field(
+        "peer_block", description="peer_block: the quoted response with its name line; peer_text: the text only")
+
+    @field_validator("queries", "sweep_queries")
+    @classmethod
+    def _uniq(cls, v):
+        if len(set(v)) != len(v):
+            raise ValueError(f"repeated query variant in {v}")
+        return v
+
+
+class PatchSpec(_Strict):
+    contrast: Literal["record", "status"] = Field(
+        "record", description="record: good -> poor track record (status fixed); status: professor -> ordinary")
+    direction: Literal["x_into_y"] = "x_into_y"
+    layers: Layers = "all"
+    max_pairs: Optional[int] = Field(None, ge=1)
+
+
+class ProbeSpec(_Strict):
+    concept: Literal["record", "status", "message"] = Field(
+        "record", description="record: good vs poor track record; status: professor vs ordinary; "
+                              "message: peer message present vs absent")
+    layers: Layers = "all"
+    n_perm: int = Field(100, ge=1)
+    n_splits: int = Field(5, ge=2)
+    C: float = Field(1.0, gt=0.0)
+
+
+class InternalsConfig(InfluenceConfig):
+    name: str = "internals"
+    knockout: KnockoutSpec = KnockoutSpec()
+    patch: PatchSpec = PatchSpec()
+    probe: ProbeSpec = ProbeSpec()
+
+    @model_validator(mode="after")
+    def _hf_only(self):
+        if self.model.backend not in ("hf", "auto"):
+            raise ValueError(f"model.backend = {self.model.backend!r}: knockout, patching and probes need the "
+                             "transformers weights; use backend: hf")
+        return self
+
+
+def resolve_config_path(config: str | Path) -> Path:
+    from chorus.config import ConfigError
+
+    p = Path(config)
+    if p.is_file():
+        return p
+    cand = CONFIGS_DIR / f"{config}.yaml"
+    if cand.is_file():
+        return cand
+    raise ConfigError(f"config not found: {config} (neither a file nor a shipped name in {CONFIGS_DIR})")
+
+
+def load(config: str | Path, overrides: dict | None = None) -> InternalsConfig:
+    from chorus.config import load_yaml, validate
+    from simulate.debate.config import _set
+
+    path = resolve_config_path(config)
+    data = load_yaml(path)
+    for k, v in (overrides or {}).items():
+        _set(data, k, v)
+    return validate(InternalsConfig, data, source=str(path))

@@ -1,0 +1,549 @@
+"""``chorus influence knockout|patch|probe`` over a debate run directory or a bench file.
+
+Contexts come from round 0 of a debate run (``source_run``) or are generated here from the
+bench (the debate part's helpers), one (receiver, peer) pair per question whose answers differ
+(``interventions.ablations.select_pairs``), read at f = 0 as adoption margins
+``logit(peer answer) - logit(receiver's previous answer)``.
+
+Knockout contexts. In the debate prompt every peer sits in ONE user message, so "the peer
+message" is located as a character range of that message: the contexts are the single-peer
+debate prompts of the ablations (question, the receiver's own previous response as its own
+turn, then a user message quoting one peer), and the block target is ``(index of that user
+message, start, end)`` of the quoted peer block (``knockout.block: peer_block``, the name line
+and the quoted text) or of the peer's text alone (``peer_text``). The instruction after it stays
+visible, so a knockout removes the peer's content and nothing else. The no-message baseline is
+the matched reflection prompt. Share removed = (m_full - m_ko) / (m_full - m_no) (spec; ratio
+of means over pairs, clustered bootstrap by question family; over 100% is reported and read
+as all of the effect).
+
+Patching pairs the source-cue contexts of ``ablations.cue_contexts``'s design: the same peer
+text under two descriptions that differ in one factor (record: good -> poor with the status
+fixed; status: professor -> ordinary with the record fixed). Positions must align, so a pair
+whose descriptions tokenise to different lengths is skipped and counted.
+
+Every model readout goes through the run's call store (knockout and patch results are keyed
+like engine calls; probe activations are cached in RUN/activations.npz), so a killed run
+recomputes nothing it already stored.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from chorus.config import ConfigError
+from chorus.runs import RunDir
+from interventions.internals_config import InternalsConfig
+
+Progress = Callable[[int, int], None]
+VERBS = ("knockout", "patch", "probe")
+
+
+# -- contexts ----------------------------------------------------------------------------------
+def knockout_contexts(items: dict, pairs: Sequence[dict], P: dict, *, block: str = "peer_block") -> list[dict]:
+    """Per pair: the single-peer debate context, the reflection (no message) context and the
+    block target (message index, start, end) of the peer's message inside it."""
+    from interventions.spans import find_range
+    from simulate.debate.prompts import debate_messages, peer_block, readout_prefill, reflection_messages
+
+    out = []
+    for p in pairs:
+        it = items[p["qid"]]
+        name = P["peer_name"].format(k=p["peer"] + 1)
+        full = readout_prefill(debate_messages(it, p["own_text"], [(name, p["peer_text"])], P), "", P)
+        none = readout_prefill(reflection_messages(it, p["own_text"], P), "", P)
+        idx = len(full) - 2  # the user message that quotes the peer (the last one is the readout prefill)
+        part = peer_block(name, p["peer_text"], P) if block == "peer_block" else p["peer_text"].strip()
+        s, e = find_range(full[idx]["content"], part)
+        out.append({"meta": _meta(p, it), "full": full, "none": none, "block": (idx, s, e)})
+    return out
+
+
+def cue_context(it, p: dict, P: dict, rec: str, st: str) -> tuple[list[dict], str]:
+    from simulate.debate.prompts import debate_messages, readout_prefill
+
+    desc = f"{P['status'][st]}, {P['record'][rec]}"
+    name = P["peer_name_cue"].format(k=p["peer"] + 1, desc=desc)
+    return readout_prefill(debate_messages(it, p["own_text"], [(name, p["peer_text"])], P), "", P), desc
+
+
+def cue_pairs(items: dict, pairs: Sequence[dict], P: dict, contrast: str) -> list[dict]:
+    """(X, Y) source-cue contexts differing in one factor; ``x_cue``/``y_cue`` name them."""
+    out = []
+    for p in pairs:
+        it = items[p["qid"]]
+        fixed = ("professor", "ordinary") if contrast == "record" else ("good", "poor")
+        for f in fixed:
+            if contrast == "record":
+                (cx, dx), (cy, dy) = cue_context(it, p, P, "good", f), cue_context(it, p, P, "poor", f)
+                names = (f"good_{f}", f"poor_{f}")
+            else:
+                (cx, dx), (cy, dy) = cue_context(it, p, P, f, "professor"), cue_context(it, p, P, f, "ordinary")
+                names = (f"{f}_professor", f"{f}_ordinary")
+            out.append({"meta": {**_meta(p, it), "x_cue": names[0], "y_cue": names[1]},
+                        "x": cx, "y": cy, "x_desc": dx, "y_desc": dy})
+    return out
+
+
+def probe_contexts(items: dict, pairs: Sequence[dict], P: dict, concept: str) -> tuple[list[dict], list[list[dict]], list[int]]:
+    meta, convs, labels = [], [], []
+    for c in (knockout_contexts(items, pairs, P) if concept == "message" else []):
+        for lab, conv in ((1, c["full"]), (0, c["none"])):
+            meta.append({**c["meta"], "context": "full" if lab else "no_message"})
+            convs.append(conv)
+            labels.append(lab)
+    if concept in ("record", "status"):
+        for p in pairs:
+            it = items[p["qid"]]
+            for rec in ("good", "poor"):
+                for st in ("professor", "ordinary"):
+                    conv, _ = cue_context(it, p, P, rec, st)
+                    meta.append({**_meta(p, it), "context": f"{rec}_{st}"})
+                    convs.append(conv)
+                    labels.append(int(rec == "good") if concept == "record" else int(st == "professor"))
+    return meta, convs, labels
+
+
+def _meta(p: dict, it) -> dict:
+    return {"qid": p["qid"], "family": p["family"], "subdomain": p["subdomain"], "receiver": p["receiver"],
+            "peer": p["peer"], "own_answer": p["own_answer"], "peer_answer": p["peer_answer"],
+            "labels": list(it.labels)}
+
+
+# -- cached model work -----------------------------------------------------------------------------
+def _cached(eng: Any, kind: str, requests: list[dict], compute: Callable[[list[int]], list[dict]]) -> list[dict]:
+    """Results of ``requests`` from the engine's call store, computing only the missing ones."""
+    from serving.store import request_key
+
+    keys = [request_key(eng.identity, kind, r) for r in requests]
+    hit = eng.store.get_many(keys) if eng.store is not None else {}
+    todo = [i for i, k in enumerate(keys) if k not in hit]
+    if todo:
+        res = compute(todo)
+        if eng.store is not None:
+            eng.store.put_many([(keys[i], kind, eng.identity, requests[i], r, eng.backend.name) for i, r in zip(todo, res)])
+        for i, r in zip(todo, res):
+            hit[keys[i]] = r
+    return [hit[k] for k in keys]
+
+
+def _margin(lp: dict, m: dict) -> float:
+    return float(lp[" " + m["peer_answer"]] - lp[" " + m["own_answer"]])
+
+
+def knockout_conditions(eng: Any, spec) -> tuple[list[dict], dict]:
+    """(conditions, plan): every layer set the sweep runs, with the layers it could not mask."""
+    from interventions.knockout import layer_map
+
+    lm = layer_map(eng)
+    n = lm.n_layers
+    sweep_layers = list(range(n)) if spec.layers == "all" else [int(x) for x in spec.layers]
+    lm.resolve(sweep_layers)  # range check, naming the valid range
+    conds = []
+
+    def add(kind, layer, q, req):
+        masked = [x for x in req if x in lm.attention]
+        conds.append({"kind": kind, "layer": layer, "queries": q, "layers": masked,
+                      "unmaskable": [x for x in req if x not in lm.attention]})
+    for q in spec.queries:
+        add("all", -1, q, list(range(n)))
+    for q in spec.sweep_queries:
+        for L in sweep_layers:
+            if spec.single:
+                add("single", L, q, [L])
+            if spec.cumulative:
+                add("cumulative", L, q, list(range(L, n)))
+    info = {"model_type": lm.model_type, "n_layers": n, "masked_layers": lm.maskable,
+            "unmaskable_layers": list(lm.unmaskable)}
+    return conds, info
+
+
+def run_knockout_pairs(eng: Any, ctxs: list[dict], conds: list[dict], progress: Progress | None = None) -> pd.DataFrame:
+    """Margins with the message, without it, and with each knockout condition."""
+    from interventions import knockout as ko
+    from interventions.readout import forced_choice, option_strings
+
+    full = forced_choice(eng, [c["full"] for c in ctxs], [c["meta"]["labels"] for c in ctxs])
+    none = forced_choice(eng, [c["none"] for c in ctxs], [c["meta"]["labels"] for c in ctxs])
+    todo_conds = [c for c in conds if c["layers"]]
+    total = len(ctxs) * len(todo_conds)
+    if progress:
+        progress(total, 0)
+    rows = []
+    by_labels: dict[tuple, list[int]] = {}
+    for i, c in enumerate(ctxs):
+        by_labels.setdefault(tuple(c["meta"]["labels"]), []).append(i)
+    results: dict[tuple[int, int], dict] = {}
+    span_tokens: dict[int, int] = {}
+    for labs, idx in by_labels.items():
+        opts = option_strings(labs)
+        base = ko.prepare_rows(eng, [ctxs[i]["full"] for i in idx], opts, [ctxs[i]["block"] for i in idx])
+        for j, i in enumerate(idx):
+            span_tokens[i] = len(base[j].span)
+        reqs, jobs = [], []
+        for j, i in enumerate(idx):  # context-major: one context's conditions share a prefix cache
+            for k, cond in enumerate(todo_conds):
+                reqs.append({"messages": ctxs[i]["full"], "options": opts, "block": list(ctxs[i]["block"]),
+                             "layers": cond["layers"], "queries": cond["queries"]})
+                jobs.append((i, k, j))
+
+        def compute(todo: list[int]) -> list[dict]:
+            out = []
+            step = max(len(todo_conds), 1)  # about one context per chunk; progress as chunks finish
+            for a in range(0, len(todo), step):
+                chunk = todo[a:a + step]
+                rws = []
+                for t in chunk:
+                    i, k, j = jobs[t]
+                    b = base[j]
+                    rws.append(ko.Row(b.prompt, b.options, b.span, frozenset(todo_conds[k]["layers"]),
+                                      todo_conds[k]["queries"]))
+                for v in ko.run_rows_shared_prefix(eng, rws):
+                    out.append({"logprobs": dict(zip(opts, v))})
+                if progress:
+                    progress(total, len(chunk))
+            return out
+        res = _cached(eng, "knockout", reqs, compute)
+        for (i, k, j), r in zip(jobs, res):
+            results[(i, k)] = r["logprobs"]
+    for i, c in enumerate(ctxs):
+        m = c["meta"]
+        lp_full = {" " + k: v for k, v in full[i].items()}
+        lp_none = {" " + k: v for k, v in none[i].items()}
+        m_full, m_no = _margin(lp_full, m), _margin(lp_none, m)
+        for k, cond in enumerate(todo_conds):
+            lp = results[(i, k)]
+            rows.append({**{x: y for x, y in m.items() if x != "labels"}, "kind": cond["kind"], "layer": cond["layer"],
+                         "queries": cond["queries"], "n_masked": len(cond["layers"]),
+                         "unmaskable": ",".join(map(str, cond["unmaskable"])),
+                         "margin_full": m_full, "margin_no_message": m_no, "margin_knockout": _margin(lp, m),
+                         "block_message": c["block"][0], "block_start": c["block"][1], "block_end": c["block"][2],
+                         "span_tokens": span_tokens[i]})
+    return pd.DataFrame(rows)
+
+
+def summarize_knockout(t: pd.DataFrame, *, n_boot: int, seed: int, ci: float) -> dict[str, Any]:
+    from simulate.debate.metrics import cluster_bootstrap
+
+    out: dict[str, Any] = {"curves": []}
+    if not len(t):
+        return out
+    one = t.drop_duplicates("qid")
+    eff = (one["margin_full"] - one["margin_no_message"]).to_numpy(float)
+    fam = one["family"].to_numpy()
+    est, lo, hi = cluster_bootstrap(lambda i: float(eff[i].mean()), fam, n_boot=n_boot, seed=seed, ci=ci)
+    out["n_pairs"] = int(len(one))
+    out["message_effect"] = {"mean": est, "ci_low": lo, "ci_high": hi}
+    for (kind, layer, q), g in t.groupby(["kind", "layer", "queries"], sort=True):
+        g = g.sort_values("qid")
+        num = (g["margin_full"] - g["margin_knockout"]).to_numpy(float)
+        den = (g["margin_full"] - g["margin_no_message"]).to_numpy(float)
+
+        def share(i):
+            d = den[i].mean()
+            return float(num[i].mean() / d) if d != 0 else float("nan")
+        s, slo, shi = cluster_bootstrap(share, g["family"].to_numpy(), n_boot=n_boot, seed=seed, ci=ci)
+        rec = {"kind": kind, "layer": int(layer), "queries": q, "share_removed": s, "ci_low": slo, "ci_high": shi,
+               "reading": "all of the effect" if np.isfinite(s) and s >= 1 else None,
+               "margin_knockout": float(g["margin_knockout"].mean()), "n_masked": int(g["n_masked"].iloc[0]),
+               "unmaskable": g["unmaskable"].iloc[0], "n": int(len(g))}
+        out["curves"].append(rec)
+        if kind == "all":
+            out.setdefault("all_layers", {})[q] = rec
+    return out
+
+
+def run_patch_pairs(eng: Any, cps: list[dict], layers: Any, progress: Progress | None = None) -> tuple[pd.DataFrame, dict]:
+    from interventions import patching as pt
+    from interventions.knockout import layer_map
+    from interventions.spans import find_range, message_token_span
+
+    lm = layer_map(eng)
+    layers = list(range(lm.n_layers)) if layers == "all" else [int(x) for x in layers]
+    bad = [x for x in layers if not 0 <= x < lm.n_layers]
+    if bad:
+        raise ConfigError(f"patch.layers: {bad} out of range (the model has {lm.n_layers} layers, valid 0..{lm.n_layers - 1})")
+    jobs, skipped = [], []
+    for c in cps:
+        px, py = eng.render(c["x"]), eng.render(c["y"])
+        idx = len(c["y"]) - 2
+        sx = message_token_span(eng.tokenizer, px.text, px.ids, c["x"], (idx, *find_range(c["x"][idx]["content"], c["x_desc"])))
+        sy = message_token_span(eng.tokenizer, py.text, py.ids, c["y"], (idx, *find_range(c["y"][idx]["content"], c["y_desc"])))
+        if len(px.ids) != len(py.ids) or (sx.start, sx.end) != (sy.start, sy.end) or \
+                px.ids[:sy.start] != py.ids[:sy.start] or px.ids[sy.end:] != py.ids[sy.end:]:
+            skipped.append({"qid": c["meta"]["qid"], "x_cue": c["meta"]["x_cue"], "y_cue": c["meta"]["y_cue"],
+                            "reason": f"cue spans do not align ({sx.end - sx.start} vs {sy.end - sy.start} tokens)"})
+            continue
+        labs = c["meta"]["labels"]
+        oid = pt.option_ids(eng, py, [" " + x for x in labs])
+        jobs.append((c, px, py, list(range(sy.start, sy.end)), oid))
+    if progress:
+        progress(len(jobs), 0)
+    reqs = [{"x": c["x"], "y": c["y"], "positions": pos, "layers": layers} for c, px, py, pos, oid in jobs]
+
+    def compute(todo: list[int]) -> list[dict]:
+        out = []
+        for t in todo:
+            c, px, py, pos, oid = jobs[t]
+            r = pt.interchange(eng, px.ids, py.ids, pos, layers)
+            out.append({"x": r["x"][oid].tolist(), "y": r["y"][oid].tolist(), "patched": r["patched"][:, oid].tolist()})
+            if progress:
+                progress(len(jobs), 1)
+        return out
+    res = _cached(eng, "patch", reqs, compute)
+    rows = []
+    for (c, px, py, pos, oid), r in zip(jobs, res):
+        m = c["meta"]
+        labs = m["labels"]
+        ip, io = labs.index(m["peer_answer"]), labs.index(m["own_answer"])
+        mx, my = r["x"][ip] - r["x"][io], r["y"][ip] - r["y"][io]
+        for k, L in enumerate(layers):
+            mp = r["patched"][k][ip] - r["patched"][k][io]
+            rows.append({**{a: b for a, b in m.items() if a != "labels"}, "layer": L, "n_positions": len(pos),
+                         "margin_x": mx, "margin_y": my, "margin_patched": mp,
+                         "restored": float(pt.restored_share(mp, mx, my))})
+    return pd.DataFrame(rows), {"n_pairs": len(jobs), "n_skipped": len(skipped), "skipped": skipped}
+
+
+def summarize_patch(t: pd.DataFrame, *, n_boot: int, seed: int, ci: float) -> dict[str, Any]:
+    """Per layer: mean patched margin shift (m_patched - m_Y) and the restored share as a ratio
+    of means, mean(m_patched - m_Y) / mean(m_X - m_Y)."""
+    from simulate.debate.metrics import cluster_bootstrap
+
+    out: dict[str, Any] = {"curve": []}
+    if not len(t):
+        return out
+    one = t.drop_duplicates(["qid", "x_cue"])
+    d = (one["margin_x"] - one["margin_y"]).to_numpy(float)
+    est, lo, hi = cluster_bootstrap(lambda i: float(d[i].mean()), one["family"].to_numpy(), n_boot=n_boot, seed=seed, ci=ci)
+    out["cue_effect_x_minus_y"] = {"mean": est, "ci_low": lo, "ci_high": hi, "n": int(len(one))}
+    for L, g in t.groupby("layer", sort=True):
+        num = (g["margin_patched"] - g["margin_y"]).to_numpy(float)
+        den = (g["margin_x"] - g["margin_y"]).to_numpy(float)
+
+        def share(i):
+            dd = den[i].mean()
+            return float(num[i].mean() / dd) if dd != 0 else float("nan")
+        s, slo, shi = cluster_bootstrap(share, g["family"].to_numpy(), n_boot=n_boot, seed=seed, ci=ci)
+        out["curve"].append({"layer": int(L), "restored": s, "ci_low": slo, "ci_high": shi,
+                             "shift": float(num.mean()), "n": int(len(g))})
+    return out
+
+
+def probe_activations(run: RunDir, eng: Any, convs: list[list[dict]], layers: list[int]) -> np.ndarray:
+    """Activations, cached in RUN/activations.npz under a hash of the contexts and layers."""
+    from interventions.probes import activations
+
+    h = hashlib.sha256(json.dumps({"convs": convs, "layers": layers, "model": eng.identity},
+                                  sort_keys=True).encode()).hexdigest()
+    path = run.path / "activations.npz"
+    if path.is_file():
+        z = np.load(path, allow_pickle=False)
+        if str(z["key"]) == h:
+            return z["acts"]
+    acts = activations(eng, convs, layers)
+    np.savez_compressed(path, acts=acts, key=np.array(h))
+    return acts
+
+
+# -- runs -----------------------------------------------------------------------------------------
+def _setup(cfg: InternalsConfig, verb: str, out: Path | None, engine: Any, progress: Progress | None):
+    from interventions import ablations as ab
+    from simulate.debate.experiment import _out_dir, _source_turns, select_items
+    from simulate.debate.prompts import load_prompts
+
+    P = load_prompts(cfg.prompts)
+    if not cfg.source_run:
+        select_items(cfg.bench)  # validate the bench before any model call
+    run = RunDir.create(_out_dir(out, "influence", f"{cfg.name}-{verb}"), part="influence", config=cfg,
+                        seeds={"root": cfg.seed}, command=f"influence {verb}",
+                        prompts={"name": P["_name"], "sha256": P["_sha256"]}, source_run=cfg.source_run)
+    if engine is None:
+        from serving import load_engine
+        engine = load_engine(cfg.model.profile, backend="hf", store=cfg.model.store or run.store_path,
+                             dtype=cfg.model.dtype, **cfg.model.options)
+    run.update_provenance(model=engine.provenance())
+    turns, items = _source_turns(cfg, run, engine, 0, progress)
+    pairs = ab.select_pairs(items, turns, seed=cfg.seed, max_pairs=cfg.interventions.max_pairs,
+                            require_disagreement=cfg.interventions.require_disagreement)
+    return run, engine, items, pairs, P
+
+
+def run_internals(cfg: InternalsConfig, verb: str, out: Path | None = None, *, progress: Progress | None = None,
+                  make_plots: bool = True, engine: Any = None) -> tuple[RunDir, dict[str, Any]]:
+    """verb: knockout | patch | probe."""
+    if verb not in VERBS:
+        raise ConfigError(f"unknown verb {verb!r}: choose one of {', '.join(VERBS)}")
+    run, eng, items, pairs, P = _setup(cfg, verb, out, engine, progress)
+    info: dict[str, Any] = {"n_pairs": len(pairs)}
+    if verb == "knockout":
+        conds, plan = knockout_conditions(eng, cfg.knockout)
+        info.update(plan)
+        info["skipped_conditions"] = [c for c in conds if not c["layers"]]
+        if pairs:
+            ctxs = knockout_contexts(items, pairs, P, block=cfg.knockout.block)
+            run.write_table("knockout", run_knockout_pairs(eng, ctxs, conds, progress))
+    elif verb == "patch":
+        from interventions.knockout import layer_map
+        info["n_layers"] = layer_map(eng).n_layers
+        if pairs:
+            cps = cue_pairs(items, pairs, P, cfg.patch.contrast)
+            if cfg.patch.max_pairs:
+                cps = cps[:cfg.patch.max_pairs]
+            table, pinfo = run_patch_pairs(eng, cps, cfg.patch.layers, progress)
+            info.update(pinfo)
+            run.write_table("patch", table)
+    else:
+        from interventions.knockout import layer_map
+        lm = layer_map(eng)
+        layers = list(range(lm.n_layers)) if cfg.probe.layers == "all" else [int(x) for x in cfg.probe.layers]
+        bad = [x for x in layers if not 0 <= x < lm.n_layers]
+        if bad:
+            raise ConfigError(f"probe.layers: {bad} out of range (valid 0..{lm.n_layers - 1})")
+        info["n_layers"] = lm.n_layers
+        if pairs:
+            from interventions.probes import probe_layers
+            meta, convs, labels = probe_contexts(items, pairs, P, cfg.probe.concept)
+            if progress:
+                progress(len(layers) + 1, 0)
+            acts = probe_activations(run, eng, convs, layers)
+            if progress:
+                progress(len(layers) + 1, 1)
+            groups = [m["family"] for m in meta]
+            t = probe_layers(acts, labels, layers=layers, groups=groups, n_perm=cfg.probe.n_perm,
+                             n_splits=cfg.probe.n_splits, seed=cfg.seed, C=cfg.probe.C)
+            t["concept"] = cfg.probe.concept
+            run.write_table("probe", t)
+            run.write_table("probe_contexts", pd.DataFrame([{**{k: v for k, v in m.items() if k != "labels"},
+                                                             "label": y} for m, y in zip(meta, labels)]))
+            if progress:
+                progress(len(layers) + 1, len(layers))
+    (run.path / f"{verb}_info.json").write_text(json.dumps(info, indent=2, default=str))
+    summary = report(run.path, verb, make_plots=make_plots)
+    run.finish()
+    return run, summary
+
+
+def report(run_dir: str | Path, verb: str | None = None, *, make_plots: bool = True) -> dict[str, Any]:
+    """summary.json and plots from RUN/config.yaml, RUN/tables/*.parquet and RUN/<verb>_info.json."""
+    from chorus.config import load_config
+
+    run = RunDir(run_dir)
+    if verb is None:
+        verb = next((v for v in VERBS if (run.path / f"{v}_info.json").is_file()), None)
+        if verb is None:
+            raise FileNotFoundError(f"{run.path}: no knockout/patch/probe results (not an internals run?)")
+    cfg = load_config(run.path / "config.yaml", InternalsConfig)
+    info = json.loads((run.path / f"{verb}_info.json").read_text())
+    a = cfg.analysis
+    summary: dict[str, Any] = {"experiment": cfg.name, "verb": verb, "model": cfg.model.profile, **info}
+    tab = run.path / "tables" / f"{verb}.parquet"
+    t = pd.read_parquet(tab) if tab.is_file() else pd.DataFrame()
+    ip = _Plots
+    if verb == "knockout":
+        summary.update(summarize_knockout(t, n_boot=a.n_boot, seed=cfg.seed, ci=a.ci))
+        if make_plots and summary.get("curves"):
+            ip.knockout_curves(summary, run.plot_path("knockout_curves"))
+    elif verb == "patch":
+        summary.update(summarize_patch(t, n_boot=a.n_boot, seed=cfg.seed, ci=a.ci))
+        if make_plots and summary.get("curve"):
+            ip.patch_curve(summary, run.plot_path("patch_curve"))
+    else:
+        if len(t):
+            summary["concept"] = cfg.probe.concept
+            summary["layers"] = t.to_dict(orient="records")
+            best = t.loc[t["auroc"].idxmax()]
+            summary["best_layer"] = {"layer": int(best["layer"]), "auroc": float(best["auroc"]),
+                                     "null_p90": float(best["null_p90"]), "p_value": float(best["p_value"])}
+            summary["n_layers_above_null_p90"] = int(t["above_null_p90"].sum())
+            if make_plots:
+                ip.probe_curve(t, run.plot_path("probe_auroc"), concept=cfg.probe.concept)
+    run.write_summary(summary)
+    return summary
+
+
+# -- plots -------------------------------------------------------------------------------------------
+def _fig(w: float = 6.0, h: float = 4.0):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=(w, h), dpi=110)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+class _Plots:
+    @staticmethod
+    def knockout_curves(summary: dict, path: Path) -> Path:
+        """Share of the message effect removed: single layers and cumulative (L..last)."""
+        fig = _fig(10, 4)
+        unm = set(summary.get("unmaskable_layers") or [])
+        for k, kind in enumerate(("single", "cumulative")):
+            ax = fig.add_subplot(1, 2, k + 1)
+            for q, style in (("after", "o-"), ("decision", "s--")):
+                c = sorted((r for r in summary["curves"] if r["kind"] == kind and r["queries"] == q),
+                           key=lambda r: r["layer"])
+                if not c:
+                    continue
+                x = [r["layer"] for r in c]
+                ax.plot(x, [r["share_removed"] for r in c], style, ms=3, label=f"queries: {q}")
+                ax.fill_between(x, [r["ci_low"] for r in c], [r["ci_high"] for r in c], alpha=0.15)
+            for q, color in (("after", "C2"), ("decision", "C3")):
+                a = (summary.get("all_layers") or {}).get(q)
+                if a:
+                    ax.axhline(a["share_removed"], ls=":", lw=1.2, color=color, label=f"all layers, queries: {q}")
+            for L in sorted(unm):
+                ax.axvline(L, color="0.85", lw=2, zorder=0)
+            ax.axhline(1.0, color="0.5", lw=0.8)
+            ax.axhline(0.0, color="0.5", lw=0.8)
+            pts = [r["share_removed"] for r in summary["curves"] if r["share_removed"] == r["share_removed"]]
+            if pts:  # ratio CIs explode when the effect is near 0: keep the axis on the estimates
+                ax.set_ylim(max(-2.0, min(-0.25, min(pts) - 0.1)), min(3.0, max(1.25, max(pts) + 0.1)))
+            ax.set_xlabel("layer" if kind == "single" else "first blocked layer (L..last)")
+            ax.set_ylabel("share of the peer effect removed")
+            ax.set_title(f"{kind} knockout" + (" (grey: recurrent, unmaskable)" if unm else ""), fontsize=9)
+            ax.legend(fontsize=7)
+        fig.suptitle(f"{summary.get('model')}: attention knockout ({summary.get('n_pairs')} pairs); >100% = all",
+                     fontsize=10)
+        fig.tight_layout()
+        fig.savefig(path)
+        return path
+
+    @staticmethod
+    def patch_curve(summary: dict, path: Path) -> Path:
+        fig = _fig()
+        ax = fig.add_subplot(111)
+        c = summary["curve"]
+        x = [r["layer"] for r in c]
+        ax.plot(x, [r["restored"] for r in c], "o-", ms=3)
+        ax.fill_between(x, [r["ci_low"] for r in c], [r["ci_high"] for r in c], alpha=0.2)
+        ax.axhline(1.0, color="0.5", lw=0.8)
+        ax.axhline(0.0, color="0.5", lw=0.8)
+        pts = [r["restored"] for r in c if r["restored"] == r["restored"]]
+        if pts:
+            ax.set_ylim(max(-2.0, min(-0.25, min(pts) - 0.1)), min(3.0, max(1.25, max(pts) + 0.1)))
+        ax.set_xlabel("patched layer (residual after it, at the cue positions)")
+        ax.set_ylabel("share of the X-Y margin difference carried")
+        ax.set_title(f"{summary.get('model')}: residual interchange X -> Y ({summary.get('n_pairs')} pairs)", fontsize=9)
+        fig.tight_layout()
+        fig.savefig(path)
+        return path
+
+    @staticmethod
+    def probe_curve(t: pd.DataFrame, path: Path, *, concept: str) -> Path:
+        fig = _fig()
+        ax = fig.add_subplot(111)
+        ax.plot(t["layer"], t["auroc"], "o-", ms=3, label="probe (held-out AUROC)")
+        ax.plot(t["layer"], t["null_p90"], "--", color="0.4", label="shuffled-label null, 90th percentile")
+        ax.axhline(0.5, color="0.6", lw=0.8, ls=":")
+        ax.set_ylim(0, 1.02)
+        ax.set_xlabel("layer")
+        ax.set_ylabel("AUROC")
+        ax.set_title(f"probe for '{concept}' by layer (n = {int(t['n'].iloc[0])})", fontsize=9)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(path)
+        return path

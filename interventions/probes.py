@@ -1,0 +1,133 @@
+"""Linear probes on layer activations, always reported beside a shuffled-label null.
+
+Activations are the residual stream (decoder-layer outputs) at the readout position (the last
+prompt token, right before the option label), collected through nnsight. A probe is a
+scikit-learn logistic regression on standardised activations; its score is the held-out AUROC
+of out-of-fold decision values (folds grouped by question family when groups are given, so a
+question's paired contexts never sit on both sides). The null refits the same pipeline on
+shuffled labels ``n_perm`` times; its 90th percentile is reported beside every probe score,
+because shuffled-label directions can still separate topics (seed, C.1).
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+
+class ProbeError(ValueError):
+    """Labels or activations unusable for a probe (one class, too few samples per fold, ...)."""
+
+
+def activations(engine: Any, conversations: Sequence[list[dict]], layers: Sequence[int] | str = "all") -> np.ndarray:
+    """(N, len(layers), hidden) residual stream at each conversation's last prompt token."""
+    import nnsight
+    import torch
+
+    from interventions.knockout import _backend, _nnsight_model, envoy_layers, layer_map
+    from serving.types import validate_conversations
+
+    be = _backend(engine)
+    lm = layer_map(engine)
+    layers = list(range(lm.n_layers)) if layers == "all" else [int(x) for x in layers]
+    bad = [x for x in layers if not 0 <= x < lm.n_layers]
+    if bad:
+        raise ProbeError(f"layer(s) {bad} out of range (valid 0..{lm.n_layers - 1})")
+    convs = validate_conversations(conversations)
+    prompts = [engine.render(c).ids for c in convs]
+    nm = _nnsight_model(be.model, engine.tokenizer)
+    env = envoy_layers(nm, lm)
+    out = [None] * len(prompts)
+    lengths = [len(p) for p in prompts]
+    order = sorted(range(len(prompts)), key=lambda i: -lengths[i])
+    with torch.inference_mode():
+        for batch in be._batches(order, lengths):
+            ids, mask = be._pad([prompts[i] for i in batch])
+            pos = (mask.cumsum(-1) - 1).clamp(min=0)
+            with nm.trace(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False):
+                acts = nnsight.save([])  # nnsight: only saved objects leave the trace body
+                for l in sorted(set(layers)):  # left padding: the last column is every row's readout
+                    acts.append(env[l].output[:, -1, :].float().cpu())
+            by = dict(zip(sorted(set(layers)), acts))
+            stack = torch.stack([by[l] for l in layers], dim=1).numpy()
+            for r, i in enumerate(batch):
+                out[i] = stack[r]
+    return np.stack(out)
+
+
+def _folds(y: np.ndarray, groups: np.ndarray | None, n_splits: int, seed: int):
+    from sklearn.model_selection import GroupKFold, StratifiedKFold
+
+    if groups is not None:
+        k = min(n_splits, len(np.unique(groups)))
+        if k < 2:
+            raise ProbeError(f"need at least 2 groups for grouped folds, got {len(np.unique(groups))}")
+        return list(GroupKFold(n_splits=k).split(np.zeros(len(y)), y, groups))
+    k = min(n_splits, int(np.bincount(y).min()))
+    if k < 2:
+        raise ProbeError(f"need at least 2 samples of each class, got counts {np.bincount(y).tolist()}")
+    return list(StratifiedKFold(n_splits=k, shuffle=True, random_state=seed).split(np.zeros(len(y)), y))
+
+
+def _check_labels(y: Sequence) -> np.ndarray:
+    y = np.asarray(y)
+    classes = np.unique(y)
+    if len(classes) != 2:
+        raise ProbeError(f"a probe needs exactly 2 label classes, got {classes.tolist()}")
+    return (y == classes[1]).astype(int)
+
+
+def heldout_auroc(X: np.ndarray, y: Sequence, *, groups: Sequence | None = None, n_splits: int = 5,
+                  seed: int = 0, C: float = 1.0, folds: list | None = None) -> float:
+    """AUROC of out-of-fold logistic-regression decision values."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import roc_auc_score
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    yb = _check_labels(y)
+    g = None if groups is None else np.asarray(groups)
+    folds = folds if folds is not None else _folds(yb, g, n_splits, seed)
+    scores = np.full(len(yb), np.nan)
+    for tr, te in folds:
+        if len(np.unique(yb[tr])) < 2:
+            raise ProbeError("a training fold holds one class only; use more samples or fewer folds")
+        clf = make_pipeline(StandardScaler(), LogisticRegression(C=C, max_iter=2000))
+        clf.fit(X[tr], yb[tr])
+        scores[te] = clf.decision_function(X[te])
+    return float(roc_auc_score(yb, scores))
+
+
+def shuffled_null(X: np.ndarray, y: Sequence, *, groups: Sequence | None = None, n_perm: int = 100,
+                  n_splits: int = 5, seed: int = 0, C: float = 1.0) -> np.ndarray:
+    """Held-out AUROCs of the same probe refit on ``n_perm`` label permutations (same folds)."""
+    from chorus.seeding import rng as make_rng
+
+    yb = _check_labels(y)
+    g = None if groups is None else np.asarray(groups)
+    folds = _folds(yb, g, n_splits, seed)
+    r = make_rng(seed, 41)
+    out = []
+    for _ in range(n_perm):
+        yp = r.permutation(yb)
+        if any(len(np.unique(yp[tr])) < 2 for tr, _ in folds):
+            continue
+        out.append(heldout_auroc(X, yp, folds=folds, C=C))
+    return np.asarray(out)
+
+
+def probe_layers(acts: np.ndarray, y: Sequence, *, layers: Sequence[int], groups: Sequence | None = None,
+                 n_perm: int = 100, n_splits: int = 5, seed: int = 0, C: float = 1.0) -> pd.DataFrame:
+    """One probe per layer: held-out AUROC, the null's mean and 90th percentile, and the
+    permutation p-value (1 + #null >= AUROC) / (1 + n_perm)."""
+    rows = []
+    for k, layer in enumerate(layers):
+        X = acts[:, k, :]
+        a = heldout_auroc(X, y, groups=groups, n_splits=n_splits, seed=seed, C=C)
+        null = shuffled_null(X, y, groups=groups, n_perm=n_perm, n_splits=n_splits, seed=seed, C=C)
+        rows.append({"layer": int(layer), "auroc": a, "null_p90": float(np.quantile(null, 0.9)) if len(null) else np.nan,
+                     "null_mean": float(null.mean()) if len(null) else np.nan, "n_null": int(len(null)),
+                     "p_value": float((1 + (null >= a).sum()) / (1 + len(null))),
+                     "above_null_p90": bool(len(null) and a > np.quantile(null, 0.9)), "n": int(len(X))})
+    return pd.DataFrame(rows)
