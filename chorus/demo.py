@@ -200,7 +200,8 @@ REGISTRY: dict[str, Stage] = {s.name: s for s in [
           ("knockout/all_layers/after/share_removed", "knockout/all_layers/decision/share_removed",
            "patch/cue_effect_x_minus_y/mean", "probe/n_layers_above_null_p90")),
     Stage("council", "Live council aggregated by BDA vs baselines", _external("simulate.council.demo"), "calls"),
-    Stage("roleplay", "Role-play groups vs humans (synthetic fixture)", _external("simulate.roleplay.demo"), "turns"),
+    Stage("roleplay", "Role-play groups vs humans (synthetic fixture)", _external("simulate.roleplay.demo"), "turns",
+          ("n_groups", "classifier/stance_parse_rate", "classifier/on_topic_parse_rate", "mask/n_excluded")),
 ]}
 
 

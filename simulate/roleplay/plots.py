@@ -1,0 +1,67 @@
+"""Figures from summary.json alone: SD trajectories, endpoint distributions, convergence bars."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+
+def _style(label: str) -> dict:
+    if label.startswith("human"):
+        return {"color": "black", "lw": 2.5}
+    if label.startswith("degroot"):
+        return {"color": "grey", "ls": ":"}
+    return {"ls": "--" if "next_message" in label else "-"}
+
+
+def sd_trajectories(summary: dict, path: Path) -> None:
+    pts = summary["points"]
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for label, ys in summary["sd_trajectory"].items():
+        ax.plot(range(len(pts)), ys, marker="o", label=label, **_style(label))
+    ax.set_xticks(range(len(pts)), pts)
+    ax.set_ylabel("mean within-group SD of stance")
+    ax.set_title("stance SD trajectories: human vs simulated")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def endpoint_distributions(summary: dict, path: Path) -> None:
+    d = summary["endpoint_distribution"]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
+    for ax, ch in zip(axes, ("public", "private")):
+        labels = [k[: -len(ch) - 1] for k in d if k.endswith("/" + ch)]
+        w = 0.8 / max(len(labels), 1)
+        for i, lab in enumerate(labels):
+            ax.bar(np.arange(1, 7) + (i - (len(labels) - 1) / 2) * w, d[f"{lab}/{ch}"], width=w, label=lab)
+        ax.set_xlabel("end stance (coded 1-6)")
+        ax.set_title(f"endpoint distribution ({ch})")
+    axes[0].set_ylabel("share of participants")
+    axes[1].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def convergence_bars(summary: dict, path: Path) -> None:
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
+    for ax, ch in zip(axes, ("public", "private")):
+        rows = [("human", summary["human"][ch]["delta_sd"])]
+        rows += [(k[: -len(ch) - 1], v["delta_sd"]) for k, v in summary["cells"].items() if k.endswith("/" + ch)]
+        xs = np.arange(len(rows))
+        means = [r[1]["mean"] for r in rows]
+        err = np.array([[m - r[1]["lo"], r[1]["hi"] - m] for m, r in zip(means, rows)]).T
+        ax.bar(xs, means, yerr=np.nan_to_num(err), color=["black"] + ["C%d" % i for i in range(len(rows) - 1)])
+        ax.set_xticks(xs, [r[0] for r in rows], rotation=30, ha="right", fontsize=7)
+        ax.axhline(0, color="grey", lw=0.8)
+        ax.set_title(f"delta SD ({ch}); bootstrap CI over groups")
+    axes[0].set_ylabel("end SD - start SD")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,241 @@
+"""``chorus sft train``: next-message SFT on the human groups of the training split with TRL.
+
+The set: for every human message of the training split (posts, chat utterances, final opinions),
+the prompt is the participant's memory state built from the human history (the same renderer the
+simulations use) and the completion is the human's message; only on-topic targets are kept.
+Training: TRL's ``SFTTrainer`` on a conversational prompt-completion dataset with completion-only
+loss and the seed's settings (config ``training``); LoRA through peft as an option. The result is
+a full local model folder (a LoRA adapter is merged into the base with ``merge_and_unload`` and
+saved with the tokenizer, and the adapter itself is kept beside it), so every backend can load it:
+its path is a serving profile wherever a profile name is asked for, and ``register_as`` also adds
+it to the user's models.yaml."""
+from __future__ import annotations
+
+import datetime as _dt
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+import pandas as pd
+
+from chorus.config import ConfigError
+from chorus.runs import RunDir
+from simulate.roleplay.config import SftConfig
+from simulate.roleplay.data import FIXTURE, Group, golden_mask, load_groups, select_split
+from simulate.roleplay.memory import build_memory
+from simulate.roleplay.prompts import load_prompts, render
+from simulate.roleplay.simulate import steps
+
+
+def sft_examples(groups: list[Group], P: dict, kinds: list[str]) -> list[dict[str, Any]]:
+    """Every (memory state, human next message) pair of ``groups`` with the record's on-topic label."""
+    out = []
+    for g in groups:
+        for _, items in steps([g]):
+            for _, pid, slot in items:
+                kind, r, k = slot
+                if kind not in kinds:
+                    continue
+                if kind == "tweet":
+                    text, label = g.rounds[r].tweets.get(pid), g.rounds[r].tweet_on_topic.get(pid)
+                elif kind == "chat":
+                    u = g.rounds[r].chat_of(pid).utterances[k]
+                    text, label = u.text, u.on_topic
+                else:
+                    text, label = g.participant(pid).final.text, None
+                if not text or not text.strip():
+                    continue
+                out.append({"prompt": render(build_memory(g, pid, slot), P),
+                            "completion": [{"role": "assistant", "content": text.strip()}],
+                            "group_id": g.group_id, "topic": g.topic, "participant": pid, "kind": kind,
+                            "round": -1 if r is None else r + 1, "k": -1 if k is None else k, "label": label})
+    return out
+
+
+def filter_on_topic(examples: list[dict], mode: str, classified: dict[tuple[str, str], bool | None] | None = None
+                    ) -> tuple[list[dict], dict[str, int]]:
+    """Keep on-topic targets. mode 'none': all; 'labels': drop those the record labels off-topic;
+    'classifier': the record's label where present, else the classifier's (unparsed: dropped, counted)."""
+    kept, counts = [], {"off_topic": 0, "unlabelled_kept": 0, "unparsed_dropped": 0}
+    for ex in examples:
+        text = ex["completion"][0]["content"]
+        lab = ex["label"]
+        if mode == "none":
+            kept.append(ex)
+            continue
+        if lab is None and mode == "classifier":
+            lab = (classified or {}).get((ex["topic"], text))
+            if lab is None:
+                counts["unparsed_dropped"] += 1
+                continue
+        if lab is False:
+            counts["off_topic"] += 1
+            continue
+        if lab is None:
+            counts["unlabelled_kept"] += 1
+        kept.append(ex)
+    return kept, counts
+
+
+def _threads() -> None:
+    n = os.environ.get("CHORUS_TORCH_THREADS")
+    if n:
+        import torch
+        torch.set_num_threads(int(n))
+
+
+def train_sft(cfg: SftConfig, out: Path | None = None, *, progress: Callable[[int, int], None] | None = None,
+              classifier_engine: Any = None) -> tuple[RunDir, dict[str, Any]]:
+    from serving.profiles import get_profile
+    P = load_prompts(cfg.prompts)
+    path = cfg.data.path or str(FIXTURE)
+    kept_groups, excluded = golden_mask(load_groups(path))
+    train_groups = select_split(kept_groups, cfg.data.split, "train")
+    if not train_groups:
+        raise ConfigError(f"data: no golden training groups in the {cfg.data.split} split of {path}")
+    base = get_profile(cfg.base.profile)
+    base_path = base.require()  # fails before any training
+    out = Path(out) if out else Path("runs") / "sft" / f"{cfg.name}-{_dt.datetime.now():%Y%m%d-%H%M%S}"
+    run = RunDir.create(out, part="sft", config=cfg, seeds={"root": cfg.seed}, command="sft train",
+                        prompts={"name": P["_name"], "sha256": P["_sha256"]},
+                        data={"path": path, "n_train_groups": len(train_groups), "n_excluded_by_mask": len(excluded)},
+                        base_model={"profile": base.name, "path": str(base_path)})
+    examples = sft_examples(train_groups, P, cfg.data.kinds)
+    classified = None
+    if cfg.data.on_topic == "classifier" and any(ex["label"] is None for ex in examples):
+        from simulate.roleplay.classify import classify_texts
+        eng = classifier_engine
+        if eng is None:
+            from serving import load_engine
+            spec = cfg.classifier
+            eng = load_engine(spec.profile or cfg.base.profile, backend=spec.backend, store=run.store_path,
+                              dtype=spec.dtype, **spec.options)
+        lab = classify_texts(eng, [(ex["topic"], ex["completion"][0]["content"]) for ex in examples if ex["label"] is None],
+                             P, max_tokens=cfg.classifier.max_tokens)
+        if classifier_engine is None:
+            eng.close()  # free the accelerator before training
+        classified = {(t, x): o for t, x, o in zip(lab["topic"], lab["text"], lab["on_topic"])}
+        run.write_table("target_labels", lab)
+    examples, counts = filter_on_topic(examples, cfg.data.on_topic, classified)
+    if cfg.data.limit:
+        examples = examples[:cfg.data.limit]
+
+    _threads()
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import SFTConfig as TrlConfig
+    from trl import SFTTrainer
+
+    tok = AutoTokenizer.from_pretrained(str(base_path))
+    if not getattr(tok, "chat_template", None):
+        raise ConfigError(f"base.profile = {cfg.base.profile!r}: the tokenizer has no chat template; the SFT set is "
+                          "conversational (use an instruct model)")
+    # never truncate a completion away: too-long examples are dropped and counted
+    lens = [_n_tokens(tok, ex["prompt"] + ex["completion"]) for ex in examples]
+    too_long = sum(n > cfg.training.max_length for n in lens)
+    examples = [ex for ex, n in zip(examples, lens) if n <= cfg.training.max_length]
+    counts["too_long"] = int(too_long)
+    if not examples:
+        raise ConfigError(f"no SFT examples left ({counts})")
+    pd.DataFrame([{k: v for k, v in ex.items() if k not in ("prompt", "completion")} |
+                  {"target": ex["completion"][0]["content"]} for ex in examples]).pipe(lambda d: run.write_table("sft_set", d))
+    ds = Dataset.from_list([{"prompt": ex["prompt"], "completion": ex["completion"]} for ex in examples])
+    cuda = torch.cuda.is_available()
+    t = cfg.training
+    bf16 = (cuda and torch.cuda.is_bf16_supported()) if t.bf16 is None else t.bf16
+    args = TrlConfig(output_dir=str(run.path / "trainer"), num_train_epochs=t.epochs, learning_rate=t.learning_rate,
+                     per_device_train_batch_size=t.per_device_batch_size,
+                     gradient_accumulation_steps=t.gradient_accumulation_steps,
+                     max_steps=t.max_steps or -1, max_length=t.max_length, completion_only_loss=True,
+                     logging_steps=t.logging_steps, save_strategy="no", report_to=[], seed=cfg.seed, data_seed=cfg.seed,
+                     bf16=bf16, use_cpu=not cuda, lr_scheduler_type=t.lr_scheduler, warmup_steps=t.warmup_ratio,
+                     weight_decay=t.weight_decay, dataloader_num_workers=0, disable_tqdm=progress is not None,
+                     gradient_checkpointing=t.gradient_checkpointing)
+    model = AutoModelForCausalLM.from_pretrained(str(base_path), dtype=torch.bfloat16 if bf16 else torch.float32)
+    peft_config = None
+    if cfg.lora.enabled:
+        from peft import LoraConfig
+        peft_config = LoraConfig(r=cfg.lora.r, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout,
+                                 target_modules=cfg.lora.target_modules, task_type="CAUSAL_LM")
+    callbacks = [_ProgressCallback(progress)] if progress else None
+    trainer = SFTTrainer(model=model, args=args, train_dataset=ds, processing_class=tok, peft_config=peft_config,
+                         callbacks=callbacks)
+    result = trainer.train()
+    model_dir = run.path / "model"
+    trained = trainer.model
+    if cfg.lora.enabled:
+        trained.save_pretrained(str(run.path / "adapter"))
+        trained = trained.merge_and_unload()
+    trained.save_pretrained(str(model_dir))
+    tok.save_pretrained(str(model_dir))
+    log = pd.DataFrame([r for r in trainer.state.log_history if "loss" in r])
+    run.write_table("train_log", log)
+    losses = log["loss"].tolist() if len(log) else []
+    summary = {"experiment": cfg.name, "base_profile": cfg.base.profile, "model_path": str(model_dir.resolve()),
+               "profile": str(model_dir.resolve()), "lora": cfg.lora.enabled,
+               "adapter_path": str((run.path / "adapter").resolve()) if cfg.lora.enabled else None,
+               "n_examples": len(examples), "filtered": counts, "n_train_groups": len(train_groups),
+               "split": cfg.data.split, "global_steps": int(trainer.state.global_step),
+               "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None,
+               "train_runtime_s": result.metrics.get("train_runtime"),
+               "steps_per_second": result.metrics.get("train_steps_per_second"),
+               "settings": t.model_dump()}
+    if cfg.register_as:
+        summary["registered_as"] = register_profile(cfg.register_as, model_dir, family=get_profile(cfg.base.profile).family)
+    run.update_provenance(trained_model={"path": str(model_dir.resolve())})
+    run.write_summary(summary)
+    if cfg.compare:
+        summary["compare_run"] = str(compare(cfg, model_dir, run.path / "compare", progress=progress))
+        run.write_summary(summary)
+    run.finish()
+    return run, summary
+
+
+def _n_tokens(tok, messages: list[dict]) -> int:
+    return len(tok(tok.apply_chat_template(messages, tokenize=False), add_special_tokens=False).input_ids)
+
+
+class _ProgressCallback:
+    """TrainerCallback that drives chorus' progress bar (steps)."""
+
+    def __new__(cls, update):
+        from transformers import TrainerCallback
+
+        class CB(TrainerCallback):
+            def on_train_begin(self, args, state, control, **kw):
+                update(state.max_steps, 0)
+
+            def on_step_end(self, args, state, control, **kw):
+                update(state.max_steps, 1)
+        return CB()
+
+
+def register_profile(name: str, model_dir: Path, family: str = "other") -> str:
+    """Add ``name: {path, family}`` to the user's models.yaml (``$CHORUS_MODELS_FILE``); the
+    profile then resolves like any other. Returns the file written."""
+    import yaml
+    from serving.profiles import BUILTIN, models_file
+    if name in BUILTIN:
+        raise ConfigError(f"register_as = {name!r} is a built-in profile name")
+    f = models_file()
+    data = (yaml.safe_load(f.read_text()) or {}) if f.is_file() else {}
+    data[name] = {"path": str(Path(model_dir).resolve()), "family": family}
+    f.parent.mkdir(parents=True, exist_ok=True)
+    f.write_text(yaml.safe_dump(data, sort_keys=True))
+    return str(f)
+
+
+def compare(cfg: SftConfig, model_dir: Path, out: Path, progress=None) -> Path:
+    """Run the roleplay config ``cfg.compare`` with the base and the SFT model side by side."""
+    from simulate.roleplay.config import ModelSpec, RoleplayConfig, load
+    from simulate.roleplay.experiment import run_roleplay
+    rcfg: RoleplayConfig = load(cfg.compare, RoleplayConfig)
+    b = cfg.base
+    models = [ModelSpec(label="base", profile=b.profile, backend=b.backend, dtype=b.dtype, options=b.options),
+              ModelSpec(label="sft", profile=str(Path(model_dir).resolve()), backend=b.backend, dtype=b.dtype,
+                        options=b.options)]
+    data = rcfg.data.model_copy(update={"split": cfg.data.split, "path": rcfg.data.path or cfg.data.path})
+    rcfg = rcfg.model_copy(update={"models": models, "data": data})
+    run, _ = run_roleplay(rcfg, out, progress=progress)
+    return run.path
