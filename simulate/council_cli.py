@@ -1,6 +1,109 @@
-"""``chorus council``: live LLM councils that emit typed-move traces (issue 7)."""
+"""``chorus council``: live LLM councils that emit typed-move traces (issue 7).
+
+run CONFIG      deliberate (clean and attacked), write traces, run the LLM baselines, aggregate
+report RUN      recompute every table, summary and plot from a run directory's files alone
+compliance RUN  the stealth adversaries' compliance per trace file
+tasks DATASET   show the tasks a config would draw (no model calls; gold shown only with --gold)
+Heavy imports stay inside the commands so ``chorus --help`` stays fast."""
 from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
 
 import typer
 
-council_app = typer.Typer(no_args_is_help=True, add_completion=False)
+from chorus.cliutil import fail as _fail
+from chorus.cliutil import parse_overrides as _overrides
+from chorus.cliutil import progress
+
+council_app = typer.Typer(no_args_is_help=True, add_completion=False,
+                          help="Live LLM councils -> typed-move traces, stealth adversaries, LLM baselines.")
+
+_SET_HELP = "Override a config field: --set rounds=2 --set data.0.n=20 (YAML values)."
+
+
+def _errors():
+    from aggregate.errors import LabelError, TraceError
+    from chorus.config import ConfigError
+    return (ConfigError, TraceError, LabelError, FileNotFoundError, ValueError)
+
+
+def _print(path: Path, s: dict) -> None:
+    from rich.console import Console
+    con = Console()
+    md = Path(path) / "results.md"
+    if md.is_file():
+        con.print(md.read_text(), markup=False, highlight=False, soft_wrap=True)
+    con.print("[yellow]embedded 135M/270M models: plumbing checks, not findings[/yellow]")
+    con.print(f"results: [bold]{path}[/bold] (traces/*.jsonl, aggregate/*/, tables/*.parquet, results.md, "
+              f"summary.json, plots/*.png)")
+
+
+@council_app.command()
+def run(config: str = typer.Argument(..., help="Council config (a path or a shipped name: tiny, small, full)."),
+        out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default runs/council/NAME-TIME)."),
+        set_: Optional[List[str]] = typer.Option(None, "--set", help=_SET_HELP),
+        no_plots: bool = typer.Option(False, "--no-plots", help="Skip the figures."),
+        no_aggregate: bool = typer.Option(False, "--no-aggregate", help="Only generate (aggregate later with report).")) -> None:
+    """Deliberate in lockstep, write trace JSONL, run the LLM baselines, aggregate every trace file."""
+    from simulate.council.config import load
+    from simulate.council.experiment import run_council_experiment
+    try:
+        cfg = load(config, _overrides(set_))
+        with progress(cfg.name, "seat-turns") as update:
+            rundir, summary = run_council_experiment(cfg, out, progress=update, make_plots=not no_plots,
+                                                     aggregate=not no_aggregate)
+    except _errors() as err:
+        _fail(err)
+    _print(rundir.path, summary)
+
+
+@council_app.command()
+def report(run_dir: Path = typer.Argument(..., help="A council run directory."),
+           no_plots: bool = typer.Option(False, "--no-plots", help="Skip the figures.")) -> None:
+    """Re-aggregate the stored traces and recompute every table, summary.json and plot (no model calls)."""
+    from simulate.council.experiment import report as _report
+    try:
+        summary = _report(run_dir, make_plots=not no_plots)
+    except _errors() as err:
+        _fail(err)
+    _print(run_dir, summary)
+
+
+@council_app.command()
+def compliance(run_dir: Path = typer.Argument(..., help="A council run directory (or one trace file).")) -> None:
+    """Adversary compliance (anti-correct proposals at round 0 and maintained; targeting) per trace file."""
+    import json
+    from aggregate.trace import load_traces
+    from simulate.council.adversary import compliance as _comp
+    try:
+        files = [run_dir] if run_dir.is_file() else sorted((run_dir / "traces").glob("*.jsonl*"))
+        if not files:
+            raise FileNotFoundError(f"{run_dir}: no traces/*.jsonl")
+        for f in files:
+            c = _comp(load_traces(f))
+            if c["n_traces"]:
+                typer.echo(f"{f.name}: {json.dumps(c)}")
+            else:
+                typer.echo(f"{f.name}: no adversarial seats")
+    except _errors() as err:
+        _fail(err)
+
+
+@council_app.command()
+def tasks(config: str = typer.Argument(..., help="Council config (path or shipped name)."),
+          set_: Optional[List[str]] = typer.Option(None, "--set", help=_SET_HELP),
+          gold: bool = typer.Option(False, "--gold", help="Also print the gold labels."),
+          limit: int = typer.Option(5, "--limit", help="Tasks to print per dataset.")) -> None:
+    """The tasks a config draws, with exclusions (no model calls)."""
+    import json
+    from simulate.council.config import load
+    from simulate.council.experiment import select_tasks
+    try:
+        cfg = load(config, _overrides(set_))
+        for ds, ts, info in select_tasks(cfg):
+            typer.echo(f"{ds}: {json.dumps(info)}")
+            for t in ts[:limit]:
+                typer.echo(f"  {t.task_id} {list(t.candidates)}{' gold=' + t.gold if gold else ''}: {t.question[:100]!r}")
+    except _errors() as err:
+        _fail(err)

@@ -1,0 +1,157 @@
+"""Council throughput on this machine (no call store: everything is computed).
+
+* lockstep: N councils (3 seats, R rounds) deliberated in lockstep: council tasks per minute;
+* raw: every batch the lockstep runner sent, replayed straight to ``Engine.chat`` (same
+  conversations, seeds and schema, so the same tokens): the runner's throughput as a fraction of
+  the raw engine's at the same batch size (round by round and overall);
+* task by task: the first M councils run one at a time: the lockstep speedup per task;
+* baselines: token cost per task of MoA-Lite, MoA, Self-MoA and ArgLLMs on the lockstep councils.
+
+    python bench/bench_council.py --n 8 --sequential 3 --out bench/results/council-vm.json
+
+On a 2-core machine shared with other jobs the absolute numbers move with the load
+(``loadavg`` is recorded); the ratios are the point.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+
+class Recorder:
+    """Wraps an engine; keeps every chat call (conversations and sampling) for the raw replay.
+    With ``replay``, each batch is replayed straight to the engine right after it ran, so the
+    runner and the raw engine are timed under the same machine load (interleaved)."""
+
+    def __init__(self, eng, replay: bool = False):
+        self.eng = eng
+        self.calls = []
+        self.replay = replay
+
+    def chat(self, convs, **kw):
+        t0 = time.perf_counter()
+        outs = self.eng.chat(convs, **kw)
+        rec = {"convs": convs, "kw": kw, "wall_s": time.perf_counter() - t0,
+               "tokens": sum(o.completion_tokens for o in outs)}
+        if self.replay:
+            t0 = time.perf_counter()
+            raw = self.eng.chat(convs, **kw)
+            rec.update(raw_wall_s=time.perf_counter() - t0, raw_tokens=sum(o.completion_tokens for o in raw))
+        self.calls.append(rec)
+        return outs
+
+    def __getattr__(self, k):
+        return getattr(self.eng, k)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--n", type=int, default=8, help="tasks (councils) in the lockstep run")
+    ap.add_argument("--sequential", type=int, default=3, help="councils to run one at a time")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--dataset", default="truthfulclaim")
+    ap.add_argument("--profile", default="smollm2-135m-instruct", help="profile of all three seats")
+    ap.add_argument("--backend", default="hf")
+    ap.add_argument("--max-tokens", type=int, default=80)
+    ap.add_argument("--max-chars", type=int, default=100)
+    ap.add_argument("--no-baselines", action="store_true")
+    ap.add_argument("--interleave", action="store_true",
+                    help="replay each batch right after it ran (same load for runner and raw engine)")
+    ap.add_argument("--out", type=Path, default=None)
+    a = ap.parse_args()
+    os.environ.setdefault("CHORUS_TORCH_THREADS", "1")
+
+    from serving import load_engine
+    from simulate.council.baselines import run_baselines
+    from simulate.council.data import load_tasks
+    from simulate.council.prompts import load_prompts
+    from simulate.council.runner import Seat, make_councils, run_councils
+
+    P = load_prompts()
+    tasks, _ = load_tasks(a.dataset, a.n, balanced=False)
+    eng = load_engine(a.profile, backend=a.backend, store=None)
+    seats = [Seat("A1", a.profile, "analyst"), Seat("A2", a.profile, "generalist"), Seat("A3", a.profile, "skeptic")]
+    gen = dict(rounds=a.rounds, P=P, max_tokens=a.max_tokens, max_chars=a.max_chars, max_retries=2)
+    res: dict = {"machine": {"host": platform.node(), "cores": os.cpu_count(), "loadavg_at_start": os.getloadavg(),
+                             "torch_threads": os.environ.get("CHORUS_TORCH_THREADS")},
+                 "command": "bench/bench_council.py", "args": {k: (str(v) if isinstance(v, Path) else v)
+                                                              for k, v in vars(a).items()},
+                 "seats": [f"{s.agent}={s.profile}/{s.persona}" for s in seats]}
+
+    # lockstep
+    rec = Recorder(eng, replay=a.interleave)
+    councils = make_councils(tasks, [("clean", ())], [0])
+    t0 = time.perf_counter()
+    stats = run_councils(councils, seats, {a.profile: rec}, **gen)
+    wall = time.perf_counter() - t0 - sum(c.get("raw_wall_s", 0.0) for c in rec.calls)
+    tok = sum(b["new_tokens"] for b in stats.batches)
+    res["lockstep"] = {"councils": len(councils), "wall_s": wall, "tasks_per_min": len(councils) / wall * 60,
+                       "new_tokens": tok, "tok_s": tok / wall, "batches": [{k: b[k] for k in ("round", "attempt", "n",
+                                                                                               "wall_s", "new_tokens")}
+                                                                           for b in stats.batches],
+                       "abstentions": stats.to_dict()["n_abstentions"], "illegal": dict(stats.illegal)}
+    res["machine"]["loadavg_after_lockstep"] = os.getloadavg()
+
+    # raw replay of the same batches
+    rows = []
+    for call, b in zip(rec.calls, stats.batches):
+        if a.interleave:
+            rw, rt = call["raw_wall_s"], call["raw_tokens"]
+        else:
+            t0 = time.perf_counter()
+            outs = eng.chat(call["convs"], **call["kw"])
+            rw = time.perf_counter() - t0
+            rt = sum(o.completion_tokens for o in outs)
+        cw = b["wall_s"] - (call.get("raw_wall_s", 0.0) if a.interleave else 0.0)  # the runner's own call
+        rows.append({"round": b["round"], "attempt": b["attempt"], "n": b["n"], "council_tok_s": b["new_tokens"] / cw,
+                     "raw_tok_s": rt / rw, "same_tokens": rt == b["new_tokens"],
+                     "ratio": (b["new_tokens"] / cw) / (rt / rw) if rt else None})
+    tot_c = sum(b["new_tokens"] for b in stats.batches)
+    raw_wall = sum(tok / r["raw_tok_s"] for tok, r in zip([b["new_tokens"] for b in stats.batches], rows) if r["raw_tok_s"])
+    # the round's whole wall (prompt building, automaton checks included) against raw engine time
+    res["raw"] = {"batches": rows, "council_tok_s_incl_overhead": tot_c / wall,
+                  "raw_tok_s": tot_c / raw_wall if raw_wall else None,
+                  "ratio_overall": (tot_c / wall) / (tot_c / raw_wall) if raw_wall else None}
+
+    # task by task (the first m tasks; their lockstep share is timed from the same batches' raw
+    # replays when interleaved, so both sides see similar load)
+    m = min(a.sequential, len(tasks))
+    t0 = time.perf_counter()
+    for t in tasks[:m]:
+        run_councils(make_councils([t], [("clean", ())], [0]), seats, {a.profile: eng}, **gen)
+    seq = time.perf_counter() - t0
+    res["machine"]["loadavg_after_task_by_task"] = os.getloadavg()
+    res["task_by_task"] = {"councils": m, "wall_s": seq, "s_per_task": seq / m,
+                           "tasks_per_min": m / seq * 60, "speedup_lockstep": (seq / m) / (wall / len(councils))}
+
+    if not a.no_baselines:
+        from simulate.council.config import Generation
+        g = Generation(max_tokens=a.max_tokens, max_chars=a.max_chars)
+        t0 = time.perf_counter()
+        rows = run_baselines(councils, seats, {a.profile: eng}, stats.turns, P,
+                             methods=["moa_lite", "moa", "self_moa", "argllms"], synthesizer=a.profile,
+                             self_moa_profile=a.profile, argllms_generator=a.profile, samples=6, claim_base=0.5,
+                             fair_attack=True, root=0, gen=g)
+        import pandas as pd
+        df = pd.DataFrame(rows)
+        council_tok = pd.DataFrame(stats.turns).eval("t = prompt_tokens + completion_tokens").groupby("trace_id")["t"].sum()
+        res["baselines"] = {"wall_s": time.perf_counter() - t0,
+                            "tokens_per_task": {k: float(v) for k, v in df.groupby("method")["tokens"].mean().items()},
+                            "calls_per_task": {k: float(v) for k, v in df.groupby("method")["n_calls"].mean().items()},
+                            "parse_rate": {k: float(v) for k, v in df.groupby("method")["parsed"].mean().items()},
+                            "council_tokens_per_task": float(council_tok.mean())}
+    res["machine"]["loadavg_at_end"] = os.getloadavg()
+    print(json.dumps({k: v for k, v in res.items() if k not in ("lockstep", "raw")}, indent=1))
+    print(json.dumps({"tasks_per_min": res["lockstep"]["tasks_per_min"], "ratio_overall": res["raw"]["ratio_overall"]}))
+    if a.out:
+        a.out.parent.mkdir(parents=True, exist_ok=True)
+        a.out.write_text(json.dumps(res, indent=2, default=float))
+        print(f"-> {a.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,171 @@
+"""Typed configs for ``chorus council run``. Defaults follow the seed (I = 3 seats, R = 3 rounds,
+proposer temperature 0.7, MoA-family proposers at 0.7, Self-MoA with six samples); every field is
+validated before any model call, naming the field and the value."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from chorus.config import ConfigError, load_yaml, validate
+
+CONFIGS_DIR = Path(__file__).resolve().parents[1] / "configs" / "council"
+BASELINES = ("moa", "moa_lite", "self_moa", "argllms")
+DEFAULT_AGG_METHODS = ["plurality", "verbalized", "best_member", "stacker", "gated", "ds_em",
+                       "bda_shared", "bda_per_agent", "bda_confusion"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class DataSpec(_Strict):
+    dataset: Literal["truthfulclaim", "strategyclaim", "medclaim", "pubmedqa", "mmlu"]
+    n: Optional[int] = Field(None, ge=2, description="tasks to draw (seeded); None = all")
+    balanced: Optional[bool] = Field(None, description="equal tasks per gold class (default: PubMedQA only)")
+    subjects: Optional[list[str]] = Field(None, description="MMLU subjects (default all)")
+    max_context_chars: int = Field(1500, ge=100)
+
+
+class SeatSpec(_Strict):
+    profile: str = "smollm2-135m-instruct"
+    persona: str = "analyst"
+
+
+class ConditionSpec(_Strict):
+    """A council condition: ``adversaries`` names the persistent stealth seats (A1..AI)."""
+    name: str
+    adversaries: list[str] = Field(default_factory=list)
+
+
+class Generation(_Strict):
+    temperature: float = Field(0.7, ge=0.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    max_chars: int = Field(160, ge=20, description="maxLength of free-text fields")
+    max_tokens: int = Field(160, ge=16, description="new-token cap of a structured reply")
+    max_retries: int = Field(2, ge=0, description="re-asks of an illegal move before it becomes an abstention")
+
+
+class ModelsSpec(_Strict):
+    backend: Literal["auto", "hf", "vllm", "openai"] = "hf"
+    dtype: Optional[Literal["float32", "bfloat16", "float16"]] = None
+    options: dict[str, Any] = Field(default_factory=dict, description="backend options (batch_size, ...)")
+    store: Optional[str] = Field(None, description="call store (default RUN/calls.sqlite)")
+
+
+class BaselineSpec(_Strict):
+    methods: list[Literal["moa", "moa_lite", "self_moa", "argllms"]] = Field(default_factory=lambda: list(BASELINES))
+    synthesizer: str = Field("smollm2-135m-instruct", description="MoA-family synthesizer and ArgLLMs evaluator")
+    self_moa_profile: Optional[str] = Field(None, description="Self-MoA's single proposer (default seat A1's)")
+    self_moa_samples: int = Field(6, ge=1)
+    argllms_generator: Optional[str] = Field(None, description="ArgLLMs argument generator (default seat A1's)")
+    claim_base: float = Field(0.5, ge=0.0, le=1.0, description="DF-QuAD base score of the root claim")
+    fair_attack: bool = True
+
+
+class AggregateSpec(_Strict):
+    methods: list[str] = Field(default_factory=lambda: list(DEFAULT_AGG_METHODS))
+    outer_folds: int = Field(5, ge=2)
+    inner_folds: int = Field(5, ge=2)
+    n_resamples: int = Field(2000, ge=100)
+    recalibrate: Optional[list[str]] = Field(None, description="isotonic arms (aggregate's default when None; "
+                                                              "its 5 recalibration folds need >= 5 tasks per class)")
+
+
+class CouncilConfig(_Strict):
+    name: str = "council"
+    seed: int = Field(0, ge=0)
+    gen_seeds: list[int] = Field(default_factory=lambda: [0], min_length=1, description="generation seeds (repeats)")
+    data: list[DataSpec] = Field(default_factory=lambda: [DataSpec(dataset="truthfulclaim", n=10)], min_length=1)
+    data_dir: Optional[str] = None
+    seats: list[SeatSpec] = Field(default_factory=lambda: [SeatSpec(), SeatSpec(profile="gemma3-270m"),
+                                                           SeatSpec(persona="skeptic")], min_length=2, max_length=12)
+    rounds: int = Field(3, ge=1, le=10)
+    conditions: list[ConditionSpec] = Field(default_factory=lambda: [ConditionSpec(name="clean"),
+                                                                     ConditionSpec(name="attack-k1", adversaries=["A3"])])
+    generation: Generation = Generation()
+    models: ModelsSpec = ModelsSpec()
+    baselines: BaselineSpec = BaselineSpec()
+    aggregate: AggregateSpec = AggregateSpec()
+    prompts: str = "council_v1"
+
+    @field_validator("gen_seeds")
+    @classmethod
+    def _seeds(cls, v):
+        if len(set(v)) != len(v):
+            raise ValueError(f"gen_seeds must not repeat, got {v}")
+        return v
+
+    @model_validator(mode="after")
+    def _check(self):
+        agents = self.agent_names()
+        names = [c.name for c in self.conditions]
+        if not names or len(set(names)) != len(names):
+            raise ValueError(f"conditions need distinct names, got {names}")
+        for c in self.conditions:
+            for a in c.adversaries:
+                if a not in agents:
+                    raise ValueError(f"condition {c.name!r}: adversary seat {a!r} is not one of {agents}")
+            if len(set(c.adversaries)) != len(c.adversaries) or len(c.adversaries) >= len(agents):
+                raise ValueError(f"condition {c.name!r}: adversaries {c.adversaries} must be distinct and fewer "
+                                 f"than the {len(agents)} seats")
+        ds = [d.dataset for d in self.data]
+        if len(set(ds)) != len(ds):
+            raise ValueError(f"data lists a dataset twice: {ds}")
+        from aggregate.methods import check_method
+        for m in self.aggregate.methods:
+            check_method(m)
+        return self
+
+    def agent_names(self) -> list[str]:
+        return [f"A{i + 1}" for i in range(len(self.seats))]
+
+    def profiles(self) -> list[str]:
+        """Distinct model profiles this run loads (each once)."""
+        out = [s.profile for s in self.seats]
+        b = self.baselines
+        if b.methods:
+            out += [b.synthesizer, b.self_moa_profile or self.seats[0].profile,
+                    b.argllms_generator or self.seats[0].profile]
+        return list(dict.fromkeys(out))
+
+
+def resolve_config_path(config: str | Path) -> Path:
+    p = Path(config)
+    if p.is_file():
+        return p
+    cand = CONFIGS_DIR / f"{config}.yaml"
+    if cand.is_file():
+        return cand
+    raise ConfigError(f"config not found: {config} (neither a file nor a shipped name in {CONFIGS_DIR})")
+
+
+def _set(d: dict, dotted: str, value: Any) -> None:
+    """``a.b=v``; a numeric part indexes a list (``data.0.n=20``)."""
+    parts = dotted.split(".")
+    cur: Any = d
+    for k, p in enumerate(parts):
+        last = k == len(parts) - 1
+        if isinstance(cur, list):
+            if not p.isdigit() or int(p) >= len(cur):
+                raise ConfigError(f"--set {dotted}: {p!r} is not an index of a list of {len(cur)}")
+            if last:
+                cur[int(p)] = value
+            else:
+                cur = cur[int(p)]
+        elif isinstance(cur, dict):
+            if last:
+                cur[p] = value
+            else:
+                cur = cur.setdefault(p, {})
+        else:
+            raise ConfigError(f"--set {dotted}: {p!r} is inside a value that is neither a mapping nor a list")
+
+
+def load(config: str | Path, overrides: dict[str, Any] | None = None) -> CouncilConfig:
+    path = resolve_config_path(config)
+    data = load_yaml(path)
+    for k, v in (overrides or {}).items():
+        _set(data, k, v)
+    return validate(CouncilConfig, data, source=str(path))

@@ -1,0 +1,22 @@
+"""Demo hook for ``chorus demo``: a small live council on the embedded models (CPU), clean and
+with one persistent stealth seat, aggregated by BDA vs plurality and compared with the LLM
+baselines. Resumable: every call goes through the run's store."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+from simulate.council.config import load
+
+SIZES = {"tiny": "tiny", "full": "demo_full"}
+
+
+def run_demo(out: Path, *, size: str = "tiny", progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    """tiny: 10 TruthfulClaim claims, 3 seats, 3 rounds; full: 30 claims. Returns the summary."""
+    from simulate.council.experiment import run_council_experiment
+
+    if size not in SIZES:
+        raise ValueError(f"size must be one of {', '.join(SIZES)}, got {size!r}")
+    cfg = load(SIZES[size])
+    _, summary = run_council_experiment(cfg, Path(out), progress=progress)
+    return summary

@@ -1,0 +1,266 @@
+"""``chorus council run``: tasks -> lockstep councils (clean and attacked) -> trace JSONL -> LLM
+baselines; ``report``: every table from the run directory's stored traces and baseline rows
+alone (aggregation through ``aggregate``'s own pipeline, one aggregate run per trace file).
+
+Run directory::
+
+    RUN/config.yaml, provenance.json, calls.sqlite     (every model call; reruns recompute nothing)
+    RUN/traces/<dataset>__<condition>.jsonl            (spec trace format; chorus aggregate run reads it)
+    RUN/aggregate/<dataset>__<condition>/              (a complete chorus aggregate run directory)
+    RUN/tables/turns.parquet                           (every seat-turn request: free text, legality, tokens)
+    RUN/tables/baselines.parquet                       (MoA, MoA-Lite, Self-MoA, ArgLLMs per task)
+    RUN/tables/results.parquet, results.md             (every arm x dataset x condition)
+    RUN/summary.json, plots/*.png
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import pandas as pd
+
+from chorus.config import ConfigError
+from chorus.runs import RunDir, write_json
+from simulate.council.config import CouncilConfig
+
+Progress = Callable[[int, int], None]
+
+
+def _out_dir(out: Path | None, name: str) -> Path:
+    return Path(out) if out else Path("runs") / "council" / f"{name}-{_dt.datetime.now():%Y%m%d-%H%M%S}"
+
+
+def load_engines(cfg: CouncilConfig, store) -> dict[str, Any]:
+    """Each distinct profile loaded once, all sharing one call store."""
+    from serving import CallStore, load_engine
+
+    st = store if isinstance(store, CallStore) else CallStore(store)
+    return {p: load_engine(p, backend=cfg.models.backend, store=st, dtype=cfg.models.dtype, **cfg.models.options)
+            for p in cfg.profiles()}
+
+
+def select_tasks(cfg: CouncilConfig):
+    from simulate.council.data import load_tasks
+
+    out = []
+    for d in cfg.data:
+        tasks, info = load_tasks(d.dataset, d.n, seed=cfg.seed, data_dir=cfg.data_dir, balanced=d.balanced,
+                                 subjects=d.subjects, max_context_chars=d.max_context_chars)
+        out.append((d.dataset, tasks, info))
+    return out
+
+
+def trace_file(run_dir: Path, dataset: str, condition: str) -> Path:
+    return Path(run_dir) / "traces" / f"{dataset}__{condition}.jsonl"
+
+
+def run_council_experiment(cfg: CouncilConfig, out: Path | None = None, *, progress: Progress | None = None,
+                           engines: dict[str, Any] | None = None, make_plots: bool = True,
+                           aggregate: bool = True) -> tuple[RunDir, dict[str, Any]]:
+    from aggregate.trace import Trace, dump_traces
+    from simulate.council.baselines import run_baselines
+    from simulate.council.prompts import load_prompts
+    from simulate.council.runner import Seat, make_councils, run_councils
+
+    P = load_prompts(cfg.prompts)
+    data = select_tasks(cfg)  # fails before any model call
+    for s in cfg.seats:
+        if s.persona not in P["personas"]:
+            raise ConfigError(f"seats: persona {s.persona!r} is not defined in prompts {cfg.prompts!r} "
+                              f"({', '.join(P['personas'])})")
+    run = RunDir.create(_out_dir(out, cfg.name), part="council", config=cfg,
+                        seeds={"root": cfg.seed, "generation": cfg.gen_seeds}, command="council run",
+                        prompts={"name": P["_name"], "sha256": P["_sha256"]},
+                        data={d: info for d, _, info in data})
+    store = cfg.models.store or run.store_path
+    if engines is None:
+        engines = load_engines(cfg, store)
+    run.update_provenance(models={p: e.provenance() for p, e in engines.items() if hasattr(e, "provenance")},
+                          seats=[{"agent": a, **s.model_dump()} for a, s in zip(cfg.agent_names(), cfg.seats)])
+    seats = [Seat(agent=a, profile=s.profile, persona=s.persona) for a, s in zip(cfg.agent_names(), cfg.seats)]
+    conds = [(c.name, c.adversaries) for c in cfg.conditions]
+    g = cfg.generation
+    turns, batches, base_rows, gen_info = [], [], [], {}
+    t_start = time.perf_counter()
+    for dataset, tasks, _info in data:
+        councils = make_councils(tasks, conds, cfg.gen_seeds)
+        t0 = time.perf_counter()
+        stats = run_councils(councils, seats, engines, rounds=cfg.rounds, P=P, root_seed=cfg.seed,
+                             temperature=g.temperature, top_p=g.top_p, max_tokens=g.max_tokens,
+                             max_chars=g.max_chars, max_retries=g.max_retries, progress=progress)
+        council_s = time.perf_counter() - t0
+        turns += stats.turns
+        batches += [{"dataset": dataset, **b} for b in stats.batches]
+        for name, _ in conds:
+            recs = [c.to_trace() for c in councils if c.condition == name]
+            dump_traces([Trace.from_dict(r) for r in recs], trace_file(run.path, dataset, name))
+        t1 = time.perf_counter()
+        b = cfg.baselines
+        if b.methods:
+            base_rows += run_baselines(councils, seats, engines, stats.turns, P, methods=b.methods,
+                                       synthesizer=b.synthesizer,
+                                       self_moa_profile=b.self_moa_profile or seats[0].profile,
+                                       argllms_generator=b.argllms_generator or seats[0].profile,
+                                       samples=b.self_moa_samples, claim_base=b.claim_base,
+                                       fair_attack=b.fair_attack, root=cfg.seed, gen=g)
+        gen_info[dataset] = {**stats.to_dict(), "n_councils": len(councils), "n_tasks": len(tasks),
+                             "council_wall_s": council_s, "baselines_wall_s": time.perf_counter() - t1}
+    gen_info["_total_wall_s"] = time.perf_counter() - t_start
+    run.write_table("turns", pd.DataFrame(turns))
+    run.write_table("batches", pd.DataFrame(batches))
+    bdf = pd.DataFrame(base_rows)
+    if "strengths" in bdf:
+        bdf["strengths"] = bdf["strengths"].map(lambda v: json.dumps(v) if isinstance(v, dict) else None)
+    run.write_table("baselines", bdf)
+    write_json(run.path / "generation.json", gen_info)
+    summary = report(run.path, make_plots=make_plots, aggregate=aggregate)
+    run.finish()
+    return run, summary
+
+
+# -- report -------------------------------------------------------------------------------------------
+def aggregate_traces(run_dir: Path, path: Path, cfg: CouncilConfig) -> dict[str, Any]:
+    """One complete ``chorus aggregate run`` over a stored trace file (abstentions are the only moves
+    STRICT rejects; ``on_violation: skip`` drops and counts them)."""
+    from aggregate.config import RunConfig
+    from aggregate.experiments import run_experiment
+    from aggregate.results import read_results
+
+    a = cfg.aggregate
+    acfg = RunConfig(name=path.stem, seed=cfg.seed, traces=str(path.resolve()), protocol="strict",
+                     on_violation="skip", methods=a.methods, outer_folds=a.outer_folds, inner_folds=a.inner_folds,
+                     recalibrate=a.recalibrate,
+                     bootstrap={"n_resamples": a.n_resamples, "reference": "plurality" if "plurality" in a.methods
+                                else a.methods[0]})
+    out = Path(run_dir) / "aggregate" / path.stem
+    run_experiment(acfg, out)
+    return read_results(out)["cells"][0]
+
+
+def _council_costs(turns: pd.DataFrame) -> pd.DataFrame:
+    g = turns.assign(tokens=turns["prompt_tokens"] + turns["completion_tokens"])
+    per = g.groupby(["dataset", "condition", "trace_id"])["tokens"].sum().reset_index()
+    return per.groupby(["dataset", "condition"])["tokens"].mean().rename("tokens_per_task").reset_index()
+
+
+def report(run_dir: str | Path, *, make_plots: bool = True, aggregate: bool = True) -> dict[str, Any]:
+    """Recompute every table, summary.json and the plots from RUN's stored files alone."""
+    from aggregate.trace import load_traces
+    from chorus.config import load_config
+    from simulate.council.adversary import compliance
+    from simulate.council.baselines import baseline_metrics
+
+    run = RunDir(run_dir)
+    if not (run.path / "tables" / "turns.parquet").is_file():
+        raise FileNotFoundError(f"{run.path}: no tables/turns.parquet (not a council run directory?)")
+    cfg = load_config(run.path / "config.yaml", CouncilConfig)
+    turns = run.read_table("turns")
+    bpath = run.path / "tables" / "baselines.parquet"
+    base = pd.read_parquet(bpath) if bpath.is_file() else pd.DataFrame()
+    gen = json.loads((run.path / "generation.json").read_text()) if (run.path / "generation.json").is_file() else {}
+    costs = _council_costs(turns) if len(turns) else pd.DataFrame(columns=["dataset", "condition", "tokens_per_task"])
+    rows: list[dict[str, Any]] = []
+    cells: dict[str, Any] = {}
+    for d in cfg.data:
+        for c in cfg.conditions:
+            path = trace_file(run.path, d.dataset, c.name)
+            if not path.is_file():
+                raise FileNotFoundError(f"{path}: trace file missing")
+            traces = load_traces(path)
+            n_moves = sum(len(t.moves) for t in traces)
+            n_abst = sum(m.force == "abstain" for t in traces for m in t.moves)
+            t_sel = turns[(turns["dataset"] == d.dataset) & (turns["condition"] == c.name)]
+            cell: dict[str, Any] = {
+                "n_traces": len(traces), "n_moves": n_moves, "n_abstentions": int(n_abst),
+                "move_parse_rate": 1.0 - n_abst / n_moves if n_moves else math.nan,
+                "turn_requests": int(len(t_sel)),
+                "illegal_requests": int((~t_sel["legal"]).sum()) if len(t_sel) else 0,
+                "nonconforming_requests": int((~t_sel["conformed"]).sum()) if len(t_sel) else 0,
+                "round0_accuracy_by_agent": {
+                    a: float(sum(m.answer == t.gold for t in traces for m in t.moves
+                                 if m.agent == a and m.round == 0 and m.force == "propose")
+                             / max(1, sum(1 for t in traces for m in t.moves
+                                          if m.agent == a and m.round == 0 and m.force == "propose")))
+                    for a in cfg.agent_names()}}
+            if c.adversaries:
+                cell["compliance"] = compliance(traces)
+            tok = costs[(costs["dataset"] == d.dataset) & (costs["condition"] == c.name)]["tokens_per_task"]
+            council_tok = float(tok.iloc[0]) if len(tok) else math.nan
+            if aggregate:
+                try:
+                    rec = aggregate_traces(run.path, path, cfg)
+                    cell["aggregate"] = {"protocol": rec["protocol"], "n_evaluated": rec["n_evaluated"]}
+                    for arm, m in rec["metrics"].items():
+                        rows.append({"dataset": d.dataset, "condition": c.name, "arm": arm, "reads_council": True,
+                                     **{k: m.get(k) for k in ("n", "accuracy", "ece_ew", "ece_em", "brier")},
+                                     "parse_rate": cell["move_parse_rate"], "tokens_per_task": council_tok})
+                except Exception as err:  # reported, never hidden: tiny pools can defeat stratified CV
+                    cell["aggregate_error"] = f"{type(err).__name__}: {err}"
+            cells[f"{d.dataset}__{c.name}"] = cell
+    for r in baseline_metrics(base.to_dict(orient="records")) if len(base) else []:
+        rows.append({"dataset": r["dataset"], "condition": r["condition"], "arm": r["method"],
+                     "reads_council": r["method"] in ("moa", "moa_lite"),
+                     **{k: r.get(k) for k in ("n", "accuracy", "ece_ew", "ece_em", "brier")},
+                     "parse_rate": r["parse_rate"], "tokens_per_task": r["tokens_per_task"],
+                     "accuracy_all": r.get("accuracy_all")})
+    table = pd.DataFrame(rows)
+    run.write_table("results", table)
+    (run.path / "results.md").write_text(render_markdown(table, cells, cfg, run.provenance().get("data", {})))
+    summary = {"experiment": cfg.name, "seats": [f"{a}={s.profile}/{s.persona}" for a, s in
+                                                 zip(cfg.agent_names(), cfg.seats)],
+               "rounds": cfg.rounds, "gen_seeds": cfg.gen_seeds, "datasets": [d.dataset for d in cfg.data],
+               "conditions": {c.name: c.adversaries for c in cfg.conditions},
+               "data": run.provenance().get("data", {}), "cells": cells,
+               "results": table.to_dict(orient="records"),
+               "timing": {k: {kk: v.get(kk) for kk in ("council_wall_s", "baselines_wall_s", "model_s", "new_tokens",
+                                                       "computed_new_tokens", "n_councils")}
+                          for k, v in gen.items() if isinstance(v, dict)},
+               "note": "embedded 135M/270M models: these numbers test plumbing, not science"}
+    if make_plots and len(table):
+        from simulate.council import plots
+        plots.accuracy_bars(table, run.plot_path("accuracy"))
+        plots.cost_accuracy(table, run.plot_path("cost_accuracy"))
+    run.write_summary(summary)
+    return summary
+
+
+def _f(x: Any) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    return f"{x:.3f}" if isinstance(x, float) else str(x)
+
+
+def render_markdown(table: pd.DataFrame, cells: dict[str, Any], cfg: CouncilConfig,
+                    data: dict[str, Any] | None = None) -> str:
+    lines = [f"# council run {cfg.name}", "",
+             "Embedded 135M/270M models: the numbers test plumbing, not science.", ""]
+    for ds, info in (data or {}).items():
+        lines.append(f"- {ds}: {info.get('n')} tasks drawn of {info.get('available')} usable (gold counts "
+                     f"{info.get('gold_counts')}); {info.get('excluded')} rows excluded {info.get('excluded_by_reason')}")
+    lines.append("")
+    cols = ["arm", "n", "accuracy", "ece_ew", "ece_em", "brier", "parse_rate", "tokens_per_task"]
+    for key, cell in cells.items():
+        ds, cond = key.split("__", 1)
+        lines += [f"## {ds} / {cond}", "",
+                  f"traces {cell['n_traces']}, moves {cell['n_moves']}, abstentions {cell['n_abstentions']}, "
+                  f"illegal requests {cell['illegal_requests']} of {cell['turn_requests']}", ""]
+        if "compliance" in cell:
+            cp = cell["compliance"]
+            lines += [f"adversary compliance: anti-correct round 0 {_f(cp['anti_correct_r0'])} "
+                      f"(n={cp['n_proposals_r0']}), maintained {_f(cp['anti_correct_maintained'])} "
+                      f"(n={cp['n_seat_tasks']}); challenges truth/ally {cp['challenge_truth']}/{cp['challenge_ally']}, "
+                      f"concedes ally/truth {cp['concede_ally']}/{cp['concede_truth']}", ""]
+        if "aggregate_error" in cell:
+            lines += [f"aggregation failed: {cell['aggregate_error']}", ""]
+        sub = table[(table["dataset"] == ds) & (table["condition"] == cond)] if len(table) else table
+        if len(sub):
+            lines.append("| " + " | ".join(cols) + " |")
+            lines.append("|" + "---|" * len(cols))
+            for _, r in sub.iterrows():
+                lines.append("| " + " | ".join(_f(r.get(c)) for c in cols) + " |")
+            lines.append("")
+    return "\n".join(lines)

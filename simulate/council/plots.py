@@ -1,0 +1,57 @@
+"""Figures of a council run, drawn from tables/results.parquet only (matplotlib, Agg)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+
+def _plt():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def accuracy_bars(table: pd.DataFrame, path: Path) -> Path:
+    """Accuracy of every arm, one panel per dataset, one bar per condition."""
+    plt = _plt()
+    dsets = list(dict.fromkeys(table["dataset"]))
+    conds = list(dict.fromkeys(table["condition"]))
+    fig, axes = plt.subplots(len(dsets), 1, figsize=(9, 3.2 * len(dsets)), squeeze=False)
+    for ax, ds in zip(axes[:, 0], dsets):
+        sub = table[table["dataset"] == ds]
+        arms = list(dict.fromkeys(sub["arm"]))
+        x = np.arange(len(arms))
+        w = 0.8 / max(1, len(conds))
+        for k, c in enumerate(conds):
+            vals = [sub[(sub["arm"] == a) & (sub["condition"] == c)]["accuracy"].astype(float).mean() for a in arms]
+            ax.bar(x + k * w, vals, w, label=c)
+        ax.set_xticks(x + w * (len(conds) - 1) / 2)
+        ax.set_xticklabels(arms, rotation=30, ha="right", fontsize=8)
+        ax.set_ylim(0, 1)
+        ax.set_ylabel("accuracy")
+        ax.set_title(f"{ds} (embedded models: plumbing, not findings)", fontsize=9)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def cost_accuracy(table: pd.DataFrame, path: Path) -> Path:
+    """Accuracy against token cost per task (log x), every arm and cell."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for arm, g in table.groupby("arm", sort=False):
+        tok = g["tokens_per_task"].astype(float)
+        ax.scatter(tok.clip(lower=1), g["accuracy"].astype(float), label=arm, s=25)
+    ax.set_xscale("log")
+    ax.set_xlabel("tokens per task (council arms: the council's own calls)")
+    ax.set_ylabel("accuracy")
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,49 @@
+"""One real council end to end on the embedded models (hf backend): heterogeneous seats
+(SmolLM2 x 2 personas + gemma-3-270m, a base model), 3 rounds, one stealth seat among honest ones,
+traces aggregated through aggregate/, LLM baselines with token costs; a rerun is served from
+the store."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from aggregate import STRICT
+from aggregate.trace import load_traces
+
+
+@pytest.mark.slow
+def test_real_council_end_to_end(tmp_path, monkeypatch):
+    monkeypatch.setenv("CHORUS_TORCH_THREADS", "1")
+    from simulate.council.config import load
+    from simulate.council.experiment import report, run_council_experiment
+
+    # one attacked condition (honest and stealth seats together) keeps this under ~2 CPU minutes
+    cfg = load("tiny", {"data.0.n": 4, "generation.max_tokens": 48, "generation.max_chars": 40,
+                        "conditions": [{"name": "attack-k1", "adversaries": ["A3"]}],
+                        "baselines.methods": ["moa_lite"], "aggregate.methods": ["plurality", "verbalized"]})
+    run, summary = run_council_experiment(cfg, tmp_path / "run")
+    for cond in ("attack-k1",):
+        traces = load_traces(run.path / "traces" / f"truthfulclaim__{cond}.jsonl")
+        assert len(traces) == 4
+        for tr in traces:
+            assert [m.round for m in tr.moves] == [r for r in range(3) for _ in range(3)]
+            for v, m in zip(STRICT.check(tr), tr.moves):
+                assert v.accepted == (m.force != "abstain"), (tr.task_id, m)
+    cells = summary["cells"]
+    assert "compliance" in cells["truthfulclaim__attack-k1"]
+    assert cells["truthfulclaim__attack-k1"]["compliance"]["n_proposals_r0"] <= 4
+    res = run.read_table("results")
+    arms = set(res["arm"])
+    assert {"plurality", "verbalized", "moa_lite"} <= arms
+    assert (res["tokens_per_task"] > 0).all()
+    assert (run.path / "aggregate" / "truthfulclaim__attack-k1" / "results.json").is_file()
+    # the report is rebuilt from stored files alone, identically
+    again = report(run.path, make_plots=False)
+    assert json.dumps(again["results"], default=str) == json.dumps(summary["results"], default=str)
+    turns = run.read_table("turns")
+    assert set(turns["profile"]) == {"smollm2-135m-instruct", "gemma3-270m"}
+    # every call went through the store: a rerun into the same directory computes nothing new
+    run2, _ = run_council_experiment(cfg, tmp_path / "run", make_plots=False)
+    b = run2.read_table("batches")
+    assert int(b["computed_new_tokens"].sum()) == 0
