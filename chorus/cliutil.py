@@ -34,8 +34,8 @@ def parse_overrides(sets: Optional[list[str]]) -> dict:
 
 @contextmanager
 def progress(label: str, unit: str = "") -> Iterator[Callable[[int, int], None]]:
-    """A rich progress bar with counts and ETA on stderr. Yields ``update(total, k)``: k == 0 sets
-    the total, k > 0 advances by k."""
+    """A rich progress bar with counts and ETA on stderr. Yields ``update(total, k)``: k == 0 starts
+    a (new) phase of ``total`` units, k > 0 advances by k."""
     from rich.console import Console
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
                                TimeRemainingColumn)
@@ -48,8 +48,8 @@ def progress(label: str, unit: str = "") -> Iterator[Callable[[int, int], None]]
         task = prog.add_task(label, total=None)
 
         def update(total: int, k: int) -> None:
-            if k == 0:
-                prog.update(task, total=total)
+            if k == 0:  # a stage with several phases restarts the bar for each
+                prog.reset(task, total=total)
             else:
                 prog.advance(task, k)
 

@@ -17,6 +17,7 @@ OUT/timing.json the wall time per stage and how many model calls were computed v
 from __future__ import annotations
 
 import math
+import os
 import time
 import traceback
 from dataclasses import dataclass
@@ -256,6 +257,9 @@ def run_demo(size: str, out: Path, profile: str = "smollm2-135m-instruct", backe
                                 "stages": list(stages or STAGES), "sizes": SIZES.get(size, {})},
                    source="demo options")
     out = Path(out)
+    # the demo's workloads are small: vLLM's graph compilation (about a minute per start on a CPU)
+    # would cost more than it saves; an explicit CHORUS_VLLM_EAGER=0 keeps it
+    os.environ.setdefault("CHORUS_VLLM_EAGER", "1")
     run = RunDir.create(out, part="demo", config=cfg, seeds={"root": cfg.seed}, stages=cfg.stages)
     old = run.summary().get("stages", {}) if (out / "summary.json").exists() else {}
     summary: dict[str, Any] = {"size": cfg.size, "profile": cfg.profile, "stages": {}}

@@ -8,11 +8,11 @@ from typing import Any, Callable
 
 from simulate.council.config import load
 
-SIZES = {"tiny": "tiny", "full": "demo_full"}
+SIZES = {"tiny": "demo_tiny", "full": "demo_full"}
 
 
 def run_demo(out: Path, *, size: str = "tiny", progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
-    """tiny: 10 TruthfulClaim claims, 3 seats, 3 rounds; full: 30 claims. Returns the summary."""
+    """tiny: 6 TruthfulClaim claims, 3 seats, 3 rounds; full: 30 claims. Returns the summary."""
     from simulate.council.experiment import run_council_experiment
 
     if size not in SIZES:
