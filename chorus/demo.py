@@ -200,7 +200,9 @@ REGISTRY: dict[str, Stage] = {s.name: s for s in [
           _external("interventions.internals_demo"), "passes",
           ("knockout/all_layers/after/share_removed", "knockout/all_layers/decision/share_removed",
            "patch/cue_effect_x_minus_y/mean", "probe/n_layers_above_null_p90")),
-    Stage("council", "Live council aggregated by BDA vs baselines", _external("simulate.council.demo"), "calls"),
+    Stage("council", "Live council aggregated by BDA vs baselines", _external("simulate.council.demo"), "calls",
+          ("cells/truthfulclaim__clean/n_traces", "cells/truthfulclaim__clean/move_parse_rate",
+           "cells/truthfulclaim__attack-k1/move_parse_rate", "cells/truthfulclaim__clean/n_abstentions")),
     Stage("roleplay", "Role-play groups vs humans (synthetic fixture)", _external("simulate.roleplay.demo"), "turns",
           ("n_groups", "classifier/stance_parse_rate", "classifier/on_topic_parse_rate", "mask/n_excluded")),
 ]}
