@@ -51,3 +51,50 @@ def load_config(path: str | Path, model: type[M]) -> M:
 
 def dump_config(cfg: BaseModel, path: str | Path) -> None:
     Path(path).write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+
+
+def resolve_config(config: str | Path, configs_dir: Path) -> Path:
+    """A config path, or the name of a shipped config in ``configs_dir`` (with or without .yaml)."""
+    p = Path(config)
+    if p.is_file():
+        return p
+    cand = configs_dir / (p.name if p.suffix == ".yaml" else f"{p.name}.yaml")
+    if cand.is_file():
+        return cand
+    shipped = ", ".join(sorted(x.stem for x in configs_dir.glob("*.yaml"))) or "none"
+    raise ConfigError(f"config not found: {config} (neither a file nor a shipped name in {configs_dir}; "
+                      f"shipped: {shipped})")
+
+
+def set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
+    """Apply one ``--set a.b=v`` override; a numeric part indexes a list (``data.0.n=20``)."""
+    import copy
+    parts = dotted.split(".")
+    cur: Any = data
+    for k, p in enumerate(parts):
+        last = k == len(parts) - 1
+        if isinstance(cur, list):
+            if not p.isdigit() or int(p) >= len(cur):
+                raise ConfigError(f"--set {dotted}: {p!r} is not an index of a list of {len(cur)}")
+            if last:
+                cur[int(p)] = copy.deepcopy(value)
+            else:
+                cur = cur[int(p)]
+        elif isinstance(cur, dict):
+            if last:
+                cur[p] = copy.deepcopy(value)
+            else:
+                nxt = cur.get(p)
+                cur = cur.setdefault(p, {}) if nxt is None else nxt
+        else:
+            raise ConfigError(f"--set {dotted}: {p!r} is inside a value that is neither a mapping nor a list")
+
+
+def load_named(config: str | Path, model: type[M], configs_dir: Path,
+               overrides: dict[str, Any] | None = None) -> M:
+    """Load a shipped or user config, apply ``--set`` overrides, validate it as ``model``."""
+    path = resolve_config(config, configs_dir)
+    data = load_yaml(path)
+    for k, v in (overrides or {}).items():
+        set_dotted(data, k, v)
+    return validate(model, data, source=str(path))

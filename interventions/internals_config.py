@@ -66,23 +66,10 @@ class InternalsConfig(InfluenceConfig):
 
 
 def resolve_config_path(config: str | Path) -> Path:
-    from chorus.config import ConfigError
-
-    p = Path(config)
-    if p.is_file():
-        return p
-    cand = CONFIGS_DIR / f"{config}.yaml"
-    if cand.is_file():
-        return cand
-    raise ConfigError(f"config not found: {config} (neither a file nor a shipped name in {CONFIGS_DIR})")
+    from chorus.config import resolve_config
+    return resolve_config(config, CONFIGS_DIR)
 
 
 def load(config: str | Path, overrides: dict | None = None) -> InternalsConfig:
-    from chorus.config import load_yaml, validate
-    from simulate.debate.config import _set
-
-    path = resolve_config_path(config)
-    data = load_yaml(path)
-    for k, v in (overrides or {}).items():
-        _set(data, k, v)
-    return validate(InternalsConfig, data, source=str(path))
+    from chorus.config import load_named
+    return load_named(config, InternalsConfig, CONFIGS_DIR, overrides)

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from chorus.config import ConfigError, load_yaml, validate
+from chorus.config import load_named, resolve_config, set_dotted, validate
 
 CONFIGS_DIR = Path(__file__).resolve().parent.parent / "configs" / "belief"
 
@@ -220,36 +220,16 @@ class BeliefConfig(_Strict):
 
 
 def _set_path(data: dict, dotted: str, value: Any) -> None:
-    keys = dotted.split(".")
-    cur = data
-    for k in keys[:-1]:
-        nxt = cur.get(k)
-        if nxt is None:
-            nxt = cur[k] = {}
-        if not isinstance(nxt, dict):
-            raise ConfigError(f"sweep.{dotted}: {k!r} is not a section")
-        cur = nxt
-    cur[keys[-1]] = copy.deepcopy(value)
+    set_dotted(data, dotted, value)
 
 
 def resolve_config_path(name: str | Path) -> Path:
     """A path, or the name of a shipped config in ``simulate/configs/belief/``."""
-    p = Path(name)
-    if p.is_file():
-        return p
-    q = CONFIGS_DIR / (p.name if p.suffix else f"{p.name}.yaml")
-    if q.is_file():
-        return q
-    raise ConfigError(f"config file not found: {name} (shipped configs: "
-                      f"{', '.join(sorted(x.stem for x in CONFIGS_DIR.glob('*.yaml')))})")
+    return resolve_config(name, CONFIGS_DIR)
 
 
 def load_belief_config(path: str | Path, overrides: dict[str, Any] | None = None) -> BeliefConfig:
-    p = resolve_config_path(path)
-    data = load_yaml(p)
-    for k, v in (overrides or {}).items():
-        _set_path(data, k, v)
-    return validate(BeliefConfig, data, source=str(p))
+    return load_named(path, BeliefConfig, CONFIGS_DIR, overrides)
 
 
 class Condition(BaseModel):

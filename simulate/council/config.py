@@ -8,7 +8,7 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from chorus.config import ConfigError, load_yaml, validate
+from chorus.config import load_named, resolve_config
 
 CONFIGS_DIR = Path(__file__).resolve().parents[1] / "configs" / "council"
 BASELINES = ("moa", "moa_lite", "self_moa", "argllms")
@@ -132,40 +132,8 @@ class CouncilConfig(_Strict):
 
 
 def resolve_config_path(config: str | Path) -> Path:
-    p = Path(config)
-    if p.is_file():
-        return p
-    cand = CONFIGS_DIR / f"{config}.yaml"
-    if cand.is_file():
-        return cand
-    raise ConfigError(f"config not found: {config} (neither a file nor a shipped name in {CONFIGS_DIR})")
-
-
-def _set(d: dict, dotted: str, value: Any) -> None:
-    """``a.b=v``; a numeric part indexes a list (``data.0.n=20``)."""
-    parts = dotted.split(".")
-    cur: Any = d
-    for k, p in enumerate(parts):
-        last = k == len(parts) - 1
-        if isinstance(cur, list):
-            if not p.isdigit() or int(p) >= len(cur):
-                raise ConfigError(f"--set {dotted}: {p!r} is not an index of a list of {len(cur)}")
-            if last:
-                cur[int(p)] = value
-            else:
-                cur = cur[int(p)]
-        elif isinstance(cur, dict):
-            if last:
-                cur[p] = value
-            else:
-                cur = cur.setdefault(p, {})
-        else:
-            raise ConfigError(f"--set {dotted}: {p!r} is inside a value that is neither a mapping nor a list")
+    return resolve_config(config, CONFIGS_DIR)
 
 
 def load(config: str | Path, overrides: dict[str, Any] | None = None) -> CouncilConfig:
-    path = resolve_config_path(config)
-    data = load_yaml(path)
-    for k, v in (overrides or {}).items():
-        _set(data, k, v)
-    return validate(CouncilConfig, data, source=str(path))
+    return load_named(config, CouncilConfig, CONFIGS_DIR, overrides)

@@ -8,7 +8,7 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from chorus.config import ConfigError, load_yaml, validate
+from chorus.config import load_named, resolve_config
 
 CONFIGS_DIR = Path(__file__).resolve().parents[1] / "configs" / "debate"
 
@@ -96,28 +96,8 @@ class InfluenceConfig(DebateConfig):
 
 
 def resolve_config_path(config: str | Path) -> Path:
-    p = Path(config)
-    if p.is_file():
-        return p
-    cand = CONFIGS_DIR / f"{config}.yaml"
-    if cand.is_file():
-        return cand
-    raise ConfigError(f"config not found: {config} (neither a file nor a shipped name in {CONFIGS_DIR})")
-
-
-def _set(d: dict, dotted: str, value: Any) -> None:
-    parts = dotted.split(".")
-    cur = d
-    for p in parts[:-1]:
-        cur = cur.setdefault(p, {})
-        if not isinstance(cur, dict):
-            raise ConfigError(f"--set {dotted}: {p} is not a mapping")
-    cur[parts[-1]] = value
+    return resolve_config(config, CONFIGS_DIR)
 
 
 def load(config: str | Path, model: type, overrides: dict[str, Any] | None = None):
-    path = resolve_config_path(config)
-    data = load_yaml(path)
-    for k, v in (overrides or {}).items():
-        _set(data, k, v)
-    return validate(model, data, source=str(path))
+    return load_named(config, model, CONFIGS_DIR, overrides)
