@@ -58,16 +58,7 @@ def oracle(repeats: int) -> dict:
             "with_event_table_s_min": min(full), "with_event_table_s_median": float(np.median(full))}
 
 
-class Recorder:
-    """Wraps an engine and records every chat batch (for the raw-engine replay)."""
-
-    def __init__(self, eng):
-        self.eng, self.calls = eng, []
-        self.identity = eng.identity
-
-    def chat(self, conversations, **kw):
-        self.calls.append((list(conversations), kw))
-        return self.eng.chat(conversations, **kw)
+from _recorder import Recorder  # noqa: E402  (bench/ is the script directory)
 
 
 def llm(runs: int, agents: int, rounds: int, backend: str, max_tokens: int) -> dict:

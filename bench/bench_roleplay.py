@@ -31,18 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-class Recorder:
-    """Wraps an engine; records every chat batch (conversations + kwargs)."""
-
-    def __init__(self, eng):
-        self.eng, self.calls = eng, []
-
-    def __getattr__(self, k):
-        return getattr(self.eng, k)
-
-    def chat(self, convs, **kw):
-        self.calls.append((list(convs), {k: v for k, v in kw.items() if k != "progress"}))
-        return self.eng.chat(convs, **kw)
+from _recorder import Recorder  # noqa: E402  (bench/ is the script directory)
 
 
 def fixture_groups(n: int):

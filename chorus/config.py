@@ -1,6 +1,8 @@
 """Typed YAML configs: one loader so every part fails the same way on bad input."""
 from __future__ import annotations
 
+import functools
+import hashlib
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -98,3 +100,19 @@ def load_named(config: str | Path, model: type[M], configs_dir: Path,
     for k, v in (overrides or {}).items():
         set_dotted(data, k, v)
     return validate(model, data, source=str(path))
+
+
+@functools.lru_cache(maxsize=16)
+def load_prompt_file(name: str, prompts_dir: Path) -> dict[str, Any]:
+    """A prompt YAML by name (in ``prompts_dir``) or path, with ``_name`` and ``_sha256`` (recorded
+    in provenance, so a run names the exact prompts it used). Cached: callers must not mutate it."""
+    p = Path(name)
+    if not p.suffix:
+        p = prompts_dir / f"{name}.yaml"
+    if not p.is_file():
+        raise ConfigError(f"prompts {name!r} not found ({p})")
+    raw = p.read_bytes()
+    d = yaml.safe_load(raw)
+    d["_sha256"] = hashlib.sha256(raw).hexdigest()
+    d["_name"] = p.stem
+    return d

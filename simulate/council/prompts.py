@@ -3,13 +3,10 @@ structured-output schemas. Pure: no model code. Honest prompts are rendered from
 ``Task.public()`` only; ``adversary_preamble`` is the one place the correct answer enters."""
 from __future__ import annotations
 
-import functools
-import hashlib
 from pathlib import Path
 from typing import Any, Sequence
 
-import yaml
-
+from chorus.config import load_prompt_file
 from simulate.council.data import Task
 
 PROMPTS_DIR = Path(__file__).resolve().parent / "prompts"
@@ -19,19 +16,8 @@ RUBRIC = ("guess", "lean", "likely", "confident", "certain")
 FORCES = ("propose", "concede", "challenge")
 
 
-@functools.lru_cache(maxsize=8)
 def load_prompts(name: str = DEFAULT_PROMPTS) -> dict[str, Any]:
-    p = Path(name)
-    if not p.suffix:
-        p = PROMPTS_DIR / f"{name}.yaml"
-    if not p.is_file():
-        from chorus.config import ConfigError
-        raise ConfigError(f"prompts {name!r} not found ({p})")
-    raw = p.read_bytes()
-    d = yaml.safe_load(raw)
-    d["_sha256"] = hashlib.sha256(raw).hexdigest()
-    d["_name"] = p.stem
-    return d
+    return load_prompt_file(name, PROMPTS_DIR)
 
 
 def rubric_probability(level: str, K: int) -> float:

@@ -2,29 +2,18 @@
 model code. Every conversation the protocol and the interventions send is built here."""
 from __future__ import annotations
 
-import functools
-import hashlib
 from pathlib import Path
 from typing import Any, Sequence
 
-import yaml
-
+from chorus.config import load_prompt_file
 from simulate.debate.bench import Item
 
 PROMPTS_DIR = Path(__file__).resolve().parent / "prompts"
 DEFAULT_PROMPTS = "debate_v1"
 
 
-@functools.lru_cache(maxsize=8)
 def load_prompts(name: str = DEFAULT_PROMPTS) -> dict[str, Any]:
-    p = Path(name)
-    if not p.suffix:
-        p = PROMPTS_DIR / f"{name}.yaml"
-    raw = p.read_bytes()
-    d = yaml.safe_load(raw)
-    d["_sha256"] = hashlib.sha256(raw).hexdigest()
-    d["_name"] = p.stem
-    return d
+    return load_prompt_file(name, PROMPTS_DIR)
 
 
 def labels_text(labels: Sequence[str]) -> str:

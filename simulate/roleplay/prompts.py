@@ -2,31 +2,18 @@
 conversation. Pure: no model code."""
 from __future__ import annotations
 
-import functools
-import hashlib
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from chorus.config import load_prompt_file
 from simulate.roleplay.memory import Memory
 
 PROMPTS_DIR = Path(__file__).resolve().parent / "prompts"
 DEFAULT_PROMPTS = "roleplay_v1"
 
 
-@functools.lru_cache(maxsize=8)
 def load_prompts(name: str = DEFAULT_PROMPTS) -> dict[str, Any]:
-    p = Path(name)
-    if not p.suffix:
-        p = PROMPTS_DIR / f"{name}.yaml"
-    if not p.is_file():
-        raise FileNotFoundError(f"prompt file not found: {p}")
-    raw = p.read_bytes()
-    d = yaml.safe_load(raw)
-    d["_sha256"] = hashlib.sha256(raw).hexdigest()
-    d["_name"] = p.stem
-    return d
+    return load_prompt_file(name, PROMPTS_DIR)
 
 
 def _q(text: str | None, P: dict) -> str:
