@@ -181,11 +181,20 @@ def _run_body(run: Path, title_level: int = 2, anchor: str = "") -> str:
     return "".join(out)
 
 
+def _demo_stages(prov: dict[str, Any] | None, summ: dict[str, Any] | None) -> list[str]:
+    """Stages to show: those the last invocation planned (it may have run only some, with --stage)
+    plus those earlier invocations left in the summary, in the demo's order."""
+    from chorus.demo import STAGES
+    wanted = set((prov or {}).get("stages") or STAGES) | set((summ or {}).get("stages", {}))
+    return [s for s in STAGES if s in wanted] + sorted(wanted - set(STAGES))
+
+
 def _demo_body(run: Path, summ: dict[str, Any] | None, prov: dict[str, Any] | None) -> str:
-    from chorus.demo import REGISTRY, STAGES
+    from chorus.demo import REGISTRY
     stages = (summ or {}).get("stages", {})
     timing = (_read_json(run / "timing.json") or {}).get("stages", {})
-    planned = (prov or {}).get("stages") or list(STAGES)
+    # the last invocation may have run only some stages (--stage); earlier ones stay in the summary
+    planned = _demo_stages(prov, summ)
     out = [_version_note(prov), "<section id='overview'><h2>Overview</h2>"]
     if summ is None:
         out.append("<p class='bad'>missing: summary.json (the demo was interrupted before its first stage ended)</p>")
@@ -237,7 +246,7 @@ def render_report(run_dir: str | Path, out: str | Path | None = None) -> Path:
     part = (prov or {}).get("part", "run")
     body = _demo_body(run, summ, prov) if is_demo else _run_body(run)
     nav = ("<nav><a href='#overview'>overview</a>" + "".join(
-        f"<a href='#stage-{_esc(s)}'>{_esc(s)}</a>" for s in ((prov or {}).get("stages") or (summ or {}).get("stages", {})))
+        f"<a href='#stage-{_esc(s)}'>{_esc(s)}</a>" for s in _demo_stages(prov, summ))
         + "<a href='#demo-provenance'>provenance</a></nav>") if is_demo else ""
     demo_prov = ""
     if is_demo and prov is not None:

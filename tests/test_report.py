@@ -100,3 +100,11 @@ def test_report_cli(tmp_path):
     assert (tmp_path / "x.html").is_file()
     res = CliRunner().invoke(app, ["report", str(tmp_path / "missing")])
     assert res.exit_code != 0 and "no such run directory" in res.output
+
+
+def test_demo_rerun_with_some_stages_still_shows_the_earlier_ones(tmp_path):
+    demo = RunDir.create(tmp_path / "demo", part="demo", stages=["council"])  # last invocation: --stage council
+    demo.write_summary({"size": "tiny", "stages": {"serving": {"status": "done", "title": "Serving", "summary": {}},
+                                                   "council": {"status": "done", "title": "Council", "summary": {}}}})
+    html = render_report(demo.path).read_text()
+    assert "id='stage-serving'" in html and "id='stage-council'" in html
