@@ -164,16 +164,19 @@ def _readout(out: Path, cfg: DemoConfig, progress: Progress) -> dict[str, Any]:
 
 
 def _external(module: str) -> Callable[[Path, DemoConfig, Progress], dict[str, Any]]:
-    """A part's own demo hook ``run_demo(out, size=, progress=)``."""
+    """A part's own demo hook ``run_demo(out, size=, progress=)``; hooks that take ``backend=``
+    get the demo's backend."""
     def stage(out: Path, cfg: DemoConfig, progress: Progress) -> dict[str, Any]:
         import importlib
+        import inspect
         try:
             mod = importlib.import_module(module)
         except ModuleNotFoundError as e:
             raise StageUnavailable(f"{module} is not installed in this chorus ({e})") from e
         if not hasattr(mod, "run_demo"):
             raise StageUnavailable(f"{module} has no run_demo()")
-        return mod.run_demo(out, size=cfg.size, progress=progress)
+        kw = {"backend": cfg.backend} if "backend" in inspect.signature(mod.run_demo).parameters else {}
+        return mod.run_demo(out, size=cfg.size, progress=progress, **kw)
     return stage
 
 

@@ -11,12 +11,15 @@ from simulate.council.config import load
 SIZES = {"tiny": "demo_tiny", "full": "demo_full"}
 
 
-def run_demo(out: Path, *, size: str = "tiny", progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
-    """tiny: 6 TruthfulClaim claims, 3 seats, 3 rounds; full: 30 claims. Returns the summary."""
+def run_demo(out: Path, *, size: str = "tiny", progress: Callable[[int, int], None] | None = None,
+             backend: str = "auto") -> dict[str, Any]:
+    """tiny: 6 TruthfulClaim claims, 3 seats, 3 rounds; full: 30 claims. Returns the summary.
+    ``backend`` ("auto": vLLM where installed) serves every seat; batched JSON generation is where
+    vLLM beats transformers most on a CPU."""
     from simulate.council.experiment import run_council_experiment
 
     if size not in SIZES:
         raise ValueError(f"size must be one of {', '.join(SIZES)}, got {size!r}")
-    cfg = load(SIZES[size])
+    cfg = load(SIZES[size], overrides={"models.backend": backend})
     _, summary = run_council_experiment(cfg, Path(out), progress=progress)
     return summary

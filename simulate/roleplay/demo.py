@@ -30,10 +30,12 @@ def demo_config(size: str = "tiny", profile: str = "smollm2-135m-instruct", back
                           analysis=Analysis(n_boot=s["n_boot"]))
 
 
-def run_demo(out: Path, *, size: str = "tiny", progress=None, engine: Any = None) -> dict:
-    """Run the role-play demo into run directory ``out``; returns summary.json's content."""
+def run_demo(out: Path, *, size: str = "tiny", progress=None, engine: Any = None, backend: str = "hf") -> dict:
+    """Run the role-play demo into run directory ``out``; returns summary.json's content.
+    ``backend`` serves the role-play generations and the classifier readouts ("auto": vLLM where
+    installed)."""
     from simulate.roleplay.experiment import run_roleplay
-    cfg = demo_config(size)
+    cfg = demo_config(size, backend=backend)
     engines = {"base": engine} if engine is not None else None
     _, summary = run_roleplay(cfg, Path(out), progress=progress, engines=engines)
     return summary
