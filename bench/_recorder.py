@@ -1,6 +1,29 @@
 """Shared by the benchmarks: an engine wrapper that records every chat batch, so the same
-batches can be replayed straight to the raw engine (the ">= 0.8x raw engine" checks)."""
+batches can be replayed straight to the raw engine (the ">= 0.8x raw engine" checks), and the
+machine description every result file carries."""
 from __future__ import annotations
+
+import os
+import platform
+
+
+def machine() -> dict:
+    """CPU model, cores, torch threads, GPU if any, and the load average when the benchmark started
+    (a loaded machine explains slow numbers)."""
+    import torch
+    info = {"host": platform.node(), "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(), "python": platform.python_version()}
+    try:
+        info["cpu_model"] = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(0)
+    try:
+        info["loadavg_at_start"] = os.getloadavg()
+    except OSError:
+        pass
+    return info
 
 
 class Recorder:

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-from _recorder import Recorder  # noqa: E402  (bench/ is the script directory)
+from _recorder import Recorder, machine  # noqa: E402  (bench/ is the script directory)
 
 
 def main() -> None:
@@ -35,6 +35,8 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--profile", default="smollm2-135m-instruct")
     ap.add_argument("--backend", default="hf")
+    ap.add_argument("--dtype", default=None, help="float32 (the profile default on CPU) or bfloat16")
+    ap.add_argument("--compiled", action="store_true", help="vLLM: compile graphs (slower start, faster steps)")
     ap.add_argument("--one-by-one", type=int, default=3, help="questions timed one at a time (0 = skip)")
     ap.add_argument("--skip-raw", action="store_true")
     ap.add_argument("--out", type=Path, default=None, help="write the JSON result here")
@@ -51,14 +53,15 @@ def main() -> None:
     P = load_prompts()
     kw = dict(agents=a.agents, rounds=a.rounds, temperature=0.7, max_tokens=a.max_tokens, seed=0, prompts=P)
     t0 = time.perf_counter()
-    opts = {"enforce_eager": True} if a.backend == "vllm" else {}
-    eng = load_engine(a.profile, backend=a.backend, store=None, **opts)
+    opts = {"enforce_eager": not a.compiled} if a.backend == "vllm" else {}
+    eng = load_engine(a.profile, backend=a.backend, store=None, dtype=a.dtype, **opts)
     load_s = time.perf_counter() - t0
     rec = Recorder(eng)
     t0 = time.perf_counter()
     turns, info = run_protocol(rec, items, **kw)
     lock_s = time.perf_counter() - t0
-    res = {"machine": "see note", "profile": a.profile, "backend": a.backend, "questions": len(items),
+    res = {"machine": machine(), "profile": a.profile, "backend": a.backend, "dtype": eng.dtype,
+           "compiled": a.compiled, "questions": len(items),
            "agents": a.agents, "rounds": a.rounds, "max_tokens": a.max_tokens, "load_s": load_s,
            "lockstep": {"wall_s": lock_s, "new_tokens": info["new_tokens"], "tokens_per_s": info["new_tokens"] / lock_s,
                         "batches": [b["batch_size"] for b in info["batches"]],

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from _recorder import machine  # noqa: E402  (bench/ is the script directory)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -48,7 +48,7 @@ def main() -> None:
     d = a.dir or Path(tempfile.mkdtemp(prefix="chorus-demo-bench-")) / "run"
     if d.exists():
         shutil.rmtree(d)
-    res = {"machine": {"cpu_count": os.cpu_count(), "processor": platform.processor() or platform.machine()},
+    res = {"machine": machine(), "command": " ".join(sys.argv),
            "size": a.size, "backend": a.backend, "cold": _run(d, a.size, a.backend), "warm": _run(d, a.size, a.backend)}
     txt = json.dumps(res, indent=2)
     print(txt)

@@ -22,7 +22,6 @@ import argparse
 import copy
 import json
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -31,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-from _recorder import Recorder  # noqa: E402  (bench/ is the script directory)
+from _recorder import Recorder, machine  # noqa: E402  (bench/ is the script directory)
 
 
 def fixture_groups(n: int):
@@ -148,9 +147,8 @@ def main() -> None:
     ap.add_argument("--gpu-lora-only", action="store_true", help="only (5); needs torch, transformers, peft")
     ap.add_argument("--out", type=Path, default=None, help="write the JSON result here")
     a = ap.parse_args()
-    res = {"machine": {"host": platform.node(), "cpu": platform.machine(), "cores": os.cpu_count(),
-                       "torch_threads": os.environ.get("CHORUS_TORCH_THREADS"),
-                       "loadavg_at_start": list(os.getloadavg())}, "command": " ".join(sys.argv)}
+    res = {"machine": {**machine(), "CHORUS_TORCH_THREADS": os.environ.get("CHORUS_TORCH_THREADS")},
+           "command": " ".join(sys.argv)}
     if a.gpu_lora_only:
         res["gpu_lora"] = bench_gpu_lora()
     else:

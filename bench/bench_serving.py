@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import statistics
 import sys
@@ -22,6 +21,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from _recorder import machine  # noqa: E402  (bench/ is the script directory)
 
 PROFILE = "smollm2-135m-instruct"
 TOPICS = ["rivers", "mountains", "trains", "bread", "music", "winter", "bees", "the ocean", "libraries", "clocks",
@@ -31,23 +31,6 @@ TOPICS = ["rivers", "mountains", "trains", "bread", "music", "winter", "bees", "
 def convs(n: int) -> list[list[dict[str, str]]]:
     return [[{"role": "user", "content": f"Write a few sentences about {TOPICS[i % len(TOPICS)]} (note {i})."}]
             for i in range(n)]
-
-
-def machine() -> dict:
-    import torch
-    info = {"host": platform.node(), "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-            "torch_threads": torch.get_num_threads(), "python": platform.python_version()}
-    try:
-        info["cpu_model"] = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    if torch.cuda.is_available():
-        info["gpu"] = torch.cuda.get_device_name(0)
-    try:
-        info["loadavg_at_start"] = os.getloadavg()
-    except OSError:
-        pass
-    return info
 
 
 def bench_hf(sizes, repeats, new_tokens):
