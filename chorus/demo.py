@@ -38,9 +38,11 @@ SIZES: dict[str, dict[str, Any]] = {
     "tiny": {"serving_items": 8, "belief_seeds": 1, "belief_agents": 4, "belief_rounds": 2,
              "debate_questions": 12, "debate_rounds": 2, "debate_max_tokens": 96,
              "readout_fractions": [0.0, 0.5, 1.0]},
+    # full: 30 questions x 3 agents, round 0 and two debate rounds (450 generations, not the 630 of
+    # three rounds: the 15-minute target on 2 cores); readouts at five fractions on round-1 receivers
     "full": {"serving_items": 16, "belief_seeds": 2, "belief_agents": 6, "belief_rounds": 3,
-             "debate_questions": 30, "debate_rounds": 3, "debate_max_tokens": 192,
-             "readout_fractions": [0.0, 0.25, 0.5, 0.75, 1.0]},
+             "debate_questions": 30, "debate_rounds": 2, "debate_max_tokens": 128,
+             "readout_fractions": [0.0, 0.25, 0.5, 0.75, 1.0], "readout_rounds": [1]},
 }
 STAGES = ("serving", "belief_oracle", "belief_llm", "debate", "readout", "knockout", "council", "roleplay")
 
@@ -158,7 +160,7 @@ def _readout(out: Path, cfg: DemoConfig, progress: Progress) -> dict[str, Any]:
     icfg = load("influence_smoke", InfluenceConfig, {
         "name": "demo", "seed": cfg.seed, "source_run": str(src), "model.profile": cfg.profile,
         "model.backend": cfg.backend, "model.dtype": None, "analysis.n_boot": 500, "analysis.n_perm": 500,
-        "readout.fractions": cfg.sizes["readout_fractions"]})
+        "readout.fractions": cfg.sizes["readout_fractions"], "readout.rounds": cfg.sizes.get("readout_rounds")})
     _, summary = run_influence(icfg, "readout", out, progress=progress)
     return summary
 
