@@ -31,10 +31,15 @@ class Recorder:
 
     def __init__(self, eng):
         self.eng, self.calls = eng, []
+        self.walls: list[float] = []  # seconds inside the engine, per recorded batch
 
     def __getattr__(self, k):
         return getattr(self.eng, k)
 
     def chat(self, convs, **kw):
+        import time
         self.calls.append((list(convs), {k: v for k, v in kw.items() if k != "progress"}))
-        return self.eng.chat(convs, **kw)
+        t0 = time.perf_counter()
+        out = self.eng.chat(convs, **kw)
+        self.walls.append(time.perf_counter() - t0)
+        return out
