@@ -38,11 +38,13 @@ SIZES: dict[str, dict[str, Any]] = {
     "tiny": {"serving_items": 8, "belief_seeds": 1, "belief_agents": 4, "belief_rounds": 2,
              "debate_questions": 12, "debate_rounds": 2, "debate_max_tokens": 96,
              "readout_fractions": [0.0, 0.5, 1.0]},
-    # full: 30 questions x 3 agents, round 0 and two debate rounds (450 generations, not the 630 of
-    # three rounds: the 15-minute target on 2 cores); readouts at five fractions on round-1 receivers
-    "full": {"serving_items": 16, "belief_seeds": 2, "belief_agents": 6, "belief_rounds": 3,
-             "debate_questions": 30, "debate_rounds": 2, "debate_max_tokens": 128,
-             "readout_fractions": [0.0, 0.25, 0.5, 0.75, 1.0], "readout_rounds": [1]},
+    # full: 30 questions x 3 agents, round 0 and two debate rounds of up to 96 tokens (450 generations,
+    # not the 630 of three rounds), readouts at three fractions on round-1 receivers, one belief seed:
+    # sized for the 15-minute target on 2 cores (with 128 tokens, 5 fractions, 2 seeds and larger
+    # knockout and council stages a first full run took 21 min)
+    "full": {"serving_items": 16, "belief_seeds": 1, "belief_agents": 6, "belief_rounds": 3,
+             "debate_questions": 30, "debate_rounds": 2, "debate_max_tokens": 96,
+             "readout_fractions": [0.0, 0.5, 1.0], "readout_rounds": [1]},
 }
 STAGES = ("serving", "belief_oracle", "belief_llm", "debate", "readout", "knockout", "council", "roleplay")
 

@@ -6,8 +6,8 @@ embedded model (hf backend, fp32, CPU), in one standard run directory.
 
 tiny: up to 4 debate-style contexts (round 0 of 6 questions generated here), knockout in 4
 layers (single and cumulative) plus all layers for both query variants, 2 cue pairs patched at
-the same 4 layers, a 'record' probe at those layers with a 20-permutation null. full: 12 contexts,
-every third layer, 6 cue pairs, 50 permutations. Every model call goes through the run's store
+the same 4 layers, a 'record' probe at those layers with a 20-permutation null. full: 8 contexts,
+every fourth layer, 6 cue pairs, 50 permutations. Every model call goes through the run's store
 (resumable). SmolLM2-135M numbers test the plumbing; they are not findings.
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any, Callable
 SIZES: dict[str, dict[str, Any]] = {
     "tiny": {"questions": 6, "pairs": 4, "cue_pairs": 2, "layers": [0, 10, 20, 29], "n_perm": 20,
              "max_tokens": 32},
-    "full": {"questions": 16, "pairs": 12, "cue_pairs": 6, "layers": list(range(0, 30, 3)) + [29], "n_perm": 50,
+    "full": {"questions": 12, "pairs": 8, "cue_pairs": 6, "layers": list(range(0, 30, 4)) + [29], "n_perm": 50,
              "max_tokens": 48},
 }
 

@@ -13,7 +13,7 @@ SIZES = {"tiny": "demo_tiny", "full": "demo_full"}
 
 def run_demo(out: Path, *, size: str = "tiny", progress: Callable[[int, int], None] | None = None,
              backend: str = "auto") -> dict[str, Any]:
-    """tiny: 6 TruthfulClaim claims, 3 seats, 3 rounds; full: 30 claims. Returns the summary.
+    """tiny: 6 TruthfulClaim claims, 3 seats, 3 rounds; full: 24 claims. Returns the summary.
     ``backend`` ("auto": vLLM where installed) serves every seat; batched JSON generation is where
     vLLM beats transformers most on a CPU."""
     from simulate.council.experiment import run_council_experiment
