@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import platform
+import time
 
 
 def machine() -> dict:
@@ -37,7 +38,6 @@ class Recorder:
         return getattr(self.eng, k)
 
     def chat(self, convs, **kw):
-        import time
         self.calls.append((list(convs), {k: v for k, v in kw.items() if k != "progress"}))
         t0 = time.perf_counter()
         out = self.eng.chat(convs, **kw)

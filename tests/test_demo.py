@@ -50,6 +50,11 @@ def test_demo_runs_every_stage_and_writes_the_layout(demo_dir):
     assert (demo_dir / "debate" / "tables" / "turns.parquet").is_file()
     timing = json.loads((demo_dir / "timing.json").read_text())
     assert set(timing["stages"]) == set(STAGES)
+    # the council is aggregated by BDA, not only by plurality and the LLM baselines (with too few
+    # labels per fold the BDA arms used to drop out of the tiny demo)
+    arms = {(r["condition"], r["arm"]) for r in summ["stages"]["council"]["summary"]["results"]}
+    for cond in ("clean", "attack-k1"):
+        assert {(cond, a) for a in ("plurality", "bda_shared", "bda_per_agent", "bda_confusion")} <= arms, arms
 
 
 def test_report_has_every_section(demo_dir):
