@@ -10,16 +10,27 @@ import time
 
 def machine() -> dict:
     """CPU model, cores, torch threads, GPU if any, and the load average when the benchmark started
-    (a loaded machine explains slow numbers)."""
-    import torch
+    (a loaded machine explains slow numbers). Torch is optional (bench_aggregate runs without it)."""
     info = {"host": platform.node(), "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-            "torch_threads": torch.get_num_threads(), "python": platform.python_version()}
+            "python": platform.python_version(), "os": f"{platform.system()} {platform.release()}"}
     try:
         info["cpu_model"] = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    if torch.cuda.is_available():
-        info["gpu"] = torch.cuda.get_device_name(0)
+    try:
+        import numpy
+        info["numpy"] = numpy.__version__
+    except ImportError:
+        pass
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if torch is not None:
+        info["torch"] = torch.__version__
+        info["torch_threads"] = torch.get_num_threads()
+        if torch.cuda.is_available():
+            info["gpu"] = torch.cuda.get_device_name(0)
     try:
         info["loadavg_at_start"] = os.getloadavg()
     except OSError:
@@ -43,3 +54,13 @@ class Recorder:
         out = self.eng.chat(convs, **kw)
         self.walls.append(time.perf_counter() - t0)
         return out
+
+
+def write_result(path, res: dict) -> None:
+    """The result JSON every benchmark writes with ``--out`` (numpy scalars as floats)."""
+    import json
+    from pathlib import Path
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(res, indent=2, default=float))
+    print(f"-> {path}")

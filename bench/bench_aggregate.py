@@ -11,8 +11,6 @@ Prints a table of medians over repeats plus the machine. No assertion: it report
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import statistics
 import sys
 import time
@@ -21,20 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # runnable before `pip install -e .`
 
-
-def machine() -> str:
-    cpu = platform.processor() or "?"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    import numpy as np
-
-    return (f"{cpu}; {os.cpu_count()} logical CPUs; Python {platform.python_version()}; "
-            f"numpy {np.__version__}; {platform.system()} {platform.release()}")
+from _recorder import machine  # noqa: E402  (bench/ is the script directory)
 
 
 def timeit(fn, repeats: int) -> list[float]:
@@ -96,7 +81,9 @@ def main() -> None:
     ck = timeit(lambda: ds._proba(pool, idx), R)
     rows.append(("crowd-kit OneCoinDawidSkene EM, round-0 votes", ck, None, "for comparison"))
 
-    print(f"machine: {machine()}")
+    m = machine()
+    print(f"machine: {m.get('cpu_model', m['cpu'])}; {m['cores']} logical CPUs; Python {m['python']}; "
+          f"numpy {m.get('numpy')}; {m['os']}; load {m.get('loadavg_at_start')}")
     print(f"pool: {args.tasks} synthetic binary traces, 3 seats, 3 rounds "
           f"(generated in {t_gen:.2f} s); medians of {R} repeats; wall-clock")
     print()

@@ -7,7 +7,11 @@
 * task by task: the first M councils run one at a time: the lockstep speedup per task;
 * baselines: token cost per task of MoA-Lite, MoA, Self-MoA and ArgLLMs on the lockstep councils.
 
-    python bench/bench_council.py --n 8 --sequential 3 --out bench/results/council-vm.json
+Seats default to the council configs' heterogeneous trio (SmolLM2 analyst, gemma-3-270m analyst,
+SmolLM2 skeptic: two engines, one batch per engine per round); ``--profile P`` makes all three seats P.
+
+    python bench/bench_council.py --backend vllm --dtype bfloat16 --n 30 --sequential 3 --interleave \
+        --out bench/results/council-vllm-cpu.json
 
 On a 2-core machine shared with other jobs the absolute numbers move with the load
 (``loadavg`` is recorded); the ratios are the point.
@@ -17,12 +21,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import time
 from pathlib import Path
 
 
-class Recorder:
+class ReplayRecorder:
     """Wraps an engine; keeps every chat call (conversations and sampling) for the raw replay.
     With ``replay``, each batch is replayed straight to the engine right after it ran, so the
     runner and the raw engine are timed under the same machine load (interleaved)."""
@@ -48,14 +51,33 @@ class Recorder:
         return getattr(self.eng, k)
 
 
+DEFAULT_SEATS = "smollm2-135m-instruct:analyst,gemma3-270m:analyst,smollm2-135m-instruct:skeptic"
+
+
+def parse_seats(spec: str, profile: str | None):
+    from simulate.council.runner import Seat
+    if profile:
+        return [Seat("A1", profile, "analyst"), Seat("A2", profile, "generalist"), Seat("A3", profile, "skeptic")]
+    seats = []
+    for i, part in enumerate(x for x in spec.split(",") if x.strip()):
+        prof, _, persona = part.strip().partition(":")
+        seats.append(Seat(f"A{i + 1}", prof, persona or "analyst"))
+    if len(seats) < 2:
+        raise SystemExit(f"--seats {spec!r}: a council needs at least 2 seats (PROFILE:PERSONA,...)")
+    return seats
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=8, help="tasks (councils) in the lockstep run")
     ap.add_argument("--sequential", type=int, default=3, help="councils to run one at a time")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--dataset", default="truthfulclaim")
-    ap.add_argument("--profile", default="smollm2-135m-instruct", help="profile of all three seats")
+    ap.add_argument("--seats", default=DEFAULT_SEATS, help="PROFILE:PERSONA per seat, comma-separated")
+    ap.add_argument("--profile", default=None, help="all three seats this profile (analyst, generalist, skeptic)")
     ap.add_argument("--backend", default="hf")
+    ap.add_argument("--dtype", default=None, help="float32 (the profile default on CPU) or bfloat16")
+    ap.add_argument("--compiled", action="store_true", help="vLLM: compile graphs (slower start, faster steps)")
     ap.add_argument("--max-tokens", type=int, default=80)
     ap.add_argument("--max-chars", type=int, default=100)
     ap.add_argument("--no-baselines", action="store_true")
@@ -65,64 +87,72 @@ def main() -> None:
     a = ap.parse_args()
     os.environ.setdefault("CHORUS_TORCH_THREADS", "1")
 
+    from _recorder import machine, write_result
     from serving import load_engine
     from simulate.council.baselines import run_baselines
     from simulate.council.data import load_tasks
     from simulate.council.prompts import load_prompts
-    from simulate.council.runner import Seat, make_councils, run_councils
+    from simulate.council.runner import make_councils, run_councils
 
     P = load_prompts()
     tasks, _ = load_tasks(a.dataset, a.n, balanced=False)
-    eng = load_engine(a.profile, backend=a.backend, store=None)
-    seats = [Seat("A1", a.profile, "analyst"), Seat("A2", a.profile, "generalist"), Seat("A3", a.profile, "skeptic")]
+    seats = parse_seats(a.seats, a.profile)
+    opts = {"enforce_eager": not a.compiled} if a.backend == "vllm" else {}
+    t0 = time.perf_counter()
+    engines = {s.profile: None for s in seats}
+    for prof in engines:
+        engines[prof] = load_engine(prof, backend=a.backend, store=None, dtype=a.dtype, **opts)
+    load_s = time.perf_counter() - t0
     gen = dict(rounds=a.rounds, P=P, max_tokens=a.max_tokens, max_chars=a.max_chars, max_retries=2)
-    res: dict = {"machine": {"host": platform.node(), "cores": os.cpu_count(), "loadavg_at_start": os.getloadavg(),
-                             "torch_threads": os.environ.get("CHORUS_TORCH_THREADS")},
-                 "command": "bench/bench_council.py", "args": {k: (str(v) if isinstance(v, Path) else v)
-                                                              for k, v in vars(a).items()},
-                 "seats": [f"{s.agent}={s.profile}/{s.persona}" for s in seats]}
+    res: dict = {"machine": machine(), "command": "bench/bench_council.py",
+                 "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items()},
+                 "seats": [f"{s.agent}={s.profile}/{s.persona}" for s in seats],
+                 "engines": {p: {"backend": a.backend, "dtype": getattr(e, "dtype", None)} for p, e in engines.items()},
+                 "engine_load_s": load_s}
 
     # lockstep
-    rec = Recorder(eng, replay=a.interleave)
+    recs = {p: ReplayRecorder(e, replay=a.interleave) for p, e in engines.items()}
     councils = make_councils(tasks, [("clean", ())], [0])
     t0 = time.perf_counter()
-    stats = run_councils(councils, seats, {a.profile: rec}, **gen)
-    wall = time.perf_counter() - t0 - sum(c.get("raw_wall_s", 0.0) for c in rec.calls)
+    stats = run_councils(councils, seats, recs, **gen)
+    wall = time.perf_counter() - t0 - sum(c.get("raw_wall_s", 0.0) for r in recs.values() for c in r.calls)
     tok = sum(b["new_tokens"] for b in stats.batches)
     res["lockstep"] = {"councils": len(councils), "wall_s": wall, "tasks_per_min": len(councils) / wall * 60,
-                       "new_tokens": tok, "tok_s": tok / wall, "batches": [{k: b[k] for k in ("round", "attempt", "n",
-                                                                                               "wall_s", "new_tokens")}
-                                                                           for b in stats.batches],
+                       "new_tokens": tok, "tok_s": tok / wall,
+                       "engine_s": sum(c["wall_s"] for r in recs.values() for c in r.calls),
+                       "batches": [{k: b[k] for k in ("round", "attempt", "profile", "n", "wall_s", "new_tokens")}
+                                   for b in stats.batches],
                        "abstentions": stats.to_dict()["n_abstentions"], "illegal": dict(stats.illegal)}
+    res["lockstep"]["outside_engine_share"] = 1.0 - res["lockstep"]["engine_s"] / wall
     res["machine"]["loadavg_after_lockstep"] = os.getloadavg()
 
-    # raw replay of the same batches
-    rows = []
-    for call, b in zip(rec.calls, stats.batches):
+    # raw replay of the same batches (each engine's calls in the order the runner sent them)
+    rows, order = [], {p: iter(r.calls) for p, r in recs.items()}
+    for b in stats.batches:
+        call = next(order[b["profile"]])
         if a.interleave:
             rw, rt = call["raw_wall_s"], call["raw_tokens"]
         else:
             t0 = time.perf_counter()
-            outs = eng.chat(call["convs"], **call["kw"])
+            outs = engines[b["profile"]].chat(call["convs"], **call["kw"])
             rw = time.perf_counter() - t0
             rt = sum(o.completion_tokens for o in outs)
         cw = b["wall_s"] - (call.get("raw_wall_s", 0.0) if a.interleave else 0.0)  # the runner's own call
-        rows.append({"round": b["round"], "attempt": b["attempt"], "n": b["n"], "council_tok_s": b["new_tokens"] / cw,
-                     "raw_tok_s": rt / rw, "same_tokens": rt == b["new_tokens"],
-                     "ratio": (b["new_tokens"] / cw) / (rt / rw) if rt else None})
-    tot_c = sum(b["new_tokens"] for b in stats.batches)
-    raw_wall = sum(tok / r["raw_tok_s"] for tok, r in zip([b["new_tokens"] for b in stats.batches], rows) if r["raw_tok_s"])
-    # the round's whole wall (prompt building, automaton checks included) against raw engine time
-    res["raw"] = {"batches": rows, "council_tok_s_incl_overhead": tot_c / wall,
-                  "raw_tok_s": tot_c / raw_wall if raw_wall else None,
-                  "ratio_overall": (tot_c / wall) / (tot_c / raw_wall) if raw_wall else None}
+        rows.append({"round": b["round"], "attempt": b["attempt"], "profile": b["profile"], "n": b["n"],
+                     "council_tok_s": b["new_tokens"] / cw, "raw_tok_s": rt / rw, "raw_wall_s": rw,
+                     "same_tokens": rt == b["new_tokens"], "ratio": (b["new_tokens"] / cw) / (rt / rw) if rt else None})
+    raw_wall = sum(r["raw_wall_s"] for r in rows)
+    # the rounds' whole wall (prompt building, automaton checks included) against raw engine time
+    res["raw"] = {"batches": rows, "council_tok_s_incl_overhead": tok / wall,
+                  "raw_tok_s": sum(b["new_tokens"] for b in stats.batches) / raw_wall if raw_wall else None,
+                  "ratio_overall": raw_wall / wall if raw_wall else None,
+                  "all_same_tokens": all(r["same_tokens"] for r in rows)}
 
-    # task by task (the first m tasks; their lockstep share is timed from the same batches' raw
-    # replays when interleaved, so both sides see similar load)
+    # task by task (the first m tasks)
     m = min(a.sequential, len(tasks))
     t0 = time.perf_counter()
     for t in tasks[:m]:
-        run_councils(make_councils([t], [("clean", ())], [0]), seats, {a.profile: eng}, **gen)
+        run_councils(make_councils([t], [("clean", ())], [0]), seats, engines, **gen)
     seq = time.perf_counter() - t0
     res["machine"]["loadavg_after_task_by_task"] = os.getloadavg()
     res["task_by_task"] = {"councils": m, "wall_s": seq, "s_per_task": seq / m,
@@ -131,10 +161,11 @@ def main() -> None:
     if not a.no_baselines:
         from simulate.council.config import Generation
         g = Generation(max_tokens=a.max_tokens, max_chars=a.max_chars)
+        first = seats[0].profile
         t0 = time.perf_counter()
-        rows = run_baselines(councils, seats, {a.profile: eng}, stats.turns, P,
-                             methods=["moa_lite", "moa", "self_moa", "argllms"], synthesizer=a.profile,
-                             self_moa_profile=a.profile, argllms_generator=a.profile, samples=6, claim_base=0.5,
+        rows = run_baselines(councils, seats, engines, stats.turns, P,
+                             methods=["moa_lite", "moa", "self_moa", "argllms"], synthesizer=first,
+                             self_moa_profile=first, argllms_generator=first, samples=6, claim_base=0.5,
                              fair_attack=True, root=0, gen=g)
         import pandas as pd
         df = pd.DataFrame(rows)
@@ -146,11 +177,10 @@ def main() -> None:
                             "council_tokens_per_task": float(council_tok.mean())}
     res["machine"]["loadavg_at_end"] = os.getloadavg()
     print(json.dumps({k: v for k, v in res.items() if k not in ("lockstep", "raw")}, indent=1))
-    print(json.dumps({"tasks_per_min": res["lockstep"]["tasks_per_min"], "ratio_overall": res["raw"]["ratio_overall"]}))
+    print(json.dumps({"tasks_per_min": res["lockstep"]["tasks_per_min"], "ratio_overall": res["raw"]["ratio_overall"],
+                      "speedup_lockstep": res["task_by_task"]["speedup_lockstep"]}))
     if a.out:
-        a.out.parent.mkdir(parents=True, exist_ok=True)
-        a.out.write_text(json.dumps(res, indent=2, default=float))
-        print(f"-> {a.out}")
+        write_result(a.out, res)
 
 
 if __name__ == "__main__":

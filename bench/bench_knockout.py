@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
@@ -27,6 +26,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from _recorder import machine, write_result  # noqa: E402  (bench/ is the script directory)
 
 
 def synthetic_pairs(n: int) -> tuple[dict, list[dict]]:
@@ -81,9 +82,8 @@ def main() -> None:
     items, pairs = run_pairs(a.source_run, n_needed) if a.source_run else synthetic_pairs(n_needed)
     ctxs = ix.knockout_contexts(items, pairs, P)
     be, lm = eng.backend, ko.layer_map(eng)
-    res: dict = {"profile": a.profile, "n_layers": lm.n_layers, "torch_threads": torch.get_num_threads(),
-                 "cpu_count": os.cpu_count(), "contexts_source": a.source_run or "synthetic",
-                 "machine_note": "2-core CPU shared with other jobs; timings are noisy"}
+    res: dict = {"machine": machine(), "profile": a.profile, "n_layers": lm.n_layers,
+                 "contexts_source": a.source_run or "synthetic"}
 
     # (1) cost ratio on one batch
     bc = ctxs[:a.batch]
@@ -146,9 +146,7 @@ def main() -> None:
                         "cumulative": [(r["layer"], r["share_removed"]) for r in s["curves"] if r["kind"] == "cumulative"]}
         print(json.dumps({k: v for k, v in res["sweep"].items() if k not in ("single", "cumulative")}, indent=2, default=float))
     if a.out:
-        a.out.parent.mkdir(parents=True, exist_ok=True)
-        a.out.write_text(json.dumps(res, indent=2, default=float))
-        print(f"-> {a.out}")
+        write_result(a.out, res)
 
 
 if __name__ == "__main__":

@@ -129,6 +129,19 @@ def moa_lite(councils, engines, synth: str, turns, P, *, root: int, gen) -> list
     return rows
 
 
+def _envelopes(eng, convs, cands, seeds, gen) -> list[tuple[tuple[int, int], tuple[str, str] | None]]:
+    """One batch of round-0 envelopes: per request its (prompt, completion) tokens and its
+    (answer, reasoning), or None when it did not parse to a candidate (counted by the caller)."""
+    outs = eng.chat(convs, temperature=gen.temperature, top_p=gen.top_p, max_tokens=gen.max_tokens,
+                    json_schema=pr.envelope_schema(cands, gen.max_chars), seed=seeds)
+    res = []
+    for out in outs:
+        d = out.parsed if out.conformed and isinstance(out.parsed, dict) else None
+        ok = bool(d) and d.get("answer") in cands
+        res.append((_tok(out), (d["answer"], str(d.get("reasoning") or "")) if ok else None))
+    return res
+
+
 def moa(councils, seats: Sequence[Seat], engines, synth: str, turns, P, *, root: int, gen) -> list[dict[str, Any]]:
     r0 = _r0_cost(turns)
     layer1 = [_r0_surfaces(c) for c in councils]
@@ -141,15 +154,11 @@ def moa(councils, seats: Sequence[Seat], engines, synth: str, turns, P, *, root:
     for (profile, cands), reqs in groups.items():
         convs = [pr.moa_layer_messages(councils[i].task.public(), system_for(councils[i], seats[si], P), layer1[i], P)
                  for i, si in reqs]
-        outs = engines[profile].chat(convs, temperature=gen.temperature, top_p=gen.top_p, max_tokens=gen.max_tokens,
-                                     json_schema=pr.envelope_schema(cands, gen.max_chars),
-                                     seed=[_seed(root, "moa", councils[i], 1, si) for i, si in reqs])
-        for (i, si), out in zip(reqs, outs):
-            pt, ct = _tok(out)
-            cost2[i] += (pt, ct, 1)
-            d = out.parsed if out.conformed and isinstance(out.parsed, dict) else None
-            if d and d.get("answer") in cands:
-                layer2[i].append((d["answer"], str(d.get("reasoning") or "")))
+        outs = _envelopes(engines[profile], convs, cands, [_seed(root, "moa", councils[i], 1, si) for i, si in reqs], gen)
+        for (i, _si), (tok, resp) in zip(reqs, outs):
+            cost2[i] += (*tok, 1)
+            if resp:
+                layer2[i].append(resp)
     rows = []
     for i, (c, (out, ans, proba)) in enumerate(zip(councils, _synthesize(engines[synth], councils, layer2, P,
                                                                          root=root, method="moa", gen=gen))):
@@ -180,15 +189,11 @@ def self_moa(councils, engines, profile: str, synth: str, P, *, root: int, gen, 
             n_adv = n_attacked_samples(samples, len(c.adversaries), n_seats) if fair_attack else 0
             adv = pr.adversary_preamble(c.task, P) if j < n_adv else None
             convs.append(pr.round0_messages(c.task.public(), pr.system_text(persona, P, adv), P))
-        outs = engines[profile].chat(convs, temperature=gen.temperature, top_p=gen.top_p, max_tokens=gen.max_tokens,
-                                     json_schema=pr.envelope_schema(cands, gen.max_chars),
-                                     seed=[_seed(root, "self_moa", councils[i], 1, j) for i, j in reqs])
-        for (i, j), out in zip(reqs, outs):
-            pt, ct = _tok(out)
-            cost[i] += (pt, ct, 1)
-            d = out.parsed if out.conformed and isinstance(out.parsed, dict) else None
-            if d and d.get("answer") in cands:
-                resp[i].append((d["answer"], str(d.get("reasoning") or "")))
+        outs = _envelopes(engines[profile], convs, cands, [_seed(root, "self_moa", councils[i], 1, j) for i, j in reqs], gen)
+        for (i, _j), (tok, r) in zip(reqs, outs):
+            cost[i] += (*tok, 1)
+            if r:
+                resp[i].append(r)
     rows = []
     for i, (c, (out, ans, proba)) in enumerate(zip(councils, _synthesize(engines[synth], councils, resp, P,
                                                                          root=root, method="self_moa", gen=gen))):
