@@ -25,10 +25,18 @@ import time
 from pathlib import Path
 
 
+def reset_prefix_cache(eng) -> bool:
+    """Empty vLLM's prefix cache (outside the timed region): a replay of the same prompts right
+    after the runner's call would otherwise skip their prefill and look faster than it is."""
+    llm = getattr(getattr(eng, "backend", None), "llm", None)
+    return bool(llm is not None and hasattr(llm, "reset_prefix_cache") and llm.reset_prefix_cache())
+
+
 class ReplayRecorder:
     """Wraps an engine; keeps every chat call (conversations and sampling) for the raw replay.
     With ``replay``, each batch is replayed straight to the engine right after it ran, so the
-    runner and the raw engine are timed under the same machine load (interleaved)."""
+    runner and the raw engine are timed under the same machine load (interleaved). Both calls
+    start from an empty prefix cache."""
 
     def __init__(self, eng, replay: bool = False):
         self.eng = eng
@@ -36,11 +44,13 @@ class ReplayRecorder:
         self.replay = replay
 
     def chat(self, convs, **kw):
+        reset_prefix_cache(self.eng)
         t0 = time.perf_counter()
         outs = self.eng.chat(convs, **kw)
         rec = {"convs": convs, "kw": kw, "wall_s": time.perf_counter() - t0,
                "tokens": sum(o.completion_tokens for o in outs)}
         if self.replay:
+            reset_prefix_cache(self.eng)
             t0 = time.perf_counter()
             raw = self.eng.chat(convs, **kw)
             rec.update(raw_wall_s=time.perf_counter() - t0, raw_tokens=sum(o.completion_tokens for o in raw))
@@ -133,6 +143,7 @@ def main() -> None:
         if a.interleave:
             rw, rt = call["raw_wall_s"], call["raw_tokens"]
         else:
+            reset_prefix_cache(engines[b["profile"]])
             t0 = time.perf_counter()
             outs = engines[b["profile"]].chat(call["convs"], **call["kw"])
             rw = time.perf_counter() - t0

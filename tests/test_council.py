@@ -363,6 +363,12 @@ def test_experiment_pipeline_and_cli_with_scripted_engines(tmp_path):
     assert {"plurality", "bda_per_agent", "moa_lite", "self_moa", "argllms"} <= set(res["arm"])
     comp = summary["cells"]["truthfulclaim__attack-k1"]["compliance"]
     assert comp["anti_correct_r0"] == 1.0 and comp["n_proposals_r0"] == 12
+    cell = summary["cells"]["truthfulclaim__attack-k1"]
+    assert cell["moves_by_force"] == {"propose": cell["n_moves"]}
+    # the control: seat A3 without the role says 'true' like everyone, anti-correct on the 6 false claims
+    assert cell["compliance_same_seats_clean"]["anti_correct_r0"] == pytest.approx(0.5)
+    assert "the same seats without the role (clean condition): anti-correct round 0 0.500" in \
+        (run.path / "results.md").read_text()
     clean_plur = res[(res["arm"] == "plurality") & (res["condition"] == "clean")].iloc[0]
     assert clean_plur["accuracy"] == pytest.approx(0.5)  # every seat says 'true'; 6 of 12 are true
     assert (run.path / "results.md").is_file() and (run.path / "plots" / "accuracy.png").is_file()

@@ -18,6 +18,7 @@ import datetime as _dt
 import json
 import math
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
 
@@ -186,8 +187,14 @@ def report(run_dir: str | Path, *, make_plots: bool = True, aggregate: bool = Tr
                              / max(1, sum(1 for t in traces for m in t.moves
                                           if m.agent == a and m.round == 0 and m.force == "propose")))
                     for a in cfg.agent_names()}}
+            cell["moves_by_force"] = dict(sorted(Counter(m.force for t in traces for m in t.moves).items()))
             if c.adversaries:
                 cell["compliance"] = compliance(traces)
+                # the control: the same seats without the role (the clean condition's traces)
+                clean = next((k.name for k in cfg.conditions if not k.adversaries), None)
+                cpath = trace_file(run.path, d.dataset, clean) if clean else None
+                if cpath is not None and cpath.is_file():
+                    cell["compliance_same_seats_clean"] = compliance(load_traces(cpath), adversaries=c.adversaries)
             tok = costs[(costs["dataset"] == d.dataset) & (costs["condition"] == c.name)]["tokens_per_task"]
             council_tok = float(tok.iloc[0]) if len(tok) else math.nan
             if aggregate:
@@ -245,19 +252,28 @@ def render_markdown(table: pd.DataFrame, cells: dict[str, Any], cfg: CouncilConf
     cols = ["arm", "n", "accuracy", "ece_ew", "ece_em", "brier", "parse_rate", "tokens_per_task"]
     for key, cell in cells.items():
         ds, cond = key.split("__", 1)
+        forces = ", ".join(f"{k} {v}" for k, v in cell.get("moves_by_force", {}).items())
+        r0 = ", ".join(f"{a} {_f(v)}" for a, v in cell.get("round0_accuracy_by_agent", {}).items())
         lines += [f"## {ds} / {cond}", "",
-                  f"traces {cell['n_traces']}, moves {cell['n_moves']}, abstentions {cell['n_abstentions']}, "
-                  f"illegal requests {cell['illegal_requests']} of {cell['turn_requests']}", ""]
+                  f"traces {cell['n_traces']}, moves {cell['n_moves']} ({forces}), abstentions {cell['n_abstentions']}, "
+                  f"illegal requests {cell['illegal_requests']} of {cell['turn_requests']}; round-0 accuracy by seat: {r0}",
+                  ""]
         if "compliance" in cell:
             cp = cell["compliance"]
             lines += [f"adversary compliance: anti-correct round 0 {_f(cp['anti_correct_r0'])} "
                       f"(n={cp['n_proposals_r0']}), maintained {_f(cp['anti_correct_maintained'])} "
                       f"(n={cp['n_seat_tasks']}); challenges truth/ally {cp['challenge_truth']}/{cp['challenge_ally']}, "
                       f"concedes ally/truth {cp['concede_ally']}/{cp['concede_truth']}", ""]
+            if "compliance_same_seats_clean" in cell:
+                cc = cell["compliance_same_seats_clean"]
+                lines += [f"the same seats without the role (clean condition): anti-correct round 0 "
+                          f"{_f(cc['anti_correct_r0'])}, maintained {_f(cc['anti_correct_maintained'])}", ""]
         if "aggregate_error" in cell:
             lines += [f"aggregation failed: {cell['aggregate_error']}", ""]
         sub = table[(table["dataset"] == ds) & (table["condition"] == cond)] if len(table) else table
         if len(sub):
+            lines.append(f"Paired bootstrap intervals of every arm against plurality: `aggregate/{key}/results.md`.")
+            lines.append("")
             lines.append("| " + " | ".join(cols) + " |")
             lines.append("|" + "---|" * len(cols))
             for _, r in sub.iterrows():
