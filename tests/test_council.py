@@ -363,6 +363,9 @@ def test_experiment_pipeline_and_cli_with_scripted_engines(tmp_path):
     assert {"plurality", "bda_per_agent", "moa_lite", "self_moa", "argllms"} <= set(res["arm"])
     comp = summary["cells"]["truthfulclaim__attack-k1"]["compliance"]
     assert comp["anti_correct_r0"] == 1.0 and comp["n_proposals_r0"] == 12
+    base = run.read_table("baselines")
+    # MoA-Lite's cost: its own council's three round-0 calls and the synthesizer, in either condition
+    assert (base[base["method"] == "moa_lite"]["n_calls"] == 4).all()
     cell = summary["cells"]["truthfulclaim__attack-k1"]
     assert cell["moves_by_force"] == {"propose": cell["n_moves"]}
     # the control: seat A3 without the role says 'true' like everyone, anti-correct on the 6 false claims

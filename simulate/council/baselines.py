@@ -83,12 +83,14 @@ def _r0_surfaces(c: Council) -> list[tuple[str, str]]:
     return [(m["answer"], m.get("text") or "") for m in c.moves if m["round"] == 0 and m["force"] == "propose"]
 
 
-def _r0_cost(turns: Sequence[Mapping[str, Any]]) -> dict[str, tuple[int, int, int]]:
-    """trace_id -> (prompt, completion, calls) of the council's round-0 requests (retries included)."""
-    out: dict[str, list[int]] = {}
+def _r0_cost(turns: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], tuple[int, int, int]]:
+    """(condition, trace_id) -> (prompt, completion, calls) of the council's round-0 requests
+    (retries included). The condition is part of the key: a clean and an attacked council of the
+    same task and seed share their trace id."""
+    out: dict[tuple[str, str], list[int]] = {}
     for t in turns:
         if t["round"] == 0:
-            v = out.setdefault(t["trace_id"], [0, 0, 0])
+            v = out.setdefault((t["condition"], t["trace_id"]), [0, 0, 0])
             v[0] += t["prompt_tokens"]
             v[1] += t["completion_tokens"]
             v[2] += 1
@@ -123,7 +125,7 @@ def moa_lite(councils, engines, synth: str, turns, P, *, root: int, gen) -> list
     rows = []
     for c, rs, (out, ans, proba) in zip(councils, resp, _synthesize(engines[synth], councils, resp, P, root=root,
                                                                      method="moa_lite", gen=gen)):
-        p0, c0, n0 = r0.get(c.trace_id, (0, 0, 0))
+        p0, c0, n0 = r0.get((c.condition, c.trace_id), (0, 0, 0))
         pt, ct = _tok(out)
         rows.append(_row("moa_lite", c, ans, proba, ans is not None, p0 + pt, c0 + ct, n0 + 1, n_responses=len(rs)))
     return rows
@@ -162,7 +164,7 @@ def moa(councils, seats: Sequence[Seat], engines, synth: str, turns, P, *, root:
     rows = []
     for i, (c, (out, ans, proba)) in enumerate(zip(councils, _synthesize(engines[synth], councils, layer2, P,
                                                                          root=root, method="moa", gen=gen))):
-        p0, c0, n0 = r0.get(c.trace_id, (0, 0, 0))
+        p0, c0, n0 = r0.get((c.condition, c.trace_id), (0, 0, 0))
         pt, ct = _tok(out)
         rows.append(_row("moa", c, ans, proba, ans is not None, p0 + int(cost2[i, 0]) + pt,
                          c0 + int(cost2[i, 1]) + ct, n0 + int(cost2[i, 2]) + 1, n_responses=len(layer2[i])))
