@@ -10,8 +10,8 @@
 Seats default to the council configs' heterogeneous trio (SmolLM2 analyst, gemma-3-270m analyst,
 SmolLM2 skeptic: two engines, one batch per engine per round); ``--profile P`` makes all three seats P.
 
-    python bench/bench_council.py --backend vllm --dtype bfloat16 --n 30 --sequential 3 --interleave \
-        --out bench/results/council-vllm-cpu.json
+    python bench/bench_council.py --backend vllm --dtype bfloat16 --compiled --n 60 --sequential 3 \
+        --interleave --out bench/results/council-vllm-cpu.json
 
 On a 2-core machine shared with other jobs the absolute numbers move with the load
 (``loadavg`` is recorded); the ratios are the point.
@@ -109,9 +109,8 @@ def main() -> None:
     seats = parse_seats(a.seats, a.profile)
     opts = {"enforce_eager": not a.compiled} if a.backend == "vllm" else {}
     t0 = time.perf_counter()
-    engines = {s.profile: None for s in seats}
-    for prof in engines:
-        engines[prof] = load_engine(prof, backend=a.backend, store=None, dtype=a.dtype, **opts)
+    engines = {p: load_engine(p, backend=a.backend, store=None, dtype=a.dtype, **opts)
+               for p in dict.fromkeys(s.profile for s in seats)}
     load_s = time.perf_counter() - t0
     gen = dict(rounds=a.rounds, P=P, max_tokens=a.max_tokens, max_chars=a.max_chars, max_retries=2)
     res: dict = {"machine": machine(), "command": "bench/bench_council.py",
