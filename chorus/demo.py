@@ -40,8 +40,7 @@ SIZES: dict[str, dict[str, Any]] = {
              "readout_fractions": [0.0, 0.5, 1.0]},
     # full: 30 questions x 3 agents, round 0 and two debate rounds of up to 96 tokens (450 generations,
     # not the 630 of three rounds), readouts at three fractions on round-1 receivers, one belief seed:
-    # sized for the 15-minute target on 2 cores (with 128 tokens, 5 fractions, 2 seeds and larger
-    # knockout and council stages a first full run took 21 min)
+    # sized for the 15-minute target on 2 cores (the larger first sizes missed it: bench/results/demo-full.json)
     "full": {"serving_items": 16, "belief_seeds": 1, "belief_agents": 6, "belief_rounds": 3,
              "debate_questions": 30, "debate_rounds": 2, "debate_max_tokens": 96,
              "readout_fractions": [0.0, 0.5, 1.0], "readout_rounds": [1]},

@@ -13,7 +13,7 @@ from chorus.config import load_named, resolve_config
 CONFIGS_DIR = Path(__file__).resolve().parents[1] / "configs" / "council"
 BASELINES = ("moa", "moa_lite", "self_moa", "argllms")
 # bda_tempered (the seed's E.5 control, tau by CV) is in by default: the one-coin grid's b >= 0.52
-# presumes seats better than chance, and with K = 4 and weak seats only tempering keeps it calibrated.
+# presumes seats better than chance; with K = 4 and weak seats the untempered one-coin arms are overconfident.
 DEFAULT_AGG_METHODS = ["plurality", "verbalized", "best_member", "stacker", "gated", "ds_em",
                        "bda_shared", "bda_per_agent", "bda_tempered", "bda_confusion"]
 

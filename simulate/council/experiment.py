@@ -166,12 +166,15 @@ def report(run_dir: str | Path, *, make_plots: bool = True, aggregate: bool = Tr
     costs = _council_costs(turns) if len(turns) else pd.DataFrame(columns=["dataset", "condition", "tokens_per_task"])
     rows: list[dict[str, Any]] = []
     cells: dict[str, Any] = {}
+    loaded: dict[Path, list] = {}  # trace files read once (the clean one also serves as the control)
     for d in cfg.data:
         for c in cfg.conditions:
             path = trace_file(run.path, d.dataset, c.name)
             if not path.is_file():
                 raise FileNotFoundError(f"{path}: trace file missing")
-            traces = load_traces(path)
+            if path not in loaded:
+                loaded[path] = load_traces(path)
+            traces = loaded[path]
             n_moves = sum(len(t.moves) for t in traces)
             n_abst = sum(m.force == "abstain" for t in traces for m in t.moves)
             t_sel = turns[(turns["dataset"] == d.dataset) & (turns["condition"] == c.name)]
@@ -194,7 +197,9 @@ def report(run_dir: str | Path, *, make_plots: bool = True, aggregate: bool = Tr
                 clean = next((k.name for k in cfg.conditions if not k.adversaries), None)
                 cpath = trace_file(run.path, d.dataset, clean) if clean else None
                 if cpath is not None and cpath.is_file():
-                    cell["compliance_same_seats_clean"] = compliance(load_traces(cpath), adversaries=c.adversaries)
+                    if cpath not in loaded:
+                        loaded[cpath] = load_traces(cpath)
+                    cell["compliance_same_seats_clean"] = compliance(loaded[cpath], adversaries=c.adversaries)
             tok = costs[(costs["dataset"] == d.dataset) & (costs["condition"] == c.name)]["tokens_per_task"]
             council_tok = float(tok.iloc[0]) if len(tok) else math.nan
             if aggregate:
