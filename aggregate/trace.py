@@ -1,4 +1,4 @@
-"""Council traces: the JSONL interchange format of the spec (``shared/spec/bda.md``).
+"""Council traces: the JSONL interchange format between the councils and the aggregators.
 
 One task per line::
 

@@ -82,7 +82,7 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=8, help="tasks (councils) in the lockstep run")
     ap.add_argument("--sequential", type=int, default=3, help="councils to run one at a time")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--dataset", default="truthfulclaim")
+    ap.add_argument("--dataset", default="truthfulqa_claims")
     ap.add_argument("--seats", default=DEFAULT_SEATS, help="PROFILE:PERSONA per seat, comma-separated")
     ap.add_argument("--profile", default=None, help="all three seats this profile (analyst, generalist, skeptic)")
     ap.add_argument("--backend", default="hf")

@@ -24,12 +24,19 @@ h1{font-size:1.6em}h2{border-bottom:2px solid #ddd;padding-bottom:.2em;margin-to
 table{border-collapse:collapse;font-size:13px;margin:.5em 0}td,th{border:1px solid #ccc;padding:3px 7px;text-align:left;vertical-align:top}
 th{background:#f3f3f3}pre{background:#f7f7f7;padding:.6em;overflow:auto;font-size:12px;max-height:30em}
 img{max-width:100%;border:1px solid #eee}figure{display:inline-block;margin:.5em;max-width:48%;vertical-align:top}
+figure.wide{display:block;max-width:100%}
 figcaption{font-size:12px;color:#555;text-align:center}.warn{background:#fff4e5;border-left:4px solid #f0a020;padding:.5em 1em}
 .bad{background:#fdecea;border-left:4px solid #d33;padding:.5em 1em}.ok{color:#1a7f37;font-weight:bold}
 .failed{color:#d33;font-weight:bold}.other{color:#b26a00;font-weight:bold}nav a{margin-right:1em}
 details{margin:.4em 0}summary{cursor:pointer;color:#345}"""
 
 MAX_ROWS = 25
+WIDE_PX = 800  # PNGs wider than this are shown at the page's full width
+
+
+def _png_width(data: bytes) -> int:
+    """Pixel width from a PNG's IHDR chunk (0 when the bytes are not a PNG)."""
+    return int.from_bytes(data[16:20], "big") if data[:8] == b"\x89PNG\r\n\x1a\n" else 0
 
 
 class ReportError(ValueError):
@@ -153,8 +160,11 @@ def _run_body(run: Path, title_level: int = 2, anchor: str = "") -> str:
     if not pngs:
         out.append("<p>none</p>")
     for png in pngs:
-        b64 = base64.b64encode(png.read_bytes()).decode()
-        out.append(f"<figure><img alt='{_esc(png.stem)}' src='data:image/png;base64,{b64}'>"
+        data = png.read_bytes()
+        b64 = base64.b64encode(data).decode()
+        # a multi-panel figure shrunk to half the page is illegible: wide ones get the full width
+        wide = " class='wide'" if _png_width(data) > WIDE_PX else ""
+        out.append(f"<figure{wide}><img alt='{_esc(png.stem)}' src='data:image/png;base64,{b64}'>"
                    f"<figcaption>{_esc(png.stem)}</figcaption></figure>")
     pqs = sorted((run / "tables").glob("*.parquet")) if (run / "tables").is_dir() else []
     out.append(f"<{h} id='{anchor}tables'>Tables</{h}>")
@@ -193,6 +203,8 @@ def _demo_body(run: Path, summ: dict[str, Any] | None, prov: dict[str, Any] | No
     from chorus.demo import REGISTRY
     stages = (summ or {}).get("stages", {})
     timing = (_read_json(run / "timing.json") or {}).get("stages", {})
+    # each stage's own record: its cold time survives reruns that read everything back
+    own = {name: _read_json(run / name / "demo_timing.json") or {} for name in _demo_stages(prov, summ)}
     # the last invocation may have run only some stages (--stage); earlier ones stay in the summary
     planned = _demo_stages(prov, summ)
     out = [_version_note(prov), "<section id='overview'><h2>Overview</h2>"]
@@ -205,11 +217,18 @@ def _demo_body(run: Path, summ: dict[str, Any] | None, prov: dict[str, Any] | No
         cls = {"done": "ok", "failed": "failed"}.get(status, "other")
         title = rec.get("title") if rec else (REGISTRY[name].title if name in REGISTRY else name)
         wall = timing.get(name, {}).get("wall_s")
+        cold = (own.get(name) or {}).get("cold_wall_s")
+        n_inv = len((own.get(name) or {}).get("invocations", []))
         rows.append(f"<tr><td><a href='#stage-{_esc(name)}'>{_esc(name)}</a></td><td>{_esc(title)}</td>"
-                    f"<td class='{cls}'>{_esc(status)}</td><td>{_key_numbers(name, rec)}</td><td>{_esc(_fmt(wall))}</td>"
+                    f"<td class='{cls}'>{_esc(status)}</td><td>{_key_numbers(name, rec)}</td><td>{_esc(_fmt(cold))}</td>"
+                    f"<td>{_esc(_fmt(wall))}</td><td>{_esc(_fmt(n_inv or None))}</td>"
                     f"<td>{_esc((rec or {}).get('error', ''))}</td></tr>")
-    out.append("<table><tr><th>stage</th><th>what</th><th>status</th><th>key numbers</th><th>wall s (last invocation)</th>"
-               "<th>note</th></tr>" + "".join(rows) + "</table>")
+    colds = [(own.get(n) or {}).get("cold_wall_s") for n in planned]
+    total = (f"<p>Cold time of all stages: <b>{_esc(_fmt(round(sum(colds), 1)))} s</b> (each stage's wall time up to "
+             f"the invocation that completed it, from its own <code>demo_timing.json</code>).</p>"
+             if colds and all(c is not None for c in colds) else "")
+    out.append("<table><tr><th>stage</th><th>what</th><th>status</th><th>key numbers</th><th>cold s</th>"
+               "<th>last invocation s</th><th>invocations</th><th>note</th></tr>" + "".join(rows) + "</table>" + total)
     prof = (summ or {}).get("profile")
     out.append(f"<p>Size <b>{_esc((summ or {}).get('size', '?'))}</b>, model <b>{_esc(prof)}</b>. The embedded models "
                "(135M-270M parameters) are too small to judge stances or answer well: LLM-mode numbers here test the "

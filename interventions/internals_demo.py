@@ -7,7 +7,8 @@ embedded model (hf backend, fp32, CPU), in one standard run directory.
 tiny: up to 4 debate-style contexts (round 0 of 6 questions generated here), knockout in 4
 layers (single and cumulative) plus all layers for both query variants, 2 cue pairs patched at
 the same 4 layers, a 'record' probe at those layers with a 20-permutation null. full: 8 contexts,
-every fourth layer, 6 cue pairs, 50 permutations. Every model call goes through the run's store
+every fourth layer, 4 cue pairs, 50 permutations. With ``source_run`` (the demo's debate stage) the
+contexts come from that run's round 0 instead of a generation pass here. Every model call goes through the run's store
 (resumable). SmolLM2-135M numbers test the plumbing; they are not findings.
 """
 from __future__ import annotations
@@ -19,12 +20,15 @@ from typing import Any, Callable
 SIZES: dict[str, dict[str, Any]] = {
     "tiny": {"questions": 6, "pairs": 4, "cue_pairs": 2, "layers": [0, 10, 20, 29], "n_perm": 20,
              "max_tokens": 32},
-    "full": {"questions": 12, "pairs": 8, "cue_pairs": 6, "layers": list(range(0, 30, 4)) + [29], "n_perm": 50,
+    "full": {"questions": 12, "pairs": 8, "cue_pairs": 4, "layers": list(range(0, 30, 4)) + [29], "n_perm": 50,
              "max_tokens": 48},
 }
 
 
-def run_demo(out: Path, *, size: str = "tiny", progress: Callable[[int, int], None] | None = None) -> dict:
+def run_demo(out: Path, *, size: str = "tiny", progress: Callable[[int, int], None] | None = None,
+             source_run: Path | None = None) -> dict:
+    """``source_run``: a debate run whose round-0 turns supply the contexts (the demo passes its
+    debate stage: no second generation pass on transformers); else round 0 is generated here."""
     from chorus.runs import RunDir
     from interventions import ablations as ab
     from interventions import internals_experiment as ix
@@ -45,7 +49,8 @@ def run_demo(out: Path, *, size: str = "tiny", progress: Callable[[int, int], No
         "interventions": {"max_pairs": z["pairs"]},
         "knockout": {"queries": ["after", "decision"], "sweep_queries": ["after"], "layers": z["layers"]},
         "patch": {"contrast": "record", "layers": z["layers"], "max_pairs": z["cue_pairs"]},
-        "probe": {"concept": "record", "layers": z["layers"], "n_perm": z["n_perm"], "n_splits": 4}})
+        "probe": {"concept": "record", "layers": z["layers"], "n_perm": z["n_perm"], "n_splits": 4},
+        "source_run": str(source_run) if source_run is not None else None})
     P = load_prompts(cfg.prompts)
     run = RunDir.create(out, part="influence", config=cfg, seeds={"root": cfg.seed}, command=f"demo internals {size}",
                         prompts={"name": P["_name"], "sha256": P["_sha256"]})

@@ -2,7 +2,8 @@
 
 Activations are the residual stream (decoder-layer outputs) at the readout position (the last
 prompt token, right before the option label), collected through nnsight. A probe is a
-scikit-learn logistic regression on standardised activations; its score is the held-out AUROC
+scikit-learn logistic regression on standardised activations (fitted in the row space of the
+training part, which gives the same solution much faster: ``_fold_features``); its score is the held-out AUROC
 of out-of-fold decision values (folds grouped by question family when groups are given, so a
 question's paired contexts never sit on both sides). The null refits the same pipeline on
 shuffled labels ``n_perm`` times; its 90th percentile is reported beside every probe score,
@@ -78,24 +79,44 @@ def _check_labels(y: Sequence) -> np.ndarray:
     return (y == classes[1]).astype(int)
 
 
+def _fold_features(X: np.ndarray, folds: list) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per fold, the standardised activations in the row space of the training part: (train, test)
+    of shape (n, r) with r <= n_train. With an L2 penalty the logistic-regression weights lie in
+    the span of the training rows (any orthogonal part leaves the loss unchanged and only adds
+    penalty), and an orthonormal basis keeps the penalty's norm, so fitting on these r columns is
+    the same problem as on all d columns: same decision values, at a fraction of the cost when
+    d (hundreds of hidden units) is much larger than n (a few dozen contexts). The basis does not
+    depend on the labels, so the shuffled-label null reuses it."""
+    from sklearn.preprocessing import StandardScaler
+
+    out = []
+    for tr, te in folds:
+        sc = StandardScaler().fit(X[tr])
+        a, b = sc.transform(X[tr]), sc.transform(X[te])
+        _, s, vt = np.linalg.svd(a, full_matrices=False)
+        basis = vt[s > s.max() * 1e-10].T if s.size and s.max() > 0 else np.zeros((a.shape[1], 0))
+        out.append((a @ basis, b @ basis))
+    return out
+
+
 def heldout_auroc(X: np.ndarray, y: Sequence, *, groups: Sequence | None = None, n_splits: int = 5,
-                  seed: int = 0, C: float = 1.0, folds: list | None = None) -> float:
-    """AUROC of out-of-fold logistic-regression decision values."""
+                  seed: int = 0, C: float = 1.0, folds: list | None = None,
+                  features: list | None = None) -> float:
+    """AUROC of out-of-fold logistic-regression decision values (standardised activations)."""
     from sklearn.linear_model import LogisticRegression
     from sklearn.metrics import roc_auc_score
-    from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import StandardScaler
 
     yb = _check_labels(y)
     g = None if groups is None else np.asarray(groups)
     folds = folds if folds is not None else _folds(yb, g, n_splits, seed)
+    features = features if features is not None else _fold_features(np.asarray(X, dtype=float), folds)
     scores = np.full(len(yb), np.nan)
-    for tr, te in folds:
+    for (tr, te), (ztr, zte) in zip(folds, features):
         if len(np.unique(yb[tr])) < 2:
             raise ProbeError("a training fold holds one class only; use more samples or fewer folds")
-        clf = make_pipeline(StandardScaler(), LogisticRegression(C=C, max_iter=2000))
-        clf.fit(X[tr], yb[tr])
-        scores[te] = clf.decision_function(X[te])
+        clf = LogisticRegression(C=C, max_iter=2000)
+        clf.fit(ztr, yb[tr])
+        scores[te] = clf.decision_function(zte)
     return float(roc_auc_score(yb, scores))
 
 
@@ -107,13 +128,14 @@ def shuffled_null(X: np.ndarray, y: Sequence, *, groups: Sequence | None = None,
     yb = _check_labels(y)
     g = None if groups is None else np.asarray(groups)
     folds = _folds(yb, g, n_splits, seed)
+    feats = _fold_features(np.asarray(X, dtype=float), folds)  # label-free: shared by every permutation
     r = make_rng(seed, 41)
     out = []
     for _ in range(n_perm):
         yp = r.permutation(yb)
         if any(len(np.unique(yp[tr])) < 2 for tr, _ in folds):
             continue
-        out.append(heldout_auroc(X, yp, folds=folds, C=C))
+        out.append(heldout_auroc(X, yp, folds=folds, C=C, features=feats))
     return np.asarray(out)
 
 

@@ -259,6 +259,32 @@ def engine_pool():
         _POOL = outer
 
 
+def release_pooled(drop: Callable[[tuple], bool]) -> list[tuple]:
+    """Close and forget the pooled backends whose key ``(profile, path, backend, dtype,
+    max_model_len, options)`` satisfies ``drop`` (memory: a demo releases an engine no later stage
+    needs). Engines already handed out keep working only until their backend is closed."""
+    if _POOL is None:
+        return []
+    gone = [k for k in _POOL if drop(k)]
+    for k in gone:
+        be, _tok, _wh = _POOL.pop(k)
+        be._pooled = False
+        be.close()
+    if gone:
+        import gc
+        gc.collect()
+    return gone
+
+
+def resolve_backend(backend: str = "auto") -> str:
+    """'auto' -> ``$CHORUS_BACKEND``, else vllm when installed, else hf; others are checked."""
+    if backend == "auto":
+        backend = os.environ.get("CHORUS_BACKEND") or ("vllm" if _have_vllm() else "hf")
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend '{backend}': choose one of {', '.join(BACKENDS)} or 'auto'")
+    return backend
+
+
 def load_engine(profile: str = DEFAULT_PROFILE, backend: str = "auto", *, store: str | Path | CallStore | None = None,
                 dtype: str | None = None, max_model_len: int | None = None, **backend_kwargs: Any) -> Engine:
     """Load ``profile`` on ``backend`` ("hf", "vllm", "openai" or "auto").
@@ -270,10 +296,7 @@ def load_engine(profile: str = DEFAULT_PROFILE, backend: str = "auto", *, store:
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    if backend == "auto":
-        backend = os.environ.get("CHORUS_BACKEND") or ("vllm" if _have_vllm() else "hf")
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown backend '{backend}': choose one of {', '.join(BACKENDS)} or 'auto'")
+    backend = resolve_backend(backend)
     if dtype is not None and dtype not in ("float32", "bfloat16", "float16"):
         raise ValueError(f"dtype must be float32, bfloat16 or float16, got {dtype!r}")
     prof = get_profile(profile)

@@ -20,6 +20,15 @@ council_app = typer.Typer(no_args_is_help=True, add_completion=False,
                           help="Live LLM councils -> typed-move traces, stealth adversaries, LLM baselines.")
 
 _SET_HELP = "Override a config field: --set rounds=2 --set data.0.n=20 (YAML values)."
+_DATA_HELP = ("Data folder replacing the sets shipped with chorus (the optional ArgLLMs claim sets: "
+              "DIR/argllms_claims/ or an ArgLLMs clone; also $CHORUS_DATA).")
+
+
+def _with_data(set_: Optional[List[str]], data: Optional[Path]) -> dict:
+    over = _overrides(set_)
+    if data is not None:
+        over["data_dir"] = str(data)
+    return over
 
 
 def _errors():
@@ -43,13 +52,14 @@ def _print(path: Path, s: dict) -> None:
 def run(config: str = typer.Argument(..., help="Council config (a path or a shipped name: tiny, small, full)."),
         out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default runs/council/NAME-TIME)."),
         set_: Optional[List[str]] = typer.Option(None, "--set", help=_SET_HELP),
+        data: Optional[Path] = typer.Option(None, "--data", help=_DATA_HELP),
         no_plots: bool = typer.Option(False, "--no-plots", help="Skip the figures."),
         no_aggregate: bool = typer.Option(False, "--no-aggregate", help="Only generate (aggregate later with report).")) -> None:
     """Deliberate in lockstep, write trace JSONL, run the LLM baselines, aggregate every trace file."""
     from simulate.council.config import load
     from simulate.council.experiment import run_council_experiment
     try:
-        cfg = load(config, _overrides(set_))
+        cfg = load(config, _with_data(set_, data))
         with progress(cfg.name, "seat-turns") as update:
             rundir, summary = run_council_experiment(cfg, out, progress=update, make_plots=not no_plots,
                                                      aggregate=not no_aggregate)
@@ -93,6 +103,7 @@ def compliance(run_dir: Path = typer.Argument(..., help="A council run directory
 @council_app.command()
 def tasks(config: str = typer.Argument(..., help="Council config (path or shipped name)."),
           set_: Optional[List[str]] = typer.Option(None, "--set", help=_SET_HELP),
+          data: Optional[Path] = typer.Option(None, "--data", help=_DATA_HELP),
           gold: bool = typer.Option(False, "--gold", help="Also print the gold labels."),
           limit: int = typer.Option(5, "--limit", help="Tasks to print per dataset.")) -> None:
     """The tasks a config draws, with exclusions (no model calls)."""
@@ -100,7 +111,7 @@ def tasks(config: str = typer.Argument(..., help="Council config (path or shippe
     from simulate.council.config import load
     from simulate.council.experiment import select_tasks
     try:
-        cfg = load(config, _overrides(set_))
+        cfg = load(config, _with_data(set_, data))
         for ds, ts, info in select_tasks(cfg):
             typer.echo(f"{ds}: {json.dumps(info)}")
             for t in ts[:limit]:

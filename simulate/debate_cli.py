@@ -57,10 +57,10 @@ def _print_debate(console, path: Path, s: dict) -> None:
 
 @debate_app.command("bench")
 def bench_cmd(out: Path = typer.Option(Path("runs/bench/mad_bench.jsonl"), "--out", help="Output JSONL."),
-              data: Optional[Path] = typer.Option(None, "--data", help="Public data folder (default ../shared/data)."),
+              data: Optional[Path] = typer.Option(None, "--data", help="Data folder replacing the evaluation sets shipped with chorus (default: the shipped sets)."),
               seed: int = typer.Option(0, "--seed", help="Selection and order seed."),
               count: Optional[List[str]] = typer.Option(None, "--count", help="SUBDOMAIN=N (N or 'all').")) -> None:
-    """Build a MAD-Bench-style JSONL (+ manifest) from the public sets; data stays in place."""
+    """Build a MAD-Bench-style JSONL (+ manifest) from the evaluation sets shipped with chorus (or --data)."""
     import json
     from simulate.debate.bench import build_bench, write_bench
     from chorus.config import ConfigError

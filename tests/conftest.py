@@ -11,7 +11,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared"
 EMBEDDED = "smollm2-135m-instruct"
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None
 

@@ -302,13 +302,10 @@ def test_data_missing_gold_is_excluded_and_counted(tmp_path):
     with pytest.raises(DataError, match=r"line 2: not valid JSON"):
         load_tasks("truthfulclaim", None, data_dir=tmp_path)
     with pytest.raises(DataError, match="unknown dataset"):
-        load_tasks("boolq", 3, data_dir=tmp_path)
+        load_tasks("nope", 3, data_dir=tmp_path)
 
 
-def test_pubmedqa_balanced_and_mmlu_shared_data():
-    from tests.conftest import SHARED
-    if not (SHARED / "data" / "pubmedqa").is_dir():
-        pytest.skip("../shared/data not present")
+def test_pubmedqa_balanced_and_mmlu_shipped_data():
     tasks, info = load_tasks("pubmedqa", 9)
     assert info["gold_counts"] == {"yes": 3, "no": 3, "maybe": 3} and tasks[0].K == 3
     assert all("LONG_ANSWER" not in t.question for t in tasks)
@@ -361,12 +358,12 @@ def test_experiment_pipeline_and_cli_with_scripted_engines(tmp_path):
     res = run.read_table("results")
     assert set(res["condition"]) == {"clean", "attack-k1"}
     assert {"plurality", "bda_per_agent", "moa_lite", "self_moa", "argllms"} <= set(res["arm"])
-    comp = summary["cells"]["truthfulclaim__attack-k1"]["compliance"]
+    comp = summary["cells"]["truthfulqa_claims__attack-k1"]["compliance"]
     assert comp["anti_correct_r0"] == 1.0 and comp["n_proposals_r0"] == 12
     base = run.read_table("baselines")
     # MoA-Lite's cost: its own council's three round-0 calls and the synthesizer, in either condition
     assert (base[base["method"] == "moa_lite"]["n_calls"] == 4).all()
-    cell = summary["cells"]["truthfulclaim__attack-k1"]
+    cell = summary["cells"]["truthfulqa_claims__attack-k1"]
     assert cell["moves_by_force"] == {"propose": cell["n_moves"]}
     # the control: seat A3 without the role says 'true' like everyone, anti-correct on the 6 false claims
     assert cell["compliance_same_seats_clean"]["anti_correct_r0"] == pytest.approx(0.5)

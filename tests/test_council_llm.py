@@ -24,20 +24,20 @@ def test_real_council_end_to_end(tmp_path, monkeypatch):
                         "baselines.methods": ["moa_lite"], "aggregate.methods": ["plurality", "verbalized"]})
     run, summary = run_council_experiment(cfg, tmp_path / "run")
     for cond in ("attack-k1",):
-        traces = load_traces(run.path / "traces" / f"truthfulclaim__{cond}.jsonl")
+        traces = load_traces(run.path / "traces" / f"truthfulqa_claims__{cond}.jsonl")
         assert len(traces) == 4
         for tr in traces:
             assert [m.round for m in tr.moves] == [r for r in range(3) for _ in range(3)]
             for v, m in zip(STRICT.check(tr), tr.moves):
                 assert v.accepted == (m.force != "abstain"), (tr.task_id, m)
     cells = summary["cells"]
-    assert "compliance" in cells["truthfulclaim__attack-k1"]
-    assert cells["truthfulclaim__attack-k1"]["compliance"]["n_proposals_r0"] <= 4
+    assert "compliance" in cells["truthfulqa_claims__attack-k1"]
+    assert cells["truthfulqa_claims__attack-k1"]["compliance"]["n_proposals_r0"] <= 4
     res = run.read_table("results")
     arms = set(res["arm"])
     assert {"plurality", "verbalized", "moa_lite"} <= arms
     assert (res["tokens_per_task"] > 0).all()
-    assert (run.path / "aggregate" / "truthfulclaim__attack-k1" / "results.json").is_file()
+    assert (run.path / "aggregate" / "truthfulqa_claims__attack-k1" / "results.json").is_file()
     # the report is rebuilt from stored files alone, identically
     again = report(run.path, make_plots=False)
     assert json.dumps(again["results"], default=str) == json.dumps(summary["results"], default=str)

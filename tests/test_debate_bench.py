@@ -1,4 +1,4 @@
-"""Bench builder (reads ../shared/data in place) and loader validation; prompt isolation."""
+"""Bench builder (the evaluation sets shipped with chorus) and loader validation; prompt isolation."""
 import json
 from pathlib import Path
 
@@ -7,7 +7,6 @@ import pytest
 from simulate.debate.bench import BenchError, build_bench, load_bench, validate_item, write_bench
 from simulate.debate.prompts import load_prompts, turn_messages
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 GOOD = {"id": "q1", "domain": "knowledge", "subdomain": "x", "family": "f1", "question": "2+2?",
         "options": ["3", "4"], "reference": "B"}
 
@@ -18,12 +17,11 @@ def _write(tmp_path, lines):
     return p
 
 
-@pytest.mark.skipif(not DATA.is_dir(), reason="../shared/data not present")
 def test_build_small_bench_roundtrip(tmp_path):
     counts = {"misconceptions": 5, "disciplinary": 5, "strategy": 5, "biomedical": 3, "moral_scenarios": 4,
               "moral_disputes": 3, "contested": None}
-    items, man = build_bench(DATA, seed=0, counts=counts)
-    again, _ = build_bench(DATA, seed=0, counts=counts)
+    items, man = build_bench(seed=0, counts=counts)
+    again, _ = build_bench(seed=0, counts=counts)
     assert [i.id for i in items] == [i.id for i in again]  # deterministic
     assert man["counts"]["values/contested"] == 48 and man["n_items"] == len(items) == 25 + 48
     assert all(it.reference is None for it in items if it.subdomain == "contested")

@@ -65,3 +65,23 @@ def test_activations_equal_the_models_hidden_states():
             assert np.allclose(acts[i, k], hs[layer + 1][0, -1].numpy(), atol=1e-5)
     with pytest.raises(pb.ProbeError, match="out of range"):
         pb.activations(eng, convs, [4])
+
+
+def test_row_space_fit_equals_the_full_pipeline():
+    """The probe fitted in the training rows' span gives the decision values of the plain
+    StandardScaler + LogisticRegression pipeline on all hidden units."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    from interventions.probes import _fold_features, _folds
+
+    g = np.random.default_rng(3)
+    X = g.normal(size=(24, 200))
+    y = (X[:, 5] + 0.8 * g.normal(size=24) > 0).astype(int)
+    folds = _folds(y, None, 4, 0)
+    for (tr, te), (ztr, zte) in zip(folds, _fold_features(X, folds)):
+        full = make_pipeline(StandardScaler(), LogisticRegression(C=1.0, max_iter=5000, tol=1e-10)).fit(X[tr], y[tr])
+        small = LogisticRegression(C=1.0, max_iter=5000, tol=1e-10).fit(ztr, y[tr])
+        assert ztr.shape[1] <= len(tr)
+        np.testing.assert_allclose(small.decision_function(zte), full.decision_function(X[te]), atol=1e-5)

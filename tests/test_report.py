@@ -108,3 +108,47 @@ def test_demo_rerun_with_some_stages_still_shows_the_earlier_ones(tmp_path):
                                                    "council": {"status": "done", "title": "Council", "summary": {}}}})
     html = render_report(demo.path).read_text()
     assert "id='stage-serving'" in html and "id='stage-council'" in html
+
+
+def test_demo_stage_that_fails_then_succeeds_leaves_no_stale_error(tmp_path, monkeypatch):
+    """A stage that fails and succeeds on a rerun: no error.txt left behind, its own timing record
+    keeps both invocations, and the overview shows the cold time (both invocations' wall)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from chorus import demo
+
+    attempts = {"n": 0}
+
+    def flaky(out, cfg, progress):
+        attempts["n"] += 1
+        if attempts["n"] == 1:
+            raise RuntimeError("first try fails")
+        run = RunDir.create(out, part="flaky")
+        fig, ax = plt.subplots(figsize=(12, 4))  # a wide figure: shown at the page's width
+        ax.plot([0, 1], [0, 1])
+        fig.savefig(run.plot_path("wide"), dpi=100)
+        plt.close(fig)
+        run.write_summary({"value": 1.5})
+        return {"value": 1.5}
+
+    monkeypatch.setitem(demo.REGISTRY, "flaky", demo.Stage("flaky", "A flaky stage", flaky, engines=()))
+    monkeypatch.setattr(demo, "STAGES", ("flaky",))
+    out = tmp_path / "demo"
+    demo.run_demo("tiny", out, stages=["flaky"])
+    assert (out / "flaky" / "error.txt").is_file()
+    html = (out / "report.html").read_text()
+    assert "first try fails" in html
+    demo.run_demo("tiny", out, stages=["flaky"])
+    assert not (out / "flaky" / "error.txt").exists()
+    own = json.loads((out / "flaky" / "demo_timing.json").read_text())
+    assert [i["status"] for i in own["invocations"]] == ["failed", "done"]
+    assert own["cold_wall_s"] == pytest.approx(sum(i["wall_s"] for i in own["invocations"]), abs=0.02)
+    html = (out / "report.html").read_text()
+    assert "first try fails" not in html and "Traceback" not in html
+    assert "<figure class='wide'>" in html and "Cold time of all stages" in html
+    # a third, warm invocation does not change the cold time
+    demo.run_demo("tiny", out, stages=["flaky"])
+    again = json.loads((out / "flaky" / "demo_timing.json").read_text())
+    assert len(again["invocations"]) == 3 and again["cold_wall_s"] == own["cold_wall_s"]

@@ -138,6 +138,8 @@ class ProbeCfg(_Strict):
 class LLMCfg(_Strict):
     model: str = "smollm2-135m-instruct"
     backend: Literal["auto", "hf", "vllm", "openai"] = "auto"
+    dtype: Literal["float32", "bfloat16", "float16"] | None = Field(None, description="null = the engine's "
+                                                                      "default (float32 on CPU)")
     generator: GeneratorCfg = GeneratorCfg()
     appraiser: AppraiserCfg = AppraiserCfg()
     probe: ProbeCfg = ProbeCfg()

@@ -94,7 +94,7 @@ def run_experiment(cfg: BeliefConfig, out: str | Path | None = None, *, sweep: b
     owned = cfg.mode == "llm" and engine is None
     if owned:
         from serving import load_engine
-        engine = load_engine(cfg.llm.model, backend=cfg.llm.backend, store=run.store_path)
+        engine = load_engine(cfg.llm.model, backend=cfg.llm.backend, store=run.store_path, dtype=cfg.llm.dtype)
     try:
         return _simulate_and_write(cfg, run, conditions, specs, groups, taus, engine, progress,
                                    make_plots)

@@ -26,9 +26,10 @@ def trajectories(tables, derived, path: Path) -> Path:
     bel, agents, cm = tables["beliefs"], tables["agents"], derived["condition_metrics"]
     fp = derived["fixed_points"].merge(tables["runs"][["run", "condition"]], on="run")
     conds = cm.condition.tolist()[:MAX_PANELS]
-    cols = min(3, len(conds))
+    # two columns of large panels: a report page shows the figure at its full width, legibly
+    cols = min(2, len(conds))
     rows = int(np.ceil(len(conds) / cols))
-    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False,
+    fig, axes = plt.subplots(rows, cols, figsize=(5.6 * cols, 3.4 * rows), squeeze=False,
                              sharey=True)
     first_run = tables["runs"].groupby("condition").run.min()
     for ax, c in zip(axes.flat, conds):
@@ -45,7 +46,7 @@ def trajectories(tables, derived, path: Path) -> Path:
             ax.axhline(row.initial_mean, ls=":", lw=1, color="grey")
         # R^2 against the fixed point means nothing for a consensus (no spread to explain)
         r2 = "" if pd.isna(row.fj_r2) or row.population == "degroot" else f", R2={row.fj_r2:.2f}"
-        ax.set_title(f"{row.label} (gamma={row.gamma:g}{r2})", fontsize=8)
+        ax.set_title(f"{row.label} (gamma={row.gamma:g}{r2})", fontsize=11)
         ax.set_ylim(-0.02, 1.02)
         ax.set_xlabel("round")
     for ax in axes.flat[len(conds):]:

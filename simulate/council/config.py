@@ -23,7 +23,10 @@ class _Strict(BaseModel):
 
 
 class DataSpec(_Strict):
-    dataset: Literal["truthfulclaim", "strategyclaim", "medclaim", "pubmedqa", "mmlu"]
+    dataset: Literal["truthfulqa_claims", "strategyqa", "boolq", "pubmedqa", "mmlu",
+                     "truthfulclaim", "strategyclaim", "medclaim"] = Field(
+        description="shipped: truthfulqa_claims, strategyqa, boolq, pubmedqa, mmlu; optional (ArgLLMs, supplied "
+                    "with data_dir or CHORUS_DATA): truthfulclaim, strategyclaim, medclaim")
     n: Optional[int] = Field(None, ge=2, description="tasks to draw (seeded); None = all")
     balanced: Optional[bool] = Field(None, description="equal tasks per gold class (default: PubMedQA only)")
     subjects: Optional[list[str]] = Field(None, description="MMLU subjects (default all)")
@@ -79,8 +82,9 @@ class CouncilConfig(_Strict):
     name: str = "council"
     seed: int = Field(0, ge=0)
     gen_seeds: list[int] = Field(default_factory=lambda: [0], min_length=1, description="generation seeds (repeats)")
-    data: list[DataSpec] = Field(default_factory=lambda: [DataSpec(dataset="truthfulclaim", n=10)], min_length=1)
-    data_dir: Optional[str] = None
+    data: list[DataSpec] = Field(default_factory=lambda: [DataSpec(dataset="truthfulqa_claims", n=10)], min_length=1)
+    data_dir: Optional[str] = Field(None, description="a data folder replacing the shipped sets (default: shipped "
+                                                      "data; the ArgLLMs sets also from CHORUS_DATA)")
     seats: list[SeatSpec] = Field(default_factory=lambda: [SeatSpec(), SeatSpec(profile="gemma3-270m"),
                                                            SeatSpec(persona="skeptic")], min_length=2, max_length=12)
     rounds: int = Field(3, ge=1, le=10)

@@ -1,37 +1,29 @@
-"""Council tasks from ``../shared/data`` (read in place): the ArgLLMs claim sets (K = 2),
-PubMedQA (K = 3, class-balanced sample) and MMLU (K = 4).
+"""Council tasks from the evaluation sets (``simulate.datasets``: one loader per set, shipped with
+chorus): TruthfulQA claims (K = 2, the default), StrategyQA and BoolQ (K = 2, yes/no), PubMedQA
+(K = 3, class-balanced sample), MMLU (K = 4), and the optional ArgLLMs claim sets (K = 2), which
+chorus may not redistribute: a user supplies them with ``data_dir`` or ``$CHORUS_DATA``.
 
 A ``Task`` keeps its gold label apart from what a prompt may show: prompts are rendered from
 ``Task.public()`` only, which has no gold (tested: an honest prompt is identical whatever the
 gold). Rows with a missing or unreadable gold label, or prompts too long for the small models'
-windows, are excluded and counted (``info["excluded"]``), never guessed.
+windows, are excluded by the loaders and counted (``info["excluded"]``), never guessed.
 """
 from __future__ import annotations
 
-import csv
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from chorus.config import ConfigError
+from simulate.datasets import SHIPPED, DataError, MissingSet
+from simulate.datasets import load as load_set
 
-DEFAULT_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
+CLAIM_SETS = ("truthfulclaim", "strategyclaim", "medclaim")  # ArgLLMs: optional, not shipped
+DATASETS = ("truthfulqa_claims", "strategyqa", "boolq", "pubmedqa", "mmlu", *CLAIM_SETS)
+# the random stream of each dataset's draw is keyed by this index: appending keeps old draws
+_STREAM = {"truthfulclaim": 0, "strategyclaim": 1, "medclaim": 2, "pubmedqa": 3, "mmlu": 4,
+           "truthfulqa_claims": 5, "strategyqa": 6, "boolq": 7}
 
-CLAIM_FILES = {
-    "truthfulclaim": "argllms_claims/derived/truthfulclaim_experiment.jsonl",
-    "strategyclaim": "argllms_claims/derived/strategyclaim_experiment.jsonl",
-    "medclaim": "argllms_claims/derived/medclaim_experiment.jsonl",
-}
-DATASETS = (*CLAIM_FILES, "pubmedqa", "mmlu")
-BINARY = ("true", "false")
-PUBMED = ("yes", "no", "maybe")
-LETTERS = ("A", "B", "C", "D")
-
-
-class DataError(ConfigError):
-    """A data file or row is unusable; the message names the file, the line and the field."""
-
+__all__ = ["Task", "DataError", "MissingSet", "DATASETS", "CLAIM_SETS", "load_tasks"]
 
 @dataclass(frozen=True)
 class Task:
@@ -60,96 +52,22 @@ class Task:
         return f"{c} ({self.options[self.candidates.index(c)]})"
 
 
-def _read_jsonl(path: Path) -> list[tuple[int, dict]]:
-    if not path.is_file():
-        raise DataError(f"data file not found: {path}")
-    rows = []
-    with path.open(encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                rows.append((n, json.loads(line)))
-            except json.JSONDecodeError as err:
-                raise DataError(f"{path} line {n}: not valid JSON ({err.msg})") from None
-    return rows
-
-
-def _bool_gold(v: Any) -> bool | None:
-    """The claim sets encode gold as int, bool or float (SOURCE.md); anything else is missing."""
-    if isinstance(v, bool):
-        return v
-    if isinstance(v, (int, float)) and v in (0, 1):
-        return bool(v)
-    return None
-
-
-def load_claims(name: str, data_dir: Path) -> tuple[list[Task], list[dict]]:
-    path = data_dir / CLAIM_FILES[name]
-    tasks, excluded = [], []
-    for n, r in _read_jsonl(path):
-        g = _bool_gold(r.get("valid"))
-        if g is None:
-            excluded.append({"dataset": name, "row": n, "reason": f"missing gold: field 'valid' = {r.get('valid')!r}"})
-            continue
-        if name == "medclaim":
-            q, c = r.get("question"), r.get("claim_only")
-            text = f"Background: {q.strip()}\nClaim: {c.strip()}" if isinstance(q, str) and isinstance(c, str) else None
-        else:
-            text = r.get("claim").strip() if isinstance(r.get("claim"), str) else None
-        if not text:
-            excluded.append({"dataset": name, "row": n, "reason": "missing field 'claim'"})
-            continue
-        tasks.append(Task(task_id=f"{name}-{n}", dataset=name, question=text, candidates=BINARY, options=None,
-                          gold="true" if g else "false", source={"file": str(CLAIM_FILES[name]), "line": n}))
-    return tasks, excluded
-
-
-def load_pubmedqa(data_dir: Path, max_context_chars: int = 1500) -> tuple[list[Task], list[dict]]:
-    path = data_dir / "pubmedqa" / "ori_pqal.json"
-    if not path.is_file():
-        raise DataError(f"data file not found: {path}")
-    rows = json.loads(path.read_text(encoding="utf-8"))
-    tasks, excluded = [], []
-    for pmid, r in rows.items():
-        gold = r.get("final_decision")
-        if gold not in PUBMED:
-            excluded.append({"dataset": "pubmedqa", "row": pmid, "reason": f"missing gold: final_decision = {gold!r}"})
-            continue
-        ctx = " ".join(r.get("CONTEXTS") or [])
-        if len(ctx) > max_context_chars:
-            excluded.append({"dataset": "pubmedqa", "row": pmid, "reason": f"context over {max_context_chars} chars"})
-            continue
-        # LONG_ANSWER is the abstract's conclusion: it leaks the answer, so it is never shown
-        q = f"Abstract (without its conclusion): {ctx}\nQuestion: {r['QUESTION'].strip()}"
-        tasks.append(Task(task_id=f"pubmedqa-{pmid}", dataset="pubmedqa", question=q, candidates=PUBMED,
-                          options=None, gold=gold, source={"file": "pubmedqa/ori_pqal.json", "pmid": pmid}))
-    return tasks, excluded
-
-
-def load_mmlu(data_dir: Path, subjects: list[str] | None = None) -> tuple[list[Task], list[dict]]:
-    files = sorted((data_dir / "mmlu" / "test").glob("*_test.csv"))
-    if not files:
-        raise DataError(f"no MMLU test files under {data_dir / 'mmlu' / 'test'}")
-    tasks, excluded = [], []
-    for f in files:
-        subj = f.name[: -len("_test.csv")]
-        if subjects and subj not in subjects:
-            continue
-        with f.open(encoding="utf-8", newline="") as fh:
-            for i, r in enumerate(csv.DictReader(fh)):
-                ans = (r.get("answer") or "").strip()
-                if ans not in ("0", "1", "2", "3"):
-                    excluded.append({"dataset": "mmlu", "row": f"{subj}:{i}", "reason": f"missing gold: answer = {ans!r}"})
-                    continue
-                opts = tuple((r.get(f"choice{k}") or "").strip() for k in range(4))
-                if any(not o for o in opts) or len({o.lower() for o in opts}) < 4:
-                    excluded.append({"dataset": "mmlu", "row": f"{subj}:{i}", "reason": "empty or duplicated options"})
-                    continue
-                tasks.append(Task(task_id=f"mmlu-{subj}-{i}", dataset="mmlu", question=r["question"].strip(),
-                                  candidates=LETTERS, options=opts, gold=LETTERS[int(ans)],
-                                  source={"file": f"mmlu/test/{f.name}", "row": i, "subject": subj}))
-    return tasks, excluded
+def _tasks(dataset: str, data_dir: str | Path | None, subjects: list[str] | None,
+           max_context_chars: int) -> tuple[list[Task], list[dict], Any]:
+    opts: dict[str, Any] = {}
+    if dataset in ("pubmedqa", "boolq"):
+        opts["max_context_chars"] = max_context_chars
+    if dataset == "mmlu" and subjects:
+        opts["subjects"] = subjects
+    loaded = load_set(dataset, data_dir, **opts)
+    tasks = []
+    for r in loaded.records:
+        # ids as before the loaders were shared: traces and stores of earlier runs stay valid
+        tid = f"pubmedqa-{r.row}" if dataset == "pubmedqa" else r.id
+        src: dict[str, Any] = {"file": r.file, "row": r.row, **r.meta}
+        tasks.append(Task(task_id=tid, dataset=dataset, question=r.question, candidates=r.labels,
+                          options=r.options, gold=r.gold, source=src))
+    return tasks, loaded.excluded, loaded
 
 
 def load_tasks(dataset: str, n: int | None, *, seed: int = 0, data_dir: str | Path | None = None,
@@ -161,19 +79,11 @@ def load_tasks(dataset: str, n: int | None, *, seed: int = 0, data_dir: str | Pa
 
     if dataset not in DATASETS:
         raise DataError(f"unknown dataset {dataset!r} (expected one of {', '.join(DATASETS)})")
-    data = Path(data_dir) if data_dir else DEFAULT_DATA
-    if not data.is_dir():
-        raise DataError(f"data directory not found: {data}")
-    if dataset in CLAIM_FILES:
-        pool, excluded = load_claims(dataset, data)
-    elif dataset == "pubmedqa":
-        pool, excluded = load_pubmedqa(data, max_context_chars)
-    else:
-        pool, excluded = load_mmlu(data, subjects)
+    pool, excluded, loaded = _tasks(dataset, data_dir, subjects, max_context_chars)
     if not pool:
         raise DataError(f"{dataset}: no usable rows ({len(excluded)} excluded)")
     balanced = (dataset == "pubmedqa") if balanced is None else balanced
-    g = rng(seed, 7, DATASETS.index(dataset))
+    g = rng(seed, 7, _STREAM[dataset])
     order = [pool[int(j)] for j in g.permutation(len(pool))]
     if n is None or n >= len(order) and not balanced:
         chosen = order
@@ -193,11 +103,8 @@ def load_tasks(dataset: str, n: int | None, *, seed: int = 0, data_dir: str | Pa
     counts: dict[str, int] = {}
     for t in chosen:
         counts[t.gold] = counts.get(t.gold, 0) + 1
-    reasons: dict[str, int] = {}
-    for e in excluded:
-        key = e["reason"].split(":")[0]
-        reasons[key] = reasons.get(key, 0) + 1
-    info = {"dataset": dataset, "data_dir": str(data), "available": len(pool), "n": len(chosen),
+    info = {"dataset": dataset, "data_dir": "shipped" if loaded.root == SHIPPED else str(loaded.root),
+            "files": loaded.files, "available": len(pool), "n": len(chosen),
             "balanced": balanced, "gold_counts": counts, "excluded": len(excluded),
-            "excluded_by_reason": reasons}
+            "excluded_by_reason": loaded.excluded_by_reason()}
     return chosen, info

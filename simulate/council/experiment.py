@@ -44,14 +44,30 @@ def load_engines(cfg: CouncilConfig, store) -> dict[str, Any]:
             for p in cfg.profiles()}
 
 
-def select_tasks(cfg: CouncilConfig):
-    from simulate.council.data import load_tasks
+def select_tasks(cfg: CouncilConfig, skipped: list[str] | None = None):
+    """The tasks of every data entry. An optional set that is not supplied (the ArgLLMs claims) is
+    named in one line and left out while other sets remain (its reason appended to ``skipped``)."""
+    import sys
 
-    out = []
+    from simulate.council.data import MissingSet, load_tasks
+
+    out, missing = [], []
     for d in cfg.data:
-        tasks, info = load_tasks(d.dataset, d.n, seed=cfg.seed, data_dir=cfg.data_dir, balanced=d.balanced,
-                                 subjects=d.subjects, max_context_chars=d.max_context_chars)
+        try:
+            tasks, info = load_tasks(d.dataset, d.n, seed=cfg.seed, data_dir=cfg.data_dir, balanced=d.balanced,
+                                     subjects=d.subjects, max_context_chars=d.max_context_chars)
+        except MissingSet as err:
+            if not err.optional:
+                raise
+            missing.append(err)
+            continue
         out.append((d.dataset, tasks, info))
+    if missing and not out:
+        raise missing[0]
+    for err in missing:
+        print(f"chorus council: skipping {err.name}: {err}", file=sys.stderr)
+        if skipped is not None:
+            skipped.append(str(err))
     return out
 
 

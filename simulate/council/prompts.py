@@ -37,6 +37,10 @@ def question_block(pub: dict[str, Any], P: dict) -> str:
         return P["question"]["mc"].format(question=pub["question"], options=opts)
     if pub["dataset"] == "pubmedqa":
         return P["question"]["pubmedqa"].format(question=pub["question"])
+    if pub["dataset"] == "truthfulqa_claims":  # a question with one proposed answer to judge
+        return P["question"]["qa_claim"].format(question=pub["question"])
+    if list(pub["candidates"]) == ["yes", "no"]:
+        return P["question"]["yesno"].format(question=pub["question"])
     return P["question"]["binary"].format(question=pub["question"])
 
 

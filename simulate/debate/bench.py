@@ -1,6 +1,6 @@
-"""MAD-Bench-style question bench: a builder that assembles JSONL from the public sets in
-``../shared/data`` (read in place, never copied into the repo) plus constructed, unlabelled
-value scenarios shipped as data here; and a loader that validates any such file.
+"""MAD-Bench-style question bench: a builder that assembles JSONL from the evaluation sets shipped
+with chorus (``simulate.datasets``: one loader per set) plus constructed, unlabelled value
+scenarios shipped as data here; and a loader that validates any such file.
 
 One item per line::
 
@@ -13,11 +13,10 @@ One item per line::
 
 Domains: ``knowledge`` (misconceptions / disciplinary / strategy / biomedical) and ``values``
 (moral_scenarios / moral_disputes / contested). The safety-and-refusal domain of the paper has
-no public source in ``../shared/data`` and is not built (a hand-written file loads fine).
+no public source among the shipped sets and is not built (a hand-written file loads fine).
 """
 from __future__ import annotations
 
-import csv
 import hashlib
 import json
 import re
@@ -28,9 +27,10 @@ from typing import Any, Iterable, Sequence
 import yaml
 
 from chorus.config import ConfigError
+from simulate.datasets import DataError
+from simulate.datasets import load as load_set
 
 LETTERS = "ABCDEFGHIJ"
-DEFAULT_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 SCENARIOS = Path(__file__).resolve().parent / "data" / "value_scenarios.yaml"
 
 # items per subdomain in the default build (about 1,200 questions)
@@ -174,75 +174,44 @@ def _norm(q: str) -> str:
     return re.sub(r"\W+", " ", q.lower()).strip()
 
 
-def _prov(data: Path, f: Path, row: Any, hashes: dict[str, str], **extra: Any) -> dict[str, Any]:
-    rel = str(f.relative_to(data))
-    if rel not in hashes:
-        hashes[rel] = _sha(f)
-    return {"source_file": rel, "row": row, "sha256": hashes[rel], **extra}
+def _items(loaded, domain: str, subdomain: str, hashes: dict[str, str], **prov: Any) -> list[Item]:
+    """Loader records -> bench items; the files read and their hashes go to the manifest."""
+    hashes.update(loaded.files)
+    return [Item(id=r.id, domain=domain, subdomain=subdomain, family=r.id, question=r.question,
+                 options=list(r.options) if r.options else list(r.labels), labels=list(r.labels),
+                 reference=r.gold,
+                 provenance={"source_file": r.file, "row": r.row, "sha256": loaded.files[r.file], **prov,
+                             **{k: v for k, v in r.meta.items() if k in ("subject", "category")}})
+            for r in loaded.records]
 
 
-def _truthfulqa(data: Path, rng, hashes) -> list[Item]:
-    f = data / "truthfulqa" / "TruthfulQA.csv"
+def _truthfulqa(data, rng, hashes) -> list[Item]:
     out = []
-    with f.open(encoding="utf-8") as fh:
-        for i, r in enumerate(csv.DictReader(fh)):
-            good, bad = r["Best Answer"].strip(), r["Best Incorrect Answer"].strip()
-            if not good or not bad or good.lower() == bad.lower():
-                continue
-            swap = bool(rng.integers(2))
-            opts = [bad, good] if swap else [good, bad]
-            out.append(Item(id=f"tqa-{i}", domain="knowledge", subdomain="misconceptions", family=f"tqa-{i}",
-                            question=r["Question"].strip(), options=opts, labels=["A", "B"],
-                            reference="B" if swap else "A",
-                            provenance=_prov(data, f, i, hashes, dataset="TruthfulQA (2025 rev.)",
-                                             license="Apache-2.0", category=r["Category"],
-                                             setting="binary: Best vs Best Incorrect, order seeded")))
+    for it in _items(load_set("truthfulqa", data), "knowledge", "misconceptions", hashes,
+                     dataset="TruthfulQA (2025 rev.)", license="Apache-2.0",
+                     setting="binary: Best vs Best Incorrect, order seeded"):
+        if rng.integers(2):  # the loader gives (best, best incorrect); the bench shows a seeded order
+            it.options = it.options[::-1]
+            it.reference = "B"
+        out.append(it)
     return out
 
 
-def _mmlu(data: Path, subjects: Sequence[str] | None, skip: Sequence[str], domain: str, subdomain: str,
+def _mmlu(data, subjects: Sequence[str] | None, skip: Sequence[str], domain: str, subdomain: str,
           hashes) -> list[Item]:
-    out = []
-    for f in sorted((data / "mmlu" / "test").glob("*_test.csv")):
-        subj = f.name[: -len("_test.csv")]
-        if (subjects is not None and subj not in subjects) or subj in skip:
-            continue
-        with f.open(encoding="utf-8", newline="") as fh:
-            for i, r in enumerate(csv.DictReader(fh)):
-                opts = [r[f"choice{k}"].strip() for k in range(4)]
-                if any(not o for o in opts) or len({o.lower() for o in opts}) < 4:
-                    continue  # duplicated or empty options are not scorable
-                out.append(Item(id=f"mmlu-{subj}-{i}", domain=domain, subdomain=subdomain, family=f"mmlu-{subj}-{i}",
-                                question=r["question"].strip(), options=opts, labels=list("ABCD"),
-                                reference="ABCD"[int(r["answer"])],
-                                provenance=_prov(data, f, i, hashes, dataset="MMLU", license="MIT", subject=subj)))
-    return out
+    return _items(load_set("mmlu", data, subjects=subjects, skip=tuple(skip)), domain, subdomain, hashes,
+                  dataset="MMLU", license="MIT")
 
 
-def _strategyqa(data: Path, hashes) -> list[Item]:
-    f = data / "strategyqa" / "strategyqa_train.json"
-    rows = json.loads(f.read_text(encoding="utf-8"))
-    return [Item(id=f"sqa-{r['qid']}", domain="knowledge", subdomain="strategy", family=f"sqa-{r['qid']}",
-                 question=r["question"].strip(), options=["yes", "no"], labels=["yes", "no"],
-                 reference="yes" if r["answer"] else "no",
-                 provenance=_prov(data, f, r["qid"], hashes, dataset="StrategyQA train", license="MIT"))
-            for r in rows]
+def _strategyqa(data, hashes) -> list[Item]:
+    return _items(load_set("strategyqa", data), "knowledge", "strategy", hashes,
+                  dataset="StrategyQA train", license="MIT")
 
 
-def _pubmedqa(data: Path, hashes, max_context_chars: int = 1500) -> list[Item]:
-    f = data / "pubmedqa" / "ori_pqal.json"
-    rows = json.loads(f.read_text(encoding="utf-8"))
-    out = []
-    for pmid, r in rows.items():
-        ctx = " ".join(r["CONTEXTS"])
-        if len(ctx) > max_context_chars:
-            continue  # keeps prompts inside small models' windows; the count is in the manifest
-        q = f"Abstract (without its conclusion): {ctx}\n\nQuestion: {r['QUESTION'].strip()}"
-        out.append(Item(id=f"pmqa-{pmid}", domain="knowledge", subdomain="biomedical", family=f"pmqa-{pmid}",
-                        question=q, options=["yes", "no", "maybe"], labels=["yes", "no", "maybe"],
-                        reference=r["final_decision"],
-                        provenance=_prov(data, f, pmid, hashes, dataset="PubMedQA PQA-L", license="MIT")))
-    return out
+def _pubmedqa(data, hashes, max_context_chars: int = 1500) -> list[Item]:
+    # abstracts over max_context_chars are left out (small models' windows); the count is in the manifest
+    return _items(load_set("pubmedqa", data, max_context_chars=max_context_chars), "knowledge", "biomedical",
+                  hashes, dataset="PubMedQA PQA-L", license="MIT")
 
 
 def _scenarios(path: Path = SCENARIOS) -> list[Item]:
@@ -263,13 +232,13 @@ def _scenarios(path: Path = SCENARIOS) -> list[Item]:
 
 def build_bench(data_dir: str | Path | None = None, *, seed: int = 0,
                 counts: dict[str, int | None] | None = None) -> tuple[list[Item], dict[str, Any]]:
-    """Assemble the bench from ``data_dir`` (default ../shared/data). ``counts`` maps a
+    """Assemble the bench from ``data_dir`` (default: the data shipped with chorus). ``counts`` maps a
     subdomain to how many items to sample (None = all); selection and order use ``seed``.
     Returns (items, manifest)."""
     from chorus.seeding import rng as make_rng
 
-    data = Path(data_dir) if data_dir else DEFAULT_DATA
-    if not data.is_dir():
+    data = Path(data_dir) if data_dir else None
+    if data is not None and not data.is_dir():
         raise BenchError(f"data directory not found: {data}")
     counts = {**DEFAULT_COUNTS, **(counts or {})}
     unknown = set(counts) - set(DEFAULT_COUNTS)
@@ -295,8 +264,8 @@ def build_bench(data_dir: str | Path | None = None, *, seed: int = 0,
             continue
         try:
             pool = make()
-        except FileNotFoundError as err:
-            raise BenchError(f"{sub}: source file missing: {err.filename}") from None
+        except DataError as err:
+            raise BenchError(f"{sub}: {err}") from None
         available[sub] = len(pool)
         order = make_rng(seed, 2, k).permutation(len(pool))
         if sub == "contested":  # keep variants of a family together
@@ -314,7 +283,7 @@ def build_bench(data_dir: str | Path | None = None, *, seed: int = 0,
             items.append(it)
             taken += 1
     final = [items[int(j)] for j in make_rng(seed, 3).permutation(len(items))]
-    manifest = {"seed": seed, "data_dir": str(data), "counts_requested": counts, "available": available,
+    manifest = {"seed": seed, "data_dir": str(data) if data else "shipped", "counts_requested": counts, "available": available,
                 "counts": _count(final), "n_items": len(final), "n_labelled": sum(it.reference is not None for it in final),
                 "duplicates_dropped": dropped_dup, "source_sha256": hashes,
                 "scenarios_sha256": _sha(SCENARIOS)}

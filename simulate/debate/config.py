@@ -18,7 +18,7 @@ class _Strict(BaseModel):
 
 
 class BenchSpec(_Strict):
-    """Either a bench file (``path``) or a build from ``data_dir`` (default ../shared/data)."""
+    """Either a bench file (``path``) or a build from ``data_dir`` (default: the sets shipped with chorus)."""
     path: Optional[str] = None
     data_dir: Optional[str] = None
     build_seed: int = 0
