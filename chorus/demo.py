@@ -42,16 +42,15 @@ SIZES: dict[str, dict[str, Any]] = {
     # (bench/bench_demo.py measures it). Model time is dense matrix products at this machine's peak
     # (measured), so the sizes are the budget: 16 questions x 3 agents, round 0 and two debate rounds
     # of up to 96 tokens (240 generations), readouts at f = 0 and 1 on round-1 receivers, one belief
-    # seed with 40-token utterances.
-    "full": {"serving_items": 16, "belief_seeds": 1, "belief_agents": 6, "belief_rounds": 3,
+    # seed with 6 agents over 2 rounds of 40-token utterances.
+    "full": {"serving_items": 16, "belief_seeds": 1, "belief_agents": 6, "belief_rounds": 2,
              "belief_gen_tokens": 40, "debate_questions": 16, "debate_rounds": 2, "debate_max_tokens": 96,
              "readout_fractions": [0.0, 1.0], "readout_rounds": [1]},
 }
-# The stages on the demo's main engine (fp32: exact readouts, a debate that resumes to the same
-# turns) come first, then knockout (transformers, fp32), then the belief layer's language round-trip,
-# role-play and council on bf16 engines (generation-bound, about 2x faster on AVX512-BF16 CPUs):
-# each engine is released as soon as no later stage needs it (memory).
-STAGES = ("serving", "belief_oracle", "debate", "readout", "knockout", "belief_llm", "roleplay", "council")
+# Every stage that generates shares the main engine (vLLM, float32: exact readouts, batch-invariant
+# results); knockout (transformers + nnsight) comes last, after the vLLM engine is released, so that
+# no two engines are held at once (memory).
+STAGES = ("serving", "belief_oracle", "belief_llm", "debate", "readout", "roleplay", "council", "knockout")
 
 
 class DemoConfig(BaseModel, extra="forbid"):
@@ -75,8 +74,6 @@ class Stage:
     engines: tuple[tuple[str | None, str | None, str | None], ...] = ((None, None, None),)
 
 
-MAIN = ((None, None, None),)
-BF16 = "bfloat16"  # generation-heavy stages without a resume-equality test run their seats in bf16 (2x on AVX512-BF16)
 
 
 # -- stages ------------------------------------------------------------------------------------
@@ -147,7 +144,7 @@ def _belief(mode: str) -> Callable[[Path, DemoConfig, Progress], dict[str, Any]]
                 "llm.backend": cfg.backend}
         if mode == "llm":  # the language round-trip is the slow part: a smaller population
             over.update({"n_agents": s["belief_agents"], "rounds": s["belief_rounds"],
-                         "llm.generator.max_tokens": s["belief_gen_tokens"], "llm.dtype": BF16})
+                         "llm.generator.max_tokens": s["belief_gen_tokens"]})
         bcfg = load_belief_config("all_small", over)
         _, summary = run_experiment(bcfg, out, sweep=True, progress=progress, source="demo")
         return summary
@@ -213,8 +210,7 @@ REGISTRY: dict[str, Stage] = {s.name: s for s in [
           ("headline/degroot_final_variance", "headline/fj_r2", "headline/kappa_spearman",
            "headline/kappa_exact_max_rel_error"), engines=()),
     Stage("belief_llm", "Belief layer, LLM mode: the language round-trip", _belief("llm"), "utterances",
-          ("headline/appraisal_failure_rate", "headline/channel_pearson", "headline/kappa_spearman"),
-          engines=((None, None, BF16),)),
+          ("headline/appraisal_failure_rate", "headline/channel_pearson", "headline/kappa_spearman")),
     Stage("debate", "Debate vs matched reflection: collective outcomes", _debate, "turns",
           ("n_questions", "parse_rate", "conditions/debate/wrong_unanimity", "conditions/reflection/wrong_unanimity",
            "conditions/debate/n_eff_final", "conditions/reflection/n_eff_final")),
@@ -227,13 +223,11 @@ REGISTRY: dict[str, Stage] = {s.name: s for s in [
           ("knockout/all_layers/after/share_removed", "knockout/all_layers/decision/share_removed",
            "patch/cue_effect_x_minus_y/mean", "probe/n_layers_above_null_p90"),
           engines=((None, "hf", "float32"),)),
-    Stage("council", "Live council aggregated by BDA vs baselines", _external("simulate.council.demo", dtype=BF16), "calls",
+    Stage("council", "Live council aggregated by BDA vs baselines", _external("simulate.council.demo"), "calls",
           ("cells/truthfulqa_claims__clean/n_traces", "cells/truthfulqa_claims__clean/move_parse_rate",
-           "cells/truthfulqa_claims__attack-k1/move_parse_rate", "cells/truthfulqa_claims__clean/n_abstentions"),
-          engines=((None, None, BF16), ("gemma3-270m", None, BF16))),
-    Stage("roleplay", "Role-play groups vs humans (synthetic fixture)", _external("simulate.roleplay.demo", dtype=BF16),
-          "turns", ("n_groups", "classifier/stance_parse_rate", "classifier/on_topic_parse_rate", "mask/n_excluded"),
-          engines=((None, None, BF16),)),
+           "cells/truthfulqa_claims__attack-k1/move_parse_rate", "cells/truthfulqa_claims__clean/n_abstentions")),
+    Stage("roleplay", "Role-play groups vs humans (synthetic fixture)", _external("simulate.roleplay.demo"),
+          "turns", ("n_groups", "classifier/stance_parse_rate", "classifier/on_topic_parse_rate", "mask/n_excluded")),
 ]}
 
 

@@ -6,8 +6,8 @@ embedded model (hf backend, fp32, CPU), in one standard run directory.
 
 tiny: up to 4 debate-style contexts (round 0 of 6 questions generated here), knockout in 4
 layers (single and cumulative) plus all layers for both query variants, 2 cue pairs patched at
-the same 4 layers, a 'record' probe at those layers with a 20-permutation null. full: 8 contexts,
-every fourth layer, 4 cue pairs, 50 permutations. With ``source_run`` (the demo's debate stage) the
+the same 4 layers, a 'record' probe at those layers with a 20-permutation null. full: 6 contexts,
+every fourth layer, 3 cue pairs, 20 permutations (sized for the demo's 15 minutes). With ``source_run`` (the demo's debate stage) the
 contexts come from that run's round 0 instead of a generation pass here. Every model call goes through the run's store
 (resumable). SmolLM2-135M numbers test the plumbing; they are not findings.
 """
@@ -20,7 +20,7 @@ from typing import Any, Callable
 SIZES: dict[str, dict[str, Any]] = {
     "tiny": {"questions": 6, "pairs": 4, "cue_pairs": 2, "layers": [0, 10, 20, 29], "n_perm": 20,
              "max_tokens": 32},
-    "full": {"questions": 12, "pairs": 8, "cue_pairs": 4, "layers": list(range(0, 30, 4)) + [29], "n_perm": 50,
+    "full": {"questions": 12, "pairs": 6, "cue_pairs": 3, "layers": list(range(0, 30, 4)) + [29], "n_perm": 20,
              "max_tokens": 48},
 }
 

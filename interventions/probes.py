@@ -46,7 +46,8 @@ def activations(engine: Any, conversations: Sequence[list[dict]], layers: Sequen
         for batch in be._batches(order, lengths):
             ids, mask = be._pad([prompts[i] for i in batch])
             pos = (mask.cumsum(-1) - 1).clamp(min=0)
-            with nm.trace(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False):
+            # logits_to_keep=1: the vocabulary projection of every position is not needed here
+            with nm.trace(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False, logits_to_keep=1):
                 acts = nnsight.save([])  # nnsight: only saved objects leave the trace body
                 for l in sorted(set(layers)):  # left padding: the last column is every row's readout
                     acts.append(env[l].output[:, -1, :].float().cpu())

@@ -150,3 +150,17 @@ def test_clean_clone_builds_bench_and_council_claims(tmp_path):
     assert out["pkg"].startswith(str(clone))  # the clone's code, not the installed checkout
     assert out["n"] > 1000 and out["council"] == {"true": 12, "false": 12} and out["mmlu"] == 8
     assert "truthfulqa/TruthfulQA.csv" in out["files"] and "pubmedqa/ori_pqal.json" in out["files"]
+
+
+def test_cli_names_the_missing_set(tmp_path):
+    from typer.testing import CliRunner
+
+    from chorus.cli import app
+
+    (tmp_path / "truthfulqa").mkdir()
+    r = CliRunner().invoke(app, ["debate", "bench", "--data", str(tmp_path), "--out", str(tmp_path / "b.jsonl")])
+    assert r.exit_code == 2 and "truthfulqa/TruthfulQA.csv" in r.output and "'truthfulqa'" in r.output
+    r = CliRunner().invoke(app, ["council", "tasks", "tiny", "--data", str(tmp_path)])
+    assert r.exit_code == 2 and "'truthfulqa'" in r.output and "missing truthfulqa/TruthfulQA.csv" in r.output
+    r = CliRunner().invoke(app, ["council", "tasks", "tiny", "--limit", "2"])
+    assert r.exit_code == 0 and "truthfulqa_claims" in r.output and "Proposed answer" in r.output

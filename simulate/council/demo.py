@@ -13,7 +13,8 @@ SIZES = {"tiny": "demo_tiny", "full": "demo_full"}
 
 def run_demo(out: Path, *, size: str = "tiny", progress: Callable[[int, int], None] | None = None,
              backend: str = "auto", dtype: str | None = None) -> dict[str, Any]:
-    """tiny: 6 TruthfulQA claims, 3 seats, 3 rounds; full: 18 claims (seats in bfloat16). Returns the summary.
+    """tiny: 6 TruthfulQA claims, 3 seats (personas of the embedded model), 3 rounds; full: 12 claims.
+    Returns the summary.
     ``backend`` ("auto": vLLM where installed) serves every seat; batched JSON generation is where
     vLLM beats transformers most on a CPU."""
     from simulate.council.experiment import run_council_experiment
@@ -21,7 +22,7 @@ def run_demo(out: Path, *, size: str = "tiny", progress: Callable[[int, int], No
     if size not in SIZES:
         raise ValueError(f"size must be one of {', '.join(SIZES)}, got {size!r}")
     over: dict[str, Any] = {"models.backend": backend}
-    if dtype is not None:  # else the config's (bfloat16)
+    if dtype is not None:  # else the config's
         over["models.dtype"] = dtype
     cfg = load(SIZES[size], overrides=over)
     _, summary = run_council_experiment(cfg, Path(out), progress=progress)

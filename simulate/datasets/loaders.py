@@ -181,6 +181,16 @@ def _text(v: Any) -> str | None:
     return v.strip() if isinstance(v, str) and v.strip() else None
 
 
+def _unusable_context(question: str | None, context: str | None, max_chars: int, what: str) -> str | None:
+    """Why a row with a context (abstract, passage) is left out, or None: missing text, or a context
+    too long for small models' windows (excluded and counted, never truncated)."""
+    if not question or not context:
+        return f"missing question or {what}"
+    if len(context) > max_chars:
+        return f"context over {max_chars} chars"
+    return None
+
+
 # -- loaders -------------------------------------------------------------------------------
 def truthfulqa(root: Path) -> Loaded:
     """Question with its Best Answer (option A) and Best Incorrect Answer (option B), gold A:
@@ -273,11 +283,9 @@ def pubmedqa(root: Path, max_context_chars: int = 1500) -> Loaded:
             continue
         ctx = " ".join(c for c in (r.get("CONTEXTS") or []) if isinstance(c, str))
         q = _text(r.get("QUESTION"))
-        if not ctx or not q:
-            exc.append({"dataset": "pubmedqa", "row": pmid, "reason": "missing question or abstract"})
-            continue
-        if len(ctx) > max_context_chars:
-            exc.append({"dataset": "pubmedqa", "row": pmid, "reason": f"context over {max_context_chars} chars"})
+        why = _unusable_context(q, ctx, max_context_chars, "abstract")
+        if why:
+            exc.append({"dataset": "pubmedqa", "row": pmid, "reason": why})
             continue
         recs.append(Record(id=f"pmqa-{pmid}", dataset="pubmedqa",
                            question=f"Abstract (without its conclusion): {ctx}\n\nQuestion: {q}", labels=PUBMED,
@@ -318,11 +326,9 @@ def boolq(root: Path, max_context_chars: int = 1500) -> Loaded:
             exc.append({"dataset": "boolq", "row": n, "reason": f"missing gold: answer = {ans!r}"})
             continue
         q, passage = _text(r.get("question")), _text(r.get("passage"))
-        if not q or not passage:
-            exc.append({"dataset": "boolq", "row": n, "reason": "missing question or passage"})
-            continue
-        if len(passage) > max_context_chars:
-            exc.append({"dataset": "boolq", "row": n, "reason": f"context over {max_context_chars} chars"})
+        why = _unusable_context(q, passage, max_context_chars, "passage")
+        if why:
+            exc.append({"dataset": "boolq", "row": n, "reason": why})
             continue
         q = q[0].upper() + q[1:] + ("" if q.endswith("?") else "?")  # the set's questions are lower-case, no '?'
         recs.append(Record(id=f"boolq-{n}", dataset="boolq", question=f"Passage ({r.get('title', '')}): {passage}\n\n"
