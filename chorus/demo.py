@@ -40,11 +40,11 @@ SIZES: dict[str, dict[str, Any]] = {
              "readout_fractions": [0.0, 0.5, 1.0]},
     # full: the README's main job, one cold run under 15 minutes on a 2-core CPU and 8 GB of memory
     # (bench/bench_demo.py measures it). Model time is dense matrix products at this machine's peak
-    # (measured), so the sizes are the budget: 16 questions x 3 agents, round 0 and two debate rounds
-    # of up to 96 tokens (240 generations), readouts at f = 0 and 1 on round-1 receivers, one belief
+    # (measured), so the sizes are the budget: 14 questions x 3 agents, round 0 and two debate rounds
+    # of up to 96 tokens (210 generations), readouts at f = 0 and 1 on round-1 receivers, one belief
     # seed with 6 agents over 2 rounds of 40-token utterances.
     "full": {"serving_items": 16, "belief_seeds": 1, "belief_agents": 6, "belief_rounds": 2,
-             "belief_gen_tokens": 40, "debate_questions": 16, "debate_rounds": 2, "debate_max_tokens": 96,
+             "belief_gen_tokens": 40, "debate_questions": 14, "debate_rounds": 2, "debate_max_tokens": 96,
              "readout_fractions": [0.0, 1.0], "readout_rounds": [1]},
 }
 # Every stage that generates shares the main engine (vLLM, float32: exact readouts, batch-invariant

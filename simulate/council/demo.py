@@ -13,7 +13,7 @@ SIZES = {"tiny": "demo_tiny", "full": "demo_full"}
 
 def run_demo(out: Path, *, size: str = "tiny", progress: Callable[[int, int], None] | None = None,
              backend: str = "auto", dtype: str | None = None) -> dict[str, Any]:
-    """tiny: 6 TruthfulQA claims, 3 seats (personas of the embedded model), 3 rounds; full: 12 claims.
+    """tiny: 6 TruthfulQA claims, 3 seats (personas of the embedded model), 3 rounds; full: 10 claims.
     Returns the summary.
     ``backend`` ("auto": vLLM where installed) serves every seat; batched JSON generation is where
     vLLM beats transformers most on a CPU."""
