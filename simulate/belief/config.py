@@ -263,7 +263,8 @@ def _label(ov: dict[str, Any]) -> str:
     parts = []
     for k, v in ov.items():
         short = k.split(".")[-1]
-        if isinstance(v, dict):
-            v = v.get("kind", json.dumps(v, sort_keys=True))
+        if isinstance(v, dict):  # e.g. a population: its kind and the settings that tell it apart
+            rest = ", ".join(f"{a}={b}" for a, b in v.items() if a != "kind")
+            v = (f"{v['kind']} ({rest})" if rest else v["kind"]) if "kind" in v else json.dumps(v, sort_keys=True)
         parts.append(f"{short}={v}")
     return ",".join(parts)

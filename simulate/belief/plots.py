@@ -1,6 +1,7 @@
 """Figures from a run's tables and derived tables (matplotlib imported lazily, Agg)."""
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import Callable
 
@@ -46,7 +47,7 @@ def trajectories(tables, derived, path: Path) -> Path:
             ax.axhline(row.initial_mean, ls=":", lw=1, color="grey")
         # R^2 against the fixed point means nothing for a consensus (no spread to explain)
         r2 = "" if pd.isna(row.fj_r2) or row.population == "degroot" else f", R2={row.fj_r2:.2f}"
-        ax.set_title(f"{row.label} (gamma={row.gamma:g}{r2})", fontsize=11)
+        ax.set_title(textwrap.fill(f"{row.label} (gamma={row.gamma:g}{r2})", 60), fontsize=10)
         ax.set_ylim(-0.02, 1.02)
         ax.set_xlabel("round")
     for ax in axes.flat[len(conds):]:
