@@ -177,7 +177,7 @@ def _readout(out: Path, cfg: DemoConfig, progress: Progress) -> dict[str, Any]:
     return summary
 
 
-def _external(module: str, **fixed: Any) -> Callable[[Path, DemoConfig, Progress], dict[str, Any]]:
+def _external(module: str) -> Callable[[Path, DemoConfig, Progress], dict[str, Any]]:
     """A part's own demo hook ``run_demo(out, size=, progress=)``; hooks that take ``backend=``
     get the demo's backend, hooks that take ``source_run=`` the debate stage's run when it has turns."""
     def stage(out: Path, cfg: DemoConfig, progress: Progress) -> dict[str, Any]:
@@ -191,7 +191,6 @@ def _external(module: str, **fixed: Any) -> Callable[[Path, DemoConfig, Progress
             raise StageUnavailable(f"{module} has no run_demo()")
         params = inspect.signature(mod.run_demo).parameters
         kw: dict[str, Any] = {"backend": cfg.backend} if "backend" in params else {}
-        kw.update(fixed)
         debate = out.parent / "debate"
         if "source_run" in params and (debate / "tables" / "turns.parquet").is_file():
             kw["source_run"] = debate  # the debate stage's turns: no second generation pass

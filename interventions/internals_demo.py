@@ -7,8 +7,9 @@ embedded model (hf backend, fp32, CPU), in one standard run directory.
 tiny: up to 4 debate-style contexts (round 0 of 6 questions generated here), knockout in 4
 layers (single and cumulative) plus all layers for both query variants, 2 cue pairs patched at
 the same 4 layers, a 'record' probe at those layers with a 20-permutation null. full: 6 contexts,
-every fourth layer, 3 cue pairs, 20 permutations (sized for the demo's 15 minutes). With ``source_run`` (the demo's debate stage) the
-contexts come from that run's round 0 instead of a generation pass here. Every model call goes through the run's store
+every fourth layer, 3 cue pairs, 20 permutations (sized for the demo's 15 minutes). With
+``source_run`` (the demo's debate stage) the contexts come from that run's round 0 instead of a
+generation pass here. Every model call goes through the run's store
 (resumable). SmolLM2-135M numbers test the plumbing; they are not findings.
 """
 from __future__ import annotations
