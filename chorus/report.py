@@ -203,10 +203,10 @@ def _demo_body(run: Path, summ: dict[str, Any] | None, prov: dict[str, Any] | No
     from chorus.demo import REGISTRY
     stages = (summ or {}).get("stages", {})
     timing = (_read_json(run / "timing.json") or {}).get("stages", {})
-    # each stage's own record: its cold time survives reruns that read everything back
-    own = {name: _read_json(run / name / "demo_timing.json") or {} for name in _demo_stages(prov, summ)}
     # the last invocation may have run only some stages (--stage); earlier ones stay in the summary
     planned = _demo_stages(prov, summ)
+    # each stage's own record: its cold time survives reruns that read everything back
+    own = {name: _read_json(run / name / "demo_timing.json") or {} for name in planned}
     out = [_version_note(prov), "<section id='overview'><h2>Overview</h2>"]
     if summ is None:
         out.append("<p class='bad'>missing: summary.json (the demo was interrupted before its first stage ended)</p>")
