@@ -25,8 +25,8 @@ from typing import Any
 _EXPORTS = {
     "Trace": "trace", "Move": "trace", "load_traces": "trace", "dump_traces": "trace",
     "one_coin_posterior": "posterior", "log_odds_weights": "posterior",
-    "Protocol": "protocol", "STRICT": "protocol", "GENERAL": "protocol", "Endorsement": "protocol",
-    "ProtocolReport": "protocol", "extract_endorsements": "protocol",
+    "Protocol": "moves", "STRICT": "moves", "GENERAL": "moves", "Endorsement": "moves",
+    "ProtocolReport": "moves", "extract_endorsements": "moves",
     "Pool": "counts", "trace_counts": "counts",
     "Aggregator": "base", "wide": "base",
     "OneCoinBDA": "estimators", "ConfusionBDA": "estimators",

@@ -18,7 +18,7 @@ import pandas as pd
 from aggregate.counts import Pool
 from aggregate.selection import argmax_random, stratified_splits
 from aggregate.trace import Trace, as_traces
-from chorus.seeding import rng as make_rng
+from core.seeding import rng as make_rng
 
 
 class Aggregator:

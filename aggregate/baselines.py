@@ -1,4 +1,4 @@
-"""Baselines (seed B.1), run on the same folds, label budget and tie-break discipline as BDA.
+"""Baselines (BDA paper §B.1), run on the same folds, label budget and tie-break discipline as BDA.
 
 * ``Plurality``: round-0 proposals; confidence = the winning fraction.
 * ``VerbalizedVote``: round-0 proposals weighted by stated confidence; confidence = the

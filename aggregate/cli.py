@@ -5,50 +5,23 @@ this module is imported on every ``chorus`` call.
 """
 from __future__ import annotations
 
-import datetime as _dt
 from pathlib import Path
 from typing import Optional
 
 import typer
 
-from chorus.cliutil import fail as _fail
+from core.cliutil import fail as _fail
+from core.progress import progress
+from core.runs import run_dir_path
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="BDA aggregation over council traces: run, sweep, verify.")
 
 def _user_errors() -> tuple[type[BaseException], ...]:
     from aggregate.errors import LabelError, PriorError, TraceError
-    from chorus.config import ConfigError
+    from core.config import ConfigError
 
     return (ConfigError, TraceError, LabelError, PriorError, ValueError)
-
-
-def _default_out(name: str, verb: str) -> Path:
-    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return Path("runs") / "aggregate" / f"{name}-{verb}-{stamp}"
-
-
-class _Bars:
-    """A rich progress bar factory: ``make(total, description)`` returns an ``advance`` hook."""
-
-    def __init__(self, quiet: bool):
-        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn,
-                                   TextColumn, TimeElapsedColumn, TimeRemainingColumn)
-
-        self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
-                                 MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("eta"),
-                                 TimeRemainingColumn(), disable=quiet, transient=False)
-
-    def __enter__(self):
-        self.progress.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        return self.progress.__exit__(*exc)
-
-    def make(self, total: int, description: str):
-        task = self.progress.add_task(description, total=total)
-        return lambda: self.progress.advance(task)
 
 
 @app.command()
@@ -60,13 +33,13 @@ def run(config: Path = typer.Argument(..., help="YAML run config (see aggregate/
 
     from aggregate.config import RunConfig
     from aggregate.experiments import run_experiment
-    from chorus.config import load_config
+    from core.config import load_config
 
     try:
         cfg = load_config(config, RunConfig)
-        out = out or _default_out(cfg.name, "run")
-        with _Bars(quiet) as bars:
-            path = run_experiment(cfg, out, config_dir=config.parent, progress=bars.make)
+        out = run_dir_path(out, "aggregate", f"{cfg.name}-run")
+        with progress(f"{cfg.name}: nested CV", "fold x method", enabled=not quiet) as update:
+            path = run_experiment(cfg, out, config_dir=config.parent, progress=update)
     except _user_errors() as err:
         _fail(str(err))
     con = Console()
@@ -84,13 +57,13 @@ def sweep(config: Path = typer.Argument(..., help="YAML sweep config (kind: dose
 
     from aggregate.config import SweepConfig
     from aggregate.experiments import run_sweep
-    from chorus.config import load_config
+    from core.config import load_config
 
     try:
         cfg = load_config(config, SweepConfig)
-        out = out or _default_out(cfg.name, "sweep")
-        with _Bars(quiet) as bars:
-            path = run_sweep(cfg, out, progress=bars.make)
+        out = run_dir_path(out, "aggregate", f"{cfg.name}-sweep")
+        with progress(f"{cfg.name}: sweep {cfg.kind}", "fold x method", enabled=not quiet) as update:
+            path = run_sweep(cfg, out, progress=update)
     except _user_errors() as err:
         _fail(str(err))
     con = Console()
@@ -113,9 +86,9 @@ def verify(run_dir: Path = typer.Argument(..., help="A run directory holding res
     from aggregate.results import verify as do_verify
 
     try:
-        with _Bars(quiet) as bars:
+        with progress("verify", "fold x method", enabled=not quiet) as update:
             checks = do_verify(run_dir, cells="all" if all_cells else cells, tolerance=tolerance,
-                               bootstrap=not no_bootstrap, progress=bars.make)
+                               bootstrap=not no_bootstrap, progress=update)
     except (VerifyError, *_user_errors()) as err:
         _fail(str(err))
     con = Console()
@@ -147,7 +120,7 @@ def generate(out: Path = typer.Option(..., "--out", help="Trace file to write (.
              k: int = typer.Option(1, "--k", help="Adversarial seats."),
              p_wrong: float = typer.Option(1.0, "--p-wrong"),
              seed: int = typer.Option(0, "--seed")) -> None:
-    """Write a synthetic council trace file (the spec's JSONL)."""
+    """Write a synthetic council trace file (the trace JSONL of ``aggregate.trace``)."""
     from aggregate.synthetic import Adversary, CouncilSpec, generate_council
     from aggregate.trace import dump_traces
 
@@ -167,7 +140,7 @@ def check(traces: Path = typer.Argument(..., help="Trace file (.jsonl / .jsonl.g
     """Validate a trace file and run the protocol automaton; report rejected moves (exit 1 if any)."""
     import json
 
-    from aggregate.protocol import check_all
+    from aggregate.moves import check_all
     from aggregate.trace import load_traces
 
     try:

@@ -5,19 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from aggregate.methods import check_method
+from core.config import Strict
 
 DEFAULT_METHODS = ["plurality", "verbalized", "best_member", "stacker", "gated", "ds_em",
                    "bda_shared", "bda_per_agent", "bda_confusion"]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
-
-class AdversaryConfig(_Strict):
+class AdversaryConfig(Strict):
     kind: Literal["persistent", "rotating"] = "persistent"
     k: int = Field(1, ge=0)
     p_wrong: float = Field(1.0, ge=0.0, le=1.0)
@@ -25,7 +23,7 @@ class AdversaryConfig(_Strict):
     target: Literal["random", "fixed"] = "random"
 
 
-class SyntheticConfig(_Strict):
+class SyntheticConfig(Strict):
     n_tasks: int = Field(1500, ge=10)
     K: int = Field(2, ge=2)
     candidates: list[str] | None = None
@@ -63,13 +61,13 @@ class SyntheticConfig(_Strict):
                            repeats=self.repeats, overconfidence=self.overconfidence)
 
 
-class GridsConfig(_Strict):
-    """Hyperparameter grids (seed D.1 for b, kappa, s; lambda/tau/C: chorus choices)."""
+class GridsConfig(Strict):
+    """Hyperparameter grids (BDA paper §D.1 for b, kappa, s; lambda/tau/C: chorus choices)."""
 
     b: list[float] = Field(default_factory=lambda: [0.52, 0.55, 0.58, 0.60])
     kappa: list[float] = Field(default_factory=lambda: [0.0, 1.0, 2.0, 3.0, 4.0])
     s: list[float] = Field(default_factory=lambda: [4.0, 8.0, 16.0, 32.0])
-    # the lambda / tau names are the paper's (conventions.md)
+    # the lambda / tau names are the BDA paper's
     lambda_: list[float] = Field(default_factory=lambda: [1.0, 4.0, 16.0, 64.0, 256.0], alias="lambda")
     tau: list[float] = Field(default_factory=lambda: [0.1, 0.2, 0.3, 0.5, 0.75, 1.0])
     C: list[float] = Field(default_factory=lambda: [0.01, 0.1, 1.0, 10.0, 100.0])
@@ -95,7 +93,7 @@ class GridsConfig(_Strict):
                 "tau": self.tau, "C": self.C}
 
 
-class BootstrapConfig(_Strict):
+class BootstrapConfig(Strict):
     n_resamples: int = Field(10_000, ge=100)
     reference: str = "plurality"
     pairs: list[tuple[str, str]] | None = None  # default: every method against the reference
@@ -104,7 +102,7 @@ class BootstrapConfig(_Strict):
     ci: float = Field(0.95, gt=0.0, lt=1.0)
 
 
-class _Common(_Strict):
+class _Common(Strict):
     name: str = "aggregate"
     seed: int = 0
     protocol: Literal["strict", "general"] = "strict"

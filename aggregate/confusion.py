@@ -1,4 +1,4 @@
-"""The tempered confusion model (seed Eq. 4, C.5): per-seat Dirichlet confusion rows over the
+"""The tempered confusion model (BDA paper Eq. 4, C.5): per-seat Dirichlet confusion rows over the
 expanded pseudo-observations, a smoothed training candidate prior, and a temperature tau.
 
     P_i(g'|g) = (M_i[g, g'] + lambda * R_i[g, g']) / (sum_g' M_i[g, g'] + lambda)

@@ -6,7 +6,7 @@ For agent i and hypothesis g, over i's informative moves (N_i of them):
 * ``c[i, g]``  moves consistent with g: positive endorsements of g plus rejections of any a != g;
 * ``d[i, g] = N_i - c[i, g]``;
 * ``n[i, g']`` expanded pseudo-observations of the confusion model: propose/concede a -> {a},
-  challenge/retract a -> every g' != a. This is the same tally as ``c`` (seed C.5 writes both
+  challenge/retract a -> every g' != a. This is the same tally as ``c`` (BDA paper §C.5 writes both
   as c), so ``n`` is an alias.
 
 A ``Pool`` holds the signed endorsement tallies of many traces that share K as integer
@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from aggregate.errors import LabelError, TraceError
-from aggregate.protocol import OnViolation, Protocol, ProtocolReport, get_protocol
+from aggregate.moves import OnViolation, Protocol, ProtocolReport, get_protocol
 from aggregate.trace import Trace
 
 

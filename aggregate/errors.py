@@ -8,7 +8,7 @@ class TraceError(ValueError):
 
 
 class ProtocolError(TraceError):
-    """A move is illegal under the council protocol (see ``aggregate.protocol``)."""
+    """A move is illegal under the council protocol (see ``aggregate.moves``)."""
 
 
 class LabelError(ValueError):

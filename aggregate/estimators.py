@@ -1,6 +1,6 @@
 """BDA estimators: the one-coin model with shared or per-agent priors, and the tempered
 confusion model. Hyperparameters are chosen by inner CV on the multi-class Brier score over
-the spec's grids (seed D.1), the whole grid evaluated at once per inner fold.
+the grids of the BDA paper §D.1, the whole grid evaluated at once per inner fold.
 
     >>> est = OneCoinBDA(prior="per_agent").fit(train_traces)
     >>> est.hyperparams_, est.reliabilities_, est.priors_
@@ -15,29 +15,33 @@ import numpy as np
 import pandas as pd
 
 from aggregate.base import Aggregator
-from aggregate.confusion import (confusion_counts, confusion_grid_brier, confusion_log_rows,
-                                 confusion_logits, label_prior)
+from aggregate.confusion import (
+    confusion_counts,
+    confusion_grid_brier,
+    confusion_log_rows,
+    confusion_logits,
+    label_prior,
+)
 from aggregate.counts import Pool
 from aggregate.metrics import brier_sum_logits
-from aggregate.posterior import (MU_CLIP, beta_params, one_coin_grid_logits, per_agent_mu,
-                                 reliabilities, softmax)
+from aggregate.posterior import MU_CLIP, beta_params, one_coin_grid_logits, per_agent_mu, reliabilities, softmax
 from aggregate.selection import argmin_random
 
 B_GRID = (0.52, 0.55, 0.58, 0.60)
 KAPPA_GRID = (0.0, 1.0, 2.0, 3.0, 4.0)
 S_GRID = (4.0, 8.0, 16.0, 32.0)
-# The spec leaves the confusion grids open (tau in (0, 1]; E.2 mentions {0.25, .., 1}); these
-# extend below 0.25 because K > 2 selections drive tau "well below one" (seed E.2).
+# The BDA paper leaves the confusion grids open (tau in (0, 1]; E.2 mentions {0.25, .., 1}); these
+# extend below 0.25 because K > 2 selections drive tau "well below one" (BDA paper §E.2).
 LAMBDA_GRID = (1.0, 4.0, 16.0, 64.0, 256.0)
 TAU_GRID = (0.1, 0.2, 0.3, 0.5, 0.75, 1.0)
 
 
 class OneCoinBDA(Aggregator):
-    """One-coin BDA (seed Eq. 1-3).
+    """One-coin BDA (BDA paper Eq. 1-3).
 
     ``prior="per_agent"``: mu_i = clip(b + kappa (r_i - mean r)), (b, kappa, s) by inner CV;
     ``prior="shared"``: the kappa = 0 slice, (mu = b, s) by inner CV. ``tau_grid`` other than
-    (1,) adds a temperature on the joint likelihood (the tempered one-coin control of seed E.5).
+    (1,) adds a temperature on the joint likelihood (the tempered one-coin control of BDA paper §E.5).
     ``hyperparams`` (a dict b/kappa/s/tau) skips the inner CV. ``candidate_prior``: uniform
     (None) or a probability vector over the shared candidates.
 
@@ -147,7 +151,7 @@ class OneCoinBDA(Aggregator):
 
 
 class ConfusionBDA(Aggregator):
-    """Tempered confusion model (seed Eq. 4, C.5).
+    """Tempered confusion model (BDA paper Eq. 4, C.5).
 
     Per-seat rows P_i(g'|g): Dirichlet posterior means on the training part's labelled tasks,
     prior mean the one-coin row (r_i on the diagonal, (1 - r_i)/(K-1) elsewhere, r_i clipped

@@ -10,7 +10,7 @@ import datetime as _dt
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
@@ -19,13 +19,13 @@ from aggregate.config import RunConfig, SweepConfig
 from aggregate.counts import Pool
 from aggregate.methods import make_method
 from aggregate.metrics import brier_per_task, paired_bootstrap, summarize
-from aggregate.selection import CVResult, KEY_BOOT, fit_predict_split, nested_cv, seed_int
+from aggregate.selection import KEY_BOOT, CVResult, fit_predict_split, nested_cv, seed_int
 from aggregate.trace import Trace, dump_traces, load_traces, traces_sha256
+from core.progress import Progress
 
 SCHEMA = "chorus.aggregate.results/1"
 _DETERMINISM = ("every random stream (folds, label budget, tie-breaks, synthetic councils, bootstrap) "
                 "is spawned from the config seed with numpy SeedSequence; no global random state")
-Progress = Callable[[], None]
 
 
 # -- one cell ------------------------------------------------------------------------------------
@@ -82,17 +82,15 @@ def run_cell(traces: Sequence[Trace], method_names: Sequence[str], *, grids: dic
     pool = Pool.from_traces(traces, protocol=protocol, on_violation=on_violation)
     methods = {n: make_method(n, grids, protocol=protocol, on_violation=on_violation)
                for n in method_names}
-    hook = (lambda _name: progress()) if progress is not None else None
     if n_calibration is None:
         cv = nested_cv(pool, methods, outer_folds=outer_folds, inner_folds=inner_folds, seed=seed,
-                       label_budget=label_budget, progress=hook)
+                       label_budget=label_budget, progress=progress)
     else:
         train = np.arange(n_calibration)
         test = np.arange(n_calibration, pool.T)
         cv = fit_predict_split(pool, methods, train, test, inner_folds=inner_folds, seed=seed)
         if progress is not None:
-            for _ in methods:
-                progress()
+            progress(len(methods), len(methods))
     return pool, cv
 
 
@@ -162,7 +160,7 @@ def evaluate_run(cfg: RunConfig, traces: Sequence[Trace], progress: Progress | N
 
 
 def _results_header(kind: str, cfg) -> dict[str, Any]:
-    from chorus.runs import library_versions
+    from core.runs import library_versions
 
     return {"schema": SCHEMA, "kind": kind, "name": cfg.name,
             "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -170,10 +168,10 @@ def _results_header(kind: str, cfg) -> dict[str, Any]:
 
 
 def run_experiment(cfg: RunConfig, out: Path, *, config_dir: Path | None = None,
-                   progress: Callable[[int, str], Progress] | None = None) -> Path:
+                   progress: Progress | None = None) -> Path:
     """Write a complete run directory under ``out`` and return the results file path."""
     from aggregate.results import render_markdown, write_results
-    from chorus.runs import RunDir
+    from core.runs import RunDir
 
     run = RunDir.create(out, part="aggregate", config=cfg, seeds={"seed": cfg.seed},
                         command="run", backend="numpy/scipy (no model calls)",
@@ -181,8 +179,9 @@ def run_experiment(cfg: RunConfig, out: Path, *, config_dir: Path | None = None,
     traces = prepare_traces(cfg, config_dir)
     dump_traces(traces, run.path / "traces" / "main.jsonl.gz")
     n_methods = len(cfg.all_methods())
-    tick = progress(cfg.outer_folds * n_methods, "nested CV") if progress else None
-    cell = evaluate_run(cfg, traces, tick)
+    if progress is not None:
+        progress(cfg.outer_folds * n_methods, 0)  # one unit per (outer fold, method)
+    cell = evaluate_run(cfg, traces, progress)
     results = _results_header("run", cfg)
     results["cells"] = [cell.record]
     _write_run_tables(run, cell)
@@ -266,20 +265,21 @@ def evaluate_sweep_cell(cfg: SweepConfig, params: dict[str, Any], traces: Sequen
     return Cell(rec, pool, cv)
 
 
-def run_sweep(cfg: SweepConfig, out: Path, *, progress: Callable[[int, str], Progress] | None = None) -> Path:
+def run_sweep(cfg: SweepConfig, out: Path, *, progress: Progress | None = None) -> Path:
     from aggregate.results import render_markdown, write_results
-    from chorus.runs import RunDir
+    from core.runs import RunDir
 
     run = RunDir.create(out, part="aggregate", config=cfg, seeds={"seed": cfg.seed},
                         command=f"sweep {cfg.kind}", backend="numpy/scipy (no model calls)",
                         determinism=_DETERMINISM)
     cells = sweep_cells(cfg)
     per_cell = cfg.outer_folds * len(cfg.methods) if cfg.kind == "dose_response" else len(cfg.methods)
-    tick = progress(len(cells) * per_cell, f"sweep {cfg.kind}") if progress else None
+    if progress is not None:
+        progress(len(cells) * per_cell, 0)
     records, metric_rows, preds = [], [], []
     for params in cells:
         traces, n_cal = sweep_cell_traces(cfg, params)
-        cell = evaluate_sweep_cell(cfg, params, traces, n_cal, tick)
+        cell = evaluate_sweep_cell(cfg, params, traces, n_cal, progress)
         dump_traces(traces, run.path / cell.record["traces"])
         records.append(cell.record)
         for m, v in cell.record["metrics"].items():

@@ -7,10 +7,16 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping
 
 from aggregate.base import Aggregator
-from aggregate.baselines import (BestMember, DawidSkeneEM, GatedVote, IsotonicRecalibrated,
-                                 LogisticStacker, Plurality, VerbalizedVote)
-from aggregate.estimators import (B_GRID, KAPPA_GRID, LAMBDA_GRID, S_GRID, TAU_GRID, ConfusionBDA,
-                                  OneCoinBDA)
+from aggregate.baselines import (
+    BestMember,
+    DawidSkeneEM,
+    GatedVote,
+    IsotonicRecalibrated,
+    LogisticStacker,
+    Plurality,
+    VerbalizedVote,
+)
+from aggregate.estimators import B_GRID, KAPPA_GRID, LAMBDA_GRID, S_GRID, TAU_GRID, ConfusionBDA, OneCoinBDA
 
 #: name -> (description, factory(grids, common kwargs))
 _REGISTRY: dict[str, tuple[str, Callable[[Mapping[str, Any], dict], Aggregator]]] = {
@@ -28,7 +34,7 @@ _REGISTRY: dict[str, tuple[str, Callable[[Mapping[str, Any], dict], Aggregator]]
                       lambda g, kw: OneCoinBDA("per_agent", b_grid=g.get("b", B_GRID),
                                                kappa_grid=g.get("kappa", KAPPA_GRID),
                                                s_grid=g.get("s", S_GRID), **kw)),
-    "bda_tempered": ("BDA one-coin, per-agent prior, CV temperature (seed E.5 control)",
+    "bda_tempered": ("BDA one-coin, per-agent prior, CV temperature (BDA paper §E.5 control)",
                      lambda g, kw: OneCoinBDA("per_agent", b_grid=g.get("b", B_GRID),
                                               kappa_grid=g.get("kappa", KAPPA_GRID),
                                               s_grid=g.get("s", S_GRID),

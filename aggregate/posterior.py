@@ -1,4 +1,4 @@
-"""The one-coin Beta-marginal posterior (seed Eq. 1-3, Lemma 1) and its priors.
+"""The one-coin Beta-marginal posterior (BDA paper Eq. 1-3, Lemma 1) and its priors.
 
     F_i(g) = B(alpha_i + c_i(g), beta_i + d_i(g)) / B(alpha_i, beta_i) * (K-1)^-(N_i - e_i(g))
     pi(g | T)  ∝  pi_0(g) * prod_i F_i(g) ** tau            (tau = 1: the exact model)
@@ -167,7 +167,7 @@ def one_coin_posterior(trace: "Trace | Mapping", priors: Mapping[str, Sequence[f
 
 def log_odds_weights(priors: Mapping[str, Sequence[float]]) -> dict[str, float]:
     """w_i = log(mu_i / (1 - mu_i)) with mu_i = alpha_i / (alpha_i + beta_i): the vote weight of
-    seat i in the single-endorsement weighted-majority form (seed Prop. 1, C.2)."""
+    seat i in the single-endorsement weighted-majority form (BDA paper Prop. 1, C.2)."""
     out = {}
     for a, (al, be) in priors.items():
         mu = al / (al + be)

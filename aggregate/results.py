@@ -13,17 +13,18 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
 from aggregate.errors import VerifyError
+from core.progress import Progress
 
 RESULTS = "results.json"
 
 
 def write_results(run_dir: Path, results: dict[str, Any]) -> Path:
-    from chorus.runs import write_json
+    from core.runs import write_json
 
     path = Path(run_dir) / RESULTS
     write_json(path, results)
@@ -220,7 +221,7 @@ def select_cells(cells: list[dict], which: "str | int | None") -> list[dict]:
 
 
 def verify(run_dir: str | Path, *, cells: "str | int | None" = None, tolerance: float = 1e-6,
-           bootstrap: bool = True, progress: Callable[[int, str], Callable[[], None]] | None = None) -> list[Check]:
+           bootstrap: bool = True, progress: Progress | None = None) -> list[Check]:
     """Recompute a subset of the results file from the stored traces; returns every check
     (``ok`` False where a number does not recompute)."""
     from aggregate.config import RunConfig, SweepConfig
@@ -242,7 +243,8 @@ def verify(run_dir: str | Path, *, cells: "str | int | None" = None, tolerance: 
     else:
         cfg = SweepConfig.model_validate(res["config"])
         per_cell = (cfg.outer_folds if kind == "dose_response" else 1) * len(cfg.methods)
-    tick = progress(len(chosen) * per_cell, "verify") if progress else None
+    if progress is not None:
+        progress(len(chosen) * per_cell, 0)
     for cell in chosen:
         cid = cell["id"]
         tpath = run_dir / cell["traces"]
@@ -255,12 +257,12 @@ def verify(run_dir: str | Path, *, cells: "str | int | None" = None, tolerance: 
         checks.append(Check(cid, "n_traces", cell["n_traces"], len(traces), cell["n_traces"] == len(traces)))
         _compare(cid, "move_inventory", cell["move_inventory"], move_inventory(traces), 0, checks)
         if kind == "run":
-            new = evaluate_run(cfg, traces, tick, bootstrap=bootstrap).record
+            new = evaluate_run(cfg, traces, progress, bootstrap=bootstrap).record
             if not bootstrap:  # not recomputed: not compared
                 new["bootstrap"], new["bootstrap_clustered"] = cell["bootstrap"], cell["bootstrap_clustered"]
         else:
             params = {k: v for k, v in cell["params"].items() if k != "n_calibration"}
-            new = evaluate_sweep_cell(cfg, params, traces, cell["params"].get("n_calibration"), tick).record
+            new = evaluate_sweep_cell(cfg, params, traces, cell["params"].get("n_calibration"), progress).record
         for key in ("n_evaluated", "K", "agents", "candidates", "n_questions", "protocol", "metrics",
                     "folds", "bootstrap", "bootstrap_clustered"):
             if key in cell or key in new:

@@ -1,4 +1,4 @@
-"""Folds, seeded tie-breaks and leak-free nested cross-validation (seed D.1).
+"""Folds, seeded tie-breaks and leak-free nested cross-validation (BDA paper §D.1).
 
 * ``outer_splits``: 5 folds stratified by gold; the reported numbers come only from the
   held-out rows of these folds.
@@ -7,20 +7,21 @@
   and refits its reliabilities / confusion rows on that training part only. All arms share
   the outer folds, the inner folds (same seed) and the label budget.
 * Every argmax (decisions, and the argmin over a hyperparameter grid) breaks exact ties by
-  a seeded random draw, never by position (seed D.6).
+  a seeded random draw, never by position (BDA paper §D.6).
 """
 from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
 from aggregate.counts import Pool
 from aggregate.errors import LabelError
-from chorus.seeding import rng as make_rng
+from core.progress import Progress
+from core.seeding import rng as make_rng
 
 TIE_TOL = 1e-12
 
@@ -152,7 +153,7 @@ class CVResult:
 def nested_cv(pool: Pool, methods: Mapping[str, Any], *, outer_folds: int = 5,
               inner_folds: int = 5, seed: int = 0, label_budget: int | None = None,
               splits: Sequence[tuple[np.ndarray, np.ndarray]] | None = None,
-              progress: Callable[[str], None] | None = None) -> CVResult:
+              progress: Progress | None = None) -> CVResult:
     """Run every method over the same outer folds, label budget and inner folds.
 
     ``methods`` maps a name to an (unfitted) aggregator; each is cloned per fold. ``splits``
@@ -182,8 +183,8 @@ def nested_cv(pool: Pool, methods: Mapping[str, Any], *, outer_folds: int = 5,
             row = {"method": name, "fold": k, "n_train": len(train)}
             row.update(est.fitted_summary())
             fitted.append(row)
-            if progress is not None:
-                progress(name)
+            if progress is not None:  # one unit per (outer fold, method)
+                progress(len(splits) * len(methods), 1)
     return CVResult(pool=pool, methods=list(methods), fold=fold, answer=answer, proba=proba,
                     fitted=fitted, splits=[(np.asarray(a), np.asarray(b)) for a, b in splits])
 

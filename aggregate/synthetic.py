@@ -1,4 +1,4 @@
-"""Synthetic councils at the count level, adversaries, and the controls of seed F.
+"""Synthetic councils at the count level, adversaries, and the controls of BDA paper §F.
 
 The generator emits protocol-legal traces (``STRICT``): round 0, every seat proposes; rounds
 1..R-1, every seat makes one move. Each move first draws the seat's *belief*: in round 0, and
@@ -9,7 +9,7 @@ belief: with probability ``p_concede`` it concedes to an earlier-round move of a
 that endorses the belief, with probability ``p_challenge`` it challenges an earlier-round move
 of another seat that endorses a different answer, otherwise it (re-)proposes the belief.
 
-Adversaries (seed F.1/F.3): a corrupted seat's informative move is redirected, with
+Adversaries (BDA paper §F.1/F.3): a corrupted seat's informative move is redirected, with
 probability ``p_wrong``, to a wrong answer (uniformly random, or a fixed function of the gold
 answer with ``target="fixed"``, the systematic coalition whose label identity the
 permutation control destroys); a redirected challenge always targets a move that endorses
@@ -28,7 +28,7 @@ from typing import Literal, Sequence
 import numpy as np
 
 from aggregate.trace import Move, Trace
-from chorus.seeding import rng as make_rng
+from core.seeding import rng as make_rng
 
 DEFAULT_CANDIDATES = {2: ("true", "false"), 3: ("yes", "no", "maybe"), 4: ("A", "B", "C", "D")}
 
@@ -191,7 +191,7 @@ def truncate_traces(traces: Sequence[Trace], max_round: int = 0) -> list[Trace]:
 
 def sleeper_traces(spec: CouncilSpec, *, n_calibration: int, n_deploy: int, f: float,
                    adversary: Adversary, seed: int = 0) -> tuple[list[Trace], list[Trace]]:
-    """The sleeper design (seed F.8): a calibration window in which each task carries the
+    """The sleeper design (BDA paper §F.8): a calibration window in which each task carries the
     adversarial trace with probability ``f`` (else the clean trace of the same task), and a
     disjoint, fully adversarial deployment set."""
     if not 0.0 <= f <= 1.0:

@@ -8,12 +8,10 @@ One task per line::
 
 ``Trace.from_dict`` validates the structure (types, candidates, gold, answers, targets);
 whether a move is *legal* under a council protocol is the automaton's job
-(``aggregate.protocol``). Unknown keys are kept in ``extra`` and written back unchanged.
+(``aggregate.moves``). Unknown keys are kept in ``extra`` and written back unchanged.
 """
 from __future__ import annotations
 
-import gzip
-import io
 import json
 import math
 from dataclasses import dataclass, field, replace
@@ -21,6 +19,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from aggregate.errors import TraceError
+from core.jsonl import iter_jsonl, open_text
 
 FORCES = ("propose", "vote", "concede", "challenge", "retract", "abstain")
 #: forces that must name an answer, and forces that must name a target move
@@ -68,7 +67,7 @@ class Trace:
     # -- construction ------------------------------------------------------------------
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Trace":
-        """Build a trace from one JSONL record of the spec; raises ``TraceError`` naming the
+        """Build a trace from one JSONL trace record; raises ``TraceError`` naming the
         task, the move index and the field on any structural problem."""
         if not isinstance(d, Mapping):
             raise TraceError(f"a trace record must be a JSON object, got {type(d).__name__}")
@@ -212,30 +211,16 @@ def _parse_move(m: Any, j: int, where: str, cands: tuple[str, ...], cset: frozen
 
 
 # -- files -------------------------------------------------------------------------------
-def _open_text(path: Path, mode: str):
-    if path.suffix == ".gz":
-        # mtime=0: the same traces always give the same bytes
-        return io.TextIOWrapper(gzip.GzipFile(path, mode + "b", mtime=0), encoding="utf-8")
-    return open(path, mode, encoding="utf-8")
-
-
 def iter_traces(path: str | Path) -> Iterator[tuple[int, Trace]]:
     """Yield ``(line_number, trace)``; a malformed line raises ``TraceError`` naming the file and line."""
     path = Path(path)
     if not path.is_file():
         raise TraceError(f"trace file not found: {path}")
-    with _open_text(path, "r") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise TraceError(f"{path} line {lineno}: not valid JSON ({err.msg} at column {err.colno})") from None
-            try:
-                yield lineno, Trace.from_dict(rec)
-            except TraceError as err:
-                raise TraceError(f"{path} line {lineno}: {err}") from None
+    for lineno, rec in iter_jsonl(path, error=TraceError):
+        try:
+            yield lineno, Trace.from_dict(rec)
+        except TraceError as err:
+            raise TraceError(f"{path} line {lineno}: {err}") from None
 
 
 def load_traces(path: str | Path) -> list[Trace]:
@@ -272,7 +257,7 @@ def traces_sha256(traces: Iterable[Trace]) -> str:
 def dump_traces(traces: Iterable[Trace], path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with _open_text(path, "w") as fh:
+    with open_text(path, "w") as fh:
         for tr in traces:
             fh.write(trace_line(tr) + "\n")
     return path

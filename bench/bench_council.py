@@ -98,9 +98,10 @@ def main() -> None:
     os.environ.setdefault("CHORUS_TORCH_THREADS", "1")
 
     from _recorder import machine, write_result
+
     from serving import load_engine
-    from simulate.council.baselines import run_baselines
     from simulate.council.data import load_tasks
+    from simulate.council.llm_baselines import run_baselines
     from simulate.council.prompts import load_prompts
     from simulate.council.runner import make_councils, run_councils
 

@@ -48,10 +48,10 @@ def main() -> None:
     a = ap.parse_args()
 
     from serving import load_engine
-    from simulate.debate.bench import build_bench
     from simulate.debate.metrics import collective_summary
     from simulate.debate.prompts import load_prompts
     from simulate.debate.protocol import run_protocol
+    from simulate.debate.questions import build_bench
 
     items, _ = build_bench(seed=0)
     items = items[:a.questions]

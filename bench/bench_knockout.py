@@ -31,7 +31,7 @@ from _recorder import machine, write_result  # noqa: E402  (bench/ is the script
 
 
 def synthetic_pairs(n: int) -> tuple[dict, list[dict]]:
-    from simulate.debate.bench import build_bench
+    from simulate.debate.questions import build_bench
     items, _ = build_bench(seed=0)
     items = [it for it in items if it.labels and len(it.labels) >= 2 and not it.word_labels][:n]
     pairs = []
@@ -48,9 +48,9 @@ def synthetic_pairs(n: int) -> tuple[dict, list[dict]]:
 
 
 def run_pairs(path: str, n: int) -> tuple[dict, list[dict]]:
-    from chorus.runs import RunDir
+    from core.runs import RunDir
     from interventions.ablations import select_pairs
-    from simulate.debate.bench import load_bench
+    from simulate.debate.questions import load_bench
     run = RunDir(path)
     items = {it.id: it for it in load_bench(run.path / "bench.jsonl")}
     return items, select_pairs(items, run.read_table("turns"), max_pairs=n)
@@ -69,9 +69,9 @@ def main() -> None:
 
     import torch
 
-    from interventions import internals_experiment as ix
     from interventions import knockout as ko
-    from interventions.internals_config import KnockoutSpec
+    from interventions.internals import experiment as ix
+    from interventions.internals.config import KnockoutSpec
     from interventions.readout import option_strings
     from serving import load_engine
     from simulate.debate.prompts import load_prompts

@@ -47,7 +47,7 @@ def fixture_groups(n: int):
 def bench_simulation(a) -> dict:
     from serving import load_engine
     from simulate.roleplay.prompts import load_prompts
-    from simulate.roleplay.simulate import simulate
+    from simulate.roleplay.setups import simulate
     P = load_prompts()
     groups = fixture_groups(a.groups)
     eng = load_engine(a.profile, a.backend)            # no store: everything is computed
@@ -80,6 +80,7 @@ def bench_simulation(a) -> dict:
 
 def bench_sft(a) -> dict:
     import tempfile
+
     from simulate.roleplay.config import SftConfig, load
     from simulate.roleplay.sft import train_sft
     cfg = load("smoke", SftConfig, {"training.max_steps": a.sft_steps, "data.limit": 4 * a.sft_steps,

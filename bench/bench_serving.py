@@ -35,6 +35,7 @@ def convs(n: int) -> list[list[dict[str, str]]]:
 
 def bench_hf(sizes, repeats, new_tokens):
     import torch
+
     from serving import load_engine
 
     eng = load_engine(PROFILE, "hf", dtype="float32")
@@ -165,6 +166,7 @@ LLAMA_8B_CONFIG = {  # the Llama-3.1-8B architecture (public config values); ran
 def bench_gpu_llama8b(n=256, new_tokens=256, repeats=2):
     """vLLM on a GPU with the Llama-3.1-8B architecture and random weights (load_format=dummy)."""
     import shutil
+
     from serving.profiles import get_profile
 
     d = Path(tempfile.mkdtemp()) / "llama-3.1-8b-dummy"
@@ -175,9 +177,10 @@ def bench_gpu_llama8b(n=256, new_tokens=256, repeats=2):
         if (src / f).exists():
             shutil.copy(src / f, d / f)
     (d / "model.safetensors").write_bytes(b"")  # satisfies the folder check; dummy load ignores it
-    from serving import load_engine
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
+
+    from serving import load_engine
 
     eng = load_engine(str(d), "vllm", dtype="bfloat16", load_format="dummy", max_model_len=4096)
     llm = eng.backend.llm

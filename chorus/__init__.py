@@ -1,9 +1,12 @@
 """chorus: self-hosted LLM agents that debate, simulate opinions and deliberate.
 
-The importable parts live beside this package: ``serving`` (engines, model profiles, call
-store), ``simulate`` (belief layer, debates, councils, role-play), ``interventions``
-(readouts, knockout, patching, probes) and ``aggregate`` (BDA over council traces). This
-package holds what they share: the CLI, typed config loading and the run directory.
+This package is the application on top of the parts: the ``chorus`` CLI (``cli``), the demo
+(``demo`` running the stages of ``stages``) and the HTML report (``report``). The parts live
+beside it: ``core`` (the shared base), ``serving`` (engines, model profiles, call store),
+``simulate`` (belief layer, debates, councils, role-play), ``aggregate`` (BDA over council
+traces) and ``interventions`` (readouts, ablations, knockout, patching, probes).
 """
 
-__version__ = "0.1.0"
+from core import __version__  # one version, kept in the base
+
+__all__ = ["__version__"]

@@ -8,11 +8,12 @@ from pathlib import Path
 import typer
 
 from aggregate.cli import app as aggregate_app
-from chorus.cliutil import fail
+from core.cliutil import fail
+from interventions.cli import app as influence_app
 from serving.cli import generate, models_app, serve, store_app
 from simulate.belief_cli import app as belief_app
 from simulate.council_cli import council_app
-from simulate.debate_cli import debate_app, influence_app
+from simulate.debate_cli import debate_app
 from simulate.roleplay_cli import roleplay_app, sft_app
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,

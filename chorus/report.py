@@ -114,7 +114,7 @@ def _dig(d: Any, dotted: str) -> Any:
 def _key_numbers(name: str, rec: dict[str, Any] | None) -> str:
     """A few headline numbers of a demo stage for the overview (the stage's declared keys, else its
     first headline scalars)."""
-    from chorus.demo import REGISTRY
+    from chorus.stages import REGISTRY
     summ = (rec or {}).get("summary") or {}
     keys = REGISTRY[name].keys if name in REGISTRY else ()
     pairs = [(k.split("/")[-1] if k.startswith("headline/") else k, _dig(summ, k)) for k in keys]
@@ -194,13 +194,13 @@ def _run_body(run: Path, title_level: int = 2, anchor: str = "") -> str:
 def _demo_stages(prov: dict[str, Any] | None, summ: dict[str, Any] | None) -> list[str]:
     """Stages to show: those the last invocation planned (it may have run only some, with --stage)
     plus those earlier invocations left in the summary, in the demo's order."""
-    from chorus.demo import STAGES
+    from chorus.stages import STAGES
     wanted = set((prov or {}).get("stages") or STAGES) | set((summ or {}).get("stages", {}))
     return [s for s in STAGES if s in wanted] + sorted(wanted - set(STAGES))
 
 
 def _demo_body(run: Path, summ: dict[str, Any] | None, prov: dict[str, Any] | None) -> str:
-    from chorus.demo import REGISTRY
+    from chorus.stages import REGISTRY
     stages = (summ or {}).get("stages", {})
     timing = (_read_json(run / "timing.json") or {}).get("stages", {})
     # the last invocation may have run only some stages (--stage); earlier ones stay in the summary

@@ -1,5 +1,5 @@
-"""Prompt-level interventions on one receiver reading one peer message (seed 4; spec
-debate.md): message ablations, source cues and self-attribution. All are read out at f = 0
+"""Prompt-level interventions on one receiver reading one peer message (peer-influence paper §4):
+message ablations, source cues and self-attribution. All are read out at f = 0
 (right after reading, before writing) as adoption margins
 
     margin = logit(peer's answer) - logit(receiver's previous answer)
@@ -31,11 +31,11 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from chorus.seeding import rng as make_rng
+from core.seeding import rng as make_rng
+from core.stats import cluster_bootstrap, ratio_ci
 from interventions.readout import forced_choice
-from simulate.debate.bench import Item
-from simulate.debate.prompts import (debate_messages, labels_text, peer_block, readout_prefill,
-                                     reflection_messages)
+from simulate.debate.prompts import debate_messages, labels_text, peer_block, readout_prefill, reflection_messages
+from simulate.debate.questions import Item
 
 ABLATIONS = ("no_message", "full", "answer_only", "reasoning_only", "filler", "unrelated")
 CUES = ("no_message", "plain", "good_professor", "good_ordinary", "poor_professor", "poor_ordinary",
@@ -181,18 +181,11 @@ def effects(table: pd.DataFrame, *, baseline: str = "no_message") -> pd.DataFram
 
 def _ratio_ci(num: np.ndarray, den: np.ndarray, fam: np.ndarray, n_boot: int, seed: int, ci: float,
               share: bool = False) -> dict[str, float]:
-    from simulate.debate.metrics import cluster_bootstrap
-
-    def stat(idx):
-        a, b = float(np.nanmean(num[idx])), float(np.nanmean(den[idx]))
-        d = (a + b) if share else b
-        return a / d if d != 0 else np.nan
-    est, lo, hi = cluster_bootstrap(stat, fam, n_boot=n_boot, seed=seed, ci=ci)
+    est, lo, hi = ratio_ci(num, den, fam, share=share, n_boot=n_boot, seed=seed, ci=ci)
     return {"estimate": est, "ci_low": lo, "ci_high": hi}
 
 
 def summarize_effects(w: pd.DataFrame, *, n_boot: int = 2000, seed: int = 0, ci: float = 0.95) -> dict[str, Any]:
-    from simulate.debate.metrics import cluster_bootstrap
     fam = w["family"].to_numpy()
     out: dict[str, Any] = {"n_pairs": int(len(w)), "effects": {}}
     for c in [c for c in w.columns if c.startswith("effect_")]:

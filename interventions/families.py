@@ -179,7 +179,7 @@ def engine_from_model(model: Any, tokenizer: Any, *, name: str = "custom", batch
     interface the knockout, patching and probe code sees for a profile loaded from disk."""
     import torch
 
-    from serving.backends.hf import HFBackend, _eos_ids
+    from serving.backends.hf import HFBackend, eos_ids
     from serving.engine import Engine
     from serving.profiles import Profile
 
@@ -187,7 +187,7 @@ def engine_from_model(model: Any, tokenizer: Any, *, name: str = "custom", batch
     be.torch, be.model, be.tokenizer = torch, model.eval(), tokenizer
     be.device = str(next(model.parameters()).device)
     be.dtype = str(next(model.parameters()).dtype).replace("torch.", "")
-    be.eos_ids = _eos_ids(model, tokenizer)
+    be.eos_ids = eos_ids(model, tokenizer)
     be.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else be.eos_ids[0]
     be.max_model_len = getattr(model.config, "max_position_embeddings", None) or 4096
     be.batch_size, be.token_budget = batch_size, token_budget

@@ -124,7 +124,7 @@ def heldout_auroc(X: np.ndarray, y: Sequence, *, groups: Sequence | None = None,
 def shuffled_null(X: np.ndarray, y: Sequence, *, groups: Sequence | None = None, n_perm: int = 100,
                   n_splits: int = 5, seed: int = 0, C: float = 1.0) -> np.ndarray:
     """Held-out AUROCs of the same probe refit on ``n_perm`` label permutations (same folds)."""
-    from chorus.seeding import rng as make_rng
+    from core.seeding import rng as make_rng
 
     yb = _check_labels(y)
     g = None if groups is None else np.asarray(groups)

@@ -1,4 +1,4 @@
-"""Forced-choice readouts (seed 3.3): at a point f in [0, 1] of the receiver's own rationale
+"""Forced-choice readouts (peer-influence paper §3.3): at a point f in [0, 1] of the receiver's own rationale
 (f = 0: right after reading, before writing anything), append the fixed "answer now" cue as
 an assistant prefill and read the next-token log-probabilities of the option labels.
 
@@ -22,9 +22,10 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from chorus.seeding import rng as make_rng
-from simulate.debate.bench import Item
+from core.seeding import rng as make_rng
+from core.stats import cluster_bootstrap
 from simulate.debate.prompts import readout_prefill, turn_messages
+from simulate.debate.questions import Item
 
 FRACTIONS = (0.0, 0.25, 0.5, 0.75, 1.0)
 
@@ -129,7 +130,6 @@ def run_readouts(engine: Any, items: dict[str, Item], turns: pd.DataFrame, P: di
 def committed_at_read(readouts: pd.DataFrame, *, n_boot: int = 2000, seed: int = 0, ci: float = 0.95) -> dict[str, Any]:
     """Per condition and fraction: among answer-changing responses, the share whose readout
     argmax equals the eventual answer (clustered bootstrap CI); debate - reflection at f = 0."""
-    from simulate.debate.metrics import cluster_bootstrap
     out: dict[str, Any] = {"by_condition": {}}
     ch = readouts[readouts["changed"]]
     for (cond, f), g in ch.groupby(["condition", "f"]):
@@ -153,7 +153,6 @@ def committed_at_read(readouts: pd.DataFrame, *, n_boot: int = 2000, seed: int =
 def message_effects(readouts: pd.DataFrame, *, n_boot: int = 2000, seed: int = 0, ci: float = 0.95) -> dict[str, Any]:
     """Round-1, f = 0 adoption-margin shift: debate context - reflection context, paired by
     (question, agent)."""
-    from simulate.debate.metrics import cluster_bootstrap
     z = readouts[(readouts["round"] == 1) & (readouts["f"] == 0.0) & readouts["margin"].notna()]
     d = z[z["condition"] == "debate"].set_index(["qid", "agent"])
     r = z[z["condition"] == "reflection"].set_index(["qid", "agent"])

@@ -12,7 +12,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from chorus.cliutil import engine_callback, fail, progress
+from core.cliutil import fail
+from core.progress import progress
 
 console = Console()
 models_app = typer.Typer(no_args_is_help=True)
@@ -99,7 +100,7 @@ def generate(prompt: Optional[str] = typer.Argument(None, help="a user message (
         eng = load_engine(profile, backend, store=store)
         with progress("generate", "requests") as update:
             outs = eng.chat(convs, temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed,
-                            json_schema=js, choices=choice or None, progress=engine_callback(update))
+                            json_schema=js, choices=choice or None, progress=update)
     except (ValueError, RuntimeError) as err:
         fail(str(err))
     for o in outs:

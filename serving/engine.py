@@ -11,8 +11,15 @@ from serving.backends import Backend
 from serving.profiles import DEFAULT_PROFILE, ModelError, Profile, get_profile
 from serving.store import CallStore, request_key
 from serving.structured import check_output, check_schema
-from serving.types import (Completion, ContextLengthError, PreparedPrompt, RequestError, Sampling,
-                           broadcast_seeds, validate_conversations)
+from serving.types import (
+    Completion,
+    ContextLengthError,
+    PreparedPrompt,
+    RequestError,
+    Sampling,
+    broadcast_seeds,
+    validate_conversations,
+)
 
 BACKENDS = ("hf", "vllm", "openai")
 # A base model has no chat template; this plain one is documented in the README.
@@ -121,12 +128,14 @@ class Engine:
         for i, p in prompts.items():
             self._check_len(i, p, max_tokens)
         done = len(convs) - sum(len(v) for v in todo.values())
-        if progress:
-            progress(done, len(convs))
+        if progress:  # the convention of core.cliutil.Progress: (total, 0) starts, (total, k) advances
+            progress(len(convs), 0)
+            if done:
+                progress(len(convs), done)  # read back from the store
         if firsts:
             by_first = {v[0]: v for v in todo.values()}
             for group in self.backend.generate([prompts[i].ids for i in firsts], [samplings[i] for i in firsts]):
-                rows = []
+                rows, advanced = [], 0
                 for j, out in group:
                     i = firsts[j]
                     s = samplings[i]
@@ -140,11 +149,12 @@ class Engine:
                         rows.append((keys[i], "chat", self.identity,
                                      {"messages": convs[i], **s.key_dict()}, c.to_dict(), self.backend.name))
                     done += len(by_first[i])
+                    advanced += len(by_first[i])
                 self.model_calls += len(group)
                 if rows:
                     self.store.put_many(rows)  # committed before the next group runs
                 if progress:
-                    progress(done, len(convs))
+                    progress(len(convs), advanced)
         return results  # type: ignore[return-value]
 
     # -- readout ----------------------------------------------------------------------------
@@ -210,6 +220,32 @@ class Engine:
             if self.store is not None:
                 self.store.put_many(rows)
         return results  # type: ignore[return-value]
+
+    # -- other model work ---------------------------------------------------------------------
+    def cached(self, kind: str, requests: list[dict[str, Any]],
+               compute: Callable[[list[int]], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+        """Results of model work done outside ``chat`` / ``option_logprobs`` (knockout and patching
+        readouts through nnsight), keyed like engine calls on this engine's identity and ``kind``:
+        ``compute(indices)`` runs only for the requests the store lacks, and its results are
+        committed before they are returned (a killed run recomputes nothing it stored)."""
+        keys = [request_key(self.identity, kind, r) for r in requests]
+        hit = self.store.get_many(keys) if self.store is not None else {}
+        todo = [i for i, k in enumerate(keys) if k not in hit]
+        if todo:
+            res = compute(todo)
+            if self.store is not None:
+                self.store.put_many([(keys[i], kind, self.identity, requests[i], r, self.backend.name)
+                                     for i, r in zip(todo, res)])
+            for i, r in zip(todo, res):
+                hit[keys[i]] = r
+        return [hit[k] for k in keys]
+
+    def with_store(self, path: str | Path) -> "Engine":
+        """This engine with a call store at ``path`` (same backend and model), unless it has one."""
+        if self.store is not None:
+            return self
+        return Engine(self.profile, self.backend, self.tokenizer, dtype=self.dtype, store=CallStore(path),
+                      weights_sha256=self.weights_sha256)
 
     def close(self) -> None:
         if not getattr(self.backend, "_pooled", False):  # a pooled backend outlives its engines

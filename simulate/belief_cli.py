@@ -7,9 +7,9 @@ from typing import List, Optional
 
 import typer
 
-from chorus.cliutil import fail as _fail
-from chorus.cliutil import parse_overrides as _overrides
-from chorus.cliutil import progress
+from core.cliutil import fail as _fail
+from core.cliutil import parse_overrides as _overrides
+from core.progress import progress
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="Bayesian belief layer (BCA): run, sweep, report, calibrate.")
@@ -29,6 +29,7 @@ def _progress_runner(cfg, out, sweep, source, no_plots):
 
 def _print_summary(console, path: Path, summary: dict) -> None:
     from rich.table import Table
+
     from simulate.belief.experiment import headline_rows
     t = Table(title=f"{summary.get('experiment')} ({summary.get('mode')}): headline", show_header=False)
     for k, v in headline_rows(summary):
@@ -53,7 +54,7 @@ def run(config: str = typer.Argument(..., help="Experiment config (a path or a s
         set_: Optional[List[str]] = typer.Option(None, "--set", help=_SET_HELP),
         no_plots: bool = typer.Option(False, "--no-plots", help="Skip the figures.")) -> None:
     """Run one condition (the config without its sweep) for every seed, in lockstep."""
-    from chorus.config import ConfigError
+    from core.config import ConfigError
     try:
         cfg, src = _load(config, set_)
         _progress_runner(cfg, out, False, src, no_plots)
@@ -67,7 +68,7 @@ def sweep(config: str = typer.Argument(..., help="Experiment config with a sweep
           set_: Optional[List[str]] = typer.Option(None, "--set", help=_SET_HELP),
           no_plots: bool = typer.Option(False, "--no-plots", help="Skip the figures.")) -> None:
     """Run every condition of the config's sweep grid x seeds, all in lockstep."""
-    from chorus.config import ConfigError
+    from core.config import ConfigError
     try:
         cfg, src = _load(config, set_)
         _progress_runner(cfg, out, True, src, no_plots)
@@ -80,7 +81,8 @@ def report(run_dir: Path = typer.Argument(..., help="A belief run directory."),
            no_plots: bool = typer.Option(False, "--no-plots", help="Skip the figures.")) -> None:
     """Recompute summary.json and plots from a run directory's files alone."""
     from rich.console import Console
-    from chorus.config import ConfigError
+
+    from core.config import ConfigError
     from simulate.belief.experiment import report as _report
     try:
         summary = _report(run_dir, make_plots=not no_plots)
@@ -97,18 +99,19 @@ def calibrate(model: str = typer.Option("smollm2-135m-instruct", "--model", help
               out: Optional[Path] = typer.Option(None, "--out", help="Run directory for the scores and plot."),
               no_store: bool = typer.Option(False, "--no-store", help="Do not store the fit for reuse.")) -> None:
     """Fit the appraiser temperature tau for a model on a topic's labelled utterances."""
-    import datetime as _dt
     from rich.console import Console
-    from chorus.config import ConfigError
-    from chorus.runs import RunDir
+
+    from core.config import ConfigError
+    from core.runs import RunDir, run_dir_path
     from simulate.belief import plots
-    from simulate.belief.calibration import calibrate as _calibrate, load_labels
+    from simulate.belief.calibration import calibrate as _calibrate
+    from simulate.belief.calibration import load_labels
     console = Console()
     try:
         load_labels(topic)
     except ConfigError as err:
         _fail(err)
-    out = out or Path("runs") / "belief" / f"calibrate-{topic}-{_dt.datetime.now():%Y%m%d-%H%M%S}"
+    out = run_dir_path(out, "belief", f"calibrate-{topic}")
     run = RunDir.create(out, part="belief", seeds={"root": seed}, command="calibrate",
                         model=model, topic=topic)
     from serving import load_engine

@@ -12,9 +12,9 @@ from typing import List, Optional
 
 import typer
 
-from chorus.cliutil import fail as _fail
-from chorus.cliutil import parse_overrides as _overrides
-from chorus.cliutil import progress
+from core.cliutil import fail as _fail
+from core.cliutil import parse_overrides as _overrides
+from core.progress import progress
 
 council_app = typer.Typer(no_args_is_help=True, add_completion=False,
                           help="Live LLM councils -> typed-move traces, stealth adversaries, LLM baselines.")
@@ -33,7 +33,7 @@ def _with_data(set_: Optional[List[str]], data: Optional[Path]) -> dict:
 
 def _errors():
     from aggregate.errors import LabelError, TraceError
-    from chorus.config import ConfigError
+    from core.config import ConfigError
     return (ConfigError, TraceError, LabelError, FileNotFoundError, ValueError)
 
 
@@ -84,6 +84,7 @@ def report(run_dir: Path = typer.Argument(..., help="A council run directory."),
 def compliance(run_dir: Path = typer.Argument(..., help="A council run directory (or one trace file).")) -> None:
     """Adversary compliance (anti-correct proposals at round 0 and maintained; targeting) per trace file."""
     import json
+
     from aggregate.trace import load_traces
     from simulate.council.adversary import compliance as _comp
     try:
@@ -108,6 +109,7 @@ def tasks(config: str = typer.Argument(..., help="Council config (path or shippe
           limit: int = typer.Option(5, "--limit", help="Tasks to print per dataset.")) -> None:
     """The tasks a config draws, with exclusions (no model calls)."""
     import json
+
     from simulate.council.config import load
     from simulate.council.experiment import select_tasks
     try:

@@ -1,6 +1,4 @@
-"""``chorus debate`` (bench | run | report) and ``chorus influence`` (readout | ablate | cues).
-``influence_app`` is the extension point for later verbs (knockout, patch, probe): add
-commands to it in this module or register more with ``influence_app.command()``. Heavy
+"""``chorus debate`` (bench | run | report). ``chorus influence`` is ``interventions.cli``. Heavy
 imports stay inside the commands so ``chorus --help`` stays fast."""
 from __future__ import annotations
 
@@ -9,14 +7,12 @@ from typing import List, Optional
 
 import typer
 
-from chorus.cliutil import fail as _fail
-from chorus.cliutil import parse_overrides as _overrides
-from chorus.cliutil import progress
+from core.cliutil import fail as _fail
+from core.cliutil import parse_overrides as _overrides
+from core.progress import progress
 
 debate_app = typer.Typer(no_args_is_help=True, add_completion=False,
                          help="Multi-agent debate vs matched reflection: bench, run, report.")
-influence_app = typer.Typer(no_args_is_help=True, add_completion=False,
-                            help="Peer influence: forced-choice readouts, message ablations, source cues.")
 
 _SET_HELP = "Override a config field: --set rounds=1 --set bench.limit=20 (YAML values)."
 
@@ -62,8 +58,9 @@ def bench_cmd(out: Path = typer.Option(Path("runs/bench/mad_bench.jsonl"), "--ou
               count: Optional[List[str]] = typer.Option(None, "--count", help="SUBDOMAIN=N (N or 'all').")) -> None:
     """Build a MAD-Bench-style JSONL (+ manifest) from the evaluation sets shipped with chorus (or --data)."""
     import json
-    from simulate.debate.bench import build_bench, write_bench
-    from chorus.config import ConfigError
+
+    from core.config import ConfigError
+    from simulate.debate.questions import build_bench, write_bench
     try:
         counts = {}
         for c in count or []:
@@ -85,7 +82,7 @@ def run(config: str = typer.Argument(..., help="Debate config (a path or a shipp
         set_: Optional[List[str]] = typer.Option(None, "--set", help=_SET_HELP),
         no_plots: bool = typer.Option(False, "--no-plots", help="Skip the figures.")) -> None:
     """Run debate and the matched reflection control in lockstep; write tables, summary, plots."""
-    from chorus.config import ConfigError
+    from core.config import ConfigError
     from simulate.debate.config import DebateConfig, load
     from simulate.debate.experiment import run_debate
     try:
@@ -102,59 +99,11 @@ def report(run_dir: Path = typer.Argument(..., help="A debate run directory."),
            no_plots: bool = typer.Option(False, "--no-plots", help="Skip the figures.")) -> None:
     """Recompute summary.json and plots from a run directory's files alone."""
     from rich.console import Console
-    from chorus.config import ConfigError
+
+    from core.config import ConfigError
     from simulate.debate.experiment import report as _report
     try:
         summary = _report(run_dir, make_plots=not no_plots)
     except (ConfigError, FileNotFoundError) as err:
         _fail(err)
     _print_debate(Console(), run_dir, summary)
-
-
-def _influence(verb: str, config: str, out, set_, no_plots) -> None:
-    import json
-    from chorus.config import ConfigError
-    from simulate.debate.config import InfluenceConfig, load
-    from simulate.debate.experiment import run_influence
-    try:
-        cfg = load(config, InfluenceConfig, _overrides(set_))
-        console, (rundir, summary) = _with_progress(
-            f"{cfg.name} {verb}", lambda p: run_influence(cfg, verb, out, progress=p, make_plots=not no_plots))
-    except (ConfigError, FileNotFoundError) as err:
-        _fail(err)
-    keep = {k: v for k, v in summary.items() if k not in ("experiment", "verb", "model")}
-    console.print_json(json.dumps(keep, default=float))
-    console.print(f"results: [bold]{rundir.path}[/bold] (summary.json, tables/*.parquet, plots/*.png)")
-
-
-_OUT = typer.Option(None, "--out", help="Run directory (default runs/influence/NAME-VERB-TIME).")
-
-
-@influence_app.command()
-def readout(config: str = typer.Argument(..., help="Influence config (path or shipped name)."),
-            out: Optional[Path] = _OUT, set_: Optional[List[str]] = typer.Option(None, "--set", help=_SET_HELP),
-            no_plots: bool = typer.Option(False, "--no-plots")) -> None:
-    """Forced-choice readouts at fractions f of each receiver's rationale; committed-at-read."""
-    _influence("readout", config, out, set_, no_plots)
-
-
-@influence_app.command()
-def ablate(config: str = typer.Argument(..., help="Influence config (path or shipped name)."),
-           out: Optional[Path] = _OUT, set_: Optional[List[str]] = typer.Option(None, "--set", help=_SET_HELP),
-           no_plots: bool = typer.Option(False, "--no-plots")) -> None:
-    """Message ablations: full, answer only, reasoning only, filler, unrelated reasoning."""
-    _influence("ablate", config, out, set_, no_plots)
-
-
-@influence_app.command()
-def cues(config: str = typer.Argument(..., help="Influence config (path or shipped name)."),
-         out: Optional[Path] = _OUT, set_: Optional[List[str]] = typer.Option(None, "--set", help=_SET_HELP),
-         no_plots: bool = typer.Option(False, "--no-plots")) -> None:
-    """Source cues (record x status) and self- vs other-attribution of the same text."""
-    _influence("cues", config, out, set_, no_plots)
-
-
-# knockout / patch / probe (issue 6) live in interventions/internals_cli.py
-from interventions.internals_cli import register as _register_internals  # noqa: E402
-
-_register_internals(influence_app)

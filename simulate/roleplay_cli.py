@@ -8,9 +8,9 @@ from typing import List, Optional
 
 import typer
 
-from chorus.cliutil import fail as _fail
-from chorus.cliutil import parse_overrides as _overrides
-from chorus.cliutil import progress
+from core.cliutil import fail as _fail
+from core.cliutil import parse_overrides as _overrides
+from core.progress import progress
 
 roleplay_app = typer.Typer(no_args_is_help=True, add_completion=False,
                            help="DEBATE-style role-play groups: run both setups, evaluate against the humans.")
@@ -70,11 +70,12 @@ def run(config: str = typer.Argument(..., help="Roleplay config (a path or a shi
         no_plots: bool = typer.Option(False, "--no-plots", help="Skip the figures.")) -> None:
     """Run full dynamics and next-message prediction for every model; classify; evaluate."""
     from rich.console import Console
-    from chorus.config import ConfigError
-    from simulate.roleplay.config import RoleplayConfig, load
-    from simulate.roleplay.data import GroupFormatError
+
+    from core.config import ConfigError
     from serving.profiles import ModelError
     from serving.types import RequestError
+    from simulate.roleplay.config import RoleplayConfig, load
+    from simulate.roleplay.data import GroupFormatError
     from simulate.roleplay.experiment import run_roleplay
     try:
         cfg = load(config, RoleplayConfig, _overrides(set_))
@@ -90,7 +91,8 @@ def eval_(run_dir: Path = typer.Argument(..., help="A roleplay run directory."),
           no_plots: bool = typer.Option(False, "--no-plots", help="Skip the figures.")) -> None:
     """Recompute every metric, summary.json and the plots from a run directory's files."""
     from rich.console import Console
-    from chorus.config import ConfigError
+
+    from core.config import ConfigError
     from simulate.roleplay.experiment import report
     try:
         summary = report(run_dir, make_plots=not no_plots)
@@ -106,11 +108,12 @@ def train(config: str = typer.Argument(..., help="SFT config (a path or a shippe
     """Build the next-message SFT set, train with TRL (LoRA optional), save a loadable model folder;
     with ``compare:`` also run base vs SFT vs human."""
     from rich.console import Console
-    from chorus.config import ConfigError
+
+    from core.config import ConfigError
     from serving.profiles import ModelError
+    from serving.types import RequestError
     from simulate.roleplay.config import SftConfig, load
     from simulate.roleplay.data import GroupFormatError
-    from serving.types import RequestError
     from simulate.roleplay.sft import train_sft
     try:
         cfg = load(config, SftConfig, _overrides(set_), part="sft")

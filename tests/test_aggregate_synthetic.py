@@ -2,10 +2,21 @@
 import numpy as np
 import pytest
 
-from aggregate import (Adversary, CouncilSpec, OneCoinBDA, Plurality, Pool, generate_council,
-                       nested_cv, one_coin_posterior, permute_labels, sleeper_traces, truncate_traces)
+from aggregate import (
+    Adversary,
+    CouncilSpec,
+    OneCoinBDA,
+    Plurality,
+    Pool,
+    generate_council,
+    nested_cv,
+    one_coin_posterior,
+    permute_labels,
+    sleeper_traces,
+    truncate_traces,
+)
+from aggregate.moves import check_all
 from aggregate.posterior import reliabilities
-from aggregate.protocol import check_all
 
 
 def test_generated_traces_are_protocol_legal():

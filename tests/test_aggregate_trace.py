@@ -8,7 +8,7 @@ import pytest
 from aggregate import GENERAL, STRICT, Pool, Trace, extract_endorsements, load_traces
 from aggregate import trace_counts as counts
 from aggregate.errors import LabelError, ProtocolError, TraceError
-from aggregate.protocol import check_all
+from aggregate.moves import check_all
 from aggregate.trace import dump_traces, traces_sha256
 
 
@@ -137,7 +137,7 @@ def test_strict_round0_must_be_proposals():
 
 
 def test_max_rounds():
-    from aggregate.protocol import Protocol
+    from aggregate.moves import Protocol
 
     p = Protocol("r2", STRICT.forces, max_rounds=2)
     tr = Trace.from_dict(rec(r0("true", "false") + [{"agent": "A1", "round": 2, "force": "propose", "answer": "true"}]))
@@ -164,7 +164,7 @@ def test_general_algebra_all_five_forces():
     with pytest.raises(ProtocolError, match="move 7"):
         extract_endorsements(tr, "general")
     # skip mode drops it and counts it
-    from aggregate.protocol import ProtocolReport
+    from aggregate.moves import ProtocolReport
 
     rep = ProtocolReport()
     assert len(extract_endorsements(tr, "general", on_violation="skip", report=rep)) == 5

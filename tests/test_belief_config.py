@@ -4,7 +4,7 @@ import re
 import numpy as np
 import pytest
 
-from chorus.config import ConfigError, validate
+from core.config import ConfigError, validate
 from simulate.belief.config import CONFIGS_DIR, BeliefConfig, expand, load_belief_config
 from simulate.belief.experiment import plan, run_experiment
 from simulate.belief.topics import list_topics, load_topic, stance_bin

@@ -3,7 +3,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from chorus.config import ConfigError
+from core.config import ConfigError
 from simulate.belief import core
 from simulate.belief.analysis import analyse
 from simulate.belief.config import BeliefConfig, expand

@@ -3,9 +3,8 @@ aggregate/, adversary compliance, gold kept out of prompts, DF-QuAD, data and co
 from __future__ import annotations
 
 import json
-import math
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -14,9 +13,17 @@ from aggregate import STRICT
 from aggregate.trace import Trace, dump_traces, load_traces
 from simulate.council import prompts as pr
 from simulate.council.adversary import compliance
-from simulate.council.baselines import (argllms, dfquad_aggregate, dfquad_combine, dfquad_strength, moa, moa_lite,
-                                        n_attacked_samples, self_moa)
 from simulate.council.data import DataError, Task, load_tasks
+from simulate.council.llm_baselines import (
+    argllms,
+    dfquad_aggregate,
+    dfquad_combine,
+    dfquad_strength,
+    moa,
+    moa_lite,
+    n_attacked_samples,
+    self_moa,
+)
 from simulate.council.runner import Seat, make_councils, run_councils
 
 P = pr.load_prompts()
@@ -152,8 +159,8 @@ def test_lockstep_one_batch_per_profile_per_round():
 
 # -- traces through aggregate/ --------------------------------------------------------------------
 def test_trace_roundtrip_through_aggregate(tmp_path):
-    from aggregate.counts import Pool
     from aggregate.config import RunConfig
+    from aggregate.counts import Pool
     from aggregate.experiments import run_experiment
     from aggregate.results import read_results
 
@@ -316,7 +323,7 @@ def test_pubmedqa_balanced_and_mmlu_shipped_data():
 
 
 def test_config_errors_name_the_field():
-    from chorus.config import ConfigError
+    from core.config import ConfigError
     from simulate.council.config import load
     with pytest.raises(ConfigError, match="A9"):
         load("tiny", {"conditions": [{"name": "x", "adversaries": ["A9"]}]})

@@ -134,7 +134,7 @@ def test_clean_clone_builds_bench_and_council_claims(tmp_path):
     _clone_working_tree(clone)
     script = (
         "import simulate, json\n"
-        "from simulate.debate.bench import build_bench\n"
+        "from simulate.debate.questions import build_bench\n"
         "from simulate.council.data import load_tasks\n"
         "items, man = build_bench(seed=0)\n"
         "tasks, info = load_tasks('truthfulqa_claims', 24, balanced=True)\n"

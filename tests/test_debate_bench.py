@@ -1,11 +1,10 @@
 """Bench builder (the evaluation sets shipped with chorus) and loader validation; prompt isolation."""
 import json
-from pathlib import Path
 
 import pytest
 
-from simulate.debate.bench import BenchError, build_bench, load_bench, validate_item, write_bench
 from simulate.debate.prompts import load_prompts, turn_messages
+from simulate.debate.questions import BenchError, build_bench, load_bench, validate_item, write_bench
 
 GOOD = {"id": "q1", "domain": "knowledge", "subdomain": "x", "family": "f1", "question": "2+2?",
         "options": ["3", "4"], "reference": "B"}

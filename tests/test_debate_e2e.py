@@ -5,9 +5,10 @@ import json
 import numpy as np
 import pytest
 
-from simulate.debate.bench import validate_item, write_bench
-from simulate.debate.config import DebateConfig, InfluenceConfig
+from interventions.config import InfluenceConfig
+from simulate.debate.config import DebateConfig
 from simulate.debate.prompts import load_prompts, readout_prefill, turn_messages
+from simulate.debate.questions import validate_item, write_bench
 
 ITEMS = [
     {"id": "t1", "domain": "knowledge", "subdomain": "toy", "family": "fa", "question": "What is 2 + 2?",
@@ -58,8 +59,9 @@ def test_debate_and_reflection_end_to_end(debate_run, hf_engine):
 
 def test_readout_equals_manual_forward_pass(debate_run, hf_engine):
     import torch
+
     from interventions.readout import run_readouts
-    from simulate.debate.experiment import _load_items
+    from simulate.debate.experiment import load_items as _load_items
     run, _ = debate_run
     items = _load_items(run.path)
     turns = run.read_table("turns")
@@ -90,7 +92,7 @@ def test_readout_equals_manual_forward_pass(debate_run, hf_engine):
 
 
 def test_influence_ablate_and_cues_from_source_run(debate_run, hf_engine, tmp_path):
-    from simulate.debate.experiment import run_influence
+    from interventions.experiment import run_influence
     run, _ = debate_run
     cfg = InfluenceConfig(name="e2e", source_run=str(run.path), model={"backend": "hf"},
                           analysis={"n_boot": 30, "n_perm": 30}, interventions={"require_disagreement": False})

@@ -202,7 +202,7 @@ def test_bad_input_errors(tiny, tokenizer):
 
 # -- effect accounting (exact) ----------------------------------------------------------------------
 def test_share_removed_hand_computed():
-    from interventions.internals_experiment import summarize_knockout
+    from interventions.internals.experiment import summarize_knockout
     t = pd.DataFrame({"qid": ["q1", "q2", "q1", "q2"], "family": ["f1", "f2", "f1", "f2"],
                       "kind": ["all"] * 4, "layer": [-1] * 4, "queries": ["after", "after", "decision", "decision"],
                       "margin_full": [2.0, 4.0, 2.0, 4.0], "margin_no_message": [0.0, 0.0, 0.0, 0.0],
@@ -238,8 +238,8 @@ def test_embedded_plain_equals_engine_and_knockout_cuts(hf_engine):
 @pytest.fixture()
 def source_run(tmp_path):
     """A finished debate run directory with round-0 turns written by hand (no generation)."""
-    from chorus.runs import RunDir
-    from simulate.debate.bench import Item, write_bench
+    from core.runs import RunDir
+    from simulate.debate.questions import Item, write_bench
     qs = [("q-cap", "geo", "Which city is the capital of France?", ["Paris", "Rome"]),
           ("q-num", "math", "Which number is even?", ["7", "12"]),
           ("q-col", "colour", "Which colour is the sky on a clear day?", ["blue", "red"])]
@@ -261,7 +261,7 @@ def source_run(tmp_path):
 
 @pytest.mark.slow
 def test_cli_knockout_patch_probe_on_a_debate_run(hf_engine, source_run, tmp_path):
-    from interventions.internals_config import load
+    from interventions.internals.config import load
     from serving.store import CallStore
     cfg = load("internals_smoke", {"source_run": str(source_run), "knockout.layers": [0, 29],
                                    "patch.layers": [0, 29], "patch.max_pairs": 2, "probe.layers": [0, 29],
@@ -275,7 +275,7 @@ def test_cli_knockout_patch_probe_on_a_debate_run(hf_engine, source_run, tmp_pat
 
 
 def _check_runs(cfg, hf_engine, tmp_path):
-    from interventions.internals_experiment import report, run_internals
+    from interventions.internals.experiment import report, run_internals
     run, s = run_internals(cfg, "knockout", tmp_path / "ko", engine=hf_engine)
     t = pd.read_parquet(run.path / "tables" / "knockout.parquet")
     assert s["n_pairs"] == 3 and len(t) == 3 * (2 + 2 + 2)  # all x2 queries, single x2, cumulative x2
@@ -312,8 +312,8 @@ def test_shared_prefix_sweep_agrees_with_full_recompute(tiny, family):
 
 
 def test_config_errors_name_the_field():
-    from chorus.config import ConfigError
-    from interventions.internals_config import load
+    from core.config import ConfigError
+    from interventions.internals.config import load
     with pytest.raises(ConfigError, match="backend: hf"):
         load("internals_smoke", {"model.backend": "vllm"})
     with pytest.raises(ConfigError, match="knockout.queries"):

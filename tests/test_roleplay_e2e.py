@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import json
 
-import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
 from chorus.cli import app
 from simulate.roleplay.config import Analysis, ClassifierSpec, DataSpec, Generation, ModelSpec, RoleplayConfig
-from simulate.roleplay.data import FIXTURE, to_record, load_groups
+from simulate.roleplay.data import FIXTURE, load_groups, to_record
 
 runner = CliRunner()
 

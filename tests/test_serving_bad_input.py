@@ -5,8 +5,8 @@ import json
 import shutil
 
 import pytest
-
 from conftest import chats
+
 from serving import ContextLengthError, ModelError, RequestError, SchemaError, load_engine
 from serving.profiles import get_profile
 

@@ -5,7 +5,6 @@ import math
 
 import pytest
 import torch
-
 from conftest import chats
 
 MC = [[{"role": "user", "content": f"Question {i}: which option is correct? A) {a} B) {b}. Answer with the letter."}]

@@ -10,7 +10,6 @@ import time
 
 import httpx
 import pytest
-
 from conftest import EMBEDDED, HAVE_VLLM, ROOT, chats
 
 pytestmark = pytest.mark.skipif(not HAVE_VLLM, reason="vLLM is not installed")

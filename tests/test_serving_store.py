@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import EMBEDDED, ROOT, chats
+
 from serving import CallStore, StoreError
 from serving.engine import Engine
 

@@ -14,7 +14,8 @@ from serving.backends import Finished
 from serving.types import Sampling
 
 
-def _eos_ids(model: Any, tok: Any) -> list[int]:
+def eos_ids(model: Any, tok: Any) -> list[int]:
+    """Every id that ends a turn: the generation config's eos ids and the tokenizer's eos token."""
     ids: set[int] = set()
     e = getattr(model.generation_config, "eos_token_id", None)
     if isinstance(e, int):
@@ -49,7 +50,7 @@ class HFBackend:
             kw["attn_implementation"] = attn_implementation
         self.model = AutoModelForCausalLM.from_pretrained(path, **kw).to(self.device).eval()
         self.tokenizer = AutoTokenizer.from_pretrained(path)
-        self.eos_ids = _eos_ids(self.model, self.tokenizer)
+        self.eos_ids = eos_ids(self.model, self.tokenizer)
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eos_ids[0]
         cfg_len = getattr(self.model.config, "max_position_embeddings", None) or 4096
         self.max_model_len = min(max_model_len or cfg_len, cfg_len)

@@ -1,4 +1,4 @@
-"""Appraiser calibration by temperature scaling (seed App. B).
+"""Appraiser calibration by temperature scaling (belief-layer paper App. B).
 
 p_cal = sigmoid(logit(p) / tau); tau minimises the soft-label cross-entropy
 -[y log p + (1-y) log(1-p)] on an 80% split of the topic's labelled utterances; ECE and
@@ -16,8 +16,9 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from chorus.config import ConfigError
-from chorus.seeding import call_seed, rng
+from core.config import ConfigError
+from core.seeding import call_seed, rng
+from core.stats import ece as core_ece
 
 from .roles import APPRAISE, LLMAppraiser, temperature_scale
 from .topics import TOPICS_DIR, load_topic
@@ -35,17 +36,9 @@ def soft_cross_entropy(p, y) -> float:
 
 
 def ece(p, y, bins: int = 10) -> float:
-    """Expected calibration error with soft labels: sum_k n_k/n |mean p_k - mean y_k| over
-    equal-width bins of p."""
-    p = np.asarray(p, dtype=float)
-    y = np.asarray(y, dtype=float)
-    idx = np.clip((p * bins).astype(int), 0, bins - 1)
-    total = 0.0
-    for k in range(bins):
-        sel = idx == k
-        if sel.any():
-            total += sel.sum() * abs(p[sel].mean() - y[sel].mean())
-    return float(total / len(p)) if len(p) else float("nan")
+    """Expected calibration error with soft labels, sum_k n_k/n |mean p_k - mean y_k| over
+    equal-width bins of p (``core.stats.ece``)."""
+    return core_ece(p, y, bins, "width")
 
 
 TAU_BOUNDS = (0.05, 20.0)

@@ -13,18 +13,15 @@ import math
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from chorus.config import load_named, resolve_config, set_dotted, validate
+from core.config import Strict, load_named, resolve_config, set_dotted, validate
 
 CONFIGS_DIR = Path(__file__).resolve().parent.parent / "configs" / "belief"
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
-
-class Topology(_Strict):
+class Topology(Strict):
     kind: Literal["complete", "ring", "small_world", "scale_free", "edges"] = "complete"
     k: int = Field(4, ge=2, description="ring / small-world: neighbours per agent (even)")
     p: float = Field(0.1, ge=0.0, le=1.0, description="small-world rewiring probability")
@@ -39,7 +36,7 @@ class Topology(_Strict):
         return self
 
 
-class InitialBeliefs(_Strict):
+class InitialBeliefs(Strict):
     """How the initial stances b0 are drawn (per seed). ``spread``: evenly spaced on
     [low, high] plus uniform jitter, clipped to [0.05, 0.95]; ``uniform``: i.i.d. uniform on
     [low, high]; ``values``: given per agent."""
@@ -63,7 +60,7 @@ def _positive_kappa(v: float) -> float:
     return v
 
 
-class Population(_Strict):
+class Population(Strict):
     """Who is in the population.
 
     - ``degroot``: everyone pliable (``kappa``, default 0.1), b0 from ``b0``.
@@ -112,13 +109,13 @@ class Population(_Strict):
         return self
 
 
-class GeneratorCfg(_Strict):
+class GeneratorCfg(Strict):
     temperature: float = Field(0.9, ge=0.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     max_tokens: int = Field(60, ge=1)
 
 
-class AppraiserCfg(_Strict):
+class AppraiserCfg(Strict):
     temperature: float = Field(0.0, ge=0.0)
     max_tokens: int = Field(40, ge=1)
     max_retries: int = Field(2, ge=0, description="extra attempts after an invalid output")
@@ -127,7 +124,7 @@ class AppraiserCfg(_Strict):
                               "fit for this model and topic (chorus belief calibrate)")
 
 
-class ProbeCfg(_Strict):
+class ProbeCfg(Strict):
     enabled: bool = True
     temperature: float = Field(0.0, ge=0.0)
     max_tokens: int = Field(16, ge=1)
@@ -135,7 +132,7 @@ class ProbeCfg(_Strict):
     retry_temperature: float = Field(0.7, ge=0.0)
 
 
-class LLMCfg(_Strict):
+class LLMCfg(Strict):
     model: str = "smollm2-135m-instruct"
     backend: Literal["auto", "hf", "vllm", "openai"] = "auto"
     dtype: Literal["float32", "bfloat16", "float16"] | None = Field(None, description="null = the engine's "
@@ -145,7 +142,7 @@ class LLMCfg(_Strict):
     probe: ProbeCfg = ProbeCfg()
 
 
-class AnalysisCfg(_Strict):
+class AnalysisCfg(Strict):
     kappa_filter: float = Field(0.05, ge=0.0, description="drop events with |s-b| <= this")
     persist_threshold: float = Field(1e-3, ge=0.0, description="FJ persists if the final "
                                      "cross-agent variance exceeds this")
@@ -154,7 +151,7 @@ class AnalysisCfg(_Strict):
                                  "the dose-response exceeds this multiple of the median slope")
 
 
-class BeliefConfig(_Strict):
+class BeliefConfig(Strict):
     name: str = "belief"
     mode: Literal["oracle", "llm"] = "oracle"
     seed: int = Field(0, ge=0, description="root seed: spawns every generator and model seed")
@@ -234,7 +231,7 @@ def load_belief_config(path: str | Path, overrides: dict[str, Any] | None = None
     return load_named(path, BeliefConfig, CONFIGS_DIR, overrides)
 
 
-class Condition(BaseModel):
+class Condition(Strict):
     index: int
     label: str
     overrides: dict[str, Any]

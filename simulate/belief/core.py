@@ -1,4 +1,4 @@
-"""Belief math of the Bayesian Chronicle Agents (seed Eq. 1-3, App. E), in plain numpy.
+"""Belief math of the Bayesian Chronicle Agents (belief-layer paper Eq. 1-3, App. E), in plain numpy.
 
 Everything here broadcasts over arrays (agents, runs, events) and imports no model code.
 Names follow the seed: kappa (prior strength), gamma (forgetting), w (evidence weight),
@@ -30,7 +30,7 @@ def check_kappa(kappa) -> None:
 
 
 def step(alpha, beta, alpha0, beta0, e, gamma=0.7, w=1.0):
-    """One update (seed Eq. 1): returns the new ``(alpha, beta)``.
+    """One update (belief-layer paper Eq. 1): returns the new ``(alpha, beta)``.
 
     ``alpha <- alpha0 + gamma*(alpha - alpha0) + w*e``;
     ``beta  <- beta0  + gamma*(beta  - beta0)  + w*(1 - e)``.
@@ -165,7 +165,7 @@ def committed_minority_meanfield(f, b_free0, kappa, steps, gamma=0.7, w=1.0, com
 
 
 def kappa_hat(b, b_next, s, b0, m, gamma=0.7, w=1.0):
-    """Per-event kappa estimator (seed Eq. 3), no filtering inside:
+    """Per-event kappa estimator (belief-layer paper Eq. 3), no filtering inside:
 
     kappa_hat = (w(s-b) - (b'-b)(gamma m + w)) / ((b'-b) - (1-gamma)(b0-b)).
 

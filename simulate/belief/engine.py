@@ -19,13 +19,12 @@ from typing import Callable, Sequence
 import networkx as nx
 import numpy as np
 
-from chorus.config import ConfigError
-from chorus.seeding import rng
+from core.config import ConfigError
+from core.seeding import rng
 
 from . import core
 from .config import BeliefConfig
-from .roles import (Appraiser, Generator, OracleAppraiser, OracleGenerator, OracleProbe, Probe,
-                    ProbeRound, RunKey, Turn)
+from .roles import Appraiser, Generator, OracleAppraiser, OracleGenerator, OracleProbe, Probe, ProbeRound, RunKey, Turn
 from .topics import Topic, load_topic
 
 STREAM_INIT, STREAM_GRAPH, STREAM_ORDER = 11, 12, 13

@@ -2,7 +2,6 @@
 (tables, summary, plots). ``report`` recomputes summary and plots from a run directory alone."""
 from __future__ import annotations
 
-import datetime as _dt
 import hashlib
 import time
 from pathlib import Path
@@ -10,8 +9,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from chorus.config import ConfigError, load_config
-from chorus.runs import RunDir
+from core.config import ConfigError, load_config
+from core.runs import RunDir, run_dir_path
 
 from . import analysis, plots
 from .calibration import fit_path, load_fit
@@ -66,8 +65,7 @@ def resolve_taus(cfg: BeliefConfig, conditions: list[Condition]) -> dict[str, di
 
 
 def default_out(cfg: BeliefConfig) -> Path:
-    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return Path("runs") / "belief" / f"{cfg.name}-{stamp}"
+    return run_dir_path(None, "belief", cfg.name)
 
 
 def run_experiment(cfg: BeliefConfig, out: str | Path | None = None, *, sweep: bool = False,

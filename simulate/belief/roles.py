@@ -6,7 +6,7 @@
 
 Every call is one batch across the runs advancing in lockstep; every request carries its own
 seed, derived from (root seed, run seed, round, turn or agent, role, attempt) with
-``chorus.seeding.call_seed``, so a run's results do not depend on what it was batched with.
+``core.seeding.call_seed``, so a run's results do not depend on what it was batched with.
 
 Oracle implementations (e = s, probe = b) make no model calls; LLM implementations talk to a
 ``serving`` engine (``load_engine``) through ``chat`` only.
@@ -20,7 +20,7 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from chorus.seeding import call_seed
+from core.seeding import call_seed
 
 from .topics import Topic
 

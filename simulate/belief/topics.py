@@ -8,9 +8,9 @@ from pathlib import Path
 
 import numpy as np
 import yaml
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import field_validator
 
-from chorus.config import ConfigError, validate
+from core.config import ConfigError, Strict, validate
 
 TOPICS_DIR = Path(__file__).resolve().parent.parent / "topics"
 
@@ -21,7 +21,7 @@ _LOWER2 = (0.65, 0.75, 0.90)         # b >= x opens bins 6..8
 
 
 def stance_bin(b) -> np.ndarray:
-    """Index 0..8 of the stance phrase for credence ``b`` (the spec's nine bins, exact edges)."""
+    """Index 0..8 of the stance phrase for credence ``b`` (nine bins, exact edges)."""
     b = np.asarray(b, dtype=float)
     idx = np.zeros(b.shape, dtype=int)
     for x in _LOWER:
@@ -33,21 +33,18 @@ def stance_bin(b) -> np.ndarray:
     return idx
 
 
-class Prompt(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class Prompt(Strict):
     system: str
     user: str
 
 
-class Prompts(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class Prompts(Strict):
     generator: Prompt
     appraiser: Prompt
     probe: Prompt
 
 
-class Topic(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class Topic(Strict):
     id: str
     version: int = 1
     title: str

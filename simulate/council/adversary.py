@@ -1,4 +1,4 @@
-"""The stealth adversary's compliance, measured from traces alone (seed F.2).
+"""The stealth adversary's compliance, measured from traces alone (BDA paper §F.2).
 
 The role itself is a prompt (``prompts/council_v1.yaml: adversary``) prepended to a persistent
 seat's system text, so the adversary sees everything a genuine member sees. Compliance:

@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from chorus.config import load_named, resolve_config
+from core.config import Strict, load_named, resolve_config
 
 CONFIGS_DIR = Path(__file__).resolve().parents[1] / "configs" / "council"
 BASELINES = ("moa", "moa_lite", "self_moa", "argllms")
@@ -18,11 +18,8 @@ DEFAULT_AGG_METHODS = ["plurality", "verbalized", "best_member", "stacker", "gat
                        "bda_shared", "bda_per_agent", "bda_tempered", "bda_confusion"]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
-
-class DataSpec(_Strict):
+class DataSpec(Strict):
     dataset: Literal["truthfulqa_claims", "strategyqa", "boolq", "pubmedqa", "mmlu",
                      "truthfulclaim", "strategyclaim", "medclaim"] = Field(
         description="shipped: truthfulqa_claims, strategyqa, boolq, pubmedqa, mmlu; optional (ArgLLMs, supplied "
@@ -33,18 +30,18 @@ class DataSpec(_Strict):
     max_context_chars: int = Field(1500, ge=100)
 
 
-class SeatSpec(_Strict):
+class SeatSpec(Strict):
     profile: str = "smollm2-135m-instruct"
     persona: str = "analyst"
 
 
-class ConditionSpec(_Strict):
+class ConditionSpec(Strict):
     """A council condition: ``adversaries`` names the persistent stealth seats (A1..AI)."""
     name: str
     adversaries: list[str] = Field(default_factory=list)
 
 
-class Generation(_Strict):
+class Generation(Strict):
     temperature: float = Field(0.7, ge=0.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     max_chars: int = Field(160, ge=20, description="maxLength of free-text fields")
@@ -52,14 +49,14 @@ class Generation(_Strict):
     max_retries: int = Field(2, ge=0, description="re-asks of an illegal move before it becomes an abstention")
 
 
-class ModelsSpec(_Strict):
+class ModelsSpec(Strict):
     backend: Literal["auto", "hf", "vllm", "openai"] = "hf"
     dtype: Optional[Literal["float32", "bfloat16", "float16"]] = None
     options: dict[str, Any] = Field(default_factory=dict, description="backend options (batch_size, ...)")
     store: Optional[str] = Field(None, description="call store (default RUN/calls.sqlite)")
 
 
-class BaselineSpec(_Strict):
+class BaselineSpec(Strict):
     methods: list[Literal["moa", "moa_lite", "self_moa", "argllms"]] = Field(default_factory=lambda: list(BASELINES))
     synthesizer: str = Field("smollm2-135m-instruct", description="MoA-family synthesizer and ArgLLMs evaluator")
     self_moa_profile: Optional[str] = Field(None, description="Self-MoA's single proposer (default seat A1's)")
@@ -69,7 +66,7 @@ class BaselineSpec(_Strict):
     fair_attack: bool = True
 
 
-class AggregateSpec(_Strict):
+class AggregateSpec(Strict):
     methods: list[str] = Field(default_factory=lambda: list(DEFAULT_AGG_METHODS))
     outer_folds: int = Field(5, ge=2)
     inner_folds: int = Field(5, ge=2)
@@ -78,7 +75,7 @@ class AggregateSpec(_Strict):
                                                               "its 5 recalibration folds need >= 5 tasks per class)")
 
 
-class CouncilConfig(_Strict):
+class CouncilConfig(Strict):
     name: str = "council"
     seed: int = Field(0, ge=0)
     gen_seeds: list[int] = Field(default_factory=lambda: [0], min_length=1, description="generation seeds (repeats)")

@@ -75,7 +75,7 @@ def load_tasks(dataset: str, n: int | None, *, seed: int = 0, data_dir: str | Pa
                max_context_chars: int = 1500) -> tuple[list[Task], dict[str, Any]]:
     """Load ``dataset`` and draw ``n`` tasks (all when None) with a seeded order.
     ``balanced`` (default: on for PubMedQA) draws an equal number per gold class."""
-    from chorus.seeding import rng
+    from core.seeding import rng
 
     if dataset not in DATASETS:
         raise DataError(f"unknown dataset {dataset!r} (expected one of {', '.join(DATASETS)})")

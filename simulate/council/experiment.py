@@ -14,25 +14,19 @@ Run directory::
 """
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import math
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pandas as pd
 
-from chorus.config import ConfigError
-from chorus.runs import RunDir, write_json
+from core.config import ConfigError
+from core.progress import Progress
+from core.runs import RunDir, run_dir_path, write_json
 from simulate.council.config import CouncilConfig
-
-Progress = Callable[[int, int], None]
-
-
-def _out_dir(out: Path | None, name: str) -> Path:
-    return Path(out) if out else Path("runs") / "council" / f"{name}-{_dt.datetime.now():%Y%m%d-%H%M%S}"
 
 
 def load_engines(cfg: CouncilConfig, store) -> dict[str, Any]:
@@ -79,7 +73,7 @@ def run_council_experiment(cfg: CouncilConfig, out: Path | None = None, *, progr
                            engines: dict[str, Any] | None = None, make_plots: bool = True,
                            aggregate: bool = True) -> tuple[RunDir, dict[str, Any]]:
     from aggregate.trace import Trace, dump_traces
-    from simulate.council.baselines import run_baselines
+    from simulate.council.llm_baselines import run_baselines
     from simulate.council.prompts import load_prompts
     from simulate.council.runner import Seat, make_councils, run_councils
 
@@ -89,7 +83,7 @@ def run_council_experiment(cfg: CouncilConfig, out: Path | None = None, *, progr
         if s.persona not in P["personas"]:
             raise ConfigError(f"seats: persona {s.persona!r} is not defined in prompts {cfg.prompts!r} "
                               f"({', '.join(P['personas'])})")
-    run = RunDir.create(_out_dir(out, cfg.name), part="council", config=cfg,
+    run = RunDir.create(run_dir_path(out, "council", cfg.name), part="council", config=cfg,
                         seeds={"root": cfg.seed, "generation": cfg.gen_seeds}, command="council run",
                         prompts={"name": P["_name"], "sha256": P["_sha256"]},
                         data={d: info for d, _, info in data})
@@ -167,9 +161,9 @@ def _council_costs(turns: pd.DataFrame) -> pd.DataFrame:
 def report(run_dir: str | Path, *, make_plots: bool = True, aggregate: bool = True) -> dict[str, Any]:
     """Recompute every table, summary.json and the plots from RUN's stored files alone."""
     from aggregate.trace import load_traces
-    from chorus.config import load_config
+    from core.config import load_config
     from simulate.council.adversary import compliance
-    from simulate.council.baselines import baseline_metrics
+    from simulate.council.llm_baselines import baseline_metrics
 
     run = RunDir(run_dir)
     if not (run.path / "tables" / "turns.parquet").is_file():

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-from chorus.config import load_prompt_file
+from core.config import load_prompt_file
 from simulate.council.data import Task
 
 PROMPTS_DIR = Path(__file__).resolve().parent / "prompts"
@@ -31,7 +31,9 @@ def _clip(text: str, n: int = 120) -> str:
     return text if len(text) <= n else text[: n - 3] + "..."
 
 
-def question_block(pub: dict[str, Any], P: dict) -> str:
+def task_text(pub: dict[str, Any], P: dict) -> str:
+    """A council task as the seats read it: its data set's template (multiple choice, PubMedQA,
+    a TruthfulQA claim, yes/no, binary). The debate's ``question_block`` renders its own items."""
     if pub["options"] is not None:
         opts = "\n".join(P["option"].format(label=c, text=t) for c, t in zip(pub["candidates"], pub["options"]))
         return P["question"]["mc"].format(question=pub["question"], options=opts)
@@ -49,7 +51,7 @@ def candidates_text(pub: dict[str, Any]) -> str:
 
 
 def adversary_preamble(task: Task, P: dict) -> str:
-    """The stealth role (seed F.2); it names the correct answer, so it is only ever prepended to an
+    """The stealth role (BDA paper §F.2); it names the correct answer, so it is only ever prepended to an
     adversarial seat's own system prompt (or to a baseline's generation under the fair attack)."""
     return P["adversary"].format(correct=task.candidate_text(task.gold))
 
@@ -62,7 +64,7 @@ def system_text(persona: str, P: dict, adversary: str | None = None) -> str:
 
 
 def round0_messages(pub: dict[str, Any], system: str, P: dict) -> list[dict[str, str]]:
-    user = P["round0"].format(question_block=question_block(pub, P), candidates=candidates_text(pub),
+    user = P["round0"].format(question_block=task_text(pub, P), candidates=candidates_text(pub),
                               rubric=P["rubric"])
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
@@ -84,7 +86,7 @@ def transcript_text(entries: Sequence[dict[str, Any]], P: dict) -> str:
 def move_messages(pub: dict[str, Any], system: str, me: str, entries: Sequence[dict[str, Any]],
                   positions: dict[str, str | None], P: dict, retry_reason: str | None = None) -> list[dict[str, str]]:
     pos = ", ".join(f"{a}: {p if p is not None else 'none'}" for a, p in positions.items())
-    user = P["move"].format(question_block=question_block(pub, P), candidates=candidates_text(pub),
+    user = P["move"].format(question_block=task_text(pub, P), candidates=candidates_text(pub),
                             transcript=transcript_text(entries, P), positions=pos, me=me)
     if retry_reason:
         user += "\n" + P["retry"].format(reason=retry_reason)
@@ -115,13 +117,13 @@ def responses_text(responses: Sequence[tuple[str, str]], P: dict) -> str:
 
 
 def moa_layer_messages(pub, system: str, responses, P: dict) -> list[dict[str, str]]:
-    user = P["moa_layer"].format(question_block=question_block(pub, P), candidates=candidates_text(pub),
+    user = P["moa_layer"].format(question_block=task_text(pub, P), candidates=candidates_text(pub),
                                  responses=responses_text(responses, P), rubric=P["rubric"])
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
 def moa_synth_messages(pub, responses, P: dict) -> list[dict[str, str]]:
-    user = P["moa_synth"].format(question_block=question_block(pub, P), candidates=candidates_text(pub),
+    user = P["moa_synth"].format(question_block=task_text(pub, P), candidates=candidates_text(pub),
                                  responses=responses_text(responses, P), rubric=P["rubric"])
     return [{"role": "user", "content": user}]
 
@@ -137,7 +139,7 @@ def arg_statement(pub, candidate: str, P: dict) -> str:
 def arg_generate_messages(pub, statement: str, side: str, P: dict, strength: str | None = None) -> list[dict[str, str]]:
     """``strength``: None (the clean generator) or 'strong' / 'weak' (the fair attack's generator)."""
     side_text = P["arg_side"][side]
-    user = P["arg_generate"].format(question_block=question_block(pub, P), statement=statement, side=side_text)
+    user = P["arg_generate"].format(question_block=task_text(pub, P), statement=statement, side=side_text)
     if strength is not None:
         last = P["arg_fair_attack"][strength].format(side=side_text)
         user = user.rsplit("\n", 1)[0] + "\n" + last
@@ -145,6 +147,6 @@ def arg_generate_messages(pub, statement: str, side: str, P: dict, strength: str
 
 
 def arg_evaluate_messages(pub, statement: str, side: str, argument: str, P: dict) -> list[dict[str, str]]:
-    user = P["arg_evaluate"].format(question_block=question_block(pub, P), statement=statement,
+    user = P["arg_evaluate"].format(question_block=task_text(pub, P), statement=statement,
                                     side=P["arg_side"][side], argument=_clip(argument, 400))
     return [{"role": "user", "content": user}]

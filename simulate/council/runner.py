@@ -19,15 +19,14 @@ import hashlib
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from aggregate import STRICT
 from aggregate.errors import TraceError
 from aggregate.trace import Trace
+from core.progress import Progress
 from simulate.council import prompts as pr
 from simulate.council.data import Task
-
-Progress = Callable[[int, int], None]  # update(total, k): k == 0 sets the total, k > 0 advances
 
 
 @dataclass(frozen=True)
@@ -66,7 +65,7 @@ def task_key(task_id: str) -> int:
 
 
 def seat_seed(root: int, c: Council, seat_index: int, rnd: int, attempt: int) -> int:
-    from chorus.seeding import call_seed
+    from core.seeding import call_seed
     return call_seed(root, c.gen_seed, task_key(c.task.task_id), seat_index, rnd, attempt)
 
 
@@ -171,104 +170,164 @@ def _reason_key(reason: str) -> str:
     return reason.split(":")[0]
 
 
+@dataclass(frozen=True)
+class _Ask:
+    """What every request of a run shares: engines, prompts, seeding and generation settings."""
+
+    engines: Mapping[str, Any]
+    agents: list[str]
+    P: dict
+    root_seed: int
+    temperature: float
+    top_p: float
+    max_tokens: int
+    max_chars: int
+
+
+@dataclass
+class _Turn:
+    """One seat of one council in the round under way (replaces parallel dicts keyed by both)."""
+
+    council: Council
+    seat: Seat
+    seat_index: int
+    move: dict[str, Any] | None = None  # accepted, or the abstention once out of retries
+    last_reason: str | None = None  # shown to the seat when it is asked again
+
+
+def _open_round(councils: Sequence[Council], seats: Sequence[Seat], rnd: int, stats: RunStats,
+                progress: Progress | None) -> list[_Turn]:
+    """The turns to ask this round, in council then seat order; seats that cannot move abstain now."""
+    turns: list[_Turn] = []
+    for c in councils:
+        for si, s in enumerate(seats):
+            if rnd == 0 or s.agent in c.last_endorse:
+                turns.append(_Turn(c, s, si))
+            else:  # no accepted round-0 proposal: STRICT would reject every later move
+                _apply(c, {"agent": s.agent, "round": rnd, "force": "abstain",
+                           "abstain_reason": "no round-0 proposal"})
+                stats.abstentions["no round-0 proposal"] += 1
+                if progress:
+                    progress(0, 1)
+    return turns
+
+
+def _conversation(t: _Turn, rnd: int, ask: _Ask) -> list[dict[str, str]]:
+    c, s = t.council, t.seat
+    system = system_for(c, s, ask.P)
+    pub = c.task.public()
+    if rnd == 0:
+        return pr.round0_messages(pub, system, ask.P)
+    pos = {a: c.position.get(a) for a in ask.agents}
+    return pr.move_messages(pub, system, s.agent, c.entries, pos, ask.P, retry_reason=t.last_reason)
+
+
+def _ask_batch(batch: list[_Turn], profile: str, cands: tuple[str, ...], rnd: int, attempt: int, ask: _Ask,
+               stats: RunStats) -> list[Any]:
+    """One ``chat`` call for the turns sharing a profile and candidate set; records the batch."""
+    convs, seeds = [], []
+    for t in batch:
+        convs.append(_conversation(t, rnd, ask))
+        seeds.append(seat_seed(ask.root_seed, t.council, t.seat_index, rnd, attempt))
+    schema = (pr.envelope_schema(cands, ask.max_chars) if rnd == 0
+              else pr.move_schema(cands, ask.agents, ask.max_chars))
+    t0 = time.perf_counter()
+    outs = ask.engines[profile].chat(convs, temperature=ask.temperature, top_p=ask.top_p,
+                                     max_tokens=ask.max_tokens, seed=seeds, json_schema=schema)
+    wall = time.perf_counter() - t0
+    stats.batches.append({"round": rnd, "attempt": attempt, "profile": profile, "n": len(convs),
+                          "n_cached": int(sum(bool(getattr(o, "cached", False)) for o in outs)),
+                          "wall_s": wall, "new_tokens": int(sum(o.completion_tokens or 0 for o in outs)),
+                          "computed_new_tokens": int(sum(o.completion_tokens or 0 for o in outs
+                                                         if not getattr(o, "cached", False)))})
+    return outs
+
+
+def _judge(out: Any, c: Council, agent: str, rnd: int) -> tuple[dict | None, str | None]:
+    """A reply -> (move, None) when parsed and accepted by ``STRICT``, else (move or None, reason)."""
+    if rnd == 0:
+        env, reason = parse_envelope(out, c.task)
+        move = None
+        if env is not None:
+            move = {"agent": agent, "round": 0, "force": "propose", "answer": env["answer"],
+                    "confidence": pr.rubric_probability(env["confidence"], c.task.K),
+                    "text": str(env.get("reasoning") or ""), "evidence": str(env.get("evidence") or ""),
+                    "rubric": env["confidence"]}
+    else:
+        move, reason = build_move(out, c, agent, rnd)
+    if move is not None:
+        reason = check_move(c, move)
+    return move, reason
+
+
+def _turn_record(t: _Turn, rnd: int, attempt: int, out: Any, move: dict | None, reason: str | None
+                 ) -> dict[str, Any]:
+    c, s = t.council, t.seat
+    return {"trace_id": c.trace_id, "task_id": c.task.task_id, "dataset": c.task.dataset,
+            "condition": c.condition, "gen_seed": c.gen_seed, "agent": s.agent,
+            "profile": s.profile, "adversary": s.agent in c.adversaries, "round": rnd,
+            "attempt": attempt, "text": out.text, "conformed": bool(out.conformed),
+            "legal": reason is None, "reason": reason,
+            "force": None if move is None else move["force"],
+            "answer": None if move is None else move.get("answer"),
+            "prompt_tokens": int(out.prompt_tokens or 0),
+            "completion_tokens": int(out.completion_tokens or 0),
+            "cached": bool(getattr(out, "cached", False)),
+            "finish_reason": getattr(out, "finish_reason", None)}
+
+
+def _attempt(pending: list[_Turn], rnd: int, attempt: int, ask: _Ask, stats: RunStats,
+             progress: Progress | None) -> list[_Turn]:
+    """Ask every pending turn once (batched per profile and candidate set); returns those to retry."""
+    groups: dict[tuple[str, tuple[str, ...]], list[_Turn]] = {}
+    for t in pending:
+        groups.setdefault((t.seat.profile, t.council.task.candidates), []).append(t)
+    retry: list[_Turn] = []
+    for (profile, cands), batch in groups.items():
+        outs = _ask_batch(batch, profile, cands, rnd, attempt, ask, stats)
+        for t, out in zip(batch, outs):
+            move, reason = _judge(out, t.council, t.seat.agent, rnd)
+            stats.turns.append(_turn_record(t, rnd, attempt, out, move, reason))
+            if reason is None:
+                move["attempts"] = attempt + 1
+                t.move = move
+                if progress:
+                    progress(0, 1)
+            else:
+                stats.illegal[_reason_key(reason)] += 1
+                t.last_reason = reason
+                retry.append(t)
+    return retry
+
+
+def _abstain(t: _Turn, rnd: int, max_retries: int, stats: RunStats, progress: Progress | None) -> None:
+    """Out of retries: an abstention, with the last reason."""
+    t.move = {"agent": t.seat.agent, "round": rnd, "force": "abstain",
+              "abstain_reason": t.last_reason, "attempts": max_retries + 1}
+    stats.abstentions[_reason_key(t.last_reason)] += 1
+    if progress:
+        progress(0, 1)
+
+
 def run_councils(councils: Sequence[Council], seats: Sequence[Seat], engines: Mapping[str, Any], *,
                  rounds: int, P: dict, root_seed: int = 0, temperature: float = 0.7, top_p: float = 1.0,
                  max_tokens: int = 160, max_chars: int = 160, max_retries: int = 2,
                  progress: Progress | None = None) -> RunStats:
     """Deliberate every council for ``rounds`` rounds in lockstep; moves land in ``council.moves``."""
     stats = RunStats()
-    agents = [s.agent for s in seats]
+    ask = _Ask(engines, [s.agent for s in seats], P, root_seed, temperature, top_p, max_tokens, max_chars)
     if progress:
         progress(len(councils) * len(seats) * rounds, 0)
     for rnd in range(rounds):
-        pending: list[tuple[int, int]] = []  # (council index, seat index)
-        for ci, c in enumerate(councils):
-            for si, s in enumerate(seats):
-                if rnd == 0 or s.agent in c.last_endorse:
-                    pending.append((ci, si))
-                else:  # no accepted round-0 proposal: STRICT would reject every later move
-                    _apply(c, {"agent": s.agent, "round": rnd, "force": "abstain",
-                               "abstain_reason": "no round-0 proposal"})
-                    stats.abstentions["no round-0 proposal"] += 1
-                    if progress:
-                        progress(0, 1)
-        accepted: dict[tuple[int, int], dict] = {}
-        last_reason: dict[tuple[int, int], str] = {}
+        turns = _open_round(councils, seats, rnd, stats, progress)
+        pending = turns
         for attempt in range(max_retries + 1):
             if not pending:
                 break
-            groups: dict[tuple[str, tuple[str, ...]], list[tuple[int, int]]] = {}
-            for ci, si in pending:
-                groups.setdefault((seats[si].profile, councils[ci].task.candidates), []).append((ci, si))
-            retry: list[tuple[int, int]] = []
-            for (profile, cands), reqs in groups.items():
-                convs, seeds = [], []
-                for ci, si in reqs:
-                    c, s = councils[ci], seats[si]
-                    system = system_for(c, s, P)
-                    pub = c.task.public()
-                    if rnd == 0:
-                        convs.append(pr.round0_messages(pub, system, P))
-                    else:
-                        pos = {a: c.position.get(a) for a in agents}
-                        convs.append(pr.move_messages(pub, system, s.agent, c.entries, pos, P,
-                                                      retry_reason=last_reason.get((ci, si))))
-                    seeds.append(seat_seed(root_seed, c, si, rnd, attempt))
-                schema = pr.envelope_schema(cands, max_chars) if rnd == 0 else pr.move_schema(cands, agents, max_chars)
-                t0 = time.perf_counter()
-                outs = engines[profile].chat(convs, temperature=temperature, top_p=top_p, max_tokens=max_tokens,
-                                             seed=seeds, json_schema=schema)
-                wall = time.perf_counter() - t0
-                stats.batches.append({"round": rnd, "attempt": attempt, "profile": profile, "n": len(convs),
-                                      "n_cached": int(sum(bool(getattr(o, "cached", False)) for o in outs)),
-                                      "wall_s": wall, "new_tokens": int(sum(o.completion_tokens or 0 for o in outs)),
-                                      "computed_new_tokens": int(sum(o.completion_tokens or 0 for o in outs
-                                                                     if not getattr(o, "cached", False)))})
-                for (ci, si), out in zip(reqs, outs):
-                    c, s = councils[ci], seats[si]
-                    if rnd == 0:
-                        env, reason = parse_envelope(out, c.task)
-                        move = None
-                        if env is not None:
-                            move = {"agent": s.agent, "round": 0, "force": "propose", "answer": env["answer"],
-                                    "confidence": pr.rubric_probability(env["confidence"], c.task.K),
-                                    "text": str(env.get("reasoning") or ""), "evidence": str(env.get("evidence") or ""),
-                                    "rubric": env["confidence"]}
-                    else:
-                        move, reason = build_move(out, c, s.agent, rnd)
-                    if move is not None:
-                        reason = check_move(c, move)
-                    stats.turns.append({"trace_id": c.trace_id, "task_id": c.task.task_id, "dataset": c.task.dataset,
-                                        "condition": c.condition, "gen_seed": c.gen_seed, "agent": s.agent,
-                                        "profile": s.profile, "adversary": s.agent in c.adversaries, "round": rnd,
-                                        "attempt": attempt, "text": out.text, "conformed": bool(out.conformed),
-                                        "legal": reason is None, "reason": reason,
-                                        "force": None if move is None else move["force"],
-                                        "answer": None if move is None else move.get("answer"),
-                                        "prompt_tokens": int(out.prompt_tokens or 0),
-                                        "completion_tokens": int(out.completion_tokens or 0),
-                                        "cached": bool(getattr(out, "cached", False)),
-                                        "finish_reason": getattr(out, "finish_reason", None)})
-                    if reason is None:
-                        move["attempts"] = attempt + 1
-                        accepted[(ci, si)] = move
-                        if progress:
-                            progress(0, 1)
-                    else:
-                        stats.illegal[_reason_key(reason)] += 1
-                        last_reason[(ci, si)] = reason
-                        retry.append((ci, si))
-            pending = retry
-        for key in pending:  # out of retries: an abstention, with the last reason
-            ci, si = key
-            accepted[key] = {"agent": seats[si].agent, "round": rnd, "force": "abstain",
-                             "abstain_reason": last_reason[key], "attempts": max_retries + 1}
-            stats.abstentions[_reason_key(last_reason[key])] += 1
-            if progress:
-                progress(0, 1)
+            pending = _attempt(pending, rnd, attempt, ask, stats, progress)
+        for t in pending:
+            _abstain(t, rnd, max_retries, stats, progress)
         # simultaneous moves: everyone saw the same earlier rounds; append in seat order
-        for ci, c in enumerate(councils):
-            for si in range(len(seats)):
-                if (ci, si) in accepted:
-                    _apply(c, accepted[(ci, si)])
+        for t in turns:
+            _apply(t.council, t.move)
     return stats

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from chorus.config import ConfigError
+from core.config import ConfigError
+from core.jsonl import iter_jsonl
 
 SHIPPED = Path(__file__).resolve().parent
 ENV = "CHORUS_DATA"
@@ -148,17 +149,7 @@ def _rel(root: Path, f: Path) -> str:
 
 
 def _read_jsonl(path: Path) -> list[tuple[int, Any]]:
-    """(line number, object) per non-empty line; a bad line is an error naming file and line."""
-    rows = []
-    with path.open(encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                rows.append((n, json.loads(line)))
-            except json.JSONDecodeError as err:
-                raise DataError(f"{path} line {n}: not valid JSON ({err.msg})") from None
-    return rows
+    return list(iter_jsonl(path, error=DataError))
 
 
 def _read_json(path: Path) -> Any:

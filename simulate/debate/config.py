@@ -1,23 +1,21 @@
-"""Typed configs for ``chorus debate`` and ``chorus influence``. Defaults follow the spec
-(I = 3 agents, R = 3 rounds, up to 2,048 new tokens); every field is validated before any
-model call, and an invalid one fails naming the field and the value."""
+"""Typed configs for ``chorus debate`` (``interventions.config`` extends them for ``chorus
+influence``). Defaults follow the peer-influence paper (I = 3 agents, R = 3 rounds, up to 2,048
+new tokens); every field is validated before any model call, and an invalid one fails naming
+the field and the value."""
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
-from chorus.config import load_named, resolve_config
+from core.config import Strict, load_named, resolve_config
 
 CONFIGS_DIR = Path(__file__).resolve().parents[1] / "configs" / "debate"
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
-
-class BenchSpec(_Strict):
+class BenchSpec(Strict):
     """Either a bench file (``path``) or a build from ``data_dir`` (default: the sets shipped with chorus)."""
     path: Optional[str] = None
     data_dir: Optional[str] = None
@@ -28,7 +26,7 @@ class BenchSpec(_Strict):
     domains: Optional[list[str]] = None
 
 
-class ModelSpec(_Strict):
+class ModelSpec(Strict):
     profile: str = "smollm2-135m-instruct"
     backend: Literal["auto", "hf", "vllm", "openai"] = "auto"
     dtype: Optional[Literal["float32", "bfloat16", "float16"]] = None
@@ -36,20 +34,20 @@ class ModelSpec(_Strict):
     store: Optional[str] = Field(None, description="call store path (default RUN/calls.sqlite); share one to reuse calls")
 
 
-class Generation(_Strict):
+class Generation(Strict):
     temperature: float = Field(0.7, ge=0.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     max_tokens: int = Field(2048, ge=1)
 
 
-class Analysis(_Strict):
+class Analysis(Strict):
     n_boot: int = Field(2000, ge=0)
     n_perm: int = Field(2000, ge=0)
     ci: float = Field(0.95, gt=0.0, lt=1.0)
     fdr_q: float = Field(0.05, gt=0.0, lt=1.0)
 
 
-class DebateConfig(_Strict):
+class DebateConfig(Strict):
     name: str = "debate"
     seed: int = Field(0, ge=0)
     bench: BenchSpec = BenchSpec()
@@ -67,32 +65,6 @@ class DebateConfig(_Strict):
         if not v or len(set(v)) != len(v):
             raise ValueError(f"conditions must be a non-empty list without repeats, got {v}")
         return v
-
-
-class Readout(_Strict):
-    fractions: list[float] = [0.0, 0.25, 0.5, 0.75, 1.0]
-    rounds: Optional[list[int]] = Field(None, description="receiver rounds to read (default: all >= 1)")
-
-    @field_validator("fractions")
-    @classmethod
-    def _fr(cls, v):
-        if not v or any(not (0.0 <= f <= 1.0) for f in v):
-            raise ValueError(f"every fraction must lie in [0, 1], got {v}")
-        return sorted(set(v))
-
-
-class Interventions(_Strict):
-    max_pairs: Optional[int] = Field(None, ge=1, description="receiver-peer pairs to test (default all)")
-    require_disagreement: bool = True
-
-
-class InfluenceConfig(DebateConfig):
-    """A debate config plus the influence settings. ``source_run``: a finished ``chorus debate
-    run`` directory whose turns are read (otherwise the needed rounds are generated here)."""
-    name: str = "influence"
-    source_run: Optional[str] = None
-    readout: Readout = Readout()
-    interventions: Interventions = Interventions()
 
 
 def resolve_config_path(config: str | Path) -> Path:

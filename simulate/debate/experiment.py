@@ -1,22 +1,20 @@
-"""Run directories for ``chorus debate`` and ``chorus influence``: load the bench, run the
-protocol through the engine, write tables / summary / plots; ``report`` recomputes the
-summary and plots from the run directory's files alone."""
+"""Run directories for ``chorus debate``: load the question set, run the protocol through the
+engine, write tables / summary / plots; ``report`` recomputes the summary and plots from the run
+directory's files alone. ``interventions`` reads these runs (``source_run``)."""
 from __future__ import annotations
 
-import datetime as _dt
 import json
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pandas as pd
 
-from chorus.config import ConfigError
-from chorus.runs import RunDir
-from simulate.debate.bench import Item, build_bench, load_bench, write_bench
-from simulate.debate.config import DebateConfig, InfluenceConfig
+from core.config import ConfigError
+from core.progress import Progress
+from core.runs import RunDir, run_dir_path
+from simulate.debate.config import DebateConfig
 from simulate.debate.prompts import load_prompts
-
-Progress = Callable[[int, int], None]
+from simulate.debate.questions import Item, build_bench, load_bench, write_bench
 
 
 def select_items(spec) -> tuple[list[Item], dict[str, Any]]:
@@ -38,21 +36,18 @@ def select_items(spec) -> tuple[list[Item], dict[str, Any]]:
     return items, info
 
 
-def _out_dir(out: Path | None, part: str, name: str) -> Path:
-    return Path(out) if out else Path("runs") / part / f"{name}-{_dt.datetime.now():%Y%m%d-%H%M%S}"
-
-
-def _engine(cfg, run: RunDir):
+def engine_for(cfg, run: RunDir):
+    """The engine a run's ``model`` block names; its store is RUN/calls.sqlite unless the config shares one."""
     from serving import load_engine
     return load_engine(cfg.model.profile, backend=cfg.model.backend, store=cfg.model.store or run.store_path,
                        dtype=cfg.model.dtype, **cfg.model.options)
 
 
-def _save_items(run: RunDir, items: list[Item]) -> None:
+def save_items(run: RunDir, items: list[Item]) -> None:
     write_bench(items, run.path / "bench.jsonl")
 
 
-def _load_items(run_dir: Path) -> dict[str, Item]:
+def load_items(run_dir: Path) -> dict[str, Item]:
     return {it.id: it for it in load_bench(Path(run_dir) / "bench.jsonl")}
 
 
@@ -61,10 +56,10 @@ def run_debate(cfg: DebateConfig, out: Path | None = None, *, progress: Progress
     from simulate.debate.protocol import run_protocol
     P = load_prompts(cfg.prompts)
     items, binfo = select_items(cfg.bench)  # fails before any model call
-    run = RunDir.create(_out_dir(out, "debate", cfg.name), part="debate", config=cfg, seeds={"root": cfg.seed},
+    run = RunDir.create(run_dir_path(out, "debate", cfg.name), part="debate", config=cfg, seeds={"root": cfg.seed},
                         command="debate run", prompts={"name": P["_name"], "sha256": P["_sha256"]}, bench=binfo)
-    _save_items(run, items)
-    eng = engine or _engine(cfg, run)
+    save_items(run, items)
+    eng = engine or engine_for(cfg, run)
     run.update_provenance(model=eng.provenance())
     turns, info = run_protocol(eng, items, agents=cfg.agents, rounds=cfg.rounds, conditions=cfg.conditions,
                                temperature=cfg.generation.temperature, top_p=cfg.generation.top_p,
@@ -80,8 +75,8 @@ def run_debate(cfg: DebateConfig, out: Path | None = None, *, progress: Progress
 
 def report(run_dir: str | Path, *, make_plots: bool = True) -> dict[str, Any]:
     """summary.json and plots from RUN/config.yaml, RUN/tables/*.parquet and RUN/protocol.json."""
+    from core.config import load_config
     from simulate.debate.metrics import collective_summary
-    from chorus.config import load_config
     run = RunDir(run_dir)
     if not (run.path / "tables" / "turns.parquet").is_file():
         raise FileNotFoundError(f"{run.path}: no tables/turns.parquet (not a debate run directory?)")
@@ -110,81 +105,3 @@ def report(run_dir: str | Path, *, make_plots: bool = True) -> dict[str, Any]:
                        ylabel="effective independent voters n_eff", title="n_eff by round")
     run.write_summary(summary)
     return summary
-
-
-# -- influence -------------------------------------------------------------------------------
-def _source_turns(cfg: InfluenceConfig, run: RunDir, eng: Any, rounds: int,
-                  progress: Progress | None) -> tuple[pd.DataFrame, dict[str, Item]]:
-    """Turns from ``source_run`` or generated here (``rounds`` rounds, both conditions)."""
-    if cfg.source_run:
-        src = RunDir(cfg.source_run)
-        if not (src.path / "tables" / "turns.parquet").is_file():
-            raise ConfigError(f"source_run = {cfg.source_run!r}: no tables/turns.parquet there")
-        items = _load_items(src.path)
-        turns = src.read_table("turns")
-        write_bench(items.values(), run.path / "bench.jsonl")
-        return turns, items
-    from simulate.debate.protocol import run_protocol
-    items, _ = select_items(cfg.bench)
-    _save_items(run, items)
-    P = load_prompts(cfg.prompts)
-    turns, info = run_protocol(eng, items, agents=cfg.agents, rounds=rounds, conditions=cfg.conditions,
-                               temperature=cfg.generation.temperature, top_p=cfg.generation.top_p,
-                               max_tokens=cfg.generation.max_tokens, seed=cfg.seed, prompts=P, progress=progress)
-    run.write_table("turns", turns)
-    return turns, {it.id: it for it in items}
-
-
-def run_influence(cfg: InfluenceConfig, verb: str, out: Path | None = None, *, progress: Progress | None = None,
-                  make_plots: bool = True, engine: Any = None) -> tuple[RunDir, dict[str, Any]]:
-    """verb: readout | ablate | cues."""
-    from interventions import ablations as ab
-    from interventions import readout as ro
-    if verb not in ("readout", "ablate", "cues"):
-        raise ConfigError(f"unknown influence verb {verb!r}")
-    P = load_prompts(cfg.prompts)
-    if not cfg.source_run:
-        select_items(cfg.bench)  # validate the bench before any model call
-    run = RunDir.create(_out_dir(out, "influence", f"{cfg.name}-{verb}"), part="influence", config=cfg,
-                        seeds={"root": cfg.seed}, command=f"influence {verb}",
-                        prompts={"name": P["_name"], "sha256": P["_sha256"]}, source_run=cfg.source_run)
-    eng = engine or _engine(cfg, run)
-    run.update_provenance(model=eng.provenance())
-    a = cfg.analysis
-    summary: dict[str, Any] = {"experiment": cfg.name, "verb": verb, "model": cfg.model.profile}
-    if verb == "readout":
-        turns, items = _source_turns(cfg, run, eng, cfg.rounds, progress)
-        table = ro.run_readouts(eng, items, turns, P, fractions=cfg.readout.fractions, rounds=cfg.readout.rounds,
-                                seed=cfg.seed, progress=progress if cfg.source_run else None)
-        run.write_table("readouts", table)
-        if len(table):
-            summary["n_readouts"] = int(len(table))
-            summary["n_changed"] = {c: int(g[g["f"] == cfg.readout.fractions[0]]["changed"].sum())
-                                    for c, g in table.groupby("condition")}
-            summary["committed_at_read"] = ro.committed_at_read(table, n_boot=a.n_boot, seed=cfg.seed, ci=a.ci)
-            summary["message_effect_round1"] = ro.message_effects(table, n_boot=a.n_boot, seed=cfg.seed, ci=a.ci)
-            if make_plots:
-                from simulate.debate import plots
-                plots.committed(summary["committed_at_read"], run.plot_path("committed_at_read"))
-    else:
-        turns, items = _source_turns(cfg, run, eng, 0, progress)
-        pairs = ab.select_pairs(items, turns, seed=cfg.seed, max_pairs=cfg.interventions.max_pairs,
-                                require_disagreement=cfg.interventions.require_disagreement)
-        summary["n_pairs"] = len(pairs)
-        if pairs:
-            if verb == "ablate":
-                meta, convs = ab.ablation_contexts(items, pairs, P, eng.tokenizer, seed=cfg.seed)
-            else:
-                meta, convs = ab.cue_contexts(items, pairs, P)
-            table = ab.score_margins(eng, meta, convs)
-            run.write_table("margins", table)
-            w = ab.effects(table)
-            run.write_table("effects", w)
-            summary.update(ab.summarize_effects(w, n_boot=a.n_boot, seed=cfg.seed, ci=a.ci))
-            if make_plots and summary.get("effects"):
-                from simulate.debate import plots
-                plots.effect_bars(summary["effects"], run.plot_path(f"{verb}_effects"),
-                                  title="message ablations" if verb == "ablate" else "source cues / attribution")
-    run.write_summary(summary)
-    run.finish()
-    return run, summary

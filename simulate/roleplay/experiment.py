@@ -4,7 +4,6 @@ everything after the model calls from the run directory's files (classifier call
 run's store, so a rerun recomputes nothing)."""
 from __future__ import annotations
 
-import datetime as _dt
 import json
 from pathlib import Path
 from typing import Any, Callable
@@ -12,13 +11,13 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from chorus.config import ConfigError, load_config
-from chorus.runs import RunDir
+from core.config import ConfigError, load_config
+from core.progress import Progress
+from core.runs import RunDir, run_dir_path
 from simulate.roleplay.config import RoleplayConfig
 from simulate.roleplay.data import FIXTURE, Group, golden_mask, load_groups, select_split, to_record
 from simulate.roleplay.prompts import load_prompts
 
-Progress = Callable[[int, int], None]
 TINY_NOTE = "embedded tiny models: plumbing checks, not findings"
 
 
@@ -40,10 +39,6 @@ def select_groups(cfg: RoleplayConfig) -> tuple[list[Group], list[Group], list[d
     return ev, train, excluded, path
 
 
-def _out_dir(out: Path | None, name: str) -> Path:
-    return Path(out) if out else Path("runs") / "roleplay" / f"{name}-{_dt.datetime.now():%Y%m%d-%H%M%S}"
-
-
 def _load(spec, store):
     from serving import load_engine
     return load_engine(spec.profile, backend=spec.backend, store=store, dtype=spec.dtype, **spec.options)
@@ -52,12 +47,7 @@ def _load(spec, store):
 def with_store(eng: Any, path: Path) -> Any:
     """An engine passed in without a call store gets the run's store (same backend and model), so
     every run is resumable."""
-    if getattr(eng, "store", None) is not None:
-        return eng
-    from serving.engine import Engine
-    from serving.store import CallStore
-    return Engine(eng.profile, eng.backend, eng.tokenizer, dtype=eng.dtype, store=CallStore(path),
-                  weights_sha256=eng.weights_sha256)
+    return eng if getattr(eng, "store", None) is not None else eng.with_store(path)
 
 
 def _write_groups(path: Path, groups: list[Group]) -> None:
@@ -72,10 +62,10 @@ def run_roleplay(cfg: RoleplayConfig, out: Path | None = None, *, progress: Prog
                  make_plots: bool = True, engines: dict[str, Any] | None = None) -> tuple[RunDir, dict[str, Any]]:
     """``engines``: already loaded engines by model label (and "classifier"), e.g. in tests."""
     from simulate.roleplay.classify import classify_texts
-    from simulate.roleplay.simulate import human_rows, simulate
+    from simulate.roleplay.setups import human_rows, simulate
     P = load_prompts(cfg.prompts)
     ev, train, excluded, path = select_groups(cfg)  # fails before any model call
-    run = RunDir.create(_out_dir(out, cfg.name), part="roleplay", config=cfg, seeds={"root": cfg.seed},
+    run = RunDir.create(run_dir_path(out, "roleplay", cfg.name), part="roleplay", config=cfg, seeds={"root": cfg.seed},
                         command="roleplay run", prompts={"name": P["_name"], "sha256": P["_sha256"]},
                         data={"path": str(path), "n_evaluated": len(ev), "n_train": len(train),
                               "n_excluded_by_mask": len(excluded),
@@ -91,7 +81,7 @@ def run_roleplay(cfg: RoleplayConfig, out: Path | None = None, *, progress: Prog
     frames = [human_rows(ev, mu)]
     sim_progress = None
     if progress:  # one bar over every model and setup
-        from simulate.roleplay.simulate import steps, truncate_chats
+        from simulate.roleplay.setups import steps, truncate_chats
         total = sum(len(v) for _, v in steps([truncate_chats(g, mu) for g in ev])) * len(cfg.models) * len(cfg.setups)
         progress(total, 0)
         sim_progress = lambda _t, k: progress(total, k) if k else None  # noqa: E731

@@ -1,4 +1,4 @@
-"""The memory module of one role-playing agent before one message (seed App.: M_{a_i,k}):
+"""The memory module of one role-playing agent before one message (DEBATE paper App.: M_{a_i,k}):
 demographic profile, task instruction, initial opinion, previous rounds' posts and chats, and the
 current round's context (own post, the partner's post, earlier utterances of the chat). Closed
 world: built only from what that participant saw -- their own posts, the post of each round's

@@ -16,6 +16,8 @@ import numpy as np
 import pandas as pd
 from scipy import optimize, stats
 
+from core.stats import bootstrap_ci
+
 CHANNELS = ("public", "private")
 MEASURES = ("sd", "pairwise", "range")
 BINS = np.arange(1, 7)
@@ -66,7 +68,6 @@ def transition_matrix(start: Iterable[float], end: Iterable[float], normalise: b
 
 def rouge_l(pred: str, ref: str) -> float:
     """ROUGE-L F-measure (rouge-score, with stemming)."""
-    from rouge_score import rouge_scorer
     return float(_scorer().score(ref or "", pred or "")["rougeL"].fmeasure)
 
 
@@ -96,21 +97,6 @@ def cosine_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 # -- statistics -------------------------------------------------------------------------------------
-def bootstrap_ci(values: Iterable[float], *, n_boot: int = 2000, ci: float = 0.95, seed: int = 0) -> dict[str, float]:
-    """Mean with a percentile bootstrap CI over units (scipy.stats.bootstrap); NaNs dropped."""
-    a = np.asarray(list(values), dtype=float)
-    a = a[~np.isnan(a)]
-    out = {"mean": float(a.mean()) if len(a) else float("nan"), "lo": float("nan"), "hi": float("nan"), "n": int(len(a))}
-    if len(a) >= 2 and n_boot > 0:
-        if np.all(a == a[0]):
-            out["lo"] = out["hi"] = float(a[0])
-        else:
-            r = stats.bootstrap((a,), np.mean, n_resamples=n_boot, confidence_level=ci, method="percentile",
-                                rng=np.random.default_rng(seed))
-            out["lo"], out["hi"] = float(r.confidence_interval.low), float(r.confidence_interval.high)
-    return out
-
-
 def sign_test(diffs: Iterable[float], alternative: str = "greater") -> dict[str, Any]:
     """Exact sign test over condition cells: k of n non-zero differences positive (ties dropped)."""
     d = np.asarray(list(diffs), dtype=float)
@@ -292,6 +278,112 @@ def _cell_text_metrics(human_msgs: pd.DataFrame, sim_msgs: pd.DataFrame, embed: 
     return m
 
 
+def _on_topic_rate(ot: pd.Series) -> float:
+    return float(ot.dropna().astype(float).mean()) if ot.notna().any() else float("nan")
+
+
+def _convergence(w: pd.DataFrame, ch: str, R: int, boot: dict) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
+    """Per-group convergence and partner gaps of one channel, with their CI summary."""
+    g = group_convergence(w, ch, R)
+    res = {f"delta_{m}": bootstrap_ci(g[f"delta_{m}"], **boot) for m in MEASURES}
+    res["mean_shift"] = bootstrap_ci(g["mean_shift"], **boot)
+    pg = partner_gap(w, ch, R)
+    res["partner_gap_spearman"] = spearman(pg["gap"], pg["change"])
+    return g, pg, res
+
+
+def _add_distributions(summary: dict[str, Any], transitions: list[dict[str, Any]], w: pd.DataFrame, label: str,
+                       R: int) -> None:
+    """Endpoint distributions and SD trajectory of one cell into ``summary``; its transition
+    matrices, one row per (from, to), onto ``transitions``."""
+    for ch, (a, b) in channel_points(R).items():
+        summary["endpoint_distribution"][f"{label}/{ch}"] = endpoint_distribution(w[b]).tolist()
+        tm = transition_matrix(w[a], w[b])
+        for i in range(6):
+            for j in range(6):
+                transitions.append({"cell": label, "channel": ch, "from": i + 1, "to": j + 1, "p": tm[i, j]})
+    summary["sd_trajectory"][label] = sd_trajectory(w, R)
+
+
+def _human_channel(hw: pd.DataFrame, hmsg: pd.DataFrame, ch: str, R: int, boot: dict
+                   ) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
+    """The human reference of one channel: convergence plus the on-topic rate of its messages."""
+    g, pg, res = _convergence(hw, ch, R, boot)
+    kind = "tweet" if ch == "public" else "final"
+    res["on_topic_rate"] = _on_topic_rate(hmsg[hmsg["kind"] == kind]["on_topic"])
+    return g, pg, res
+
+
+def _error_metrics(hw: pd.DataFrame, sw: pd.DataFrame, g: pd.DataFrame, ch: str, R: int, boot: dict
+                   ) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """Per-participant errors (averaged per group first: participants are nested in groups) and
+    the per-group convergence error against the human groups."""
+    ind = individual_errors(hw, sw, ch, R)
+    per_group = ind.groupby("group_id")[["single_error", "update_error"]].mean()
+    hg = group_convergence(hw, ch, R).set_index("group_id")
+    conv_err = (g.set_index("group_id")["delta_sd"] - hg["delta_sd"]).abs().dropna()
+    return ind, {"single_error": bootstrap_ci(per_group["single_error"], **boot),
+                 "update_error": bootstrap_ci(per_group["update_error"], **boot),
+                 "convergence_error": bootstrap_ci(conv_err, **boot)}
+
+
+def _text_summary(txt: pd.DataFrame, ch: str, boot: dict) -> dict[str, Any]:
+    """Text similarity to the human messages of one channel, per group then bootstrapped."""
+    tc = txt[txt["channel"] == ch]
+    per_g = tc.groupby("group_id")[["rouge_l", "semantic_similarity", "length_deviation"]].mean()
+    res = {mname: bootstrap_ci(per_g[mname], **boot) for mname in ("rouge_l", "semantic_similarity", "length_deviation")}
+    ot = tc["on_topic"]
+    res["on_topic_rate"] = _on_topic_rate(ot)
+    res["n_on_topic_unlabelled"] = int(ot.isna().sum())
+    return res
+
+
+def _topic_wilcoxon(g: pd.DataFrame, per_topic_h: pd.Series) -> dict[str, Any]:
+    """Wilcoxon over topics: human vs simulated mean delta SD per topic."""
+    st_topic = g.groupby("topic")["delta_sd"].mean()
+    common = sorted(set(st_topic.index) & set(per_topic_h.index))
+    return wilcoxon_paired(per_topic_h.loc[common], st_topic.loc[common])
+
+
+def _sim_channel(hw: pd.DataFrame, sw: pd.DataFrame, txt: pd.DataFrame, ch: str, R: int, boot: dict,
+                 per_topic_h: pd.Series) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict[str, Any]]:
+    """(individual errors, groups, partner gaps, summary) of one simulated cell's channel."""
+    g, pg, res = _convergence(sw, ch, R, boot)
+    ind, errors = _error_metrics(hw, sw, g, ch, R, boot)
+    res.update(errors)
+    if len(txt):
+        res.update(_text_summary(txt, ch, boot))
+    res["wilcoxon_topics_delta_sd"] = _topic_wilcoxon(g, per_topic_h)
+    return ind, g, pg, res
+
+
+_LOWER_BETTER = ("single_error", "update_error", "convergence_error", "length_deviation")
+_HIGHER_BETTER = ("rouge_l", "semantic_similarity")
+
+
+def _sign_tests(cells: dict[str, dict[str, Any]], sims: list[tuple[str, str]]) -> dict[str, dict[str, Any]]:
+    """Sign tests between simulated sources over condition cells (setup x channel): does B beat A?"""
+    out = {}
+    srcs = sorted({s for s, _ in sims if s != "degroot"})
+    for a, b in itertools.permutations(srcs, 2):
+        tests = {}
+        for mname in _LOWER_BETTER + _HIGHER_BETTER:
+            diffs = []
+            for (s, st) in sims:
+                if s != a:
+                    continue
+                for ch in CHANNELS:
+                    ca, cb = cells.get(f"{a}/{st}/{ch}", {}), cells.get(f"{b}/{st}/{ch}", {})
+                    if mname in ca and mname in cb:
+                        d = ca[mname]["mean"] - cb[mname]["mean"]
+                        diffs.append(d if mname in _LOWER_BETTER else -d)
+            if diffs:
+                tests[mname] = sign_test(diffs)
+        if tests:
+            out[f"{b}_better_than_{a}"] = tests
+    return out
+
+
 def evaluate(labelled: pd.DataFrame, *, embed: Callable | None = None, n_boot: int = 2000, ci: float = 0.95,
              seed: int = 0) -> tuple[dict[str, Any], dict[str, pd.DataFrame]]:
     """Every metric for every simulated (source, setup) against source == "human".
@@ -312,33 +404,12 @@ def evaluate(labelled: pd.DataFrame, *, embed: Callable | None = None, n_boot: i
                                "endpoint_distribution": {}, "tests": {}}
     t_ind, t_grp, t_txt, t_tr, t_pg = [], [], [], [], []
 
-    def conv_block(w, ch):
-        g = group_convergence(w, ch, R)
-        res = {f"delta_{m}": bootstrap_ci(g[f"delta_{m}"], **boot) for m in MEASURES}
-        res["mean_shift"] = bootstrap_ci(g["mean_shift"], **boot)
-        pg = partner_gap(w, ch, R)
-        res["partner_gap_spearman"] = spearman(pg["gap"], pg["change"])
-        return g, pg, res
-
-    def dist_block(w, label):
-        a_b = channel_points(R)
-        for ch, (a, b) in a_b.items():
-            summary["endpoint_distribution"][f"{label}/{ch}"] = endpoint_distribution(w[b]).tolist()
-            tm = transition_matrix(w[a], w[b])
-            for i in range(6):
-                for j in range(6):
-                    t_tr.append({"cell": label, "channel": ch, "from": i + 1, "to": j + 1, "p": tm[i, j]})
-        summary["sd_trajectory"][label] = sd_trajectory(w, R)
-
     for ch in CHANNELS:
-        g, pg, res = conv_block(hw, ch)
-        kind = "tweet" if ch == "public" else "final"
-        ot = hmsg[hmsg["kind"] == kind]["on_topic"]
-        res["on_topic_rate"] = float(ot.dropna().astype(float).mean()) if ot.notna().any() else float("nan")
+        g, pg, res = _human_channel(hw, hmsg, ch, R, boot)
         summary["human"][ch] = res
         t_grp.append(g.assign(source="human", setup="human", channel=ch))
         t_pg.append(pg.assign(source="human", setup="human", channel=ch))
-    dist_block(hw, "human/human")
+    _add_distributions(summary, t_tr, hw, "human/human", R)
 
     sims = [(s, st) for s, st in W[["source", "setup"]].drop_duplicates().itertuples(index=False) if s != "human"]
     per_topic_h = {ch: group_convergence(hw, ch, R).groupby("topic")["delta_sd"].mean() for ch in CHANNELS}
@@ -346,56 +417,18 @@ def evaluate(labelled: pd.DataFrame, *, embed: Callable | None = None, n_boot: i
         sw = W[(W["source"] == src) & (W["setup"] == st)]
         smsg = labelled[(labelled["source"] == src) & (labelled["setup"] == st)]
         label = f"{src}/{st}"
-        dist_block(sw, label)
+        _add_distributions(summary, t_tr, sw, label, R)
         txt = _cell_text_metrics(hmsg, smsg, embed) if smsg["text"].notna().any() else pd.DataFrame()
         if len(txt):
             t_txt.append(txt.assign(source=src, setup=st))
         for ch in CHANNELS:
-            ind = individual_errors(hw, sw, ch, R)
-            per_group = ind.groupby("group_id")[["single_error", "update_error"]].mean()
-            g, pg, res = conv_block(sw, ch)
-            hg = group_convergence(hw, ch, R).set_index("group_id")
-            conv_err = (g.set_index("group_id")["delta_sd"] - hg["delta_sd"]).abs().dropna()
-            res.update({"single_error": bootstrap_ci(per_group["single_error"], **boot),
-                        "update_error": bootstrap_ci(per_group["update_error"], **boot),
-                        "convergence_error": bootstrap_ci(conv_err, **boot)})
-            if len(txt):
-                tc = txt[txt["channel"] == ch]
-                per_g = tc.groupby("group_id")[["rouge_l", "semantic_similarity", "length_deviation"]].mean()
-                for mname in ("rouge_l", "semantic_similarity", "length_deviation"):
-                    res[mname] = bootstrap_ci(per_g[mname], **boot)
-                ot = tc["on_topic"]
-                res["on_topic_rate"] = float(ot.dropna().astype(float).mean()) if ot.notna().any() else float("nan")
-                res["n_on_topic_unlabelled"] = int(ot.isna().sum())
-            # Wilcoxon over topics: human vs simulated mean delta SD per topic
-            st_topic = g.groupby("topic")["delta_sd"].mean()
-            common = sorted(set(st_topic.index) & set(per_topic_h[ch].index))
-            res["wilcoxon_topics_delta_sd"] = wilcoxon_paired(per_topic_h[ch].loc[common], st_topic.loc[common])
+            ind, g, pg, res = _sim_channel(hw, sw, txt, ch, R, boot, per_topic_h[ch])
             summary["cells"][f"{label}/{ch}"] = res
             t_ind.append(ind.assign(source=src, setup=st, channel=ch))
             t_grp.append(g.assign(source=src, setup=st, channel=ch))
             t_pg.append(pg.assign(source=src, setup=st, channel=ch))
 
-    # sign tests between simulated sources over condition cells (setup x channel): does B beat A?
-    lower_better = ("single_error", "update_error", "convergence_error", "length_deviation")
-    higher_better = ("rouge_l", "semantic_similarity")
-    srcs = sorted({s for s, _ in sims if s != "degroot"})
-    for a, b in itertools.permutations(srcs, 2):
-        tests = {}
-        for mname in lower_better + higher_better:
-            diffs = []
-            for (s, st) in sims:
-                if s != a:
-                    continue
-                for ch in CHANNELS:
-                    ca, cb = summary["cells"].get(f"{a}/{st}/{ch}", {}), summary["cells"].get(f"{b}/{st}/{ch}", {})
-                    if mname in ca and mname in cb:
-                        d = ca[mname]["mean"] - cb[mname]["mean"]
-                        diffs.append(d if mname in lower_better else -d)
-            if diffs:
-                tests[mname] = sign_test(diffs)
-        if tests:
-            summary["tests"][f"{b}_better_than_{a}"] = tests
+    summary["tests"] = _sign_tests(summary["cells"], sims)
     tables = {"individual": pd.concat(t_ind, ignore_index=True) if t_ind else pd.DataFrame(),
               "groups": pd.concat(t_grp, ignore_index=True), "partner_gap": pd.concat(t_pg, ignore_index=True),
               "text_metrics": pd.concat(t_txt, ignore_index=True) if t_txt else pd.DataFrame(),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from chorus.config import load_prompt_file
+from core.config import load_prompt_file
 from simulate.roleplay.memory import Memory
 
 PROMPTS_DIR = Path(__file__).resolve().parent / "prompts"

@@ -11,20 +11,19 @@ its path is a serving profile wherever a profile name is asked for, and ``regist
 it to the user's models.yaml."""
 from __future__ import annotations
 
-import datetime as _dt
 import os
 from pathlib import Path
 from typing import Any, Callable
 
 import pandas as pd
 
-from chorus.config import ConfigError
-from chorus.runs import RunDir
+from core.config import ConfigError
+from core.runs import RunDir, run_dir_path
 from simulate.roleplay.config import SftConfig
 from simulate.roleplay.data import FIXTURE, Group, golden_mask, load_groups, select_split
 from simulate.roleplay.memory import build_memory
 from simulate.roleplay.prompts import load_prompts, render
-from simulate.roleplay.simulate import steps
+from simulate.roleplay.setups import steps
 
 
 def sft_examples(groups: list[Group], P: dict, kinds: list[str]) -> list[dict[str, Any]]:
@@ -95,7 +94,7 @@ def train_sft(cfg: SftConfig, out: Path | None = None, *, progress: Callable[[in
         raise ConfigError(f"data: no golden training groups in the {cfg.data.split} split of {path}")
     base = get_profile(cfg.base.profile)
     base_path = base.require()  # fails before any training
-    out = Path(out) if out else Path("runs") / "sft" / f"{cfg.name}-{_dt.datetime.now():%Y%m%d-%H%M%S}"
+    out = run_dir_path(out, "sft", cfg.name)
     run = RunDir.create(out, part="sft", config=cfg, seeds={"root": cfg.seed}, command="sft train",
                         prompts={"name": P["_name"], "sha256": P["_sha256"]},
                         data={"path": path, "n_train_groups": len(train_groups), "n_excluded_by_mask": len(excluded)},
@@ -215,6 +214,7 @@ def register_profile(name: str, model_dir: Path, family: str = "other") -> str:
     """Add ``name: {path, family}`` to the user's models.yaml (``$CHORUS_MODELS_FILE``); the
     profile then resolves like any other. Returns the file written."""
     import yaml
+
     from serving.profiles import BUILTIN, models_file
     if name in BUILTIN:
         raise ConfigError(f"register_as = {name!r} is a built-in profile name")

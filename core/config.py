@@ -7,9 +7,14 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 M = TypeVar("M", bound=BaseModel)
+
+
+class Strict(BaseModel):
+    """The base of every config model: an unknown key is an error naming it, never ignored."""
+    model_config = ConfigDict(extra="forbid")
 
 
 class ConfigError(ValueError):

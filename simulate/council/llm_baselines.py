@@ -1,5 +1,5 @@
 """LLM-based aggregation baselines through the serving layer, each with its token cost, and the
-fair attack (seed B.2, F.7) that puts the same stealth role inside each method's own generation.
+fair attack (BDA paper §B.2, F.7) that puts the same stealth role inside each method's own generation.
 
 * **MoA-Lite**: a synthesizer reads the council's round-0 surfaces (answer + reasoning) and
   answers (one proposer layer). Reads the council, so under attack it reads the adversary.
@@ -57,7 +57,7 @@ def dfquad_strength(tree: Mapping[str, Any]) -> float:
 
 # -- helpers ----------------------------------------------------------------------------------------
 def _seed(root: int, method: str, c: Council, *key: int) -> int:
-    from chorus.seeding import call_seed
+    from core.seeding import call_seed
     return call_seed(root, 1000 + _KEYS[method], c.gen_seed, task_key(c.task.task_id), *key)
 
 
@@ -219,7 +219,7 @@ def _prompt_len(eng, conv) -> int:
 
 def argllms(councils, engines, generator: str, evaluator: str, P, *, root: int, gen, claim_base: float,
             fair_attack: bool, tie_seed: int = 0) -> list[dict[str, Any]]:
-    from chorus.seeding import rng
+    from core.seeding import rng
 
     reqs: list[tuple[int, str, str]] = []  # (council, candidate, side)
     for i, c in enumerate(councils):
@@ -232,7 +232,7 @@ def argllms(councils, engines, generator: str, evaluator: str, P, *, root: int, 
         pub = c.task.public()
         strength = None
         if fair_attack and c.adversaries:
-            # undermine the correct option, bolster the wrong ones (routed by gold; seed F.7)
+            # undermine the correct option, bolster the wrong ones (routed by gold; BDA paper §F.7)
             flip = "attack" if cand == c.task.gold else "support"
             strength = "strong" if side == flip else "weak"
         convs.append(pr.arg_generate_messages(pub, pr.arg_statement(pub, cand, P), side, P, strength))

@@ -1,6 +1,6 @@
 """The move algebra (five forces) and the protocol automaton.
 
-Signed endorsements (spec table; seed D.7):
+Signed endorsements (spec table; BDA paper §D.7):
 
 =====================  ===========  =====================================
 force                  endorsement  candidate
@@ -16,7 +16,7 @@ A move's *answer* for targeting purposes is the candidate it endorses positively
 vote, cross-agent concede); challenges, retracts, abstentions and self-concedes carry none,
 so conceding to or challenging them is rejected.
 
-Two automata are provided: ``STRICT`` is the live-council protocol of seed D.7 (round 0:
+Two automata are provided: ``STRICT`` is the live-council protocol of BDA paper §D.7 (round 0:
 every agent proposes once; later rounds: one move per agent per round from {propose,
 concede, challenge}; no targeting one's own move), ``GENERAL`` accepts the whole algebra
 (vote, retract, abstain, self-concede) but still enforces round order and well-formed
@@ -87,7 +87,7 @@ class Protocol:
     name: str
     forces: frozenset[str]
     round0_propose: bool = True  # round 0 holds one propose per agent; later movers must have proposed
-    one_move_per_round: bool = True  # the vocal-adversary guard (seed D.5)
+    one_move_per_round: bool = True  # the vocal-adversary guard (BDA paper §D.5)
     allow_self_concede: bool = False  # a self-concede is legal but uninformative
     max_rounds: int | None = None  # rounds 0..max_rounds-1 are legal when set
 

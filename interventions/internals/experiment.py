@@ -12,7 +12,7 @@ turn, then a user message quoting one peer), and the block target is ``(index of
 message, start, end)`` of the quoted peer block (``knockout.block: peer_block``, the name line
 and the quoted text) or of the peer's text alone (``peer_text``). The instruction after it stays
 visible, so a knockout removes the peer's content and nothing else. The no-message baseline is
-the matched reflection prompt. Share removed = (m_full - m_ko) / (m_full - m_no) (spec; ratio
+the matched reflection prompt. Share removed = (m_full - m_ko) / (m_full - m_no) (a ratio
 of means over pairs, clustered bootstrap by question family; over 100% is reported and read
 as all of the effect).
 
@@ -30,16 +30,17 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
 
-from chorus.config import ConfigError
-from chorus.runs import RunDir
-from interventions.internals_config import InternalsConfig
+from core.config import ConfigError
+from core.progress import Progress
+from core.runs import RunDir, run_dir_path
+from core.stats import cluster_bootstrap, ratio_ci
+from interventions.internals.config import InternalsConfig
 
-Progress = Callable[[int, int], None]
 VERBS = ("knockout", "patch", "probe")
 
 
@@ -115,22 +116,6 @@ def _meta(p: dict, it) -> dict:
 
 
 # -- cached model work -----------------------------------------------------------------------------
-def _cached(eng: Any, kind: str, requests: list[dict], compute: Callable[[list[int]], list[dict]]) -> list[dict]:
-    """Results of ``requests`` from the engine's call store, computing only the missing ones."""
-    from serving.store import request_key
-
-    keys = [request_key(eng.identity, kind, r) for r in requests]
-    hit = eng.store.get_many(keys) if eng.store is not None else {}
-    todo = [i for i, k in enumerate(keys) if k not in hit]
-    if todo:
-        res = compute(todo)
-        if eng.store is not None:
-            eng.store.put_many([(keys[i], kind, eng.identity, requests[i], r, eng.backend.name) for i, r in zip(todo, res)])
-        for i, r in zip(todo, res):
-            hit[keys[i]] = r
-    return [hit[k] for k in keys]
-
-
 def _margin(lp: dict, m: dict) -> float:
     return float(lp[" " + m["peer_answer"]] - lp[" " + m["own_answer"]])
 
@@ -207,7 +192,7 @@ def run_knockout_pairs(eng: Any, ctxs: list[dict], conds: list[dict], progress: 
                 if progress:
                     progress(total, len(chunk))
             return out
-        res = _cached(eng, "knockout", reqs, compute)
+        res = eng.cached("knockout", reqs, compute)
         for (i, k, j), r in zip(jobs, res):
             results[(i, k)] = r["logprobs"]
     for i, c in enumerate(ctxs):
@@ -227,8 +212,6 @@ def run_knockout_pairs(eng: Any, ctxs: list[dict], conds: list[dict], progress: 
 
 
 def summarize_knockout(t: pd.DataFrame, *, n_boot: int, seed: int, ci: float) -> dict[str, Any]:
-    from simulate.debate.metrics import cluster_bootstrap
-
     out: dict[str, Any] = {"curves": []}
     if not len(t):
         return out
@@ -242,11 +225,7 @@ def summarize_knockout(t: pd.DataFrame, *, n_boot: int, seed: int, ci: float) ->
         g = g.sort_values("qid")
         num = (g["margin_full"] - g["margin_knockout"]).to_numpy(float)
         den = (g["margin_full"] - g["margin_no_message"]).to_numpy(float)
-
-        def share(i):
-            d = den[i].mean()
-            return float(num[i].mean() / d) if d != 0 else float("nan")
-        s, slo, shi = cluster_bootstrap(share, g["family"].to_numpy(), n_boot=n_boot, seed=seed, ci=ci)
+        s, slo, shi = ratio_ci(num, den, g["family"].to_numpy(), n_boot=n_boot, seed=seed, ci=ci)
         rec = {"kind": kind, "layer": int(layer), "queries": q, "share_removed": s, "ci_low": slo, "ci_high": shi,
                "reading": "all of the effect" if np.isfinite(s) and s >= 1 else None,
                "margin_knockout": float(g["margin_knockout"].mean()), "n_masked": int(g["n_masked"].iloc[0]),
@@ -294,7 +273,7 @@ def run_patch_pairs(eng: Any, cps: list[dict], layers: Any, progress: Progress |
             if progress:
                 progress(len(jobs), 1)
         return out
-    res = _cached(eng, "patch", reqs, compute)
+    res = eng.cached("patch", reqs, compute)
     rows = []
     for (c, px, py, pos, oid), r in zip(jobs, res):
         m = c["meta"]
@@ -312,8 +291,6 @@ def run_patch_pairs(eng: Any, cps: list[dict], layers: Any, progress: Progress |
 def summarize_patch(t: pd.DataFrame, *, n_boot: int, seed: int, ci: float) -> dict[str, Any]:
     """Per layer: mean patched margin shift (m_patched - m_Y) and the restored share as a ratio
     of means, mean(m_patched - m_Y) / mean(m_X - m_Y)."""
-    from simulate.debate.metrics import cluster_bootstrap
-
     out: dict[str, Any] = {"curve": []}
     if not len(t):
         return out
@@ -324,11 +301,7 @@ def summarize_patch(t: pd.DataFrame, *, n_boot: int, seed: int, ci: float) -> di
     for L, g in t.groupby("layer", sort=True):
         num = (g["margin_patched"] - g["margin_y"]).to_numpy(float)
         den = (g["margin_x"] - g["margin_y"]).to_numpy(float)
-
-        def share(i):
-            dd = den[i].mean()
-            return float(num[i].mean() / dd) if dd != 0 else float("nan")
-        s, slo, shi = cluster_bootstrap(share, g["family"].to_numpy(), n_boot=n_boot, seed=seed, ci=ci)
+        s, slo, shi = ratio_ci(num, den, g["family"].to_numpy(), n_boot=n_boot, seed=seed, ci=ci)
         out["curve"].append({"layer": int(L), "restored": s, "ci_low": slo, "ci_high": shi,
                              "shift": float(num.mean()), "n": int(len(g))})
     return out
@@ -353,13 +326,14 @@ def probe_activations(run: RunDir, eng: Any, convs: list[list[dict]], layers: li
 # -- runs -----------------------------------------------------------------------------------------
 def _setup(cfg: InternalsConfig, verb: str, out: Path | None, engine: Any, progress: Progress | None):
     from interventions import ablations as ab
-    from simulate.debate.experiment import _out_dir, _source_turns, select_items
+    from interventions.experiment import source_turns
+    from simulate.debate.experiment import select_items
     from simulate.debate.prompts import load_prompts
 
     P = load_prompts(cfg.prompts)
     if not cfg.source_run:
         select_items(cfg.bench)  # validate the bench before any model call
-    run = RunDir.create(_out_dir(out, "influence", f"{cfg.name}-{verb}"), part="influence", config=cfg,
+    run = RunDir.create(run_dir_path(out, "influence", f"{cfg.name}-{verb}"), part="influence", config=cfg,
                         seeds={"root": cfg.seed}, command=f"influence {verb}",
                         prompts={"name": P["_name"], "sha256": P["_sha256"]}, source_run=cfg.source_run)
     if engine is None:
@@ -367,7 +341,7 @@ def _setup(cfg: InternalsConfig, verb: str, out: Path | None, engine: Any, progr
         engine = load_engine(cfg.model.profile, backend="hf", store=cfg.model.store or run.store_path,
                              dtype=cfg.model.dtype, **cfg.model.options)
     run.update_provenance(model=engine.provenance())
-    turns, items = _source_turns(cfg, run, engine, 0, progress)
+    turns, items = source_turns(cfg, run, engine, 0, progress)
     pairs = ab.select_pairs(items, turns, seed=cfg.seed, max_pairs=cfg.interventions.max_pairs,
                             require_disagreement=cfg.interventions.require_disagreement)
     return run, engine, items, pairs, P
@@ -430,7 +404,7 @@ def run_internals(cfg: InternalsConfig, verb: str, out: Path | None = None, *, p
 
 def report(run_dir: str | Path, verb: str | None = None, *, make_plots: bool = True) -> dict[str, Any]:
     """summary.json and plots from RUN/config.yaml, RUN/tables/*.parquet and RUN/<verb>_info.json."""
-    from chorus.config import load_config
+    from core.config import load_config
 
     run = RunDir(run_dir)
     if verb is None:
@@ -443,7 +417,7 @@ def report(run_dir: str | Path, verb: str | None = None, *, make_plots: bool = T
     summary: dict[str, Any] = {"experiment": cfg.name, "verb": verb, "model": cfg.model.profile, **info}
     tab = run.path / "tables" / f"{verb}.parquet"
     t = pd.read_parquet(tab) if tab.is_file() else pd.DataFrame()
-    ip = _Plots
+    from interventions import plots as ip
     if verb == "knockout":
         summary.update(summarize_knockout(t, n_boot=a.n_boot, seed=cfg.seed, ci=a.ci))
         if make_plots and summary.get("curves"):
@@ -464,86 +438,3 @@ def report(run_dir: str | Path, verb: str | None = None, *, make_plots: bool = T
                 ip.probe_curve(t, run.plot_path("probe_auroc"), concept=cfg.probe.concept)
     run.write_summary(summary)
     return summary
-
-
-# -- plots -------------------------------------------------------------------------------------------
-def _fig(w: float = 6.0, h: float = 4.0):
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-    fig = Figure(figsize=(w, h), dpi=110)
-    FigureCanvasAgg(fig)
-    return fig
-
-
-class _Plots:
-    @staticmethod
-    def knockout_curves(summary: dict, path: Path) -> Path:
-        """Share of the message effect removed: single layers and cumulative (L..last)."""
-        fig = _fig(10, 4)
-        unm = set(summary.get("unmaskable_layers") or [])
-        for k, kind in enumerate(("single", "cumulative")):
-            ax = fig.add_subplot(1, 2, k + 1)
-            for q, style in (("after", "o-"), ("decision", "s--")):
-                c = sorted((r for r in summary["curves"] if r["kind"] == kind and r["queries"] == q),
-                           key=lambda r: r["layer"])
-                if not c:
-                    continue
-                x = [r["layer"] for r in c]
-                ax.plot(x, [r["share_removed"] for r in c], style, ms=3, label=f"queries: {q}")
-                ax.fill_between(x, [r["ci_low"] for r in c], [r["ci_high"] for r in c], alpha=0.15)
-            for q, color in (("after", "C2"), ("decision", "C3")):
-                a = (summary.get("all_layers") or {}).get(q)
-                if a:
-                    ax.axhline(a["share_removed"], ls=":", lw=1.2, color=color, label=f"all layers, queries: {q}")
-            for L in sorted(unm):
-                ax.axvline(L, color="0.85", lw=2, zorder=0)
-            ax.axhline(1.0, color="0.5", lw=0.8)
-            ax.axhline(0.0, color="0.5", lw=0.8)
-            pts = [r["share_removed"] for r in summary["curves"] if r["share_removed"] == r["share_removed"]]
-            if pts:  # ratio CIs explode when the effect is near 0: keep the axis on the estimates
-                ax.set_ylim(max(-2.0, min(-0.25, min(pts) - 0.1)), min(3.0, max(1.25, max(pts) + 0.1)))
-            ax.set_xlabel("layer" if kind == "single" else "first blocked layer (L..last)")
-            ax.set_ylabel("share of the peer effect removed")
-            ax.set_title(f"{kind} knockout" + (" (grey: recurrent, unmaskable)" if unm else ""), fontsize=9)
-            ax.legend(fontsize=7)
-        fig.suptitle(f"{summary.get('model')}: attention knockout ({summary.get('n_pairs')} pairs); >100% = all",
-                     fontsize=10)
-        fig.tight_layout()
-        fig.savefig(path)
-        return path
-
-    @staticmethod
-    def patch_curve(summary: dict, path: Path) -> Path:
-        fig = _fig()
-        ax = fig.add_subplot(111)
-        c = summary["curve"]
-        x = [r["layer"] for r in c]
-        ax.plot(x, [r["restored"] for r in c], "o-", ms=3)
-        ax.fill_between(x, [r["ci_low"] for r in c], [r["ci_high"] for r in c], alpha=0.2)
-        ax.axhline(1.0, color="0.5", lw=0.8)
-        ax.axhline(0.0, color="0.5", lw=0.8)
-        pts = [r["restored"] for r in c if r["restored"] == r["restored"]]
-        if pts:
-            ax.set_ylim(max(-2.0, min(-0.25, min(pts) - 0.1)), min(3.0, max(1.25, max(pts) + 0.1)))
-        ax.set_xlabel("patched layer (residual after it, at the cue positions)")
-        ax.set_ylabel("share of the X-Y margin difference carried")
-        ax.set_title(f"{summary.get('model')}: residual interchange X -> Y ({summary.get('n_pairs')} pairs)", fontsize=9)
-        fig.tight_layout()
-        fig.savefig(path)
-        return path
-
-    @staticmethod
-    def probe_curve(t: pd.DataFrame, path: Path, *, concept: str) -> Path:
-        fig = _fig()
-        ax = fig.add_subplot(111)
-        ax.plot(t["layer"], t["auroc"], "o-", ms=3, label="probe (held-out AUROC)")
-        ax.plot(t["layer"], t["null_p90"], "--", color="0.4", label="shuffled-label null, 90th percentile")
-        ax.axhline(0.5, color="0.6", lw=0.8, ls=":")
-        ax.set_ylim(0, 1.02)
-        ax.set_xlabel("layer")
-        ax.set_ylabel("AUROC")
-        ax.set_title(f"probe for '{concept}' by layer (n = {int(t['n'].iloc[0])})", fontsize=9)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(path)
-        return path

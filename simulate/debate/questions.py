@@ -26,7 +26,8 @@ from typing import Any, Iterable, Sequence
 
 import yaml
 
-from chorus.config import ConfigError
+from core.config import ConfigError
+from core.jsonl import iter_jsonl
 from simulate.datasets import DataError
 from simulate.datasets import load as load_set
 
@@ -138,20 +139,13 @@ def load_bench(path: str | Path) -> list[Item]:
         raise BenchError(f"bench file not found: {path}")
     items: list[Item] = []
     seen: dict[str, int] = {}
-    with path.open(encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            where = f"{path}: line {n}"
-            try:
-                d = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise BenchError(f"{where}: not valid JSON ({err.msg} at column {err.colno})") from None
-            it = validate_item(d, where)
-            if it.id in seen:
-                raise BenchError(f"{where}: field 'id' = {it.id!r} duplicates line {seen[it.id]}")
-            seen[it.id] = n
-            items.append(it)
+    for n, d in iter_jsonl(path, error=BenchError, where="{path}: line {n}"):
+        where = f"{path}: line {n}"
+        it = validate_item(d, where)
+        if it.id in seen:
+            raise BenchError(f"{where}: field 'id' = {it.id!r} duplicates line {seen[it.id]}")
+        seen[it.id] = n
+        items.append(it)
     if not items:
         raise BenchError(f"{path}: no items")
     return items
@@ -235,7 +229,7 @@ def build_bench(data_dir: str | Path | None = None, *, seed: int = 0,
     """Assemble the bench from ``data_dir`` (default: the data shipped with chorus). ``counts`` maps a
     subdomain to how many items to sample (None = all); selection and order use ``seed``.
     Returns (items, manifest)."""
-    from chorus.seeding import rng as make_rng
+    from core.seeding import rng as make_rng
 
     data = Path(data_dir) if data_dir else None
     if data is not None and not data.is_dir():

@@ -1,7 +1,7 @@
 """Demo hook for ``chorus demo``: a small knockout sweep, a patching curve and a probe on the
 embedded model (hf backend, fp32, CPU), in one standard run directory.
 
-    from interventions.internals_demo import run_demo
+    from interventions.internals.demo import run_demo
     summary = run_demo(Path("runs/demo/internals"), size="tiny")
 
 tiny: up to 4 debate-style contexts (round 0 of 6 questions generated here), knockout in 4
@@ -30,13 +30,14 @@ def run_demo(out: Path, *, size: str = "tiny", progress: Callable[[int, int], No
              source_run: Path | None = None) -> dict:
     """``source_run``: a debate run whose round-0 turns supply the contexts (the demo passes its
     debate stage: no second generation pass on transformers); else round 0 is generated here."""
-    from chorus.runs import RunDir
+    from core.runs import RunDir
     from interventions import ablations as ab
-    from interventions import internals_experiment as ix
-    from interventions.internals_config import InternalsConfig
+    from interventions import plots as ip
+    from interventions.experiment import source_turns
+    from interventions.internals import experiment as ix
+    from interventions.internals.config import InternalsConfig
     from interventions.probes import probe_layers
     from serving import load_engine
-    from simulate.debate.experiment import _source_turns
     from simulate.debate.prompts import load_prompts
 
     if size not in SIZES:
@@ -58,7 +59,7 @@ def run_demo(out: Path, *, size: str = "tiny", progress: Callable[[int, int], No
     eng = load_engine(cfg.model.profile, backend="hf", store=run.store_path, dtype="float32")
     try:
         run.update_provenance(model=eng.provenance())
-        turns, items = _source_turns(cfg, run, eng, 0, progress)
+        turns, items = source_turns(cfg, run, eng, 0, progress)
         pairs = ab.select_pairs(items, turns, seed=cfg.seed, max_pairs=cfg.interventions.max_pairs)
         a = cfg.analysis
         summary: dict[str, Any] = {"experiment": cfg.name, "model": cfg.model.profile, "size": size,
@@ -69,7 +70,7 @@ def run_demo(out: Path, *, size: str = "tiny", progress: Callable[[int, int], No
             run.write_table("knockout", kt)
             ks = {**plan, "n_pairs": len(pairs), "model": cfg.model.profile,
                   **ix.summarize_knockout(kt, n_boot=a.n_boot, seed=cfg.seed, ci=a.ci)}
-            ix._Plots.knockout_curves(ks, run.plot_path("knockout_curves"))
+            ip.knockout_curves(ks, run.plot_path("knockout_curves"))
             summary["knockout"] = {k: v for k, v in ks.items() if k != "curves"}
             summary["knockout"]["curves"] = ks["curves"]
 
@@ -78,7 +79,7 @@ def run_demo(out: Path, *, size: str = "tiny", progress: Callable[[int, int], No
             run.write_table("patch", pt_table)
             ps = {**pinfo, "model": cfg.model.profile, **ix.summarize_patch(pt_table, n_boot=a.n_boot, seed=cfg.seed, ci=a.ci)}
             if ps.get("curve"):
-                ix._Plots.patch_curve(ps, run.plot_path("patch_curve"))
+                ip.patch_curve(ps, run.plot_path("patch_curve"))
             summary["patch"] = ps
 
             meta, convs, labels = ix.probe_contexts(items, pairs, P, cfg.probe.concept)
@@ -93,7 +94,7 @@ def run_demo(out: Path, *, size: str = "tiny", progress: Callable[[int, int], No
                               n_splits=cfg.probe.n_splits, seed=cfg.seed, C=cfg.probe.C)
             pr["concept"] = cfg.probe.concept
             run.write_table("probe", pr)
-            ix._Plots.probe_curve(pr, run.plot_path("probe_auroc"), concept=cfg.probe.concept)
+            ip.probe_curve(pr, run.plot_path("probe_auroc"), concept=cfg.probe.concept)
             if upd:
                 upd(2, 1)
             summary["probe"] = {"concept": cfg.probe.concept, "n_contexts": len(convs),

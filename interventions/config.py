@@ -1,0 +1,59 @@
+"""Typed config for ``chorus influence readout|ablate|cues``: a debate config plus the readout and
+intervention settings. Shipped configs live in ``interventions/configs``; a name not found there
+is looked up among the debate configs (any debate config is a valid influence config)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+from pydantic import Field, field_validator
+
+from core.config import ConfigError, Strict, load_named, resolve_config
+from simulate.debate.config import CONFIGS_DIR as DEBATE_CONFIGS_DIR
+from simulate.debate.config import DebateConfig
+
+CONFIGS_DIR = Path(__file__).resolve().parent / "configs"
+
+
+class Readout(Strict):
+    fractions: list[float] = [0.0, 0.25, 0.5, 0.75, 1.0]
+    rounds: Optional[list[int]] = Field(None, description="receiver rounds to read (default: all >= 1)")
+
+    @field_validator("fractions")
+    @classmethod
+    def _fr(cls, v):
+        if not v or any(not (0.0 <= f <= 1.0) for f in v):
+            raise ValueError(f"every fraction must lie in [0, 1], got {v}")
+        return sorted(set(v))
+
+
+class Interventions(Strict):
+    max_pairs: Optional[int] = Field(None, ge=1, description="receiver-peer pairs to test (default all)")
+    require_disagreement: bool = True
+
+
+class InfluenceConfig(DebateConfig):
+    """A debate config plus the influence settings. ``source_run``: a finished ``chorus debate
+    run`` directory whose turns are read (otherwise the needed rounds are generated here)."""
+    name: str = "influence"
+    source_run: Optional[str] = None
+    readout: Readout = Readout()
+    interventions: Interventions = Interventions()
+
+
+def resolve_config_path(config: str | Path) -> Path:
+    """A path, a config shipped in ``interventions/configs``, or a shipped debate config."""
+    for where in (CONFIGS_DIR, DEBATE_CONFIGS_DIR):
+        try:
+            return resolve_config(config, where)
+        except ConfigError:
+            pass
+    shipped = ", ".join(sorted(p.stem for d in (CONFIGS_DIR, DEBATE_CONFIGS_DIR) for p in d.glob("*.yaml")))
+    raise ConfigError(f"config not found: {config} (neither a file nor a shipped influence or debate "
+                      f"config; shipped: {shipped})")
+
+
+def load(config: str | Path, model: type = InfluenceConfig, overrides: dict[str, Any] | None = None):
+    """Load an influence (or internals) config by path or shipped name, with ``--set`` overrides."""
+    path = resolve_config_path(config)
+    return load_named(path, model, path.parent, overrides)

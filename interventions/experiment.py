@@ -1,0 +1,94 @@
+"""Run directories for ``chorus influence readout|ablate|cues``: turns come from a finished debate
+run (``source_run``) or are generated here with the debate protocol; readouts, ablations and
+source cues are scored on them; tables, summary and plots are written beside the config."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from core.config import ConfigError
+from core.progress import Progress
+from core.runs import RunDir, run_dir_path
+from interventions import ablations as ab
+from interventions import readout as ro
+from interventions.config import InfluenceConfig
+from simulate.debate.experiment import engine_for, load_items, save_items, select_items
+from simulate.debate.prompts import load_prompts
+from simulate.debate.protocol import run_protocol
+from simulate.debate.questions import Item, write_bench
+
+
+def source_turns(cfg: InfluenceConfig, run: RunDir, eng: Any, rounds: int,
+                  progress: Progress | None) -> tuple[pd.DataFrame, dict[str, Item]]:
+    """Turns from ``source_run`` or generated here (``rounds`` rounds, both conditions)."""
+    if cfg.source_run:
+        src = RunDir(cfg.source_run)
+        if not (src.path / "tables" / "turns.parquet").is_file():
+            raise ConfigError(f"source_run = {cfg.source_run!r}: no tables/turns.parquet there")
+        items = load_items(src.path)
+        turns = src.read_table("turns")
+        write_bench(items.values(), run.path / "bench.jsonl")
+        return turns, items
+    items, _ = select_items(cfg.bench)
+    save_items(run, items)
+    P = load_prompts(cfg.prompts)
+    turns, info = run_protocol(eng, items, agents=cfg.agents, rounds=rounds, conditions=cfg.conditions,
+                               temperature=cfg.generation.temperature, top_p=cfg.generation.top_p,
+                               max_tokens=cfg.generation.max_tokens, seed=cfg.seed, prompts=P, progress=progress)
+    run.write_table("turns", turns)
+    return turns, {it.id: it for it in items}
+
+
+def run_influence(cfg: InfluenceConfig, verb: str, out: Path | None = None, *, progress: Progress | None = None,
+                  make_plots: bool = True, engine: Any = None) -> tuple[RunDir, dict[str, Any]]:
+    """verb: readout | ablate | cues."""
+    if verb not in ("readout", "ablate", "cues"):
+        raise ConfigError(f"unknown influence verb {verb!r}")
+    P = load_prompts(cfg.prompts)
+    if not cfg.source_run:
+        select_items(cfg.bench)  # validate the bench before any model call
+    run = RunDir.create(run_dir_path(out, "influence", f"{cfg.name}-{verb}"), part="influence", config=cfg,
+                        seeds={"root": cfg.seed}, command=f"influence {verb}",
+                        prompts={"name": P["_name"], "sha256": P["_sha256"]}, source_run=cfg.source_run)
+    eng = engine or engine_for(cfg, run)
+    run.update_provenance(model=eng.provenance())
+    a = cfg.analysis
+    summary: dict[str, Any] = {"experiment": cfg.name, "verb": verb, "model": cfg.model.profile}
+    if verb == "readout":
+        turns, items = source_turns(cfg, run, eng, cfg.rounds, progress)
+        table = ro.run_readouts(eng, items, turns, P, fractions=cfg.readout.fractions, rounds=cfg.readout.rounds,
+                                seed=cfg.seed, progress=progress if cfg.source_run else None)
+        run.write_table("readouts", table)
+        if len(table):
+            summary["n_readouts"] = int(len(table))
+            summary["n_changed"] = {c: int(g[g["f"] == cfg.readout.fractions[0]]["changed"].sum())
+                                    for c, g in table.groupby("condition")}
+            summary["committed_at_read"] = ro.committed_at_read(table, n_boot=a.n_boot, seed=cfg.seed, ci=a.ci)
+            summary["message_effect_round1"] = ro.message_effects(table, n_boot=a.n_boot, seed=cfg.seed, ci=a.ci)
+            if make_plots:
+                from interventions import plots
+                plots.committed(summary["committed_at_read"], run.plot_path("committed_at_read"))
+    else:
+        turns, items = source_turns(cfg, run, eng, 0, progress)
+        pairs = ab.select_pairs(items, turns, seed=cfg.seed, max_pairs=cfg.interventions.max_pairs,
+                                require_disagreement=cfg.interventions.require_disagreement)
+        summary["n_pairs"] = len(pairs)
+        if pairs:
+            if verb == "ablate":
+                meta, convs = ab.ablation_contexts(items, pairs, P, eng.tokenizer, seed=cfg.seed)
+            else:
+                meta, convs = ab.cue_contexts(items, pairs, P)
+            table = ab.score_margins(eng, meta, convs)
+            run.write_table("margins", table)
+            w = ab.effects(table)
+            run.write_table("effects", w)
+            summary.update(ab.summarize_effects(w, n_boot=a.n_boot, seed=cfg.seed, ci=a.ci))
+            if make_plots and summary.get("effects"):
+                from interventions import plots
+                plots.effect_bars(summary["effects"], run.plot_path(f"{verb}_effects"),
+                                  title="message ablations" if verb == "ablate" else "source cues / attribution")
+    run.write_summary(summary)
+    run.finish()
+    return run, summary

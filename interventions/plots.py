@@ -1,0 +1,118 @@
+"""Figures for influence runs: committed-at-read, ablation / cue effects, knockout curves, the
+residual-interchange curve and probe AUROC by layer."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from core.plots import figure as _fig
+from simulate.debate.plots import COLORS
+
+
+def committed(cr: dict[str, Any], path: Path) -> Path:
+    fig = _fig()
+    ax = fig.add_subplot(111)
+    for cond, d in cr.get("by_condition", {}).items():
+        fs = sorted(d, key=float)
+        y = [d[f]["share"] for f in fs]
+        lo = [d[f]["share"] - d[f]["ci_low"] if d[f]["ci_low"] == d[f]["ci_low"] else 0 for f in fs]
+        hi = [d[f]["ci_high"] - d[f]["share"] if d[f]["ci_high"] == d[f]["ci_high"] else 0 for f in fs]
+        ax.errorbar([float(f) for f in fs], y, yerr=[lo, hi], fmt="o-", capsize=3, color=COLORS.get(cond), label=cond)
+    ax.set_xlabel("readout point f (fraction of the receiver's rationale)")
+    ax.set_ylabel("readout argmax = eventual answer\n(answer-changing responses)")
+    ax.set_ylim(0, 1)
+    ax.legend(fontsize=8)
+    ax.set_title("committed-at-read", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path)
+    return path
+
+
+def effect_bars(eff: dict[str, Any], path: Path, *, title: str) -> Path:
+    fig = _fig(6.0, 4.0)
+    ax = fig.add_subplot(111)
+    names = list(eff)
+    y = [eff[n]["mean"] for n in names]
+    err = [[max(0.0, eff[n]["mean"] - eff[n]["ci_low"]) if eff[n]["ci_low"] == eff[n]["ci_low"] else 0 for n in names],
+           [max(0.0, eff[n]["ci_high"] - eff[n]["mean"]) if eff[n]["ci_high"] == eff[n]["ci_high"] else 0 for n in names]]
+    ax.bar(range(len(names)), y, yerr=err, capsize=3, color="#7d3c98")
+    ax.axhline(0, color="k", lw=0.8)
+    ax.set_xticks(range(len(names)))
+    ax.set_xticklabels(names, rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("adoption-margin shift vs no message (logits)")
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path)
+    return path
+
+
+def knockout_curves(summary: dict, path: Path) -> Path:
+    """Share of the message effect removed: single layers and cumulative (L..last)."""
+    fig = _fig(10, 4)
+    unm = set(summary.get("unmaskable_layers") or [])
+    for k, kind in enumerate(("single", "cumulative")):
+        ax = fig.add_subplot(1, 2, k + 1)
+        for q, style in (("after", "o-"), ("decision", "s--")):
+            c = sorted((r for r in summary["curves"] if r["kind"] == kind and r["queries"] == q),
+                       key=lambda r: r["layer"])
+            if not c:
+                continue
+            x = [r["layer"] for r in c]
+            ax.plot(x, [r["share_removed"] for r in c], style, ms=3, label=f"queries: {q}")
+            ax.fill_between(x, [r["ci_low"] for r in c], [r["ci_high"] for r in c], alpha=0.15)
+        for q, color in (("after", "C2"), ("decision", "C3")):
+            a = (summary.get("all_layers") or {}).get(q)
+            if a:
+                ax.axhline(a["share_removed"], ls=":", lw=1.2, color=color, label=f"all layers, queries: {q}")
+        for L in sorted(unm):
+            ax.axvline(L, color="0.85", lw=2, zorder=0)
+        ax.axhline(1.0, color="0.5", lw=0.8)
+        ax.axhline(0.0, color="0.5", lw=0.8)
+        pts = [r["share_removed"] for r in summary["curves"] if r["share_removed"] == r["share_removed"]]
+        if pts:  # ratio CIs explode when the effect is near 0: keep the axis on the estimates
+            ax.set_ylim(max(-2.0, min(-0.25, min(pts) - 0.1)), min(3.0, max(1.25, max(pts) + 0.1)))
+        ax.set_xlabel("layer" if kind == "single" else "first blocked layer (L..last)")
+        ax.set_ylabel("share of the peer effect removed")
+        ax.set_title(f"{kind} knockout" + (" (grey: recurrent, unmaskable)" if unm else ""), fontsize=9)
+        ax.legend(fontsize=7)
+    fig.suptitle(f"{summary.get('model')}: attention knockout ({summary.get('n_pairs')} pairs); >100% = all",
+                 fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path)
+    return path
+
+def patch_curve(summary: dict, path: Path) -> Path:
+    fig = _fig(6.0, 4.0)
+    ax = fig.add_subplot(111)
+    c = summary["curve"]
+    x = [r["layer"] for r in c]
+    ax.plot(x, [r["restored"] for r in c], "o-", ms=3)
+    ax.fill_between(x, [r["ci_low"] for r in c], [r["ci_high"] for r in c], alpha=0.2)
+    ax.axhline(1.0, color="0.5", lw=0.8)
+    ax.axhline(0.0, color="0.5", lw=0.8)
+    pts = [r["restored"] for r in c if r["restored"] == r["restored"]]
+    if pts:
+        ax.set_ylim(max(-2.0, min(-0.25, min(pts) - 0.1)), min(3.0, max(1.25, max(pts) + 0.1)))
+    ax.set_xlabel("patched layer (residual after it, at the cue positions)")
+    ax.set_ylabel("share of the X-Y margin difference carried")
+    ax.set_title(f"{summary.get('model')}: residual interchange X -> Y ({summary.get('n_pairs')} pairs)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path)
+    return path
+
+def probe_curve(t: pd.DataFrame, path: Path, *, concept: str) -> Path:
+    fig = _fig(6.0, 4.0)
+    ax = fig.add_subplot(111)
+    ax.plot(t["layer"], t["auroc"], "o-", ms=3, label="probe (held-out AUROC)")
+    ax.plot(t["layer"], t["null_p90"], "--", color="0.4", label="shuffled-label null, 90th percentile")
+    ax.axhline(0.5, color="0.6", lw=0.8, ls=":")
+    ax.set_ylim(0, 1.02)
+    ax.set_xlabel("layer")
+    ax.set_ylabel("AUROC")
+    ax.set_title(f"probe for '{concept}' by layer (n = {int(t['n'].iloc[0])})", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    return path

@@ -1,0 +1,130 @@
+"""The shared base (core): one statistics module, one JSONL reader, one run-directory name, one
+progress convention, one strict config base."""
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+
+from core import stats
+from core.config import ConfigError, Strict, validate
+from core.jsonl import iter_jsonl, open_text
+from core.progress import progress
+from core.runs import run_dir_path
+
+
+def test_benjamini_hochberg_hand_computed():
+    # p sorted: .01 .03 .04 .5 (m = 4): .01*4/1=.04, .03*4/2=.06, .04*4/3=.0533 -> .0533, .5*4/4=.5;
+    # step-up minimum from the top: .04, .0533, .0533, .5
+    q = stats.benjamini_hochberg([0.01, 0.04, 0.03, np.nan, 0.5])
+    np.testing.assert_allclose(q[[0, 1, 2, 4]], [0.04, 0.16 / 3, 0.16 / 3, 0.5])
+    assert np.isnan(q[3])
+    assert np.isnan(stats.benjamini_hochberg([np.nan])).all()
+
+
+def test_ece_with_soft_labels_matches_the_bin_formula():
+    p = np.array([0.05, 0.12, 0.18, 0.55, 0.91, 0.97])
+    y = np.array([0.0, 0.5, 0.0, 1.0, 1.0, 0.5])
+    # bins of width .1: {.05}, {.12, .18}, {.55}, {.91, .97}
+    want = (abs(0.05 - 0) + 2 * abs(0.15 - 0.25) + abs(0.55 - 1) + 2 * abs(0.94 - 0.75)) / 6
+    assert stats.ece(p, y, 10, "width") == pytest.approx(want)
+    from simulate.belief.calibration import ece as belief_ece
+    assert belief_ece(p, y) == pytest.approx(want)
+
+
+def test_ratio_and_mean_ci():
+    rng = np.random.default_rng(0)
+    num = rng.normal(2.0, 0.1, 60)
+    den = rng.normal(4.0, 0.1, 60)
+    fam = np.repeat(np.arange(20), 3)
+    est, lo, hi = stats.ratio_ci(num, den, fam, n_boot=400, seed=1)
+    assert est == pytest.approx(num.mean() / den.mean())
+    assert lo < est < hi and hi - lo < 0.05
+    s, _, _ = stats.ratio_ci(num, den, fam, share=True, n_boot=0)
+    assert s == pytest.approx(num.mean() / (num.mean() + den.mean()))
+    assert np.isnan(stats.ratio_ci(num, np.zeros(60), fam, n_boot=10)[0])  # 0 denominator: NaN, not inf
+    m, lo, hi = stats.mean_ci(np.r_[num, np.nan], n_boot=400, seed=0)
+    assert m == pytest.approx(num.mean()) and lo < m < hi
+    # same seed, same draws: reproducible
+    assert stats.ratio_ci(num, den, fam, n_boot=200, seed=3) == stats.ratio_ci(num, den, fam, n_boot=200, seed=3)
+
+
+def test_jsonl_reader_names_the_line(tmp_path):
+    p = tmp_path / "a.jsonl"
+    p.write_text('{"x": 1}\n\n// a comment\n{"x": 2}\n{bad\n')
+    with pytest.raises(ValueError, match=r"a\.jsonl line 3: not valid JSON"):
+        list(iter_jsonl(p))
+    with pytest.raises(KeyError, match=r"a\.jsonl:5: not valid JSON .*column 2"):
+        list(iter_jsonl(p, error=KeyError, where="{path}:{n}", comments=True))
+    p.write_text('{"x": 1}\n\n// c\n{"x": 2}\n')
+    assert list(iter_jsonl(p, comments=True)) == [(1, {"x": 1}), (4, {"x": 2})]
+    g = tmp_path / "b.jsonl.gz"
+    with open_text(g, "w") as fh:
+        fh.write(json.dumps({"y": 3}) + "\n")
+    assert list(iter_jsonl(g)) == [(1, {"y": 3})]
+    (tmp_path / "again").mkdir()
+    with open_text(tmp_path / "again" / "b.jsonl.gz", "w") as fh:
+        fh.write(json.dumps({"y": 3}) + "\n")
+    assert g.read_bytes() == (tmp_path / "again" / "b.jsonl.gz").read_bytes()  # mtime 0: same bytes
+
+
+def test_run_dir_path_and_strict_configs(tmp_path):
+    assert run_dir_path(tmp_path / "x", "debate", "n") == tmp_path / "x"
+    d = run_dir_path(None, "debate", "smoke")
+    assert d.parent.as_posix() == "runs/debate" and re.fullmatch(r"smoke-\d{8}-\d{6}", d.name)
+
+    class C(Strict):
+        a: int = 1
+    with pytest.raises(ConfigError, match="bogus"):
+        validate(C, {"bogus": 2})
+
+
+def test_progress_convention_disabled_bar_accepts_calls():
+    with progress("x", enabled=False) as update:
+        update(10, 0)
+        update(10, 3)
+
+
+def test_every_config_base_is_the_one_strict_base():
+    """Each part's config models derive from core.config.Strict (unknown keys are errors)."""
+    import aggregate.config
+    import chorus.stages
+    import interventions.config
+    import interventions.internals.config
+    import simulate.belief.topics
+    import simulate.belief.config
+    import simulate.council.config
+    import simulate.debate.config
+    import simulate.roleplay.config
+    for mod in (aggregate.config, simulate.belief.config, simulate.council.config, simulate.debate.config,
+                simulate.roleplay.config, simulate.belief.topics, interventions.config,
+                interventions.internals.config, chorus.stages):
+        models = [v for v in vars(mod).values() if isinstance(v, type) and v.__module__ == mod.__name__
+                  and hasattr(v, "model_config")]
+        assert models, mod.__name__
+        for m in models:
+            assert issubclass(m, Strict), f"{mod.__name__}.{m.__name__} is not a core.config.Strict"
+
+
+@pytest.mark.slow
+def test_engine_cached_goes_through_the_store(tmp_path):
+    """Model work outside chat (knockout, patching) reaches the call store only through the engine."""
+    from serving import load_engine
+
+    calls = []
+
+    def compute(idx):
+        calls.append(list(idx))
+        return [{"v": i * 10} for i in idx]
+
+    store = tmp_path / "calls.sqlite"
+    with load_engine("smollm2-135m-instruct", "hf", store=store) as eng:
+        reqs = [{"q": 1}, {"q": 2}]
+        assert eng.cached("probe-test", reqs, compute) == [{"v": 0}, {"v": 10}]
+        assert eng.cached("probe-test", reqs + [{"q": 3}], compute) == [{"v": 0}, {"v": 10}, {"v": 20}]
+    assert calls == [[0, 1], [2]]
+    with load_engine("smollm2-135m-instruct", "hf", store=store) as eng:  # a new process: read back
+        assert eng.cached("probe-test", reqs, compute) == [{"v": 0}, {"v": 10}]
+    assert calls == [[0, 1], [2]]
