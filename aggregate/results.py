@@ -174,6 +174,8 @@ def independent_plurality(traces) -> list[tuple[set[str], float]]:
 
 
 def _plain_ece(conf: Sequence[float], correct: Sequence[bool], n_bins: int = 10) -> float:
+    """ECE in plain Python, on purpose apart from ``core.stats.ece``: verify recounts with code
+    that shares nothing with the pipeline it checks."""
     gaps = [0.0] * n_bins
     for c, ok in zip(conf, correct):
         b = min(int(c * n_bins), n_bins - 1)

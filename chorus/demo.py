@@ -1,7 +1,8 @@
 """``chorus demo``: the main job. One small study across every part on the embedded model(s):
 
     serving       batched generation, a forced-choice readout and structured output
-    belief        the three regimes and kappa recovery, oracle mode (exact) and LLM mode
+    belief_oracle the three regimes and kappa recovery, oracle mode (exact)
+    belief_llm    the same through the language round-trip (LLM mode)
     debate        debate vs matched reflection on bench questions, collective metrics
     readout       forced-choice readouts over the debate run (committed-at-read)
     roleplay      role-play groups on the synthetic fixture, both setups, alignment metrics

@@ -5,7 +5,9 @@
     core.seeding   one root seed spawning every generator
     core.stats     bootstrap (paired, clustered, ratio), ECE, Benjamini-Hochberg
     core.jsonl     JSONL reading with line numbers in every error
-    core.cliutil   the CLI's error exit, ``--set`` parsing and the progress convention
+    core.progress  the progress convention ``progress(total, k)`` from the engine to the CLI's bar
+    core.cliutil   the CLI's error exit and ``--set`` parsing
+    core.plots     one way to make a matplotlib figure
 
 Layers import downward only: core <- serving <- simulate / aggregate <- interventions <- chorus
 (the application: CLI, demo, report). ``tests/test_layering.py`` keeps it so.

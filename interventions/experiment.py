@@ -41,19 +41,29 @@ def source_turns(cfg: InfluenceConfig, run: RunDir, eng: Any, rounds: int,
     return turns, {it.id: it for it in items}
 
 
+def start_run(cfg: InfluenceConfig, verb: str, out: Path | None, engine: Any = None,
+              backend: str | None = None) -> tuple[RunDir, Any, dict]:
+    """The run directory of one influence verb, its engine (``backend`` overrides the config's)
+    and the prompts; the question set is validated before any model call."""
+    P = load_prompts(cfg.prompts)
+    if not cfg.source_run:
+        select_items(cfg.bench)
+    run = RunDir.create(run_dir_path(out, "influence", f"{cfg.name}-{verb}"), part="influence", config=cfg,
+                        seeds={"root": cfg.seed}, command=f"influence {verb}",
+                        prompts={"name": P["_name"], "sha256": P["_sha256"]}, source_run=cfg.source_run)
+    if engine is None:
+        engine = engine_for(cfg if backend is None else cfg.model_copy(
+            update={"model": cfg.model.model_copy(update={"backend": backend})}), run)
+    run.update_provenance(model=engine.provenance())
+    return run, engine, P
+
+
 def run_influence(cfg: InfluenceConfig, verb: str, out: Path | None = None, *, progress: Progress | None = None,
                   make_plots: bool = True, engine: Any = None) -> tuple[RunDir, dict[str, Any]]:
     """verb: readout | ablate | cues."""
     if verb not in ("readout", "ablate", "cues"):
         raise ConfigError(f"unknown influence verb {verb!r}")
-    P = load_prompts(cfg.prompts)
-    if not cfg.source_run:
-        select_items(cfg.bench)  # validate the bench before any model call
-    run = RunDir.create(run_dir_path(out, "influence", f"{cfg.name}-{verb}"), part="influence", config=cfg,
-                        seeds={"root": cfg.seed}, command=f"influence {verb}",
-                        prompts={"name": P["_name"], "sha256": P["_sha256"]}, source_run=cfg.source_run)
-    eng = engine or engine_for(cfg, run)
-    run.update_provenance(model=eng.provenance())
+    run, eng, P = start_run(cfg, verb, out, engine)
     a = cfg.analysis
     summary: dict[str, Any] = {"experiment": cfg.name, "verb": verb, "model": cfg.model.profile}
     if verb == "readout":

@@ -171,28 +171,3 @@ def tiny_model(family: str, vocab_size: int, *, n_layers: int = 4, seed: int = 0
         raise FamilyError(f"no tiny config for family {family!r}; choose one of {', '.join(TINY_FAMILIES)}")
     torch.manual_seed(seed)
     return AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).eval()
-
-
-def engine_from_model(model: Any, tokenizer: Any, *, name: str = "custom", batch_size: int = 16,
-                      token_budget: int = 16384) -> Any:
-    """An hf ``Engine`` around an already loaded transformers model (no store): the same
-    interface the knockout, patching and probe code sees for a profile loaded from disk."""
-    import torch
-
-    from serving.backends.hf import HFBackend, eos_ids
-    from serving.engine import Engine
-    from serving.profiles import Profile
-
-    be = HFBackend.__new__(HFBackend)  # no loading: adopt the model object
-    be.torch, be.model, be.tokenizer = torch, model.eval(), tokenizer
-    be.device = str(next(model.parameters()).device)
-    be.dtype = str(next(model.parameters()).dtype).replace("torch.", "")
-    be.eos_ids = eos_ids(model, tokenizer)
-    be.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else be.eos_ids[0]
-    be.max_model_len = getattr(model.config, "max_position_embeddings", None) or 4096
-    be.batch_size, be.token_budget = batch_size, token_budget
-    be.attn_implementation = model.config._attn_implementation
-    be._grammars = None
-    prof = Profile(name=name, family=model_type(model), description="model object", chat=bool(
-        getattr(tokenizer, "chat_template", None)))
-    return Engine(prof, be, tokenizer, dtype=be.dtype, store=None, weights_sha256=None)

@@ -7,7 +7,7 @@ training part, which gives the same solution much faster: ``_fold_features``); i
 of out-of-fold decision values (folds grouped by question family when groups are given, so a
 question's paired contexts never sit on both sides). The null refits the same pipeline on
 shuffled labels ``n_perm`` times; its 90th percentile is reported beside every probe score,
-because shuffled-label directions can still separate topics (seed, C.1).
+because shuffled-label directions can still separate topics (peer-influence paper §C.1).
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""CLI verbs of the serving layer: models, generate, serve, store, and (for now) demo."""
+"""CLI verbs of the serving layer: models, generate, serve, store."""
 from __future__ import annotations
 
 import json

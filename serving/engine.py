@@ -128,7 +128,7 @@ class Engine:
         for i, p in prompts.items():
             self._check_len(i, p, max_tokens)
         done = len(convs) - sum(len(v) for v in todo.values())
-        if progress:  # the convention of core.cliutil.Progress: (total, 0) starts, (total, k) advances
+        if progress:  # the convention of core.progress.Progress: (total, 0) starts, (total, k) advances
             progress(len(convs), 0)
             if done:
                 progress(len(convs), done)  # read back from the store
@@ -258,6 +258,18 @@ class Engine:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def engine_from_model(model: Any, tokenizer: Any, *, name: str = "custom", batch_size: int = 16,
+                      token_budget: int = 16384) -> Engine:
+    """An hf ``Engine`` (no store) around a transformers model already in memory: the interface
+    the knockout, patching and probe code sees for a profile loaded from disk."""
+    from serving.backends.hf import HFBackend
+
+    be = HFBackend.from_model(model, tokenizer, batch_size=batch_size, token_budget=token_budget)
+    prof = Profile(name=name, family=getattr(model.config, "model_type", None) or "?", description="model object",
+                   chat=bool(getattr(tokenizer, "chat_template", None)))
+    return Engine(prof, be, tokenizer, dtype=be.dtype, store=None, weights_sha256=None)
 
 
 def _have_vllm() -> bool:

@@ -1,4 +1,4 @@
-"""``chorus council``: live LLM councils that emit typed-move traces (issue 7).
+"""``chorus council``: live LLM councils that emit typed-move traces.
 
 run CONFIG      deliberate (clean and attacked), write traces, run the LLM baselines, aggregate
 report RUN      recompute every table, summary and plot from a run directory's files alone

@@ -1,5 +1,5 @@
 """``chorus roleplay`` (run | eval) and ``chorus sft`` (train): DEBATE-style role-play groups,
-their human-alignment metrics and the SFT comparison (issue 8). Heavy imports stay inside the
+their human-alignment metrics and the SFT comparison. Heavy imports stay inside the
 commands so ``chorus --help`` stays fast."""
 from __future__ import annotations
 

@@ -93,8 +93,8 @@ def test_every_config_base_is_the_one_strict_base():
     import chorus.stages
     import interventions.config
     import interventions.internals.config
-    import simulate.belief.topics
     import simulate.belief.config
+    import simulate.belief.topics
     import simulate.council.config
     import simulate.debate.config
     import simulate.roleplay.config

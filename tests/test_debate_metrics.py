@@ -137,3 +137,8 @@ def test_bh_and_permutation():
     b = np.zeros(40)
     assert permutation_pvalue(a, b, np.arange(40), n_perm=999) < 0.01
     assert permutation_pvalue(a, a, np.arange(40), n_perm=999) == 1.0
+
+
+def test_effective_voters_at_the_most_anticorrelated_group_is_infinite():
+    # two agents, always one right and one wrong: rho = -1 = -1/(I-1), 1 + (I-1) rho = 0
+    assert effective_voters(np.array([[1, 0], [0, 1], [1, 0], [0, 1]])) == float("inf")

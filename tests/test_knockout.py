@@ -13,6 +13,7 @@ import torch
 from interventions import families as fam
 from interventions import knockout as ko
 from interventions.spans import SpanError, char_to_token_span, find_range, message_token_span
+from serving.engine import engine_from_model
 
 OPTS = [" A", " B"]
 PEER = "I am quite sure the answer is B, because Rome is the capital."
@@ -43,7 +44,7 @@ def tiny(tokenizer):
 
     def get(family: str):
         if family not in cache:
-            cache[family] = fam.engine_from_model(fam.tiny_model(family, len(tokenizer)), tokenizer, name=f"tiny-{family}")
+            cache[family] = engine_from_model(fam.tiny_model(family, len(tokenizer)), tokenizer, name=f"tiny-{family}")
         return cache[family]
     return get
 
@@ -79,7 +80,7 @@ def test_char_to_token_span_hand_computed():
 def test_span_covers_exactly_the_peer_text(tiny, tokenizer, plain_template):
     eng = tiny("llama")
     if plain_template:  # a base model: the documented plain template
-        eng = fam.engine_from_model(eng.model, _no_template(tokenizer))
+        eng = engine_from_model(eng.model, _no_template(tokenizer))
     conv = conversation()
     p = eng.render(conv)
     s = message_token_span(eng.tokenizer, p.text, p.ids, conv, target(conv))
@@ -192,7 +193,7 @@ def test_bad_input_errors(tiny, tokenizer):
     from transformers import GPT2Config, GPT2LMHeadModel
     gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=len(tokenizer), n_embd=32, n_layer=2, n_head=2)).eval()
     with pytest.raises(fam.FamilyError, match=r"model type 'gpt2' .* no known attention module names"):
-        ko.option_logprobs(fam.engine_from_model(gpt2, tokenizer), [conv], OPTS, target(conv))
+        ko.option_logprobs(engine_from_model(gpt2, tokenizer), [conv], OPTS, target(conv))
 
     class NotHF:
         backend = type("B", (), {"name": "vllm"})()

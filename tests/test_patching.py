@@ -8,6 +8,7 @@ import pytest
 
 from interventions import families as fam
 from interventions import patching as pt
+from serving.engine import engine_from_model
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +32,7 @@ def _pair(eng, x_word="excellent", y_word="terrible"):
 
 @pytest.mark.parametrize("family", fam.TINY_FAMILIES)
 def test_identity_and_full_transplant(tokenizer, family):
-    eng = fam.engine_from_model(fam.tiny_model(family, len(tokenizer)), tokenizer)
+    eng = engine_from_model(fam.tiny_model(family, len(tokenizer)), tokenizer)
     x, y, diff = _pair(eng)
     n = eng.model.config.num_hidden_layers
     same = pt.interchange(eng, y, y, diff, "all")       # a layer's residual patched with itself
@@ -49,7 +50,7 @@ def test_identity_and_full_transplant(tokenizer, family):
 
 
 def test_bad_input(tokenizer):
-    eng = fam.engine_from_model(fam.tiny_model("llama", len(tokenizer)), tokenizer)
+    eng = engine_from_model(fam.tiny_model("llama", len(tokenizer)), tokenizer)
     x, y, diff = _pair(eng)
     with pytest.raises(pt.PatchError, match="differ in length"):
         pt.interchange(eng, x + [5], y, diff)

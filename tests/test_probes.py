@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from interventions import probes as pb
+from serving.engine import engine_from_model
 
 
 def test_random_activations_sit_inside_their_null():
@@ -53,7 +54,7 @@ def test_activations_equal_the_models_hidden_states():
     from interventions import families as fam
     from serving.profiles import get_profile
     tok = AutoTokenizer.from_pretrained(str(get_profile("smollm2-135m-instruct").require()))
-    eng = fam.engine_from_model(fam.tiny_model("llama", len(tok)), tok)
+    eng = engine_from_model(fam.tiny_model("llama", len(tok)), tok)
     convs = [[{"role": "user", "content": "Short?"}], [{"role": "user", "content": "A longer question, padded left?"}]]
     acts = pb.activations(eng, convs, [0, 2])
     assert acts.shape == (2, 2, 64)

@@ -2,7 +2,7 @@
 embedded model (hf backend, fp32, CPU), in one standard run directory.
 
     from interventions.internals.demo import run_demo
-    summary = run_demo(Path("runs/demo/internals"), size="tiny")
+    summary = run_demo(Path("runs/demo/knockout"), size="tiny")
 
 tiny: up to 4 debate-style contexts (round 0 of 6 questions generated here), knockout in 4
 layers (single and cumulative) plus all layers for both query variants, 2 cue pairs patched at

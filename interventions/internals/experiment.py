@@ -37,7 +37,7 @@ import pandas as pd
 
 from core.config import ConfigError
 from core.progress import Progress
-from core.runs import RunDir, run_dir_path
+from core.runs import RunDir
 from core.stats import cluster_bootstrap, ratio_ci
 from interventions.internals.config import InternalsConfig
 
@@ -326,21 +326,9 @@ def probe_activations(run: RunDir, eng: Any, convs: list[list[dict]], layers: li
 # -- runs -----------------------------------------------------------------------------------------
 def _setup(cfg: InternalsConfig, verb: str, out: Path | None, engine: Any, progress: Progress | None):
     from interventions import ablations as ab
-    from interventions.experiment import source_turns
-    from simulate.debate.experiment import select_items
-    from simulate.debate.prompts import load_prompts
+    from interventions.experiment import source_turns, start_run
 
-    P = load_prompts(cfg.prompts)
-    if not cfg.source_run:
-        select_items(cfg.bench)  # validate the bench before any model call
-    run = RunDir.create(run_dir_path(out, "influence", f"{cfg.name}-{verb}"), part="influence", config=cfg,
-                        seeds={"root": cfg.seed}, command=f"influence {verb}",
-                        prompts={"name": P["_name"], "sha256": P["_sha256"]}, source_run=cfg.source_run)
-    if engine is None:
-        from serving import load_engine
-        engine = load_engine(cfg.model.profile, backend="hf", store=cfg.model.store or run.store_path,
-                             dtype=cfg.model.dtype, **cfg.model.options)
-    run.update_provenance(model=engine.provenance())
+    run, engine, P = start_run(cfg, verb, out, engine, backend="hf")  # internals need the weights
     turns, items = source_turns(cfg, run, engine, 0, progress)
     pairs = ab.select_pairs(items, turns, seed=cfg.seed, max_pairs=cfg.interventions.max_pairs,
                             require_disagreement=cfg.interventions.require_disagreement)

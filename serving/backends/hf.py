@@ -48,15 +48,31 @@ class HFBackend:
         kw: dict[str, Any] = {"dtype": getattr(torch, dtype)}
         if attn_implementation:
             kw["attn_implementation"] = attn_implementation
-        self.model = AutoModelForCausalLM.from_pretrained(path, **kw).to(self.device).eval()
-        self.tokenizer = AutoTokenizer.from_pretrained(path)
-        self.eos_ids = eos_ids(self.model, self.tokenizer)
-        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eos_ids[0]
-        cfg_len = getattr(self.model.config, "max_position_embeddings", None) or 4096
+        model = AutoModelForCausalLM.from_pretrained(path, **kw).to(self.device).eval()
+        self._adopt(model, AutoTokenizer.from_pretrained(path), max_model_len, batch_size, token_budget)
+
+    @classmethod
+    def from_model(cls, model: Any, tokenizer: Any, *, batch_size: int = 16, token_budget: int = 16384) -> "HFBackend":
+        """A backend around a transformers model already in memory (no loading): tiny random
+        models in tests, or a model a user built or edited."""
+        import torch
+
+        be = cls.__new__(cls)
+        be.torch = torch
+        be.device = str(next(model.parameters()).device)
+        be.dtype = str(next(model.parameters()).dtype).replace("torch.", "")
+        be._adopt(model.eval(), tokenizer, None, batch_size, token_budget)
+        return be
+
+    def _adopt(self, model: Any, tokenizer: Any, max_model_len: int | None, batch_size: int, token_budget: int) -> None:
+        self.model, self.tokenizer = model, tokenizer
+        self.eos_ids = eos_ids(model, tokenizer)
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_ids[0]
+        cfg_len = getattr(model.config, "max_position_embeddings", None) or 4096
         self.max_model_len = min(max_model_len or cfg_len, cfg_len)
         self.batch_size = batch_size
         self.token_budget = token_budget
-        self.attn_implementation = self.model.config._attn_implementation
+        self.attn_implementation = model.config._attn_implementation
         self._grammars = None
 
     def settings(self) -> dict[str, Any]:

@@ -1,6 +1,6 @@
-"""Multi-agent debate vs matched reflection ("Who convinced whom"): bench, protocols, answer
-parsing and collective-outcome metrics. Stable entry points: ``parse_answer`` and
-``effective_voters``. Pure modules (parse, metrics, bench, prompts) import no model code."""
+"""Multi-agent debate vs matched reflection (the peer-influence paper): the question set,
+protocols, answer parsing and collective-outcome metrics. Stable entry points: ``parse_answer``
+and ``effective_voters``. Pure modules (parse, metrics, questions, prompts) import no model code."""
 from simulate.debate.metrics import effective_voters
 from simulate.debate.parse import parse_answer
 

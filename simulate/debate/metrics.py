@@ -16,7 +16,7 @@ Definitions (peer-influence paper §5):
   the initially split ones).
 
 Uncertainty: question-clustered (cluster = family) paired bootstrap for per-question means
-(reusing ``aggregate.metrics.paired_bootstrap``), a clustered bootstrap for n_eff, a
+(``core.stats.paired_bootstrap``), a clustered bootstrap for n_eff, a
 cluster-level sign-flip permutation null for paired deltas, and Benjamini-Hochberg across
 cells (subdomains).
 """
@@ -55,7 +55,11 @@ def effective_voters(correct: np.ndarray) -> float:
     X = np.asarray(correct, float)
     rho = mean_pairwise_correlation(X)
     I = X.shape[1]
-    return float(I / (1.0 + (I - 1) * rho)) if np.isfinite(rho) else float("nan")
+    if not np.isfinite(rho):
+        return float("nan")
+    den = 1.0 + (I - 1) * rho
+    # rho = -1/(I-1), the most anti-correlated a group can be: as many voters as you like
+    return float(I / den) if den > 1e-12 else float("inf")
 
 
 # -- votes -----------------------------------------------------------------------------------
@@ -161,8 +165,8 @@ def condition_metrics(q: pd.DataFrame, turns: pd.DataFrame, condition: str) -> d
 def paired_mean_deltas(per_arm: dict[str, np.ndarray], pairs: Sequence[tuple[str, str]], clusters: np.ndarray,
                        *, n_boot: int = 2000, seed: int = 0, ci: float = 0.95) -> pd.DataFrame:
     """Paired, question-clustered bootstrap of differences of per-question means (A - B),
-    via ``aggregate.metrics.paired_bootstrap`` (its "accuracy" statistic is the mean)."""
-    from aggregate.metrics import paired_bootstrap
+    via ``core.stats.paired_bootstrap`` (its "accuracy" statistic is the mean)."""
+    from core.stats import paired_bootstrap
 
     n = len(clusters)
     data = {k: {"correct": np.asarray(v, float), "confidence": np.zeros(n), "brier": np.zeros(n)}

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Callable
 
 import pandas as pd
@@ -83,84 +84,123 @@ def _threads() -> None:
         torch.set_num_threads(int(n))
 
 
-def train_sft(cfg: SftConfig, out: Path | None = None, *, progress: Callable[[int, int], None] | None = None,
-              classifier_engine: Any = None) -> tuple[RunDir, dict[str, Any]]:
-    from serving.profiles import get_profile
-    P = load_prompts(cfg.prompts)
+def _train_groups(cfg: SftConfig) -> tuple[str, list[Group], list]:
+    """(data path, golden training groups of the split, groups excluded by the golden mask)."""
     path = cfg.data.path or str(FIXTURE)
     kept_groups, excluded = golden_mask(load_groups(path))
     train_groups = select_split(kept_groups, cfg.data.split, "train")
     if not train_groups:
         raise ConfigError(f"data: no golden training groups in the {cfg.data.split} split of {path}")
-    base = get_profile(cfg.base.profile)
-    base_path = base.require()  # fails before any training
+    return path, train_groups, excluded
+
+
+def _open_run(cfg: SftConfig, out: Path | None, P: dict, path: str, train_groups: list[Group], excluded: list,
+              base: Any, base_path: Path) -> RunDir:
     out = run_dir_path(out, "sft", cfg.name)
-    run = RunDir.create(out, part="sft", config=cfg, seeds={"root": cfg.seed}, command="sft train",
-                        prompts={"name": P["_name"], "sha256": P["_sha256"]},
-                        data={"path": path, "n_train_groups": len(train_groups), "n_excluded_by_mask": len(excluded)},
-                        base_model={"profile": base.name, "path": str(base_path)})
+    return RunDir.create(out, part="sft", config=cfg, seeds={"root": cfg.seed}, command="sft train",
+                         prompts={"name": P["_name"], "sha256": P["_sha256"]},
+                         data={"path": path, "n_train_groups": len(train_groups), "n_excluded_by_mask": len(excluded)},
+                         base_model={"profile": base.name, "path": str(base_path)})
+
+
+def _classify_unlabelled(cfg: SftConfig, examples: list[dict], P: dict, run: RunDir, classifier_engine: Any
+                         ) -> dict[tuple[str, str], bool | None]:
+    """On-topic labels for the targets the record leaves unlabelled; written as ``target_labels``."""
+    from simulate.roleplay.classify import classify_texts
+    eng = classifier_engine
+    if eng is None:
+        from serving import load_engine
+        spec = cfg.classifier
+        eng = load_engine(spec.profile or cfg.base.profile, backend=spec.backend, store=run.store_path,
+                          dtype=spec.dtype, **spec.options)
+    lab = classify_texts(eng, [(ex["topic"], ex["completion"][0]["content"]) for ex in examples if ex["label"] is None],
+                         P, max_tokens=cfg.classifier.max_tokens)
+    if classifier_engine is None:
+        eng.close()  # free the accelerator before training
+    classified = {(t, x): o for t, x, o in zip(lab["topic"], lab["text"], lab["on_topic"])}
+    run.write_table("target_labels", lab)
+    return classified
+
+
+def _on_topic_examples(cfg: SftConfig, train_groups: list[Group], P: dict, run: RunDir, classifier_engine: Any
+                       ) -> tuple[list[dict], dict[str, int]]:
+    """The SFT examples after the on-topic filter and ``data.limit``, with the filter's counts."""
     examples = sft_examples(train_groups, P, cfg.data.kinds)
     classified = None
     if cfg.data.on_topic == "classifier" and any(ex["label"] is None for ex in examples):
-        from simulate.roleplay.classify import classify_texts
-        eng = classifier_engine
-        if eng is None:
-            from serving import load_engine
-            spec = cfg.classifier
-            eng = load_engine(spec.profile or cfg.base.profile, backend=spec.backend, store=run.store_path,
-                              dtype=spec.dtype, **spec.options)
-        lab = classify_texts(eng, [(ex["topic"], ex["completion"][0]["content"]) for ex in examples if ex["label"] is None],
-                             P, max_tokens=cfg.classifier.max_tokens)
-        if classifier_engine is None:
-            eng.close()  # free the accelerator before training
-        classified = {(t, x): o for t, x, o in zip(lab["topic"], lab["text"], lab["on_topic"])}
-        run.write_table("target_labels", lab)
+        classified = _classify_unlabelled(cfg, examples, P, run, classifier_engine)
     examples, counts = filter_on_topic(examples, cfg.data.on_topic, classified)
     if cfg.data.limit:
         examples = examples[:cfg.data.limit]
+    return examples, counts
 
+
+def _training_stack() -> SimpleNamespace:
+    """torch, datasets, transformers and trl, imported together after the thread setting and
+    before the tokenizer is loaded or anything more is written."""
     _threads()
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import SFTConfig as TrlConfig
     from trl import SFTTrainer
+    return SimpleNamespace(torch=torch, Dataset=Dataset, AutoModelForCausalLM=AutoModelForCausalLM,
+                           AutoTokenizer=AutoTokenizer, TrlConfig=TrlConfig, SFTTrainer=SFTTrainer)
 
-    tok = AutoTokenizer.from_pretrained(str(base_path))
+
+def _tokenizer(lib: SimpleNamespace, cfg: SftConfig, base_path: Path) -> Any:
+    tok = lib.AutoTokenizer.from_pretrained(str(base_path))
     if not getattr(tok, "chat_template", None):
         raise ConfigError(f"base.profile = {cfg.base.profile!r}: the tokenizer has no chat template; the SFT set is "
                           "conversational (use an instruct model)")
-    # never truncate a completion away: too-long examples are dropped and counted
+    return tok
+
+
+def _fit_max_length(examples: list[dict], counts: dict[str, int], tok: Any, max_length: int) -> list[dict]:
+    """Drop examples longer than ``max_length`` and count them in ``counts["too_long"]``: never
+    truncate a completion away."""
     lens = [_n_tokens(tok, ex["prompt"] + ex["completion"]) for ex in examples]
-    too_long = sum(n > cfg.training.max_length for n in lens)
-    examples = [ex for ex, n in zip(examples, lens) if n <= cfg.training.max_length]
+    too_long = sum(n > max_length for n in lens)
+    examples = [ex for ex, n in zip(examples, lens) if n <= max_length]
     counts["too_long"] = int(too_long)
     if not examples:
         raise ConfigError(f"no SFT examples left ({counts})")
+    return examples
+
+
+def _write_sft_set(run: RunDir, examples: list[dict]) -> None:
     pd.DataFrame([{k: v for k, v in ex.items() if k not in ("prompt", "completion")} |
                   {"target": ex["completion"][0]["content"]} for ex in examples]).pipe(lambda d: run.write_table("sft_set", d))
-    ds = Dataset.from_list([{"prompt": ex["prompt"], "completion": ex["completion"]} for ex in examples])
+
+
+def _trainer(lib: SimpleNamespace, cfg: SftConfig, base_path: Path, tok: Any, ds: Any, output_dir: Path,
+             progress: Callable[[int, int], None] | None) -> Any:
+    """TRL's ``SFTTrainer`` on ``ds`` with the config's settings (and LoRA through peft if enabled)."""
+    torch = lib.torch
     cuda = torch.cuda.is_available()
     t = cfg.training
     bf16 = (cuda and torch.cuda.is_bf16_supported()) if t.bf16 is None else t.bf16
-    args = TrlConfig(output_dir=str(run.path / "trainer"), num_train_epochs=t.epochs, learning_rate=t.learning_rate,
-                     per_device_train_batch_size=t.per_device_batch_size,
-                     gradient_accumulation_steps=t.gradient_accumulation_steps,
-                     max_steps=t.max_steps or -1, max_length=t.max_length, completion_only_loss=True,
-                     logging_steps=t.logging_steps, save_strategy="no", report_to=[], seed=cfg.seed, data_seed=cfg.seed,
-                     bf16=bf16, use_cpu=not cuda, lr_scheduler_type=t.lr_scheduler, warmup_steps=t.warmup_ratio,
-                     weight_decay=t.weight_decay, dataloader_num_workers=0, disable_tqdm=progress is not None,
-                     gradient_checkpointing=t.gradient_checkpointing)
-    model = AutoModelForCausalLM.from_pretrained(str(base_path), dtype=torch.bfloat16 if bf16 else torch.float32)
+    args = lib.TrlConfig(output_dir=str(output_dir), num_train_epochs=t.epochs, learning_rate=t.learning_rate,
+                         per_device_train_batch_size=t.per_device_batch_size,
+                         gradient_accumulation_steps=t.gradient_accumulation_steps,
+                         max_steps=t.max_steps or -1, max_length=t.max_length, completion_only_loss=True,
+                         logging_steps=t.logging_steps, save_strategy="no", report_to=[], seed=cfg.seed,
+                         data_seed=cfg.seed, bf16=bf16, use_cpu=not cuda, lr_scheduler_type=t.lr_scheduler,
+                         warmup_steps=t.warmup_ratio, weight_decay=t.weight_decay, dataloader_num_workers=0,
+                         disable_tqdm=progress is not None, gradient_checkpointing=t.gradient_checkpointing)
+    model = lib.AutoModelForCausalLM.from_pretrained(str(base_path), dtype=torch.bfloat16 if bf16 else torch.float32)
     peft_config = None
     if cfg.lora.enabled:
         from peft import LoraConfig
         peft_config = LoraConfig(r=cfg.lora.r, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout,
                                  target_modules=cfg.lora.target_modules, task_type="CAUSAL_LM")
     callbacks = [_ProgressCallback(progress)] if progress else None
-    trainer = SFTTrainer(model=model, args=args, train_dataset=ds, processing_class=tok, peft_config=peft_config,
-                         callbacks=callbacks)
-    result = trainer.train()
+    return lib.SFTTrainer(model=model, args=args, train_dataset=ds, processing_class=tok, peft_config=peft_config,
+                          callbacks=callbacks)
+
+
+def _save_model(cfg: SftConfig, trainer: Any, tok: Any, run: RunDir) -> Path:
+    """The trained model as a full folder (a LoRA adapter is kept beside it, then merged in)."""
     model_dir = run.path / "model"
     trained = trainer.model
     if cfg.lora.enabled:
@@ -168,18 +208,26 @@ def train_sft(cfg: SftConfig, out: Path | None = None, *, progress: Callable[[in
         trained = trained.merge_and_unload()
     trained.save_pretrained(str(model_dir))
     tok.save_pretrained(str(model_dir))
+    return model_dir
+
+
+def _write_results(cfg: SftConfig, run: RunDir, trainer: Any, result: Any, model_dir: Path, n_examples: int,
+                   counts: dict[str, int], n_train_groups: int, progress: Callable[[int, int], None] | None
+                   ) -> dict[str, Any]:
+    """Train log, summary, optional registration and comparison run; finishes the run directory."""
+    from serving.profiles import get_profile
     log = pd.DataFrame([r for r in trainer.state.log_history if "loss" in r])
     run.write_table("train_log", log)
     losses = log["loss"].tolist() if len(log) else []
     summary = {"experiment": cfg.name, "base_profile": cfg.base.profile, "model_path": str(model_dir.resolve()),
                "profile": str(model_dir.resolve()), "lora": cfg.lora.enabled,
                "adapter_path": str((run.path / "adapter").resolve()) if cfg.lora.enabled else None,
-               "n_examples": len(examples), "filtered": counts, "n_train_groups": len(train_groups),
+               "n_examples": n_examples, "filtered": counts, "n_train_groups": n_train_groups,
                "split": cfg.data.split, "global_steps": int(trainer.state.global_step),
                "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None,
                "train_runtime_s": result.metrics.get("train_runtime"),
                "steps_per_second": result.metrics.get("train_steps_per_second"),
-               "settings": t.model_dump()}
+               "settings": cfg.training.model_dump()}
     if cfg.register_as:
         summary["registered_as"] = register_profile(cfg.register_as, model_dir, family=get_profile(cfg.base.profile).family)
     run.update_provenance(trained_model={"path": str(model_dir.resolve())})
@@ -188,6 +236,28 @@ def train_sft(cfg: SftConfig, out: Path | None = None, *, progress: Callable[[in
         summary["compare_run"] = str(compare(cfg, model_dir, run.path / "compare", progress=progress))
         run.write_summary(summary)
     run.finish()
+    return summary
+
+
+def train_sft(cfg: SftConfig, out: Path | None = None, *, progress: Callable[[int, int], None] | None = None,
+              classifier_engine: Any = None) -> tuple[RunDir, dict[str, Any]]:
+    from serving.profiles import get_profile
+    P = load_prompts(cfg.prompts)
+    path, train_groups, excluded = _train_groups(cfg)
+    base = get_profile(cfg.base.profile)
+    base_path = base.require()  # fails before any training
+    run = _open_run(cfg, out, P, path, train_groups, excluded, base, base_path)
+    examples, counts = _on_topic_examples(cfg, train_groups, P, run, classifier_engine)
+
+    lib = _training_stack()
+    tok = _tokenizer(lib, cfg, base_path)
+    examples = _fit_max_length(examples, counts, tok, cfg.training.max_length)
+    _write_sft_set(run, examples)
+    ds = lib.Dataset.from_list([{"prompt": ex["prompt"], "completion": ex["completion"]} for ex in examples])
+    trainer = _trainer(lib, cfg, base_path, tok, ds, run.path / "trainer", progress)
+    result = trainer.train()
+    model_dir = _save_model(cfg, trainer, tok, run)
+    summary = _write_results(cfg, run, trainer, result, model_dir, len(examples), counts, len(train_groups), progress)
     return run, summary
 
 
