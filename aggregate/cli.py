@@ -12,7 +12,6 @@ import typer
 
 from core.cliutil import fail as _fail
 from core.progress import progress
-from core.runs import run_dir_path
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="BDA aggregation over council traces: run, sweep, verify.")
@@ -37,6 +36,7 @@ def run(config: Path = typer.Argument(..., help="YAML run config (see aggregate/
 
     try:
         cfg = load_config(config, RunConfig)
+        from core.runs import run_dir_path
         out = run_dir_path(out, "aggregate", f"{cfg.name}-run")
         with progress(f"{cfg.name}: nested CV", "fold x method", enabled=not quiet) as update:
             path = run_experiment(cfg, out, config_dir=config.parent, progress=update)
@@ -61,6 +61,7 @@ def sweep(config: Path = typer.Argument(..., help="YAML sweep config (kind: dose
 
     try:
         cfg = load_config(config, SweepConfig)
+        from core.runs import run_dir_path
         out = run_dir_path(out, "aggregate", f"{cfg.name}-sweep")
         with progress(f"{cfg.name}: sweep {cfg.kind}", "fold x method", enabled=not quiet) as update:
             path = run_sweep(cfg, out, progress=update)

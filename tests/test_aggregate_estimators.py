@@ -5,25 +5,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from aggregate import (
-    Adversary,
-    BestMember,
-    ConfusionBDA,
-    CouncilSpec,
-    DawidSkeneEM,
-    GatedVote,
-    IsotonicRecalibrated,
-    LogisticStacker,
-    OneCoinBDA,
-    Plurality,
-    Pool,
-    Trace,
-    VerbalizedVote,
-    generate_council,
-    nested_cv,
-    one_coin_posterior,
-    outer_splits,
-)
+from aggregate import (Adversary, BestMember, ConfusionBDA, CouncilSpec, DawidSkeneEM, GatedVote, IsotonicRecalibrated,
+                       LogisticStacker, OneCoinBDA, Plurality, Pool, Trace, VerbalizedVote, generate_council, nested_cv,
+                       one_coin_posterior, outer_splits)
 from aggregate.errors import LabelError, TraceError
 from aggregate.selection import argmax_random, argmin_random
 

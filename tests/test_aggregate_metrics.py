@@ -2,16 +2,8 @@
 import numpy as np
 import pytest
 
-from aggregate.metrics import (
-    brier,
-    brier_per_task,
-    brier_sum_logits,
-    ece,
-    paired_bootstrap,
-    reliability_diagram,
-    reliability_table,
-    summarize,
-)
+from aggregate.metrics import (brier, brier_per_task, brier_sum_logits, ece, paired_bootstrap, reliability_diagram,
+                               reliability_table, summarize)
 
 
 def test_ece_equal_width_hand_computed():

@@ -2,19 +2,8 @@
 import numpy as np
 import pytest
 
-from aggregate import (
-    Adversary,
-    CouncilSpec,
-    OneCoinBDA,
-    Plurality,
-    Pool,
-    generate_council,
-    nested_cv,
-    one_coin_posterior,
-    permute_labels,
-    sleeper_traces,
-    truncate_traces,
-)
+from aggregate import (Adversary, CouncilSpec, OneCoinBDA, Plurality, Pool, generate_council, nested_cv,
+                       one_coin_posterior, permute_labels, sleeper_traces, truncate_traces)
 from aggregate.moves import check_all
 from aggregate.posterior import reliabilities
 

@@ -14,16 +14,8 @@ from aggregate.trace import Trace, dump_traces, load_traces
 from simulate.council import prompts as pr
 from simulate.council.adversary import compliance
 from simulate.council.data import DataError, Task, load_tasks
-from simulate.council.llm_baselines import (
-    argllms,
-    dfquad_aggregate,
-    dfquad_combine,
-    dfquad_strength,
-    moa,
-    moa_lite,
-    n_attacked_samples,
-    self_moa,
-)
+from simulate.council.llm_baselines import (argllms, dfquad_aggregate, dfquad_combine, dfquad_strength, moa, moa_lite,
+                                            n_attacked_samples, self_moa)
 from simulate.council.runner import Seat, make_councils, run_councils
 
 P = pr.load_prompts()

@@ -4,13 +4,8 @@ import pandas as pd
 import pytest
 
 from simulate.debate import effective_voters
-from simulate.debate.metrics import (
-    benjamini_hochberg,
-    collective_summary,
-    permutation_pvalue,
-    plurality,
-    question_table,
-)
+from simulate.debate.metrics import (benjamini_hochberg, collective_summary, permutation_pvalue, plurality,
+                                     question_table)
 
 
 def test_neff_identical_agents_is_one():

@@ -6,16 +6,8 @@ import json
 
 import pytest
 
-from simulate.roleplay.data import (
-    FIXTURE,
-    GroupFormatError,
-    golden_mask,
-    load_groups,
-    mask_reasons,
-    parse_group,
-    select_split,
-    to_record,
-)
+from simulate.roleplay.data import (FIXTURE, GroupFormatError, golden_mask, load_groups, mask_reasons, parse_group,
+                                    select_split, to_record)
 from simulate.roleplay.memory import build_memory
 from simulate.roleplay.prompts import load_prompts, render
 from simulate.roleplay.setups import human_rows, steps

@@ -74,3 +74,160 @@ def test_unreachable_endpoint_is_a_clear_error():
 
     with pytest.raises(EndpointError, match="not reachable"):
         load_engine(EMBEDDED, "openai", endpoints=[f"http://127.0.0.1:{_free_port()}/v1"])
+
+
+# -- faults: a loopback proxy in front of the real server ----------------------------------------
+class FaultProxy:
+    """An HTTP proxy on loopback in front of the real server. It injects faults on a fixed schedule
+    of POSTs (every n-th answered with 503, every m-th connection reset), can require an API key,
+    and can be killed (connections refused) and started again on the same port."""
+
+    def __init__(self, upstream_port: int, *, fail_503_every: int = 0, reset_every: int = 0, key: str | None = None):
+        import threading
+        self.upstream = f"http://127.0.0.1:{upstream_port}"
+        self.port = _free_port()
+        self.fail_503_every, self.reset_every, self.key = fail_503_every, reset_every, key
+        self.posts = 0
+        self.injected = {"503": 0, "reset": 0}
+        self.lock = threading.Lock()
+        self.httpd = None
+        self.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def start(self) -> None:
+        import socket as so
+        import struct
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def _forward(self, method: str) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if proxy.key is not None and self.headers.get("Authorization") != f"Bearer {proxy.key}":
+                    return self._send(401, b'{"error": "bad key"}')
+                if method == "POST":
+                    with proxy.lock:
+                        proxy.posts += 1
+                        n = proxy.posts
+                    if proxy.reset_every and n % proxy.reset_every == 0:
+                        proxy.injected["reset"] += 1
+                        self.connection.setsockopt(so.SOL_SOCKET, so.SO_LINGER, struct.pack("ii", 1, 0))
+                        self.close_connection = True
+                        self.connection.close()  # RST: the client sees a dropped connection
+                        return
+                    if proxy.fail_503_every and n % proxy.fail_503_every == 0:
+                        proxy.injected["503"] += 1
+                        return self._send(503, b'{"error": "overloaded"}')
+                r = httpx.request(method, proxy.upstream + self.path, content=body or None,
+                                  headers={"Content-Type": "application/json"}, timeout=300)
+                self._send(r.status_code, r.content)
+
+            def _send(self, code: int, data: bytes) -> None:
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):
+                self._guarded("GET")
+
+            def do_POST(self):
+                self._guarded("POST")
+
+            def _guarded(self, method: str) -> None:
+                try:
+                    self._forward(method)
+                except (BrokenPipeError, ConnectionResetError, OSError):
+                    pass  # the client went away (a retried request): nothing to answer
+
+        ThreadingHTTPServer.allow_reuse_address = True
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def kill(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+FAST_RETRY = {"backoff_s": 0.01, "backoff_max_s": 0.05, "probe_every_s": 0.2}
+
+
+def test_transient_faults_are_retried_with_identical_results(server, hf_engine):
+    from serving import load_engine
+
+    proxy = FaultProxy(server, fail_503_every=3, reset_every=5)
+    try:
+        eng = load_engine(EMBEDDED, "openai", endpoints=[proxy.url], **FAST_RETRY, down_after=100)
+        got = eng.chat(chats(), temperature=0, max_tokens=24)
+        ref = hf_engine.chat(chats(), temperature=0, max_tokens=24)
+        assert [o.text for o in got] == [o.text for o in ref]
+        assert proxy.injected["503"] > 0 and proxy.injected["reset"] > 0
+        assert eng.backend.faults["retries"] == proxy.injected["503"] + proxy.injected["reset"]
+        assert eng.provenance()["engine"]["faults"]["retries"] == eng.backend.faults["retries"]
+    finally:
+        proxy.kill()
+
+
+def test_lost_endpoint_fails_over_and_comes_back(server, hf_engine):
+    from serving import load_engine
+
+    a, b = FaultProxy(server), FaultProxy(server)
+    try:
+        eng = load_engine(EMBEDDED, "openai", endpoints=[a.url, b.url], **FAST_RETRY)
+        ref = [o.text for o in hf_engine.chat(chats(), temperature=0, max_tokens=24)]
+        assert [o.text for o in eng.chat(chats(), temperature=0, max_tokens=24)] == ref
+        b.kill()  # a node lost mid-run: its requests go to the other one
+        got = eng.chat(chats(), temperature=0, max_tokens=24, seed=1)  # new keys: sent again, not cached
+        assert [o.text for o in got] == ref
+        assert b.url.rstrip("/") in eng.backend.settings()["down"] and eng.backend.faults["taken_out"] == 1
+        b.start()  # restarted: probed and taken back
+        time.sleep(0.5)
+        before = eng.backend.sent[b.url]
+        assert [o.text for o in eng.chat(chats(), temperature=0, max_tokens=24, seed=2)] == ref
+        assert eng.backend.faults["brought_back"] == 1 and eng.backend.sent[b.url] > before
+        assert not eng.backend.settings()["down"]
+    finally:
+        a.kill()
+        b.kill()
+
+
+def test_no_healthy_endpoint_stops_with_one_error_and_keeps_finished_calls(server, tmp_path):
+    from serving import load_engine
+    from serving.backends.openai import EndpointError
+
+    a = FaultProxy(server)
+    store = tmp_path / "calls.sqlite"
+    eng = load_engine(EMBEDDED, "openai", endpoints=[a.url], store=store, **FAST_RETRY, max_attempts=3)
+    first = eng.chat(chats(3), temperature=0, max_tokens=16)
+    a.kill()
+    with pytest.raises(EndpointError, match="gave up after 3 attempts: no healthy endpoint"):
+        eng.chat(chats(), temperature=0, max_tokens=16)
+    eng.close()
+    direct = load_engine(EMBEDDED, "openai", endpoints=[f"http://127.0.0.1:{server}/v1"], store=store)
+    again = direct.chat(chats(3), temperature=0, max_tokens=16)
+    assert direct.model_calls == 0 and [o.text for o in again] == [o.text for o in first]  # stored, not lost
+
+
+def test_bad_endpoints_are_clear_errors_before_any_call(server):
+    from serving import load_engine
+    from serving.backends.openai import EndpointError
+
+    with pytest.raises(EndpointError, match="not an http"):
+        load_engine(EMBEDDED, "openai", endpoints=["127.0.0.1:8000/v1"])
+    keyed = FaultProxy(server, key="s3cret")
+    try:
+        with pytest.raises(EndpointError, match="rejected the API key"):
+            load_engine(EMBEDDED, "openai", endpoints=[keyed.url], api_key="wrong")
+        eng = load_engine(EMBEDDED, "openai", endpoints=[keyed.url], api_key="s3cret")
+        assert eng.chat(chats(1), temperature=0, max_tokens=4)[0].text
+    finally:
+        keyed.kill()

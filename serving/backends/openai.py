@@ -4,6 +4,15 @@ GPU or a cluster deployment); requests are spread over them, least-busy first.
 Prompts are rendered locally with the profile's tokenizer and sent as token ids to
 ``/v1/completions``, so a server sees exactly the tokens the local backends see. Option readouts
 use vLLM's ``logprob_token_ids`` / ``prompt_logprobs`` extensions.
+
+Faults: a transient failure (connection error, timeout, HTTP 429 or 5xx) is retried with bounded
+exponential back-off and jitter (tenacity), each attempt on the least-busy healthy endpoint. An
+endpoint that refuses connections, or fails ``down_after`` times in a row, leaves the rotation; it
+is probed (``GET /models``) every ``probe_every_s`` and comes back when it answers. Any other
+error (a 4xx: bad request, wrong key) is not retried. When no endpoint answers within the retry
+budget, the batch stops with one error after the requests that did finish are handed back (the
+engine stores them). Greedy and seeded requests give the same result on any replica, so a retried
+request changes nothing but the time.
 """
 from __future__ import annotations
 
@@ -22,12 +31,17 @@ class EndpointError(RuntimeError):
     """A server could not be reached or answered with an error."""
 
 
+class TransientError(EndpointError):
+    """A failure worth retrying elsewhere or later: connection, timeout, 429, 5xx, no healthy endpoint."""
+
+
 class OpenAIBackend:
     name = "openai"
 
     def __init__(self, profile: Profile, *, endpoints: list[str] | str | None = None, served_model: str | None = None,
                  max_model_len: int | None = None, concurrency: int = 32, timeout_s: float = 600.0,
-                 api_key: str | None = None):
+                 api_key: str | None = None, max_attempts: int = 8, backoff_s: float = 0.5,
+                 backoff_max_s: float = 30.0, down_after: int = 3, probe_every_s: float = 5.0):
         import httpx
         from transformers import AutoTokenizer
 
@@ -40,22 +54,43 @@ class OpenAIBackend:
                              f"{profile.status()[1]}")
         self.tokenizer = AutoTokenizer.from_pretrained(str(profile.path))
         self.model_name = served_model or profile.name
-        key = api_key or os.environ.get("OPENAI_API_KEY", "EMPTY")
+        key = api_key or os.environ.get("VLLM_API_KEY") or os.environ.get("OPENAI_API_KEY", "EMPTY")
         self.client = httpx.Client(timeout=timeout_s, headers={"Authorization": f"Bearer {key}"})
         self._load = {e: 0 for e in self.endpoints}
         self.sent = {e: 0 for e in self.endpoints}  # requests per endpoint, for provenance and tests
         self._lock = threading.Lock()
+        if max_attempts < 1 or backoff_s < 0 or backoff_max_s < backoff_s or down_after < 1 or probe_every_s <= 0:
+            raise ValueError("openai backend: need max_attempts >= 1, 0 <= backoff_s <= backoff_max_s, "
+                             "down_after >= 1 and probe_every_s > 0")
+        self.retry = {"max_attempts": max_attempts, "backoff_s": backoff_s, "backoff_max_s": backoff_max_s,
+                      "down_after": down_after, "probe_every_s": probe_every_s}
+        self._fails = {e: 0 for e in self.endpoints}  # consecutive failures
+        self._down: dict[str, float] = {}  # endpoint -> when to probe it next
+        self.faults = {"retries": 0, "taken_out": 0, "brought_back": 0}  # counted for provenance
+        self.last_errors: dict[str, str] = {}
         self.concurrency = concurrency * len(self.endpoints)
         self.max_model_len = max_model_len or self._server_max_len()
 
     def _server_max_len(self) -> int:
+        """Every endpoint checked before any call: a URL, reachable, the key accepted, the model served."""
+        import httpx
         lens = []
         for e in self.endpoints:
             try:
+                url = httpx.URL(e)
+            except Exception as err:
+                raise EndpointError(f"endpoint {e!r} is not a URL: {err}") from None
+            if url.scheme not in ("http", "https") or not url.host:
+                raise EndpointError(f"endpoint {e!r} is not an http(s) URL with a host (e.g. http://127.0.0.1:8000/v1)")
+            try:
                 r = self.client.get(f"{e}/models", timeout=10)
-                r.raise_for_status()
             except Exception as err:
                 raise EndpointError(f"OpenAI-compatible server {e} is not reachable: {err}") from None
+            if r.status_code in (401, 403):
+                raise EndpointError(f"server {e} rejected the API key (HTTP {r.status_code}); pass api_key= or set "
+                                    "VLLM_API_KEY to the key the server was started with")
+            if r.status_code != 200:
+                raise EndpointError(f"server {e} answered GET /models with HTTP {r.status_code}: {r.text[:200]}")
             models = {m["id"]: m for m in r.json().get("data", [])}
             if self.model_name not in models:
                 raise EndpointError(f"server {e} does not serve '{self.model_name}' (it serves {sorted(models)})")
@@ -64,38 +99,116 @@ class OpenAIBackend:
 
     def settings(self) -> dict[str, Any]:
         return {"backend": "openai", "endpoints": self.endpoints, "served_model": self.model_name,
-                "max_model_len": self.max_model_len, "concurrency": self.concurrency}
+                "max_model_len": self.max_model_len, "concurrency": self.concurrency, "retry": self.retry,
+                "faults": dict(self.faults), "down": sorted(self._down)}
 
-    def _post(self, body: dict[str, Any]) -> dict[str, Any]:
+    # -- health ------------------------------------------------------------------------------
+    def _probe_due(self) -> None:
+        """Probe the endpoints out of rotation whose time has come; bring back those that answer."""
+        now = time.monotonic()
         with self._lock:
-            ep = min(self.endpoints, key=lambda e: self._load[e])  # least outstanding requests
+            due = [e for e, t in self._down.items() if t <= now]
+            for e in due:  # one prober per endpoint and period
+                self._down[e] = now + self.retry["probe_every_s"]
+        for e in due:
+            try:
+                ok = self.client.get(f"{e}/models", timeout=10.0).status_code == 200
+            except Exception:
+                ok = False
+            if ok:
+                with self._lock:
+                    if self._down.pop(e, None) is not None:
+                        self._fails[e] = 0
+                        self.faults["brought_back"] += 1
+
+    def _failed(self, ep: str, err: str, refused: bool) -> None:
+        with self._lock:
+            self._fails[ep] += 1
+            self.last_errors[ep] = err
+            if ep not in self._down and (refused or self._fails[ep] >= self.retry["down_after"]):
+                self._down[ep] = time.monotonic() + self.retry["probe_every_s"]
+                self.faults["taken_out"] += 1
+
+    def _pick(self) -> str:
+        self._probe_due()
+        with self._lock:
+            healthy = [e for e in self.endpoints if e not in self._down]
+            if not healthy:
+                raise TransientError("no healthy endpoint: " + "; ".join(
+                    f"{e}: {self.last_errors.get(e, 'out of rotation')}" for e in self.endpoints))
+            ep = min(healthy, key=lambda e: self._load[e])  # least outstanding requests
             self._load[ep] += 1
             self.sent[ep] += 1
+        return ep
+
+    def _post_once(self, body: dict[str, Any]) -> dict[str, Any]:
+        import httpx
+        ep = self._pick()
         try:
             r = self.client.post(f"{ep}/completions", json={"model": self.model_name, **body})
-            if r.status_code != 200:
-                raise EndpointError(f"{ep} answered {r.status_code}: {r.text[:300]}")
-            return r.json()
-        except EndpointError:
-            raise
-        except Exception as err:
-            raise EndpointError(f"request to {ep} failed: {err}") from None
+        except httpx.TransportError as err:  # refused, reset, timed out: the server may be gone
+            self._failed(ep, f"{type(err).__name__}: {err}", refused=isinstance(err, httpx.ConnectError))
+            raise TransientError(f"request to {ep} failed: {type(err).__name__}: {err}") from None
         finally:
             with self._lock:
                 self._load[ep] -= 1
+        if r.status_code == 429 or r.status_code >= 500:
+            self._failed(ep, f"HTTP {r.status_code}", refused=False)
+            raise TransientError(f"{ep} answered {r.status_code}: {r.text[:300]}")
+        if r.status_code != 200:
+            raise EndpointError(f"{ep} answered {r.status_code}: {r.text[:300]}")
+        with self._lock:
+            self._fails[ep] = 0
+        return r.json()
+
+    def _post(self, body: dict[str, Any]) -> dict[str, Any]:
+        from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
+
+        def count(_state) -> None:
+            with self._lock:
+                self.faults["retries"] += 1
+
+        r = self.retry
+        try:
+            for attempt in Retrying(stop=stop_after_attempt(r["max_attempts"]), reraise=True, before_sleep=count,
+                                    retry=retry_if_exception_type(TransientError),
+                                    wait=wait_exponential_jitter(multiplier=r["backoff_s"], max=r["backoff_max_s"],
+                                                                 jitter=r["backoff_s"])):
+                with attempt:
+                    return self._post_once(body)
+        except TransientError as err:
+            raise EndpointError(f"gave up after {r['max_attempts']} attempts: {err}") from None
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _many(self, bodies: list[dict[str, Any]]) -> Iterator[list[tuple[int, dict, float]]]:
+        """Results as they finish. After a request fails for good, queued ones are cancelled, the
+        ones in flight are drained and handed back (so the engine stores them), then it raises."""
         t0 = time.perf_counter()
+        errors: list[Exception] = []
         with ThreadPoolExecutor(max_workers=min(self.concurrency, max(1, len(bodies)))) as pool:
             futs = {pool.submit(self._post, b): i for i, b in enumerate(bodies)}
             pending = set(futs)
             try:
                 while pending:
                     done, pending = wait(pending, return_when=FIRST_COMPLETED)
-                    yield [(futs[f], f.result(), time.perf_counter() - t0) for f in done]
+                    ok = []
+                    for f in done:
+                        if f.cancelled():
+                            continue
+                        try:
+                            ok.append((futs[f], f.result(), time.perf_counter() - t0))
+                        except Exception as err:
+                            errors.append(err)
+                    if errors:
+                        for f in pending:
+                            f.cancel()
+                    if ok:
+                        yield ok
             finally:
                 for f in pending:
                     f.cancel()
+        if errors:
+            raise errors[0]
 
     def generate(self, prompts: list[list[int]], samplings: list[Sampling]) -> Iterator[Finished]:
         bodies = []

@@ -4,23 +4,9 @@ Kept-stable entry points: ``step``, ``kappa_hat``, ``fj_fixed_point`` (numpy, br
 The engine, roles, topics and experiments live in the submodules; this package imports no
 model code.
 """
-from .core import (
-                   committed_minority_meanfield,
-                   committed_minority_product,
-                   credence,
-                   discounted_count,
-                   eta_schedule,
-                   fj_fixed_point,
-                   fj_lambda,
-                   fj_step,
-                   kappa_hat,
-                   prior_counts,
-                   stationary_point,
-                   step,
-                   step_coefficients,
-                   total_count,
-                   well_conditioned,
-)
+from .core import (committed_minority_meanfield, committed_minority_product, credence, discounted_count, eta_schedule,
+                   fj_fixed_point, fj_lambda, fj_step, kappa_hat, prior_counts, stationary_point, step,
+                   step_coefficients, total_count, well_conditioned)
 
 __all__ = [
     "step", "kappa_hat", "fj_fixed_point", "credence", "prior_counts", "discounted_count",

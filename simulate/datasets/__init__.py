@@ -6,17 +6,7 @@ its SOURCE.md and licence) and one loader per set; the ArgLLMs claim sets are op
     loaded = load("truthfulclaim", data_dir="/data")      # a folder of your own
     loaded.records[0].question, loaded.records[0].gold, loaded.excluded
 """
-from simulate.datasets.loaders import (
-                                       ENV,
-                                       LOADERS,
-                                       SETS,
-                                       SHIPPED,
-                                       DataError,
-                                       Loaded,
-                                       MissingSet,
-                                       Record,
-                                       load,
-                                       resolve_root,
-)
+from simulate.datasets.loaders import (ENV, LOADERS, SETS, SHIPPED, DataError, Loaded, MissingSet, Record, load,
+                                       resolve_root)
 
 __all__ = ["load", "resolve_root", "Record", "Loaded", "DataError", "MissingSet", "LOADERS", "SETS", "SHIPPED", "ENV"]
