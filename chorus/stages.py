@@ -70,7 +70,7 @@ def _serving(out: Path, cfg: DemoConfig, progress: Progress) -> dict[str, Any]:
     items = yaml.safe_load((Path(__file__).parent / "data" / "demo_items.yaml").read_text())[:n]
     run = RunDir.create(out, part="serving", config=cfg, seeds={"root": cfg.seed}, command="demo serving")
     eng = load_engine(cfg.profile, cfg.backend, store=run.store_path)
-    run.update_provenance(model=eng.provenance())
+    run.record_engines("model", eng)
     convs = [[{"role": "user", "content": it["question"]}] for it in items]
     outs = eng.chat(convs, temperature=0.0, max_tokens=48, progress=progress)
     run.write_table("generations", pd.DataFrame({

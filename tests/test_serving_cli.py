@@ -40,3 +40,26 @@ def test_generate_bad_input_exits_nonzero_with_a_message():
     assert r.returncode == 2 and "unknown model profile 'nope'" in r.stderr
     r = chorus("generate", "hi", "--backend", "hf", "--temperature", "-1")
     assert r.returncode == 2 and "temperature" in r.stderr
+
+
+def test_serve_beyond_loopback_needs_a_key(monkeypatch):
+    from typer.testing import CliRunner
+
+    from chorus.cli import app
+    monkeypatch.delenv("VLLM_API_KEY", raising=False)
+    res = CliRunner().invoke(app, ["serve", "smollm2-135m-instruct", "--host", "0.0.0.0"])
+    assert res.exit_code == 2 and "--api-key" in res.output and "0.0.0.0" in res.output
+    res = CliRunner().invoke(app, ["serve", "--distributed-executor-backend", "slurm"])
+    assert res.exit_code == 2 and "mp, ray" in res.output
+
+
+def test_serve_passes_vllm_scale_out_options():
+    from serving.cli import vllm_serve_args
+    a = vllm_serve_args("/m", "p", host="0.0.0.0", port=9, dtype="bfloat16", tensor_parallel_size=4,
+                        pipeline_parallel_size=2, data_parallel_size=2, distributed_executor_backend="ray", gpu=True)
+    pairs = dict(zip(a[1::2], a[2::2]))
+    assert (pairs["--tensor-parallel-size"], pairs["--pipeline-parallel-size"], pairs["--data-parallel-size"],
+            pairs["--distributed-executor-backend"]) == ("4", "2", "2", "ray")
+    assert "--no-enable-chunked-prefill" not in a  # GPU: vLLM's defaults
+    cpu = vllm_serve_args("/m", "p", host="127.0.0.1", port=9, dtype="float32")
+    assert "--no-enable-chunked-prefill" in cpu and "--api-key" not in cpu

@@ -21,20 +21,27 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+KEY = "chorus-test-key"
+
+
 @pytest.fixture(scope="module")
 def server():
+    """A real `chorus serve` that requires an API key; this process sends it through VLLM_API_KEY."""
     port = _free_port()
     log = open(ROOT / ".pytest-serve.log", "w")
+    old_key = os.environ.get("VLLM_API_KEY")
+    os.environ["VLLM_API_KEY"] = KEY
     p = subprocess.Popen([sys.executable, "-m", "chorus.cli", "serve", EMBEDDED, "--port", str(port),
-                          "--extra=--enforce-eager"], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                         start_new_session=True)
+                          "--api-key", KEY, "--extra=--enforce-eager"], cwd=ROOT, stdout=log,
+                         stderr=subprocess.STDOUT, start_new_session=True,
+                         env={k: v for k, v in os.environ.items() if k != "VLLM_API_KEY"})  # the key comes from --api-key
     url = f"http://127.0.0.1:{port}/v1"
     deadline = time.time() + 420
     while time.time() < deadline:
         if p.poll() is not None:
             raise RuntimeError(f"chorus serve exited with {p.returncode}; see .pytest-serve.log")
         try:
-            if httpx.get(f"{url}/models", timeout=2).status_code == 200:
+            if httpx.get(f"{url}/models", timeout=2, headers={"Authorization": f"Bearer {KEY}"}).status_code == 200:
                 break
         except httpx.HTTPError:
             pass
@@ -43,6 +50,10 @@ def server():
         os.killpg(p.pid, signal.SIGKILL)
         raise RuntimeError("chorus serve did not become healthy in 420 s")
     yield port
+    if old_key is None:
+        os.environ.pop("VLLM_API_KEY", None)
+    else:
+        os.environ["VLLM_API_KEY"] = old_key
     os.killpg(p.pid, signal.SIGTERM)
     try:
         p.wait(timeout=30)
@@ -82,11 +93,13 @@ class FaultProxy:
     of POSTs (every n-th answered with 503, every m-th connection reset), can require an API key,
     and can be killed (connections refused) and started again on the same port."""
 
-    def __init__(self, upstream_port: int, *, fail_503_every: int = 0, reset_every: int = 0, key: str | None = None):
+    def __init__(self, upstream_port: int, *, fail_503_every: int = 0, reset_every: int = 0, key: str | None = None,
+                 die_after: int = 0):
         import threading
         self.upstream = f"http://127.0.0.1:{upstream_port}"
         self.port = _free_port()
         self.fail_503_every, self.reset_every, self.key = fail_503_every, reset_every, key
+        self.die_after = die_after  # after this many POSTs the "node" is lost: resets, then refuses
         self.posts = 0
         self.injected = {"503": 0, "reset": 0}
         self.lock = threading.Lock()
@@ -117,7 +130,10 @@ class FaultProxy:
                     with proxy.lock:
                         proxy.posts += 1
                         n = proxy.posts
-                    if proxy.reset_every and n % proxy.reset_every == 0:
+                    dying = bool(proxy.die_after) and n >= proxy.die_after
+                    if dying and n == proxy.die_after:
+                        threading.Thread(target=proxy.kill, daemon=True).start()
+                    if dying or (proxy.reset_every and n % proxy.reset_every == 0):
                         proxy.injected["reset"] += 1
                         self.connection.setsockopt(so.SOL_SOCKET, so.SO_LINGER, struct.pack("ii", 1, 0))
                         self.close_connection = True
@@ -126,8 +142,8 @@ class FaultProxy:
                     if proxy.fail_503_every and n % proxy.fail_503_every == 0:
                         proxy.injected["503"] += 1
                         return self._send(503, b'{"error": "overloaded"}')
-                r = httpx.request(method, proxy.upstream + self.path, content=body or None,
-                                  headers={"Content-Type": "application/json"}, timeout=300)
+                r = httpx.request(method, proxy.upstream + self.path, content=body or None, timeout=300,
+                                  headers={"Content-Type": "application/json", "Authorization": f"Bearer {KEY}"})
                 self._send(r.status_code, r.content)
 
             def _send(self, code: int, data: bytes) -> None:
@@ -231,3 +247,41 @@ def test_bad_endpoints_are_clear_errors_before_any_call(server):
         assert eng.chat(chats(1), temperature=0, max_tokens=4)[0].text
     finally:
         keyed.kill()
+
+
+def test_served_key_is_required(server):
+    """`chorus serve --api-key` hands the key to vLLM: a client without it is turned away, clearly."""
+    from serving import load_engine
+    from serving.backends.openai import EndpointError
+
+    url = f"http://127.0.0.1:{server}/v1"
+    assert httpx.get(f"{url}/models", timeout=10).status_code == 401
+    with pytest.raises(EndpointError, match="rejected the API key"):
+        load_engine(EMBEDDED, "openai", endpoints=[url], api_key="not-the-key")
+
+
+def test_debate_over_two_servers_survives_losing_one(server, tmp_path):
+    """A debate run over two endpoints, one lost mid-run (its in-flight request dropped, then
+    connections refused): the run finishes on the other with the tables of a one-server run, and
+    the run's provenance counts what happened."""
+    import json
+
+    from simulate.debate.config import DebateConfig, load
+    from simulate.debate.experiment import run_debate
+
+    over = {"rounds": 1, "bench.limit": 3, "generation.max_tokens": 24, "model.backend": "openai",
+            "analysis.n_boot": 50, "analysis.n_perm": 50}
+    one = load("smoke", DebateConfig, {**over, "model.options": {"endpoints": [f"http://127.0.0.1:{server}/v1"]}})
+    run1, _ = run_debate(one, tmp_path / "one", make_plots=False)
+    a, b = FaultProxy(server), FaultProxy(server, die_after=4)
+    try:
+        two = load("smoke", DebateConfig, {**over, "model.options": {"endpoints": [a.url, b.url], **FAST_RETRY}})
+        run2, _ = run_debate(two, tmp_path / "two", make_plots=False)
+    finally:
+        a.kill()
+    cols = ["qid", "condition", "round", "agent", "response", "answer"]
+    t1, t2 = run1.read_table("turns")[cols], run2.read_table("turns")[cols]
+    assert len(t1) == len(t2) > 0 and t1.sort_values(cols[:4]).reset_index(drop=True).equals(
+        t2.sort_values(cols[:4]).reset_index(drop=True))
+    faults = json.loads((run2.path / "provenance.json").read_text())["model"]["engine"]["faults"]
+    assert faults["taken_out"] == 1 and faults["retries"] >= 1

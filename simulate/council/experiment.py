@@ -90,8 +90,8 @@ def run_council_experiment(cfg: CouncilConfig, out: Path | None = None, *, progr
     store = cfg.models.store or run.store_path
     if engines is None:
         engines = load_engines(cfg, store)
-    run.update_provenance(models={p: e.provenance() for p, e in engines.items() if hasattr(e, "provenance")},
-                          seats=[{"agent": a, **s.model_dump()} for a, s in zip(cfg.agent_names(), cfg.seats)])
+    run.record_engines("models", engines)
+    run.update_provenance(seats=[{"agent": a, **s.model_dump()} for a, s in zip(cfg.agent_names(), cfg.seats)])
     seats = [Seat(agent=a, profile=s.profile, persona=s.persona) for a, s in zip(cfg.agent_names(), cfg.seats)]
     conds = [(c.name, c.adversaries) for c in cfg.conditions]
     g = cfg.generation

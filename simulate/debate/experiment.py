@@ -60,7 +60,7 @@ def run_debate(cfg: DebateConfig, out: Path | None = None, *, progress: Progress
                         command="debate run", prompts={"name": P["_name"], "sha256": P["_sha256"]}, bench=binfo)
     save_items(run, items)
     eng = engine or engine_for(cfg, run)
-    run.update_provenance(model=eng.provenance())
+    run.record_engines("model", eng)
     turns, info = run_protocol(eng, items, agents=cfg.agents, rounds=cfg.rounds, conditions=cfg.conditions,
                                temperature=cfg.generation.temperature, top_p=cfg.generation.top_p,
                                max_tokens=cfg.generation.max_tokens, seed=cfg.seed, prompts=P, progress=progress)
