@@ -182,12 +182,13 @@ def test_transient_faults_are_retried_with_identical_results(server, hf_engine):
 
     proxy = FaultProxy(server, fail_503_every=3, reset_every=5)
     try:
-        eng = load_engine(EMBEDDED, "openai", endpoints=[proxy.url], **FAST_RETRY, down_after=100)
+        eng = load_engine(EMBEDDED, "openai", endpoints=[proxy.url], **FAST_RETRY, down_after=3)
         got = eng.chat(chats(), temperature=0, max_tokens=24)
         ref = hf_engine.chat(chats(), temperature=0, max_tokens=24)
         assert [o.text for o in got] == [o.text for o in ref]
         assert proxy.injected["503"] > 0 and proxy.injected["reset"] > 0
         assert eng.backend.faults["retries"] == proxy.injected["503"] + proxy.injected["reset"]
+        assert eng.backend.faults["taken_out"] == 0  # 503s mean alive; 2 resets are fewer than down_after
         assert eng.provenance()["engine"]["faults"]["retries"] == eng.backend.faults["retries"]
     finally:
         proxy.kill()

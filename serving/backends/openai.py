@@ -7,8 +7,9 @@ use vLLM's ``logprob_token_ids`` / ``prompt_logprobs`` extensions.
 
 Faults: a transient failure (connection error, timeout, HTTP 429 or 5xx) is retried with bounded
 exponential back-off and jitter (tenacity), each attempt on the least-busy healthy endpoint. An
-endpoint that refuses connections, or fails ``down_after`` times in a row, leaves the rotation; it
-is probed (``GET /models``) every ``probe_every_s`` and comes back when it answers. Any other
+endpoint that refuses connections, or whose connections fail (reset, timeout) ``down_after`` times
+in a row, leaves the rotation; it is probed (``GET /models``) every ``probe_every_s`` and comes
+back when it answers. An endpoint that answers 429 / 5xx is alive and stays in rotation. Any other
 error (a 4xx: bad request, wrong key) is not retried. When no endpoint answers within the retry
 budget, the batch stops with one error after the requests that did finish are handed back (the
 engine stores them). Greedy and seeded requests give the same result on any replica, so a retried
@@ -122,6 +123,7 @@ class OpenAIBackend:
                         self.faults["brought_back"] += 1
 
     def _failed(self, ep: str, err: str, refused: bool) -> None:
+        """A connection-level failure at ``ep``: out of rotation when refused or after ``down_after`` in a row."""
         with self._lock:
             self._fails[ep] += 1
             self.last_errors[ep] = err
@@ -153,7 +155,10 @@ class OpenAIBackend:
             with self._lock:
                 self._load[ep] -= 1
         if r.status_code == 429 or r.status_code >= 500:
-            self._failed(ep, f"HTTP {r.status_code}", refused=False)
+            # it answered, so it is alive: back off and retry, but keep it in rotation (a busy
+            # only server must not be taken out by a few 503s among many requests in flight)
+            with self._lock:
+                self.last_errors[ep] = f"HTTP {r.status_code}"
             raise TransientError(f"{ep} answered {r.status_code}: {r.text[:300]}")
         if r.status_code != 200:
             raise EndpointError(f"{ep} answered {r.status_code}: {r.text[:300]}")

@@ -1,0 +1,181 @@
+"""Serving over several OpenAI-compatible servers (issue 18), measured on a real debate run.
+
+Starts two real ``chorus serve`` processes (vLLM, the embedded model, --enforce-eager) on loopback
+and runs the same small debate (the shipped question set, the debate's own per-request seeds, so
+results are reproducible across servers) four ways:
+
+    one       one server
+    two       both servers as endpoints (least-busy first)
+    faults    one server behind a loopback proxy that answers every 20th request with 503 (5%)
+    lost      both servers, the second one lost (connections reset, then refused) after 10 requests
+
+For each: wall time, generations per second, new tokens per second, retries, and whether the turns
+table equals the one-server run. The prefix-cache hit rate of the servers (vLLM's
+``vllm:prefix_cache_hits`` / ``vllm:prefix_cache_queries`` counters on /metrics, in tokens) is read
+around the one-server run: debate agents share the question and, in round 0, the whole prompt.
+
+    .venv/bin/python bench/bench_scaleout.py [--questions 8] [--max-tokens 48] [--out bench/results/scaleout.json]
+
+On a machine with one CPU, two servers share the same cores: "two" measures the overhead of
+spreading, not a speed-up. On a GPU machine each server gets its own device (CUDA_VISIBLE_DEVICES).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+from _recorder import machine  # noqa: E402
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(port: int, log: Path, gpu: int | None = None) -> subprocess.Popen:
+    env = dict(os.environ, VLLM_SERVER_DEV_MODE="1")  # for POST /reset_prefix_cache between runs
+    if gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = str(gpu)
+    return subprocess.Popen([sys.executable, "-m", "chorus.cli", "serve", "smollm2-135m-instruct", "--port", str(port),
+                             "--extra=--enforce-eager"], cwd=ROOT, stdout=open(log, "w"), stderr=subprocess.STDOUT,
+                            start_new_session=True, env=env)
+
+
+def wait_healthy(port: int, p: subprocess.Popen, timeout: float = 600) -> float:
+    import httpx
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < timeout:
+        if p.poll() is not None:
+            raise RuntimeError(f"server on port {port} exited with {p.returncode}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=2).status_code == 200:
+                return time.perf_counter() - t0
+        except httpx.HTTPError:
+            pass
+        time.sleep(1)
+    raise RuntimeError(f"server on port {port} not healthy after {timeout} s")
+
+
+def prefix_counters(port: int) -> tuple[float, float]:
+    import httpx
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+
+    def total(name: str) -> float:
+        return sum(float(m) for m in re.findall(rf"^{name}_total(?:{{[^}}]*}})? ([0-9.e+]+)$", text, re.M))
+    return total("vllm:prefix_cache_hits"), total("vllm:prefix_cache_queries")
+
+
+def reset_prefix_caches(ports: list[int]) -> bool:
+    """Every run starts from cold prefix caches, so no run profits from an earlier one's prompts."""
+    import httpx
+    ok = True
+    for p in ports:
+        try:
+            ok &= httpx.post(f"http://127.0.0.1:{p}/reset_prefix_cache", timeout=30).status_code == 200
+        except httpx.HTTPError:
+            ok = False
+    return ok
+
+
+def debate(endpoints: list[str], out: Path, questions: int, max_tokens: int, **retry) -> dict:
+    from simulate.debate.config import DebateConfig, load
+    from simulate.debate.experiment import run_debate
+
+    cfg = load("smoke", DebateConfig, {"rounds": 1, "bench.limit": questions, "generation.max_tokens": max_tokens,
+                                       "model.backend": "openai", "analysis.n_boot": 50, "analysis.n_perm": 50,
+                                       "model.options": {"endpoints": endpoints, **retry}})
+    t0 = time.perf_counter()
+    run, _ = run_debate(cfg, out, make_plots=False)
+    wall = time.perf_counter() - t0
+    turns = run.read_table("turns")
+    own, shared = turns[~turns["shared"]], turns[turns["shared"]].drop_duplicates(["qid", "agent", "round"])
+    gen = len(own) + len(shared)  # round 0 is generated once for both conditions
+    tokens = int(own["completion_tokens"].sum() + shared["completion_tokens"].sum())
+    prov = json.loads((run.path / "provenance.json").read_text())["model"]["engine"]
+    return {"wall_s": round(wall, 2), "generations": int(gen), "generations_per_s": round(gen / wall, 3),
+            "new_tokens": tokens, "tokens_per_s": round(tokens / wall, 2), "faults": prov.get("faults"),
+            "turns": turns}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--questions", type=int, default=8)
+    ap.add_argument("--max-tokens", type=int, default=48)
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "scaleout.json")
+    a = ap.parse_args()
+    from test_serving_openai import FaultProxy  # the loopback fault proxy of the tests
+
+    tmp = Path(tempfile.mkdtemp(prefix="chorus-scaleout-"))
+    try:
+        import torch
+        gpus = torch.cuda.device_count()
+    except ImportError:
+        gpus = 0
+    ports = [free_port(), free_port()]
+    procs = [start_server(p, tmp / f"server{k}.log", gpu=(k if gpus >= 2 else None)) for k, p in enumerate(ports)]
+    res: dict = {"machine": machine(), "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+                 "workload": {"questions": a.questions, "agents": 3, "rounds": 1, "max_tokens": a.max_tokens,
+                              "model": "smollm2-135m-instruct", "servers": "chorus serve (vLLM) --enforce-eager"}}
+    try:
+        res["server_start_s"] = [round(wait_healthy(p, pr), 1) for p, pr in zip(ports, procs)]
+        urls = [f"http://127.0.0.1:{p}/v1" for p in ports]
+        fast = {"backoff_s": 0.05, "backoff_max_s": 0.5, "probe_every_s": 1.0}
+        for k, u in enumerate(urls):  # warm-up, not reported: first-request costs of each server
+            debate([u], tmp / f"warmup{k}", 2, 8)
+        res["prefix_cache_reset_between_runs"] = reset_prefix_caches(ports)
+        h0, q0 = prefix_counters(ports[0])
+        runs = {"one": debate(urls[:1], tmp / "one", a.questions, a.max_tokens)}
+        h1, q1 = prefix_counters(ports[0])
+        res["prefix_cache"] = {"hit_tokens": h1 - h0, "query_tokens": q1 - q0,
+                               "hit_rate": round((h1 - h0) / (q1 - q0), 4) if q1 > q0 else None}
+        reset_prefix_caches(ports)
+        runs["two"] = debate(urls, tmp / "two", a.questions, a.max_tokens, **fast)
+        reset_prefix_caches(ports)
+        proxy = FaultProxy(ports[0], fail_503_every=20)
+        try:
+            runs["faults"] = debate([proxy.url], tmp / "faults", a.questions, a.max_tokens, **fast)
+            runs["faults"]["injected"] = dict(proxy.injected)
+        finally:
+            proxy.kill()
+        reset_prefix_caches(ports)
+        lost = FaultProxy(ports[1], die_after=10)
+        runs["lost"] = debate([urls[0], lost.url], tmp / "lost", a.questions, a.max_tokens, **fast)
+        ref = runs["one"]["turns"]
+        cols = ["qid", "condition", "round", "agent", "response", "answer"]
+
+        def same(t) -> bool:
+            return t[cols].sort_values(cols[:4]).reset_index(drop=True).equals(
+                ref[cols].sort_values(cols[:4]).reset_index(drop=True))
+        for name, r in runs.items():
+            r["identical_to_one_server"] = same(r.pop("turns"))
+        res["runs"] = runs
+        one = runs["one"]["wall_s"]
+        res["relative_wall"] = {k: round(r["wall_s"] / one, 3) for k, r in runs.items()}
+    finally:
+        for pr in procs:
+            try:
+                os.killpg(pr.pid, signal.SIGTERM)
+                pr.wait(timeout=60)
+            except Exception:
+                os.killpg(pr.pid, signal.SIGKILL)
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    a.out.write_text(json.dumps(res, indent=2))
+    print(json.dumps({k: v for k, v in res.items() if k != "machine"}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
