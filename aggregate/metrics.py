@@ -18,6 +18,7 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
+from core.plots import figure
 from core.stats import LOWER_IS_BETTER, ece, paired_bootstrap, reliability_table
 
 __all__ = ["accuracy", "brier", "brier_per_task", "brier_sum_logits", "ece", "summarize", "paired_bootstrap",
@@ -63,21 +64,12 @@ def summarize(answer: np.ndarray, proba: np.ndarray, gold: np.ndarray) -> dict[s
 
 
 # -- plots --------------------------------------------------------------------------------------
-def _figure(w: float = 5.0, h: float = 5.0):
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(w, h), dpi=110)
-    FigureCanvasAgg(fig)
-    return fig
-
-
 def reliability_diagram(conf: np.ndarray, correct: np.ndarray, path: str | Path, *, title: str = "",
                         n_bins: int = 10) -> Path:
     """One arm's reliability diagram (equal-width bins): accuracy bars against the diagonal,
     the gap shaded, with a count histogram underneath."""
     tab = reliability_table(conf, correct, n_bins, "width")
-    fig = _figure(5.0, 6.0)
+    fig = figure(5.0, 6.0)
     ax = fig.add_axes((0.14, 0.34, 0.8, 0.58))
     ax2 = fig.add_axes((0.14, 0.08, 0.8, 0.18), sharex=ax)
     width = 1.0 / n_bins
@@ -104,7 +96,7 @@ def reliability_diagram(conf: np.ndarray, correct: np.ndarray, path: str | Path,
 def reliability_overlay(curves: Mapping[str, tuple[np.ndarray, np.ndarray]], path: str | Path, *,
                         n_bins: int = 10, title: str = "reliability") -> Path:
     """All arms on one diagram (equal-width bins), marker area ~ bin count."""
-    fig = _figure(6.0, 5.5)
+    fig = figure(6.0, 5.5)
     ax = fig.add_subplot(1, 1, 1)
     ax.plot([0, 1], [0, 1], "k--", lw=1, label="perfect")
     for name, (conf, correct) in curves.items():
@@ -126,7 +118,7 @@ def line_plot(frame: pd.DataFrame, x: str, y: str, hue: str, path: str | Path, *
               panels: str | None = None, title: str = "", ylabel: str | None = None) -> Path:
     """Small-multiples line plot (used by the sweeps)."""
     keys = [None] if panels is None else list(dict.fromkeys(frame[panels]))
-    fig = _figure(4.2 * len(keys), 3.8)
+    fig = figure(4.2 * len(keys), 3.8)
     for j, key in enumerate(keys):
         ax = fig.add_subplot(1, len(keys), j + 1)
         sub = frame if key is None else frame[frame[panels] == key]

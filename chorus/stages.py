@@ -13,6 +13,7 @@ import yaml
 from pydantic import Field
 
 from core.config import Strict
+from core.plots import figure
 from core.progress import Progress
 from core.runs import RunDir
 
@@ -104,18 +105,15 @@ def _serving(out: Path, cfg: DemoConfig, progress: Progress) -> dict[str, Any]:
 
 
 def _bar_plot(rd, profile: str, path: Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(7, 3.2))
+    fig = figure(7, 3.2)
+    ax = fig.add_subplot(111)
     ax.bar(range(len(rd)), rd.p_yes, color=["#4c72b0" if a == "Yes" else "#dd8452" for a in rd.answer])
     ax.axhline(0.5, color="grey", lw=0.8, ls=":")
     ax.set_xlabel("item (blue: answer Yes, orange: answer No)")
     ax.set_ylabel("P(Yes | Yes or No)")
     ax.set_title(f"forced-choice readout, {profile}")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    fig.savefig(path)
 
 
 def _belief(mode: str) -> Callable[[Path, DemoConfig, Progress], dict[str, Any]]:
