@@ -1,6 +1,7 @@
 """The openai backend against a real `chorus serve` (vLLM's OpenAI-compatible server on loopback)."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -24,42 +25,52 @@ def _free_port() -> int:
 KEY = "chorus-test-key"
 
 
-@pytest.fixture(scope="module")
-def server():
-    """A real `chorus serve` that requires an API key; this process sends it through VLLM_API_KEY."""
-    port = _free_port()
-    log = open(ROOT / ".pytest-serve.log", "w")
-    old_key = os.environ.get("VLLM_API_KEY")
-    os.environ["VLLM_API_KEY"] = KEY
+def _serve(port: int, log_name: str) -> subprocess.Popen:
+    """Start a real `chorus serve` (key from --api-key, not the environment) and wait until it answers."""
+    log = open(ROOT / log_name, "w")
     p = subprocess.Popen([sys.executable, "-m", "chorus.cli", "serve", EMBEDDED, "--port", str(port),
                           "--api-key", KEY, "--extra=--enforce-eager"], cwd=ROOT, stdout=log,
                          stderr=subprocess.STDOUT, start_new_session=True,
-                         env={k: v for k, v in os.environ.items() if k != "VLLM_API_KEY"})  # the key comes from --api-key
+                         env={k: v for k, v in os.environ.items() if k != "VLLM_API_KEY"})
     url = f"http://127.0.0.1:{port}/v1"
     deadline = time.time() + 420
     while time.time() < deadline:
         if p.poll() is not None:
-            raise RuntimeError(f"chorus serve exited with {p.returncode}; see .pytest-serve.log")
+            raise RuntimeError(f"chorus serve exited with {p.returncode}; see {log_name}")
         try:
             if httpx.get(f"{url}/models", timeout=2, headers={"Authorization": f"Bearer {KEY}"}).status_code == 200:
-                break
+                return p
         except httpx.HTTPError:
             pass
         time.sleep(2)
-    else:
+    os.killpg(p.pid, signal.SIGKILL)
+    raise RuntimeError(f"chorus serve did not become healthy in 420 s; see {log_name}")
+
+
+def _stop(p: subprocess.Popen, sig: int = signal.SIGTERM) -> None:
+    try:
+        os.killpg(p.pid, sig)
+        p.wait(timeout=30)
+    except ProcessLookupError:
+        pass
+    except subprocess.TimeoutExpired:
         os.killpg(p.pid, signal.SIGKILL)
-        raise RuntimeError("chorus serve did not become healthy in 420 s")
+        p.wait()
+
+
+@pytest.fixture(scope="module")
+def server():
+    """A real `chorus serve` that requires an API key; this process sends it through VLLM_API_KEY."""
+    port = _free_port()
+    old_key = os.environ.get("VLLM_API_KEY")
+    os.environ["VLLM_API_KEY"] = KEY
+    p = _serve(port, ".pytest-serve.log")
     yield port
     if old_key is None:
         os.environ.pop("VLLM_API_KEY", None)
     else:
         os.environ["VLLM_API_KEY"] = old_key
-    os.killpg(p.pid, signal.SIGTERM)
-    try:
-        p.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-    log.close()
+    _stop(p)
 
 
 def test_openai_backend_matches_local_and_spreads_over_endpoints(server, hf_engine):
@@ -90,18 +101,21 @@ def test_unreachable_endpoint_is_a_clear_error():
 # -- faults: a loopback proxy in front of the real server ----------------------------------------
 class FaultProxy:
     """An HTTP proxy on loopback in front of the real server. It injects faults on a fixed schedule
-    of POSTs (every n-th answered with 503, every m-th connection reset), can require an API key,
+    of completion POSTs (every n-th answered with 503, every m-th connection reset), can require an
+    API key, can answer 429 beyond ``capacity`` requests in flight, can tamper with ``/tokenize``,
     and can be killed (connections refused) and started again on the same port."""
 
     def __init__(self, upstream_port: int, *, fail_503_every: int = 0, reset_every: int = 0, key: str | None = None,
-                 die_after: int = 0):
+                 die_after: int = 0, capacity: int = 0, tamper_tokenize: bool = False):
         import threading
         self.upstream = f"http://127.0.0.1:{upstream_port}"
         self.port = _free_port()
         self.fail_503_every, self.reset_every, self.key = fail_503_every, reset_every, key
         self.die_after = die_after  # after this many POSTs the "node" is lost: resets, then refuses
+        self.capacity, self.tamper_tokenize = capacity, tamper_tokenize
+        self.in_flight = self.peak_in_flight = 0
         self.posts = 0
-        self.injected = {"503": 0, "reset": 0}
+        self.injected = {"503": 0, "reset": 0, "429": 0}
         self.lock = threading.Lock()
         self.httpd = None
         self.start()
@@ -126,7 +140,13 @@ class FaultProxy:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 if proxy.key is not None and self.headers.get("Authorization") != f"Bearer {proxy.key}":
                     return self._send(401, b'{"error": "bad key"}')
-                if method == "POST":
+                if method == "POST" and self.path.endswith("/tokenize") and proxy.tamper_tokenize:
+                    r = httpx.post(proxy.upstream + self.path, content=body, timeout=30,
+                                   headers={"Content-Type": "application/json", "Authorization": f"Bearer {KEY}"})
+                    d = r.json()
+                    d["tokens"] = d["tokens"][:-1]  # another tokenizer: one id fewer
+                    return self._send(200, json.dumps(d).encode())
+                if method == "POST" and self.path.endswith("/completions"):
                     with proxy.lock:
                         proxy.posts += 1
                         n = proxy.posts
@@ -142,6 +162,22 @@ class FaultProxy:
                     if proxy.fail_503_every and n % proxy.fail_503_every == 0:
                         proxy.injected["503"] += 1
                         return self._send(503, b'{"error": "overloaded"}')
+                    with proxy.lock:
+                        busy = bool(proxy.capacity) and proxy.in_flight >= proxy.capacity
+                        if busy:
+                            proxy.injected["429"] += 1
+                        else:
+                            proxy.in_flight += 1
+                            proxy.peak_in_flight = max(proxy.peak_in_flight, proxy.in_flight)
+                    if busy:
+                        return self._send(429, b'{"error": "too many requests"}')
+                    try:
+                        r = httpx.post(proxy.upstream + self.path, content=body, timeout=300, headers={
+                            "Content-Type": "application/json", "Authorization": f"Bearer {KEY}"})
+                    finally:
+                        with proxy.lock:
+                            proxy.in_flight -= 1
+                    return self._send(r.status_code, r.content)
                 r = httpx.request(method, proxy.upstream + self.path, content=body or None, timeout=300,
                                   headers={"Content-Type": "application/json", "Authorization": f"Bearer {KEY}"})
                 self._send(r.status_code, r.content)
@@ -250,6 +286,41 @@ def test_bad_endpoints_are_clear_errors_before_any_call(server):
         keyed.kill()
 
 
+def test_in_flight_limit_adapts_to_what_the_server_accepts(server, hf_engine):
+    """A server that takes 2 requests at a time and answers 429 beyond: the endpoint's limit falls
+    from 8 toward what it accepts (halved per 429, +1/limit per success) and the results are the
+    same as with no limit."""
+    from serving import load_engine
+
+    proxy = FaultProxy(server, capacity=2)
+    try:
+        eng = load_engine(EMBEDDED, "openai", endpoints=[proxy.url], concurrency=8, **FAST_RETRY, max_attempts=20)
+        got = eng.chat(chats(), temperature=0, max_tokens=24)
+        ref = hf_engine.chat(chats(), temperature=0, max_tokens=24)
+        assert [o.text for o in got] == [o.text for o in ref]
+        s = eng.backend.settings()
+        assert proxy.injected["429"] > 0 and s["faults"]["overloaded"] == proxy.injected["429"]
+        assert s["in_flight_limit"][proxy.url] < 8 and not s["down"]  # 429 means alive: kept in rotation
+        assert proxy.peak_in_flight <= 2
+    finally:
+        proxy.kill()
+
+
+def test_a_server_with_another_tokenizer_is_refused_before_any_call(server):
+    from serving import load_engine
+    from serving.backends.openai import EndpointError
+
+    eng = load_engine(EMBEDDED, "openai", endpoints=[f"http://127.0.0.1:{server}/v1"])
+    assert set(eng.backend.settings()["tokenizer_check"].values()) == {"same"}  # real vLLM, same folder
+    proxy = FaultProxy(server, tamper_tokenize=True)
+    try:
+        with pytest.raises(EndpointError, match=f"server {proxy.url} tokenizes differently"):
+            load_engine(EMBEDDED, "openai", endpoints=[proxy.url])
+        assert proxy.posts == 0  # before any call
+    finally:
+        proxy.kill()
+
+
 def test_served_key_is_required(server):
     """`chorus serve --api-key` hands the key to vLLM: a client without it is turned away, clearly."""
     from serving import load_engine
@@ -286,3 +357,67 @@ def test_debate_over_two_servers_survives_losing_one(server, tmp_path):
         t2.sort_values(cols[:4]).reset_index(drop=True))
     faults = json.loads((run2.path / "provenance.json").read_text())["model"]["engine"]["faults"]
     assert faults["taken_out"] == 1 and faults["retries"] >= 1
+
+
+def test_two_real_servers_one_killed_mid_run_then_restarted(server, hf_engine, tmp_path):
+    """Two real `chorus serve` processes as endpoints. A debate run over both, with the second
+    server SIGKILLed while the run is going: the run finishes on the first with the tables of a
+    one-server run and every call stored. An engine over both keeps answering after the kill,
+    and takes the server back into rotation once it is restarted on the same port."""
+    import sqlite3
+    import threading
+
+    from serving import load_engine
+    from simulate.debate.config import DebateConfig, load
+    from simulate.debate.experiment import run_debate
+
+    port2 = _free_port()
+    u1, u2 = f"http://127.0.0.1:{server}/v1", f"http://127.0.0.1:{port2}/v1"
+    p2 = _serve(port2, ".pytest-serve-2.log")
+    try:
+        eng = load_engine(EMBEDDED, "openai", endpoints=[u1, u2], **FAST_RETRY)
+        ref = [o.text for o in hf_engine.chat(chats(), temperature=0, max_tokens=24)]
+        assert [o.text for o in eng.chat(chats(), temperature=0, max_tokens=24)] == ref
+        assert eng.backend.sent[u2] > 0
+
+        over = {"rounds": 1, "bench.limit": 4, "generation.max_tokens": 24, "model.backend": "openai",
+                "analysis.n_boot": 50, "analysis.n_perm": 50}
+        one = load("smoke", DebateConfig, {**over, "model.options": {"endpoints": [u1]}})
+        run1, _ = run_debate(one, tmp_path / "one", make_plots=False)
+        n_calls = sqlite3.connect(run1.path / "calls.sqlite").execute("select count(*) from calls").fetchone()[0]
+
+        two = load("smoke", DebateConfig, {**over, "model.options": {"endpoints": [u1, u2], **FAST_RETRY}})
+        done: dict = {}
+        t = threading.Thread(target=lambda: done.update(run=run_debate(two, tmp_path / "two", make_plots=False)[0]))
+        t.start()
+        store, killed_at = tmp_path / "two" / "calls.sqlite", None
+        while t.is_alive() and killed_at is None:
+            try:
+                n = sqlite3.connect(store, timeout=5).execute("select count(*) from calls").fetchone()[0]
+            except sqlite3.Error:
+                n = 0
+            if n >= n_calls // 3:
+                os.killpg(p2.pid, signal.SIGKILL)  # the node is lost mid-run
+                killed_at = n
+            time.sleep(0.2)
+        t.join()
+        assert killed_at is not None and killed_at < n_calls, "the run ended before the server could be killed"
+        run2 = done["run"]
+        cols = ["qid", "condition", "round", "agent", "response", "answer"]
+        t1, t2 = (r.read_table("turns")[cols].sort_values(cols[:4]).reset_index(drop=True) for r in (run1, run2))
+        assert len(t1) > 0 and t1.equals(t2)
+        assert sqlite3.connect(store).execute("select count(*) from calls").fetchone()[0] == n_calls  # none lost
+        faults = json.loads((run2.path / "provenance.json").read_text())["model"]["engine"]["faults"]
+        assert faults["taken_out"] == 1
+
+        # the long-lived engine: fails over, then takes the restarted server back
+        assert [o.text for o in eng.chat(chats(), temperature=0, max_tokens=24, seed=1)] == ref
+        assert u2 in eng.backend.settings()["down"]
+        p2.wait(timeout=30)
+        p2 = _serve(port2, ".pytest-serve-2.log")
+        time.sleep(0.5)  # past probe_every_s
+        before = eng.backend.sent[u2]
+        assert [o.text for o in eng.chat(chats(), temperature=0, max_tokens=24, seed=2)] == ref
+        assert eng.backend.faults["brought_back"] == 1 and eng.backend.sent[u2] > before
+    finally:
+        _stop(p2)

@@ -58,7 +58,7 @@ def run_demo(out: Path, *, size: str = "tiny", progress: Callable[[int, int], No
                         prompts={"name": P["_name"], "sha256": P["_sha256"]})
     eng = load_engine(cfg.model.profile, backend="hf", store=run.store_path, dtype="float32")
     try:
-        run.update_provenance(model=eng.provenance())
+        run.record_engines("model", eng)
         turns, items = source_turns(cfg, run, eng, 0, progress)
         pairs = ab.select_pairs(items, turns, seed=cfg.seed, max_pairs=cfg.interventions.max_pairs)
         a = cfg.analysis

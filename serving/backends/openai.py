@@ -14,6 +14,15 @@ error (a 4xx: bad request, wrong key) is not retried. When no endpoint answers w
 budget, the batch stops with one error after the requests that did finish are handed back (the
 engine stores them). Greedy and seeded requests give the same result on any replica, so a retried
 request changes nothing but the time.
+
+In flight: each endpoint has its own limit on requests in flight, starting at ``concurrency``. An
+answer of 429 or 503 (the server says it is overloaded) halves that endpoint's limit; each success
+raises it by 1/limit, up to ``concurrency`` again (additive increase, multiplicative decrease, as
+TCP does). A small server ends up with few requests in flight and a large one with many.
+
+Checks before any call, per endpoint: a well-formed URL, reachable, the API key accepted, the model
+served, and the same tokenizer (a probe string tokenised by the server's ``/tokenize`` must give the
+local token ids, since prompts are sent as ids).
 """
 from __future__ import annotations
 
@@ -67,10 +76,16 @@ class OpenAIBackend:
                       "down_after": down_after, "probe_every_s": probe_every_s}
         self._fails = {e: 0 for e in self.endpoints}  # consecutive failures
         self._down: dict[str, float] = {}  # endpoint -> when to probe it next
-        self.faults = {"retries": 0, "taken_out": 0, "brought_back": 0}  # counted for provenance
+        self.faults = {"retries": 0, "taken_out": 0, "brought_back": 0, "overloaded": 0}  # for provenance
         self.last_errors: dict[str, str] = {}
+        if concurrency < 1:
+            raise ValueError("openai backend: concurrency (requests in flight per endpoint) must be >= 1")
+        self.per_endpoint = concurrency
         self.concurrency = concurrency * len(self.endpoints)
+        self._limit = {e: float(concurrency) for e in self.endpoints}  # adaptive in-flight limit (AIMD)
+        self._room = threading.Condition(self._lock)
         self.max_model_len = max_model_len or self._server_max_len()
+        self.tokenizer_check = {e: self._check_tokenizer(e) for e in self.endpoints}
 
     def _server_max_len(self) -> int:
         """Every endpoint checked before any call: a URL, reachable, the key accepted, the model served."""
@@ -98,10 +113,39 @@ class OpenAIBackend:
             lens.append(int(models[self.model_name].get("max_model_len") or 4096))
         return min(lens)
 
+    # a probe with words, digits, punctuation, non-ASCII and whitespace runs: where tokenizers differ
+    PROBE = "Chorus probe: Ünïcödé naïve café — 3.14159, 42%; \"quoted\"  two  spaces\n\tTab. 東京 🙂"
+
+    def _check_tokenizer(self, e: str) -> str:
+        """Prompts go out as token ids, so the server must share the local tokenizer. vLLM serves
+        ``POST /tokenize`` beside ``/v1``; a server without it is recorded as unchecked."""
+        root = e[: -len("/v1")] if e.endswith("/v1") else e
+        local = self.tokenizer(self.PROBE, add_special_tokens=False)["input_ids"]
+        try:
+            r = self.client.post(f"{root}/tokenize", timeout=10, json={
+                "model": self.model_name, "prompt": self.PROBE, "add_special_tokens": False})
+        except Exception as err:
+            raise EndpointError(f"server {e} is not reachable for the tokenizer check: {err}") from None
+        if r.status_code in (404, 405):
+            return "unchecked (no /tokenize)"
+        if r.status_code != 200:
+            raise EndpointError(f"server {e} answered POST /tokenize with HTTP {r.status_code}: {r.text[:200]}")
+        remote = r.json().get("tokens")
+        if remote != local:
+            first = next((i for i, (a, b) in enumerate(zip(local, remote or [])) if a != b),
+                         min(len(local), len(remote or [])))
+            raise EndpointError(
+                f"server {e} tokenizes differently from the local profile '{self.model_name}' (prompts are sent "
+                f"as token ids): the probe gives {len(remote or [])} ids there and {len(local)} here, first "
+                f"difference at position {first}; serve the same model folder the profile points at")
+        return "same"
+
     def settings(self) -> dict[str, Any]:
         return {"backend": "openai", "endpoints": self.endpoints, "served_model": self.model_name,
                 "max_model_len": self.max_model_len, "concurrency": self.concurrency, "retry": self.retry,
-                "faults": dict(self.faults), "down": sorted(self._down)}
+                "faults": dict(self.faults), "down": sorted(self._down),
+                "in_flight_limit": {e: int(v) for e, v in self._limit.items()},
+                "tokenizer_check": self.tokenizer_check}
 
     # -- health ------------------------------------------------------------------------------
     def _probe_due(self) -> None:
@@ -132,16 +176,32 @@ class OpenAIBackend:
                 self.faults["taken_out"] += 1
 
     def _pick(self) -> str:
-        self._probe_due()
-        with self._lock:
-            healthy = [e for e in self.endpoints if e not in self._down]
-            if not healthy:
-                raise TransientError("no healthy endpoint: " + "; ".join(
-                    f"{e}: {self.last_errors.get(e, 'out of rotation')}" for e in self.endpoints))
-            ep = min(healthy, key=lambda e: self._load[e])  # least outstanding requests
-            self._load[ep] += 1
-            self.sent[ep] += 1
-        return ep
+        """The healthy endpoint with the most room under its in-flight limit; waits while all are full."""
+        while True:
+            self._probe_due()
+            with self._room:
+                healthy = [e for e in self.endpoints if e not in self._down]
+                if not healthy:
+                    raise TransientError("no healthy endpoint: " + "; ".join(
+                        f"{e}: {self.last_errors.get(e, 'out of rotation')}" for e in self.endpoints))
+                free = [e for e in healthy if self._load[e] < int(self._limit[e])]
+                if free:
+                    ep = min(free, key=lambda e: self._load[e] / self._limit[e])  # least busy for its size
+                    self._load[ep] += 1
+                    self.sent[ep] += 1
+                    return ep
+                self._room.wait(timeout=0.1)  # a request finishing, or a probe due, makes room
+
+    def _release(self, ep: str, outcome: str) -> None:
+        """One request at ``ep`` ended: ``ok`` grows its limit additively, ``overloaded`` halves it."""
+        with self._room:
+            self._load[ep] -= 1
+            if outcome == "ok":
+                self._limit[ep] = min(float(self.per_endpoint), self._limit[ep] + 1.0 / self._limit[ep])
+            elif outcome == "overloaded":
+                self._limit[ep] = max(1.0, self._limit[ep] / 2)
+                self.faults["overloaded"] += 1
+            self._room.notify_all()
 
     def _post_once(self, body: dict[str, Any]) -> dict[str, Any]:
         import httpx
@@ -149,11 +209,14 @@ class OpenAIBackend:
         try:
             r = self.client.post(f"{ep}/completions", json={"model": self.model_name, **body})
         except httpx.TransportError as err:  # refused, reset, timed out: the server may be gone
+            self._release(ep, "failed")
             self._failed(ep, f"{type(err).__name__}: {err}", refused=isinstance(err, httpx.ConnectError))
             raise TransientError(f"request to {ep} failed: {type(err).__name__}: {err}") from None
-        finally:
-            with self._lock:
-                self._load[ep] -= 1
+        except BaseException:
+            self._release(ep, "failed")
+            raise
+        self._release(ep, "overloaded" if r.status_code in (429, 503) else
+                      "ok" if r.status_code == 200 else "failed")
         if r.status_code == 429 or r.status_code >= 500:
             # it answered, so it is alive: back off and retry, but keep it in rotation (a busy
             # only server must not be taken out by a few 503s among many requests in flight)

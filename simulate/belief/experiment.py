@@ -112,10 +112,11 @@ def _simulate_and_write(cfg, run, conditions, specs, groups, taus, engine, progr
         prb = LLMProbe(engine, lc.probe.temperature, lc.probe.max_tokens, lc.probe.max_retries,
                        lc.probe.retry_temperature) if lc.probe.enabled else None
         tau_vals = sorted({v["tau"] for v in taus.values()})
-        prov_fn = getattr(engine, "provenance", None)
-        run.update_provenance(model=lc.model,
-                              engine=prov_fn() if callable(prov_fn) else getattr(engine, "identity", None),
-                              appraiser_tau=tau_vals[0] if len(tau_vals) == 1 else None,
+        if callable(getattr(engine, "provenance", None)):
+            run.record_engines("engine", engine)  # rewritten at finish: final fault counts
+        else:
+            run.update_provenance(engine=getattr(engine, "identity", None))
+        run.update_provenance(model=lc.model, appraiser_tau=tau_vals[0] if len(tau_vals) == 1 else None,
                               appraiser_taus=taus, store=str(run.store_path))
     total = sum(g.R * g.rounds * g.N for g in groups)  # utterances
     if progress:

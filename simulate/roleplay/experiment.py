@@ -92,8 +92,8 @@ def run_roleplay(cfg: RoleplayConfig, out: Path | None = None, *, progress: Prog
             eng = _load(spec, run.store_path)
             own.append(eng)
         engines[spec.label] = eng
-        models[spec.label] = eng.provenance()
-        run.update_provenance(models=models)
+        models[spec.label] = eng
+        run.record_engines("models", models)  # rewritten at finish, after every call
         for setup in cfg.setups:
             msgs, info = simulate(eng, ev, setup, P, source=spec.label, seed=cfg.seed,
                                   temperature=cfg.generation.temperature, top_p=cfg.generation.top_p,
@@ -120,7 +120,7 @@ def run_roleplay(cfg: RoleplayConfig, out: Path | None = None, *, progress: Prog
         else:
             ceng = _load(cspec.model_copy(update={"profile": cprof}), run.store_path)
             own.append(ceng)
-    run.update_provenance(classifier=ceng.provenance())
+    run.record_engines("classifier", ceng)
     texts = pd.concat([messages, human_train])
     texts = texts[texts["kind"].isin(["initial", "tweet", "final"])]
     labels = classify_texts(ceng, list(zip(texts["topic"], texts["text"])), P, max_tokens=cspec.max_tokens,
