@@ -100,7 +100,7 @@ def run_demo(size: str, out: Path, profile: str = "smollm2-135m-instruct", backe
     import datetime as dt
 
     from serving import engine_pool
-    from serving.engine import default_dtype, release_pooled, resolve_backend
+    from serving.engine import default_dtype, pool_plans, release_pooled, resolve_backend
 
     unknown = [s for s in (stages or []) if s not in REGISTRY]
     if unknown:
@@ -121,7 +121,9 @@ def run_demo(size: str, out: Path, profile: str = "smollm2-135m-instruct", backe
             summary["stages"][name] = old[name]
     main_backend, main_dtype = resolve_backend(cfg.backend), default_dtype()
     t_all = time.perf_counter()
-    with engine_pool():
+    expect = [(p or cfg.profile, b or main_backend, d or main_dtype) for s in cfg.stages for p, b, d in REGISTRY[s].engines]
+    with engine_pool(expect=expect):  # on a GPU: vLLM and a transformers copy planned to fit (serving.memory)
+        run.update_provenance(memory_plans=pool_plans())
         for k, name in enumerate(cfg.stages):
             st = REGISTRY[name]
             sdir = out / name

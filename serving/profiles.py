@@ -80,7 +80,35 @@ class Profile:
         ready, why = self.status()
         if not ready:
             raise ModelError(f"model profile '{self.name}' is not ready: {why}")
+        check_folder(self.path)
         return self.path
+
+
+def check_folder(folder: Path) -> None:
+    """Before any weight loads: transformers knows the config's model type, and the tokenizer's
+    ids fit the model's vocabulary (an id past the embedding table would fail mid-run, or worse)."""
+    import transformers
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    try:
+        cfg = json.loads((folder / "config.json").read_text())
+    except ValueError as err:
+        raise ModelError(f"{folder / 'config.json'}: not valid JSON: {err}") from None
+    mt = cfg.get("model_type")
+    if mt not in CONFIG_MAPPING_NAMES:
+        raise ModelError(f"{folder}: model_type {mt!r} (architectures {cfg.get('architectures')}) is not known to "
+                         f"transformers {transformers.__version__}; upgrade transformers (and vLLM) for this model")
+    vocab = (cfg.get("text_config") or cfg).get("vocab_size") or cfg.get("vocab_size")
+    tj = folder / "tokenizer.json"
+    if vocab and tj.is_file():
+        data = json.loads(tj.read_text())
+        ids = set((data.get("model") or {}).get("vocab", {}).values()) if isinstance(
+            (data.get("model") or {}).get("vocab"), dict) else set(range(len((data.get("model") or {}).get("vocab", []))))
+        ids |= {a["id"] for a in data.get("added_tokens", [])}
+        top = max(ids, default=-1)
+        if top >= int(vocab):
+            raise ModelError(f"{folder}: the tokenizer has ids up to {top} but the model's vocabulary is {vocab} "
+                             f"(config.json vocab_size): a tokenizer from another model?")
 
 
 def missing_files(folder: Path) -> list[str]:

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 from typing import Any, Iterator
 
 from serving.backends import Finished
+from serving.profiles import ModelError
 from serving.types import Sampling
 
 
@@ -36,6 +38,18 @@ def vllm_env() -> dict[str, str]:
     for k, v in env.items():
         os.environ.setdefault(k, v)
     return {k: os.environ[k] for k in env}
+
+
+# multimodal checkpoint class -> the vLLM text-only class that loads its language model
+TEXT_ONLY = {"Gemma4ForConditionalGeneration": "Gemma4ForCausalLM"}
+
+
+def _architecture(path: str) -> str | None:
+    import json
+    try:
+        return (json.loads((Path(path) / "config.json").read_text()).get("architectures") or [None])[0]
+    except (OSError, ValueError):
+        return None
 
 
 class VLLMBackend:
@@ -67,10 +81,26 @@ class VLLMBackend:
             kw.update(enable_chunked_prefill=False, max_num_batched_tokens=max(8192, max_model_len or 0))
         else:
             kw["gpu_memory_utilization"] = gpu_memory_utilization
+        text_only = TEXT_ONLY.get(_architecture(path))
+        if text_only and "hf_overrides" not in llm_kwargs:
+            # chorus sends text only: the text model of a multimodal checkpoint loads without the
+            # vision / audio towers or their processors (which need torchvision); hf agreement measured
+            kw["hf_overrides"] = {"architectures": [text_only]}
         kw.update(llm_kwargs)
         self.llm_kwargs = {k: v for k, v in kw.items() if k not in ("model", "tokenizer")}
         t0 = time.perf_counter()
-        self.llm = LLM(**kw)
+        try:
+            self.llm = LLM(**kw)
+        except Exception as err:
+            import importlib.util
+            if "torchvision" in str(err) or ("failed to be inspected" in str(err)
+                                             and importlib.util.find_spec("torchvision") is None):
+                raise ModelError(
+                    f"vLLM {'(CPU build) ' if cpu else ''}cannot load {_architecture(path)} from {path}: its vLLM "
+                    "model code imports torchvision, which is not installed (PyPI's torchvision does not import "
+                    "beside the CPU torch build). Use backend 'hf' here; the CUDA vllm wheel brings torchvision."
+                ) from None
+            raise
         self.load_seconds = time.perf_counter() - t0
         self.tokenizer = self.llm.get_tokenizer()
         self.max_model_len = int(self.llm.llm_engine.model_config.max_model_len)
@@ -103,11 +133,33 @@ class VLLMBackend:
         return SamplingParams(temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_tokens,
                               stop=list(s.stop) or None, seed=s.seed, structured_outputs=so)
 
+    # -- sleep mode: the device freed for a transformers copy of the model (serving.memory) ---------
+    asleep = False
+
+    def sleep(self) -> None:
+        """Offload the weights to host memory and drop the KV cache (vLLM sleep mode, level 1).
+        Needs ``enable_sleep_mode=True`` at start; the next request wakes the engine."""
+        if not self.llm_kwargs.get("enable_sleep_mode"):
+            raise RuntimeError("this vLLM engine was started without enable_sleep_mode=True; it cannot sleep")
+        if not self.asleep:
+            self.llm.sleep(level=1)
+            self.asleep = True
+
+    def wake(self) -> None:
+        if self.asleep:
+            if self.on_wake is not None:
+                self.on_wake(self)  # e.g. the pool releases the transformers copy first
+            self.llm.wake_up()
+            self.asleep = False
+
+    on_wake: Any = None
+
     def _run(self, prompts: list[list[int]], params: list[Any]) -> Iterator[list[tuple[int, Any, float]]]:
         """Add requests, step the engine, yield (index, RequestOutput, latency) as they finish."""
         from vllm.inputs import TokensPrompt
         from vllm.sampling_params import RequestOutputKind
 
+        self.wake()
         engine = self.llm.llm_engine
         if engine.has_unfinished_requests():  # left over from an interrupted call
             raise RuntimeError("vLLM engine has unfinished requests from an earlier call")
