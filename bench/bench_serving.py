@@ -154,28 +154,13 @@ def bench_store(n_calls=10_000):
     return row
 
 
-LLAMA_8B_CONFIG = {  # the Llama-3.1-8B architecture (public config values); random weights
-    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
-    "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,
-    "max_position_embeddings": 131072, "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "hidden_act": "silu",
-    "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                     "original_max_position_embeddings": 8192, "rope_type": "llama3"},
-    "tie_word_embeddings": False, "torch_dtype": "bfloat16", "bos_token_id": 1, "eos_token_id": 2}
-
-
-def bench_gpu_llama8b(n=256, new_tokens=256, repeats=2):
+def bench_gpu_llama8b(sizes=(1, 8, 32, 128, 256), new_tokens=256, repeats=2):
     """vLLM on a GPU with the Llama-3.1-8B architecture and random weights (load_format=dummy)."""
-    import shutil
+    from serving.dummy import write_config_and_tokenizer
 
-    from serving.profiles import get_profile
-
+    # the published config (serving/architectures) and the stand-in tokenizer, no weights: vLLM draws them
     d = Path(tempfile.mkdtemp()) / "llama-3.1-8b-dummy"
-    d.mkdir(parents=True)
-    (d / "config.json").write_text(json.dumps(LLAMA_8B_CONFIG))
-    src = get_profile(PROFILE).path  # any tokenizer will do for random weights; ids stay < its vocab
-    for f in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
-        if (src / f).exists():
-            shutil.copy(src / f, d / f)
+    write_config_and_tokenizer("llama-3.1-8b-instruct", d)
     (d / "model.safetensors").write_bytes(b"")  # satisfies the folder check; dummy load ignores it
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
@@ -184,21 +169,23 @@ def bench_gpu_llama8b(n=256, new_tokens=256, repeats=2):
 
     eng = load_engine(str(d), "vllm", dtype="bfloat16", load_format="dummy", max_model_len=4096)
     llm = eng.backend.llm
-    cs = convs(n)
-    prompts = [TokensPrompt(prompt_token_ids=eng.render(c).ids) for c in cs]
     # random weights rarely emit EOS; fix the length on both sides for equal work
     sp = SamplingParams(temperature=0, max_tokens=new_tokens, ignore_eos=True)
+    rows = []
+    for n in sizes:
+        cs = convs(n)
+        prompts = [TokensPrompt(prompt_token_ids=eng.render(c).ids) for c in cs]
 
-    def raw():
-        return sum(len(o.outputs[0].token_ids) for o in llm.generate(prompts, sp, use_tqdm=False))
+        def raw():
+            return sum(len(o.outputs[0].token_ids) for o in llm.generate(prompts, sp, use_tqdm=False))
 
-    def ours():
-        # the engine path (render, store keys, stepping) with the same fixed-length requests
-        return sum(o.completion_tokens for o in eng.chat(cs, temperature=0, max_tokens=new_tokens, stop=None))
+        def ours():
+            # the engine path (render, store keys, stepping) with the same fixed-length requests
+            return sum(o.completion_tokens for o in eng.chat(cs, temperature=0, max_tokens=new_tokens, stop=None))
 
-    row = _race("vllm-gpu-llama8b-dummy", n, ours, raw, repeats)
+        rows.append(_race("vllm-gpu-llama8b-dummy", n, ours, raw, repeats))
     eng.close()
-    return row
+    return rows
 
 
 def main():

@@ -4,6 +4,7 @@ mounts them. Part modules keep heavy imports (torch, vllm) inside functions so t
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 import typer
 
@@ -66,6 +67,62 @@ def demo(size: str = typer.Option("tiny", "--size", help="tiny (a few minutes) |
     console.print(t)
     console.print(f"report: {report_path}")
     if any(r["status"] == "failed" for r in summ["stages"].values()):
+        raise typer.Exit(1)
+
+
+@app.command()
+def rehearse(model: str = typer.Argument(..., help="a profile, a model folder, or a paper architecture "
+                                          "(llama-3.1-8b-instruct, qwen3.5-9b, gemma-4-e4b-it) without a local "
+                                          "path, which is built with dummy weights"),
+             backend: list[str] = typer.Option(None, "--backend", "-b", help="hf | vllm | openai (repeatable; "
+                                               "default hf and vllm)"),
+             path: list[str] = typer.Option(None, "--path", help="only these paths, e.g. hf.knockout or chat "
+                                            "(repeatable)"),
+             layers: Optional[int] = typer.Option(None, help="a dummy build: decoder layers (widths and the layer "
+                                                  "pattern stay the published ones; default all)"),
+             dtype: Optional[str] = typer.Option(None, help="float32 | bfloat16 (default: float32 on CPU, "
+                                                 "bfloat16 on GPU)"),
+             out: Optional[Path] = typer.Option(None, help="folder for rehearsal.json (default runs/rehearse/NAME-TIME)")
+             ) -> None:
+    """Take one model through every path chorus offers (engine start, chat, JSON, choice, option
+    log-probs, knockout, patch, probe, debate, council, belief roles, SFT, serve + openai) and
+    report pass / fail, time and peak memory per path."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from chorus.rehearse import rehearse as run_rehearsal
+    from core.progress import progress
+    from core.runs import run_dir_path
+    from serving.dummy import architectures, build_dummy
+    from serving.profiles import ModelError, cache_dir, get_profile
+
+    console = Console()
+    target = model
+    try:
+        if model in architectures() and not get_profile(model).status()[0]:
+            folder = cache_dir() / "dummy" / f"{model}-L{layers or 'all'}"
+            with console.status(f"building a dummy-weight {model} ({layers or 'all'} layers), once"):
+                target = str(build_dummy(model, folder, layers=layers))
+            console.print(f"dummy weights: {target} (random: plumbing, memory and speed only)")
+        elif layers is not None:
+            fail("--layers applies to a paper architecture built with dummy weights, not to a profile with weights")
+        dest = run_dir_path(out, "rehearse", Path(model).name)
+        with progress("rehearse", "paths") as update:
+            res = run_rehearsal(target, backends=backend or ["hf", "vllm"], paths=path or None, dtype=dtype,
+                                out=dest, progress=update)
+    except (ModelError, ValueError) as err:
+        fail(str(err))
+    t = Table(title=f"rehearsal of {model}")
+    for c in ("path", "status", "s", "peak GiB", "detail / error"):
+        t.add_column(c)
+    for r in res["results"]:
+        colour = {"pass": "green", "fail": "red"}.get(r["status"], "yellow")
+        note = r.get("error") or ", ".join(f"{k}={v}" for k, v in (r.get("detail") or {}).items())
+        t.add_row(r["path"], f"[{colour}]{r['status']}[/{colour}]", f"{r['seconds']:.1f}",
+                  f"{r.get('peak_gpu_gib', r['peak_rss_gib']):.2f}", note[:90])
+    console.print(t)
+    console.print(f"{res['counts']}; results: {dest / 'rehearsal.json'}")
+    if res["counts"]["fail"]:
         raise typer.Exit(1)
 
 

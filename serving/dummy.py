@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -163,10 +162,26 @@ def _set_ids(cfg: dict[str, Any], ids: dict[str, Any]) -> None:
                 d[k] = v
 
 
+def write_config_and_tokenizer(arch: str, out: str | Path, *, layers: int | None = None,
+                               narrow_by: int | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A folder with the (reduced) published config, the stand-in tokenizer and the chat template,
+    and no weights: enough for vLLM's ``load_format="dummy"``. Returns (config, special ids)."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    cfg = reduce_layers(published_config(arch), arch, layers)
+    if narrow_by:
+        cfg = narrow(cfg, narrow_by)
+    ids = _standin_tokenizer(arch, int(_text(cfg)["vocab_size"]), out)
+    _set_ids(cfg, ids)
+    (out / "config.json").write_text(json.dumps(cfg, indent=2))
+    return cfg, ids
+
+
 def build_dummy(arch: str, out: str | Path, *, layers: int | None = None, dtype: str = "bfloat16",
-                seed: int = 0, force: bool = False, narrow_by: int | None = None) -> Path:
+                seed: int = 0, force: bool = False, narrow_by: int | None = None, device: str = "cpu") -> Path:
     """Write a dummy-weight folder of ``arch`` (a name in ``architectures()``) to ``out``;
-    ``narrow_by`` makes it narrow (``narrow``) for tests, never for the rehearsal."""
+    ``narrow_by`` makes it narrow (``narrow``) for tests, never for the rehearsal. ``device="cuda"``
+    draws the random weights on a GPU (an 8B model in seconds rather than minutes)."""
     import torch
     import transformers
     from safetensors.torch import save_file  # noqa: F401  (save_pretrained needs it)
@@ -174,18 +189,11 @@ def build_dummy(arch: str, out: str | Path, *, layers: int | None = None, dtype:
     out = Path(out)
     if (out / "chorus_dummy.json").is_file() and not force:
         return out
-    cfg = reduce_layers(published_config(arch), arch, layers)
-    if narrow_by:
-        cfg = narrow(cfg, narrow_by)
     t0 = time.perf_counter()
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    ids = _standin_tokenizer(arch, int(_text(cfg)["vocab_size"]), tmp)
-    _set_ids(cfg, ids)
-    with tempfile.TemporaryDirectory() as d:
-        (Path(d) / "config.json").write_text(json.dumps(cfg))
-        hf_cfg = transformers.AutoConfig.from_pretrained(d)
+    cfg, ids = write_config_and_tokenizer(arch, tmp, layers=layers, narrow_by=narrow_by)
+    hf_cfg = transformers.AutoConfig.from_pretrained(tmp)
     cls_name = (cfg.get("architectures") or [None])[0]
     cls = getattr(transformers, cls_name, None) if cls_name else None
     if cls is None:
@@ -193,7 +201,8 @@ def build_dummy(arch: str, out: str | Path, *, layers: int | None = None, dtype:
                          f"(model_type {cfg.get('model_type')!r}); upgrade transformers")
     torch.manual_seed(seed)
     try:
-        model = cls._from_config(hf_cfg, dtype=getattr(torch, dtype))
+        with torch.device(device):
+            model = cls._from_config(hf_cfg, dtype=getattr(torch, dtype))
     except Exception as err:
         raise ModelError(f"{arch}: transformers {transformers.__version__} cannot build {cls_name}: "
                          f"{type(err).__name__}: {err}") from None

@@ -37,7 +37,9 @@ def vllm_env() -> dict[str, str]:
         env["VLLM_CPU_KVCACHE_SPACE"] = "2"  # GiB; about 93k KV tokens for SmolLM2
     for k, v in env.items():
         os.environ.setdefault(k, v)
-    return {k: os.environ[k] for k in env}
+    # the user's determinism switches are recorded too (exact readouts on a GPU need the first)
+    keys = [*env, *(k for k in ("VLLM_BATCH_INVARIANT", "CUBLAS_WORKSPACE_CONFIG") if k in os.environ)]
+    return {k: os.environ[k] for k in keys}
 
 
 # multimodal checkpoint class -> the vLLM text-only class that loads its language model
