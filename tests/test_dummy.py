@@ -72,6 +72,8 @@ def test_dummy_folder_loads_on_transformers_with_its_template_and_stand_in_token
     assert sp["eos"][0] in tok.decode(prompt.ids) or sp["other"][0] in tok.decode(prompt.ids)
     out = eng.chat([[{"role": "user", "content": "Hi"}]] * 2, temperature=0, max_tokens=4)
     assert out[0].text == out[1].text and out[0].completion_tokens > 0
+    # constrained decoding reads the vocabulary from the text config of a multimodal checkpoint
+    assert eng.chat([[{"role": "user", "content": "yes or no?"}]], choices=["yes", "no"], max_tokens=4)[0].conformed
     lp = eng.option_logprobs([[{"role": "user", "content": "A or B?"}]], ["A", "B"])
     assert all(v < 0 for v in lp[0].values())
     eng.close()

@@ -332,33 +332,6 @@ def test_served_key_is_required(server):
         load_engine(EMBEDDED, "openai", endpoints=[url], api_key="not-the-key")
 
 
-def test_debate_over_two_servers_survives_losing_one(server, tmp_path):
-    """A debate run over two endpoints, one lost mid-run (its in-flight request dropped, then
-    connections refused): the run finishes on the other with the tables of a one-server run, and
-    the run's provenance counts what happened."""
-    import json
-
-    from simulate.debate.config import DebateConfig, load
-    from simulate.debate.experiment import run_debate
-
-    over = {"rounds": 1, "bench.limit": 3, "generation.max_tokens": 24, "model.backend": "openai",
-            "analysis.n_boot": 50, "analysis.n_perm": 50}
-    one = load("smoke", DebateConfig, {**over, "model.options": {"endpoints": [f"http://127.0.0.1:{server}/v1"]}})
-    run1, _ = run_debate(one, tmp_path / "one", make_plots=False)
-    a, b = FaultProxy(server), FaultProxy(server, die_after=4)
-    try:
-        two = load("smoke", DebateConfig, {**over, "model.options": {"endpoints": [a.url, b.url], **FAST_RETRY}})
-        run2, _ = run_debate(two, tmp_path / "two", make_plots=False)
-    finally:
-        a.kill()
-    cols = ["qid", "condition", "round", "agent", "response", "answer"]
-    t1, t2 = run1.read_table("turns")[cols], run2.read_table("turns")[cols]
-    assert len(t1) == len(t2) > 0 and t1.sort_values(cols[:4]).reset_index(drop=True).equals(
-        t2.sort_values(cols[:4]).reset_index(drop=True))
-    faults = json.loads((run2.path / "provenance.json").read_text())["model"]["engine"]["faults"]
-    assert faults["taken_out"] == 1 and faults["retries"] >= 1
-
-
 def test_two_real_servers_one_killed_mid_run_then_restarted(server, hf_engine, tmp_path):
     """Two real `chorus serve` processes as endpoints. A debate run over both, with the second
     server SIGKILLed while the run is going: the run finishes on the first with the tables of a

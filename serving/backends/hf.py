@@ -109,7 +109,9 @@ class HFBackend:
     def _grammar_cache(self):
         if self._grammars is None:
             from serving.backends.grammar import GrammarCache
-            self._grammars = GrammarCache(self.tokenizer, self.model.config.vocab_size, self.eos_ids)
+            # a multimodal checkpoint (Gemma-4, Qwen3.5) keeps the vocabulary in its text config
+            vocab = self.model.config.get_text_config().vocab_size
+            self._grammars = GrammarCache(self.tokenizer, vocab, self.eos_ids)
         return self._grammars
 
     # -- generation ------------------------------------------------------------------------
