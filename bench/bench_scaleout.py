@@ -25,8 +25,6 @@ import argparse
 import json
 import os
 import re
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -39,35 +37,19 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from _recorder import machine  # noqa: E402
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from serving import launch  # noqa: E402
+from serving.launch import free_port  # noqa: E402
 
 
 def start_server(port: int, log: Path, gpu: int | None = None) -> subprocess.Popen:
     env = dict(os.environ, VLLM_SERVER_DEV_MODE="1")  # for POST /reset_prefix_cache between runs
     if gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = str(gpu)
-    return subprocess.Popen([sys.executable, "-m", "chorus.cli", "serve", "smollm2-135m-instruct", "--port", str(port),
-                             "--extra=--enforce-eager"], cwd=ROOT, stdout=open(log, "w"), stderr=subprocess.STDOUT,
-                            start_new_session=True, env=env)
+    return launch.start_server("smollm2-135m-instruct", port, log=log, args=["--extra=--enforce-eager"], env=env)
 
 
 def wait_healthy(port: int, p: subprocess.Popen, timeout: float = 600) -> float:
-    import httpx
-    t0 = time.perf_counter()
-    while time.perf_counter() - t0 < timeout:
-        if p.poll() is not None:
-            raise RuntimeError(f"server on port {port} exited with {p.returncode}")
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=2).status_code == 200:
-                return time.perf_counter() - t0
-        except httpx.HTTPError:
-            pass
-        time.sleep(1)
-    raise RuntimeError(f"server on port {port} not healthy after {timeout} s")
+    return launch.wait_healthy(p, f"http://127.0.0.1:{port}/v1", timeout=timeout)
 
 
 def prefix_counters(port: int) -> tuple[float, float]:
@@ -167,11 +149,7 @@ def main() -> None:
         res["relative_wall"] = {k: round(r["wall_s"] / one, 3) for k, r in runs.items()}
     finally:
         for pr in procs:
-            try:
-                os.killpg(pr.pid, signal.SIGTERM)
-                pr.wait(timeout=60)
-            except Exception:
-                os.killpg(pr.pid, signal.SIGKILL)
+            launch.stop_server(pr)
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(res, indent=2))
     print(json.dumps({k: v for k, v in res.items() if k != "machine"}, indent=2))

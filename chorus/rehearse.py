@@ -23,10 +23,6 @@ import json
 import math
 import os
 import platform
-import signal
-import socket
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -512,48 +508,24 @@ def _sft(r: _Rehearsal) -> dict[str, Any]:
 
 
 # -- openai: a real `chorus serve` on loopback ------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _openai_chat(r: _Rehearsal) -> dict[str, Any]:
     import importlib.util
-
-    import httpx
 
     from serving import load_engine
     if importlib.util.find_spec("vllm") is None:
         raise Skip("`chorus serve` needs vLLM, which is not installed")
-    port = _free_port()
+    from serving.launch import free_port, start_server, stop_server, wait_healthy
+
+    port = free_port()
     url = f"http://127.0.0.1:{port}/v1"
-    cmd = [sys.executable, "-m", "chorus.cli", "serve", r.model, "--port", str(port)]
-    if r.dtype:
-        cmd += ["--dtype", r.dtype]
+    args = ["--dtype", r.dtype] if r.dtype else []
     if _cuda() is None:
-        cmd.append("--extra=--enforce-eager")
+        args.append("--extra=--enforce-eager")
     log_path = r.tmp / "serve.log"
-    key = os.environ.get("VLLM_API_KEY")
-    headers = {"Authorization": f"Bearer {key}"} if key else {}
     t0 = time.perf_counter()
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, cwd=Path(__file__).resolve().parents[1], stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+    proc = start_server(str(r.model), port, log=log_path, args=args)
     try:
-        deadline = time.time() + 600
-        while True:
-            if proc.poll() is not None:
-                tail = log_path.read_text()[-400:]
-                raise RuntimeError(f"chorus serve exited with {proc.returncode}: ...{tail}")
-            try:
-                if httpx.get(f"{url}/models", timeout=2, headers=headers).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.time() > deadline:
-                raise TimeoutError("chorus serve did not answer /v1/models within 600 s")
-            time.sleep(1)
+        wait_healthy(proc, url, api_key=os.environ.get("VLLM_API_KEY"), log=log_path)
         start_s = time.perf_counter() - t0
         eng = load_engine(r.model, "openai", endpoints=[url])
         try:
@@ -569,14 +541,7 @@ def _openai_chat(r: _Rehearsal) -> dict[str, Any]:
             d["same_text_as_hf"] = sum(a == o.text for a, o in zip(r.hf_greedy, outs)) / len(outs)
         return d
     finally:
-        try:  # the server runs in its own session: end it and its vLLM workers together
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=30)
-        except ProcessLookupError:
-            pass
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_server(proc)  # its own session: vLLM's workers end with it
 
 
 # -- the registry ---------------------------------------------------------------------------------------

@@ -46,7 +46,7 @@ class Engine:
     def provenance(self) -> dict[str, Any]:
         return {**self.identity, "family": self.profile.family, "upstream": self.profile.hf_id,
                 "license": self.profile.license, "path": str(self.profile.path),
-                "engine": self.backend.settings(), "store": str(self.store.path) if self.store else None}
+                "engine": self.backend.settings(), "store": str(self.store.path) if self.store is not None else None}
 
     @property
     def model(self) -> Any:

@@ -4,58 +4,27 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
-import sys
 import time
 
 import httpx
 import pytest
 from conftest import EMBEDDED, HAVE_VLLM, ROOT, chats
 
+from serving.launch import free_port as _free_port
+from serving.launch import start_server, stop_server, wait_healthy
+
 pytestmark = pytest.mark.skipif(not HAVE_VLLM, reason="vLLM is not installed")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 KEY = "chorus-test-key"
 
 
 def _serve(port: int, log_name: str) -> subprocess.Popen:
-    """Start a real `chorus serve` (key from --api-key, not the environment) and wait until it answers."""
-    log = open(ROOT / log_name, "w")
-    p = subprocess.Popen([sys.executable, "-m", "chorus.cli", "serve", EMBEDDED, "--port", str(port),
-                          "--api-key", KEY, "--extra=--enforce-eager"], cwd=ROOT, stdout=log,
-                         stderr=subprocess.STDOUT, start_new_session=True,
-                         env={k: v for k, v in os.environ.items() if k != "VLLM_API_KEY"})
-    url = f"http://127.0.0.1:{port}/v1"
-    deadline = time.time() + 420
-    while time.time() < deadline:
-        if p.poll() is not None:
-            raise RuntimeError(f"chorus serve exited with {p.returncode}; see {log_name}")
-        try:
-            if httpx.get(f"{url}/models", timeout=2, headers={"Authorization": f"Bearer {KEY}"}).status_code == 200:
-                return p
-        except httpx.HTTPError:
-            pass
-        time.sleep(2)
-    os.killpg(p.pid, signal.SIGKILL)
-    raise RuntimeError(f"chorus serve did not become healthy in 420 s; see {log_name}")
-
-
-def _stop(p: subprocess.Popen, sig: int = signal.SIGTERM) -> None:
-    try:
-        os.killpg(p.pid, sig)
-        p.wait(timeout=30)
-    except ProcessLookupError:
-        pass
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        p.wait()
+    """A real `chorus serve` (key from --api-key, not the environment), once it answers."""
+    env = {k: v for k, v in os.environ.items() if k != "VLLM_API_KEY"}
+    p = start_server(EMBEDDED, port, log=ROOT / log_name, args=["--api-key", KEY, "--extra=--enforce-eager"], env=env)
+    wait_healthy(p, f"http://127.0.0.1:{port}/v1", api_key=KEY, timeout=420, log=ROOT / log_name)
+    return p
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +39,7 @@ def server():
         os.environ.pop("VLLM_API_KEY", None)
     else:
         os.environ["VLLM_API_KEY"] = old_key
-    _stop(p)
+    stop_server(p)
 
 
 def test_openai_backend_matches_local_and_spreads_over_endpoints(server, hf_engine):
@@ -393,4 +362,4 @@ def test_two_real_servers_one_killed_mid_run_then_restarted(server, hf_engine, t
         assert [o.text for o in eng.chat(chats(), temperature=0, max_tokens=24, seed=2)] == ref
         assert eng.backend.faults["brought_back"] == 1 and eng.backend.sent[u2] > before
     finally:
-        _stop(p2)
+        stop_server(p2)
