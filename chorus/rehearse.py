@@ -71,6 +71,20 @@ class CheckFailed(RuntimeError):
 
 
 # -- measurement -------------------------------------------------------------------------------
+def _anon_bytes(pid: int) -> int:
+    """Anonymous (process-owned) memory from /proc/PID/smaps_rollup: RSS summed over processes
+    also counts the memory-mapped checkpoint's file pages (reclaimable page cache) and every
+    process's shared libraries, which made vLLM's CPU engine look twice its weights."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Anonymous:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
 class _PeakRSS:
     """Peak RSS of this process plus its children (vLLM's engine core, ``chorus serve``), sampled
     by a background thread: a path's peak is often a transient (load, training step) that
@@ -81,17 +95,20 @@ class _PeakRSS:
         self._proc = psutil.Process()
         self._psutil = psutil
         self.peak = 0
+        self.peak_anon = 0  # anonymous memory only (0 where /proc/PID/smaps_rollup is missing)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="chorus-rehearse-rss", daemon=True)
 
     def sample(self) -> int:
-        total = 0
+        total, anon = 0, 0
         for p in [self._proc, *self._children()]:
             try:
                 total += p.memory_info().rss
+                anon += _anon_bytes(p.pid)
             except (self._psutil.NoSuchProcess, self._psutil.AccessDenied):
                 pass  # a child that ended between listing and reading
         self.peak = max(self.peak, total)
+        self.peak_anon = max(self.peak_anon, anon)
         return total
 
     def _children(self) -> list:
@@ -608,8 +625,12 @@ def _run_path(name: str, r: _Rehearsal) -> dict[str, Any]:
         except Exception as err:  # one path's failure never stops the others
             rec.update(status="fail", error=_err(err), where=_where(err))
     rec["seconds"] = round(time.perf_counter() - t0, 3)
+    if hasattr(os, "getloadavg"):  # times are only comparable on an otherwise idle machine
+        rec["load_avg_1m"] = round(os.getloadavg()[0], 2)
     rec["peak_rss_gib"] = round(mem.peak / GIB, 3)
     rec["rss_start_gib"] = round(mem.start / GIB, 3)
+    if mem.peak_anon:
+        rec["peak_anon_gib"] = round(mem.peak_anon / GIB, 3)
     if torch is not None:
         rec["peak_gpu_gib"] = round(torch.cuda.max_memory_allocated() / GIB, 3)
     return rec

@@ -21,7 +21,7 @@ from core.runs import RunDir
 # (target: under 15 minutes on a 2-core CPU with a warm install).
 SIZES: dict[str, dict[str, Any]] = {
     "tiny": {"serving_items": 8, "belief_seeds": 1, "belief_agents": 4, "belief_rounds": 2,
-             "belief_gen_tokens": 40, "debate_questions": 12, "debate_rounds": 2, "debate_max_tokens": 96,
+             "belief_gen_tokens": 40, "debate_questions": 8, "debate_rounds": 2, "debate_max_tokens": 96,
              "readout_fractions": [0.0, 0.5, 1.0]},
     # full: the README's main job, one cold run under 15 minutes on a 2-core CPU and 8 GB of memory
     # (bench/bench_demo.py measures it). Model time is dense matrix products at this machine's peak

@@ -164,6 +164,11 @@ def vllm_serve_args(path: str, name: str, *, host: str, port: int, dtype: str, t
                  "--max-num-batched-tokens", str(max(8192, max_model_len or 0))]
     elif max_model_len:
         args += ["--max-model-len", str(max_model_len)]
+    from serving.backends.vllm import text_only_overrides
+    overrides = text_only_overrides(path)
+    if overrides and not any(str(x).startswith("--hf-overrides") for x in extra or []):
+        # the same text-only model the vllm backend loads (found by `chorus rehearse` on Gemma-4)
+        args += ["--hf-overrides", json.dumps(overrides)]
     return args + list(extra or [])
 
 

@@ -83,12 +83,41 @@ def report(run_dir: Path = typer.Argument(..., help="A belief run directory."),
     from rich.console import Console
 
     from core.config import ConfigError
+    from simulate.belief.cross import is_cross_run
     from simulate.belief.experiment import report as _report
+    if is_cross_run(run_dir):  # a cross-appraisal run (chorus belief cross)
+        from simulate.belief.cross import report as _report
+    from simulate.belief.multi_report import is_multi_run
+    if is_multi_run(run_dir):  # a multi-concept run (chorus belief multi)
+        from simulate.belief.multi_report import report as _report
     try:
         summary = _report(run_dir, make_plots=not no_plots)
     except (ConfigError, FileNotFoundError) as err:
         _fail(err)
+    if summary.get("command") == "cross":
+        return _print_cross(Console(), run_dir, summary)
     _print_summary(Console(), run_dir, summary)
+
+
+@app.command()
+def multi(config: str = typer.Argument(..., help="Multi-concept config (a path or a shipped name, e.g. multi_fj)."),
+          out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default runs/belief/NAME-TIME)."),
+          set_: Optional[List[str]] = typer.Option(None, "--set", help=_SET_HELP),
+          no_plots: bool = typer.Option(False, "--no-plots", help="Skip the figures.")) -> None:
+    """Multi-concept identities: a Dirichlet belief per concept (K-way stances), every seed in lockstep."""
+    from rich.console import Console
+
+    from core.config import ConfigError
+    from simulate.belief.multi_config import load_multi_config, resolve_multi_config_path
+    from simulate.belief.multi_report import run_multi_experiment
+    try:
+        cfg = load_multi_config(config, _overrides(set_))
+        src = str(resolve_multi_config_path(config))
+        with progress(f"{cfg.name} ({cfg.mode}, multi-concept)", "utterances") as update:
+            run_, summary = run_multi_experiment(cfg, out, progress=update, make_plots=not no_plots, source=src)
+    except ConfigError as err:
+        _fail(err)
+    _print_summary(Console(), run_.path, summary)
 
 
 @app.command()
@@ -139,6 +168,58 @@ def calibrate(model: str = typer.Option("smollm2-135m-instruct", "--model", help
     console.print(f"results: [bold]{run.path}[/bold]")
 
 
+def _print_cross(console, path: Path, summary: dict) -> None:
+    from rich.table import Table
+
+    from simulate.belief.cross import summary_rows
+    t = Table(title=f"{summary.get('experiment')} ({summary.get('mode')}): channel bias = mu + rendering + "
+                    f"reading ({'anchor ' + summary['anchor'] if summary.get('anchor') else 'sum-to-zero'})")
+    for c in ("model", "rendering part", "reading part"):
+        t.add_column(c)
+    for row in summary_rows(summary):
+        t.add_row(*row)
+    console.print(t)
+    h, cost = summary.get("headline", {}), summary.get("cost") or {}
+    rms = h.get("bias_interaction_rms")
+    console.print(f"{h.get('utterances')} utterances x {h.get('models')} appraisers: "
+                  f"{cost.get('appraiser_calls_total')} appraiser calls ({cost.get('retries')} retries); "
+                  f"{cost.get('computed_total')} model calls computed (generation included), the rest read "
+                  f"from the store; failure rate "
+                  f"{h.get('appraisal_failure_rate')}; interaction rms {'-' if rms is None else f'{rms:.3g}'}")
+    console.print(f"results: [bold]{path}[/bold] (summary.json, tables/*.parquet, plots/cross_*.png)")
+
+
+@app.command()
+def cross(model: Optional[List[str]] = typer.Option(None, "--model", help="A model of the panel (repeat; "
+                                                   "--synthetic without --model: synth-a, synth-b, synth-c)."),
+          run_: Optional[List[Path]] = typer.Option(None, "--run", help="An LLM-mode belief run whose utterances "
+                                                    "its model contributes (repeat; no regeneration)."),
+          out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default runs/belief/cross-TIME)."),
+          synthetic: bool = typer.Option(False, "--synthetic", help="The model-free channel with known biases."),
+          backend: str = typer.Option("auto", "--backend", help="hf | vllm | openai | auto."),
+          set_: Optional[List[str]] = typer.Option(None, "--set", help="Override a field of the cross config: "
+                                                   "--set max_utterances=200 --set analysis.anchor=MODEL."),
+          no_plots: bool = typer.Option(False, "--no-plots", help="Skip the figures.")) -> None:
+    """Cross-appraisal: every model's appraiser reads every model's utterances; each channel's bias
+    split into a rendering (generator) and a reading (appraiser) part."""
+    from rich.console import Console
+
+    from core.config import ConfigError, set_dotted, validate
+    from serving import ModelError, StoreError
+    try:
+        data = {"mode": "synthetic" if synthetic else "llm", "models": list(model or []),
+                "runs": [str(r) for r in run_ or []], "backend": backend}
+        for k, v in _overrides(set_).items():
+            set_dotted(data, k, v)
+        from simulate.belief.cross import CrossConfig, run_cross
+        cfg = validate(CrossConfig, data, source="chorus belief cross")
+        with progress(f"cross-appraisal ({cfg.mode}, {len(cfg.models)} models)", "calls") as update:
+            run, summary = run_cross(cfg, out, progress=update, make_plots=not no_plots)
+    except (ConfigError, ModelError, StoreError) as err:
+        _fail(err)
+    _print_cross(Console(), run.path, summary)
+
+
 @app.command()
 def topics() -> None:
     """List the shipped topics."""
@@ -146,3 +227,44 @@ def topics() -> None:
     for t in list_topics():
         tp = load_topic(t)
         typer.echo(f"{tp.id}: {tp.title} (a+ {tp.a_plus_short!r}, a- {tp.a_minus_short!r})")
+
+
+correct_app = typer.Typer(no_args_is_help=True, add_completion=False,
+                          help="Directional channel correction: fit a monotone map e -> s from a run's (s, e) pairs.")
+app.add_typer(correct_app, name="correct")
+
+
+@correct_app.command("fit")
+def correct_fit(run_dir: Path = typer.Argument(..., help="A belief run directory (its logged (s, e) pairs)."),
+                model: Optional[str] = typer.Option(None, "--model", help="Store under this model/channel name "
+                                                    "(default: the run's model, or its synthetic oracle channel)."),
+                topic: Optional[str] = typer.Option(None, "--topic", help="Topic (default: the run's only topic)."),
+                min_events: int = typer.Option(50, "--min-events", min=4,
+                                               help="Refuse fewer (s, e) pairs than this."),
+                seed: int = typer.Option(0, "--seed", help="Seed of the K-fold split."),
+                store: bool = typer.Option(True, "--store/--no-store", help="Store beside the temperature fit "
+                                           "(channel_correction: stored); RUN_DIR/correction.json is always "
+                                           "written."),
+                no_plots: bool = typer.Option(False, "--no-plots", help="Skip the figure of the fit.")) -> None:
+    """Fit a channel correction g: e -> s from a run's (s, e) pairs; apply it in a later run with
+    --set channel_correction=stored (or =PATH)."""
+    from rich.console import Console
+
+    from core.config import ConfigError
+    from simulate.belief.correction import fit_run
+    console = Console()
+    try:
+        rec = fit_run(run_dir, model=model, topic=topic, min_events=min_events, store=store, seed=seed,
+                      plot=not no_plots)
+    except ConfigError as err:
+        _fail(err)
+    console.print(f"{rec['model']} on {rec['topic']}: chosen [bold]{rec['family']}[/bold] from n = {rec['n_events']} "
+                  f"(s, e) pairs ({rec['n_dropped']} failed appraisals left out); {rec['folds']}-fold held-out:")
+    for k, v in rec["candidates"].items():
+        console.print(f"  {k:13s} diagonal MSE {v['heldout_diagonal_mse']:.3g}   "
+                      f"MSE of g(e) vs s {v['heldout_mse']:.3g}")
+    if not rec["informative"]:
+        console.print("[yellow]warning:[/yellow] the fitted transfer curve barely rises over the calibration "
+                      "range: the channel carries almost no stance signal and its inverse is arbitrary")
+    for p in rec["written"]:
+        console.print(f"written: [bold]{p}[/bold]")

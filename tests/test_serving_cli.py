@@ -63,3 +63,18 @@ def test_serve_passes_vllm_scale_out_options():
     assert "--no-enable-chunked-prefill" not in a  # GPU: vLLM's defaults
     cpu = vllm_serve_args("/m", "p", host="127.0.0.1", port=9, dtype="float32")
     assert "--no-enable-chunked-prefill" in cpu and "--api-key" not in cpu
+
+
+def test_serve_loads_the_text_model_of_a_multimodal_checkpoint(tmp_path):
+    """`chorus serve` on Gemma-4 used to stop in vLLM's model inspection (found by the rehearsal):
+    it now passes the same text-only override as the vllm backend, unless the user gives one."""
+    import json
+
+    from serving.cli import vllm_serve_args
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["Gemma4ForConditionalGeneration"]}))
+    a = vllm_serve_args(str(tmp_path), "g", host="127.0.0.1", port=9, dtype="float32")
+    assert json.loads(a[a.index("--hf-overrides") + 1]) == {"architectures": ["Gemma4ForCausalLM"]}
+    own = vllm_serve_args(str(tmp_path), "g", host="127.0.0.1", port=9, dtype="float32",
+                          extra=['--hf-overrides={"architectures": ["X"]}'])
+    assert "--hf-overrides" not in own and own[-1].startswith("--hf-overrides=")
+    assert "--hf-overrides" not in vllm_serve_args("/m", "p", host="127.0.0.1", port=9, dtype="float32")

@@ -301,11 +301,12 @@ def test_served_key_is_required(server):
         load_engine(EMBEDDED, "openai", endpoints=[url], api_key="not-the-key")
 
 
-def test_two_real_servers_one_killed_mid_run_then_restarted(server, hf_engine, tmp_path):
+def test_two_real_servers_one_killed_mid_run(server, hf_engine, tmp_path):
     """Two real `chorus serve` processes as endpoints. A debate run over both, with the second
     server SIGKILLed while the run is going: the run finishes on the first with the tables of a
-    one-server run and every call stored. An engine over both keeps answering after the kill,
-    and takes the server back into rotation once it is restarted on the same port."""
+    one-server run and every call stored. An engine over both keeps answering after the kill.
+    (Taking a server back once it answers again: test_lost_endpoint_fails_over_and_comes_back;
+    restarting a real server here cost a minute of suite time.)"""
     import sqlite3
     import threading
 
@@ -352,14 +353,8 @@ def test_two_real_servers_one_killed_mid_run_then_restarted(server, hf_engine, t
         faults = json.loads((run2.path / "provenance.json").read_text())["model"]["engine"]["faults"]
         assert faults["taken_out"] == 1
 
-        # the long-lived engine: fails over, then takes the restarted server back
+        # the long-lived engine fails over to the server left
         assert [o.text for o in eng.chat(chats(), temperature=0, max_tokens=24, seed=1)] == ref
         assert u2 in eng.backend.settings()["down"]
-        p2.wait(timeout=30)
-        p2 = _serve(port2, ".pytest-serve-2.log")
-        time.sleep(0.5)  # past probe_every_s
-        before = eng.backend.sent[u2]
-        assert [o.text for o in eng.chat(chats(), temperature=0, max_tokens=24, seed=2)] == ref
-        assert eng.backend.faults["brought_back"] == 1 and eng.backend.sent[u2] > before
     finally:
         stop_server(p2)

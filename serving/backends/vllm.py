@@ -54,6 +54,13 @@ def _architecture(path: str) -> str | None:
         return None
 
 
+def text_only_overrides(path: str) -> dict[str, Any] | None:
+    """vLLM's ``hf_overrides`` that load the text model of a multimodal checkpoint (None for others):
+    one place for the engine and ``chorus serve``."""
+    text_only = TEXT_ONLY.get(_architecture(path) or "")
+    return {"architectures": [text_only]} if text_only else None
+
+
 class VLLMBackend:
     name = "vllm"
 
@@ -83,11 +90,11 @@ class VLLMBackend:
             kw.update(enable_chunked_prefill=False, max_num_batched_tokens=max(8192, max_model_len or 0))
         else:
             kw["gpu_memory_utilization"] = gpu_memory_utilization
-        text_only = TEXT_ONLY.get(_architecture(path))
-        if text_only and "hf_overrides" not in llm_kwargs:
+        overrides = text_only_overrides(path)
+        if overrides and "hf_overrides" not in llm_kwargs:
             # chorus sends text only: the text model of a multimodal checkpoint loads without the
             # vision / audio towers or their processors (which need torchvision); hf agreement measured
-            kw["hf_overrides"] = {"architectures": [text_only]}
+            kw["hf_overrides"] = overrides
         kw.update(llm_kwargs)
         self.llm_kwargs = {k: v for k, v in kw.items() if k not in ("model", "tokenizer")}
         t0 = time.perf_counter()

@@ -149,6 +149,28 @@ class AnalysisCfg(Strict):
     transfer_bins: int = Field(10, ge=2)
     tipping_ratio: float = Field(3.0, gt=1.0, description="committed: 'smooth' if no slope of "
                                  "the dose-response exceeds this multiple of the median slope")
+    diagonal_tolerance: float = Field(0.01, ge=0.0, description="channel correction: a transfer-curve "
+                                      "bin is on the diagonal if its 95% interval of mean(e - s), "
+                                      "widened by this, covers 0")
+
+
+class ChannelCfg(Strict):
+    """Oracle mode's synthetic channel e = f(s) (a known distortion, for testing a channel
+    correction): ``faithful`` e = s; ``power`` e = s**exponent (exponent > 1: the whole curve
+    below the diagonal, toward a-); ``logit`` e = sigmoid(slope*logit(s) + shift) (slope > 1
+    exaggerates both sides, shift moves the whole curve); ``one_sided`` bends only one side
+    (``side: minus``: e = 0.5*(2s)**exponent below 0.5, e = s above). ``noise``: sd of Gaussian
+    noise on the logit scale, one seeded draw per utterance."""
+    kind: Literal["faithful", "power", "logit", "one_sided"] = "faithful"
+    exponent: float = Field(3.0, gt=0.0)
+    slope: float = Field(1.0, gt=0.0)
+    shift: float = 0.0
+    side: Literal["minus", "plus"] = "minus"
+    noise: float = Field(0.0, ge=0.0)
+
+
+class OracleCfg(Strict):
+    channel: ChannelCfg = ChannelCfg()
 
 
 class BeliefConfig(Strict):
@@ -166,6 +188,10 @@ class BeliefConfig(Strict):
     topic: str = "transit_priority"
     llm: LLMCfg = LLMCfg()
     analysis: AnalysisCfg = AnalysisCfg()
+    oracle: OracleCfg = OracleCfg()
+    channel_correction: str = Field("none", min_length=1, description="'none', 'stored' (the fit of "
+                                    "'chorus belief correct fit' for this topic and model/channel), or "
+                                    "a path to a correction JSON or a run directory holding one")
     sweep: dict[str, list[Any]] = Field(default_factory=dict)
 
     @field_validator("seeds")
@@ -211,6 +237,10 @@ class BeliefConfig(Strict):
             raise ValueError(f"topology.k = {self.topology.k} must be < n_agents = {n}")
         if self.topology.kind == "scale_free" and self.topology.m >= n:
             raise ValueError(f"topology.m = {self.topology.m} must be < n_agents = {n}")
+        ch = self.oracle.channel
+        if self.mode == "llm" and (ch.kind != "faithful" or ch.noise > 0):
+            raise ValueError(f"oracle.channel.kind = {ch.kind!r} (noise {ch.noise}) is a synthetic "
+                             f"channel for mode = 'oracle' only; the LLM mode's channel is the model")
         return self
 
     @property

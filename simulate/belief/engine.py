@@ -154,7 +154,7 @@ def prepare(specs: Sequence[RunSpec], root_seed: int, taus: dict[str, float] | N
                 orders.append(np.stack([gen.permutation(n) for _ in range(rounds)]))
             topic: Topic = load_topic(cfg.topic)
             keys.append(RunKey(seed=sp.seed, topic=topic,
-                               tau=(taus or {}).get(topic.id, 1.0)))
+                               tau=(taus or {}).get(topic.id, 1.0), correction=cfg.channel_correction))
         groups.append(Group(
             specs=list(ss), root_seed=root_seed, kappa=np.array(K), b0=np.array(B0),
             committed=np.array(C), groups=np.array(G), adj=np.array(A),
@@ -176,6 +176,7 @@ class GroupResult:
     listen: np.ndarray       # (T, R, N) who updated on each turn
     probe: np.ndarray        # (rounds, R, N) self-reports on [0, 1] after each round (NaN: none)
     probe_failures: int = 0
+    e_raw: np.ndarray | None = None      # (T, R) evidence before a channel correction (None: none applied)
     texts: list | None = None            # T lists of R texts (LLM mode)
     errors: list | None = None           # T lists of R appraisal errors
     gen_tokens: np.ndarray | None = None  # (T, R) completion tokens of the generator
@@ -206,6 +207,7 @@ def run_group(grp: Group, generator: Generator | None = None, appraiser: Apprais
     ATT = np.zeros((T, R), dtype=np.int32)
     L = np.zeros((T, R, N), dtype=bool)
     PR = np.full((rounds, R, N), np.nan)
+    ER, has_raw = np.full((T, R), np.nan), False
     llm = not isinstance(generator, OracleGenerator)
     texts: list | None = [] if llm else None
     errors: list | None = [] if llm else None
@@ -232,6 +234,8 @@ def run_group(grp: Group, generator: Generator | None = None, appraiser: Apprais
         alpha = np.where(lis, a_new, alpha)
         beta = np.where(lis, b_new, beta)
         SPK[t], S[t], P[t], E[t], ATT[t], L[t] = spk, s, app.p_raw, e, app.attempts, lis
+        if app.e_raw is not None:
+            ER[t], has_raw = app.e_raw, True
         if llm:
             texts.append(utt.texts)
             errors.append(app.errors)
@@ -244,7 +248,8 @@ def run_group(grp: Group, generator: Generator | None = None, appraiser: Apprais
             on_turn(1)
     A[T], B[T] = alpha, beta
     return GroupResult(group=grp, alpha=A, beta=B, speaker=SPK, s=S, p_raw=P, e=E, attempts=ATT,
-                       listen=L, probe=PR, probe_failures=probe_fail, texts=texts, errors=errors,
+                       listen=L, probe=PR, probe_failures=probe_fail, e_raw=ER if has_raw else None,
+                       texts=texts, errors=errors,
                        gen_tokens=gtok)
 
 

@@ -12,7 +12,7 @@ import numpy as np
 from core.config import ConfigError, load_config
 from core.runs import RunDir, run_dir_path
 
-from . import analysis, plots
+from . import analysis, correction, correction_plots, plots
 from .calibration import fit_path, load_fit
 from .config import BeliefConfig, Condition, expand
 from .engine import RunSpec, prepare, run_group
@@ -20,7 +20,7 @@ from .roles import LLMAppraiser, LLMGenerator, LLMProbe, OracleProbe
 from .tables import all_tables
 from .topics import load_topic
 
-NOT_SWEEPABLE = ("mode", "seed", "name", "llm", "analysis", "sweep")
+NOT_SWEEPABLE = ("mode", "seed", "name", "llm", "analysis", "sweep", "oracle")
 TABLES = ("events", "utterances", "beliefs", "runs", "agents", "edges", "conditions")
 
 
@@ -79,6 +79,7 @@ def run_experiment(cfg: BeliefConfig, out: str | Path | None = None, *, sweep: b
     """
     conditions, specs = plan(cfg, sweep)
     taus = resolve_taus(cfg, conditions) if cfg.mode == "llm" else {}
+    corrections = correction.resolve_corrections(cfg, conditions, taus)  # refused here, before any run
     groups = prepare(specs, cfg.seed, {k: v["tau"] for k, v in taus.items()})
     out = Path(out) if out is not None else default_out(cfg)
     topics = {load_topic(c.config.topic).id: load_topic(c.config.topic).sha256 for c in conditions}
@@ -87,6 +88,7 @@ def run_experiment(cfg: BeliefConfig, out: str | Path | None = None, *, sweep: b
         mode=cfg.mode, sweep=sweep, source_config=source,
         conditions=[{"index": c.index, "label": c.label, "overrides": c.overrides} for c in conditions],
         topics_sha256=topics, engine_code_sha256=_code_hash(),
+        channel=correction.channel_id(cfg), channel_correction=correction.describe(corrections),
         determinism={"per_request_seeds": "call_seed(root, run seed, round, turn|agent, role, attempt)",
                      "streams": "rng(root, run seed, stream)"})
     owned = cfg.mode == "llm" and engine is None
@@ -95,13 +97,14 @@ def run_experiment(cfg: BeliefConfig, out: str | Path | None = None, *, sweep: b
         engine = load_engine(cfg.llm.model, backend=cfg.llm.backend, store=run.store_path, dtype=cfg.llm.dtype)
     try:
         return _simulate_and_write(cfg, run, conditions, specs, groups, taus, engine, progress,
-                                   make_plots)
+                                   make_plots, corrections)
     finally:
         if owned and hasattr(engine, "close"):
             engine.close()
 
 
-def _simulate_and_write(cfg, run, conditions, specs, groups, taus, engine, progress, make_plots):
+def _simulate_and_write(cfg, run, conditions, specs, groups, taus, engine, progress, make_plots,
+                        corrections=None):
     gen = app = None
     prb: Any = OracleProbe()
     if cfg.mode == "llm":
@@ -122,7 +125,8 @@ def _simulate_and_write(cfg, run, conditions, specs, groups, taus, engine, progr
     if progress:
         progress(total, 0)
     t0 = time.perf_counter()
-    results = [run_group(g, gen, app, prb, (lambda _k, r=g.R: progress(total, r)) if progress else None)
+    used = correction.appraiser_for(cfg, app, corrections or {})  # synthetic channel, correction
+    results = [run_group(g, gen, used, prb, (lambda _k, r=g.R: progress(total, r)) if progress else None)
                for g in groups]
     wall = time.perf_counter() - t0
     tabs = all_tables(results, conditions)
@@ -160,12 +164,16 @@ def report(path: str | Path, make_plots: bool = True, tables: dict | None = None
     tabs = tables or {name: run.read_table(name) for name in TABLES}
     prov = run.provenance()
     summary, derived = analysis.analyse(tabs, cfg, prov)
+    if correction.applies(tabs, cfg):
+        summary["channel_correction"], extra = correction.measure(tabs, cfg, derived, prov)
+        summary["headline"].update(correction.headline(summary["channel_correction"]))
+        derived.update(extra)
     summary["stats"] = prov.get("stats")
     summary["plots"] = []
     for name, df in derived.items():
         run.write_table(name, df)
     if make_plots:
-        for name, fn in plots.PLOTS.items():
+        for name, fn in {**plots.PLOTS, **correction_plots.PLOTS}.items():
             if name == "probe" and cfg.mode != "llm":
                 continue
             p = fn(tabs, derived, run.plot_path(name))

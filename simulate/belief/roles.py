@@ -47,6 +47,7 @@ class RunKey:
     seed: int
     topic: Topic
     tau: float = 1.0
+    correction: str = "none"  # the run's channel_correction ('none', 'stored' or a path)
 
 
 @dataclass
@@ -92,6 +93,7 @@ class Appraisals:
     e: np.ndarray               # (R,) calibrated evidence (NaN if failed: updates nobody)
     attempts: np.ndarray        # (R,) model calls spent
     errors: list[str | None] = field(default_factory=list)
+    e_raw: np.ndarray | None = None  # (R,) evidence before a channel correction (None: no correction)
 
 
 @runtime_checkable

@@ -34,7 +34,7 @@ def events_table(res: GroupResult) -> pd.DataFrame:
     kappa = g.kappa[r, l]
     count = np.cumsum(res.listen, axis=0, dtype=np.int32)
     c_before = count[t, r, l] - 1
-    return pd.DataFrame({
+    df = pd.DataFrame({
         "run": run[r], "condition": cond[r], "seed": seed[r],
         "round": (t // N).astype(np.int32), "turn": (t % N).astype(np.int32),
         "speaker": res.speaker[t, r], "listener": l.astype(np.int32),
@@ -42,6 +42,9 @@ def events_table(res: GroupResult) -> pd.DataFrame:
         "b_before": a[t, r, l] / n_before, "b_after": a[t + 1, r, l] / (a[t + 1, r, l] + b[t + 1, r, l]),
         "kappa": kappa, "b0": g.b0[r, l], "m": n_before - kappa, "c": c_before,
     })
+    if res.e_raw is not None:  # a channel correction: e is the consumed (corrected) evidence
+        df["e_raw"] = res.e_raw[t, r]
+    return df
 
 
 def utterances_table(res: GroupResult) -> pd.DataFrame:
@@ -58,6 +61,8 @@ def utterances_table(res: GroupResult) -> pd.DataFrame:
         "failed": ~np.isfinite(e), "attempts": res.attempts.ravel(),
         "listeners": res.listen.sum(-1).ravel().astype(np.int32),
     })
+    if res.e_raw is not None:  # a channel correction: e is the consumed (corrected) evidence
+        df["e_raw"] = res.e_raw.ravel()
     if res.texts is not None:
         df["text"] = pd.Series([x for row in res.texts for x in (row or [None] * R)], dtype="string")
         df["error"] = pd.Series([x for row in res.errors for x in row], dtype="string")
