@@ -33,16 +33,19 @@ def _cell(r: dict) -> str:
         load = r.get("load_avg_1m")
         return (f"pass {r['seconds']:.0f} s, {r['peak_rss_gib']:.1f} GiB" + (f" ({mem:.1f} anon)" if mem else "")
                 + (f", load {load:.1f}" if load is not None else ""))
-    why = (r.get("error") or "").splitlines()[0][:140]
+    err = r.get("error") or ""
+    # a server's log tail ends with chorus serve's own one-line reason: show that one
+    why = (err[err.index("chorus serve: "):] if "chorus serve: " in err else err).splitlines()[0]
+    why = why.split(": ModelError")[0][:50] if r["status"] == "skipped" else why[:160]
     return f"{r['status']}: {why}"
 
 
 def table(res: dict) -> str:
     """Markdown: one row per path, one column per architecture; every cell from the JSON."""
     archs = sorted(res["archs"])
-    paths: list[str] = []
-    for a in archs:
-        paths += [r["path"] for r in res["archs"][a]["results"] if r["path"] not in paths]
+    from chorus.rehearse import PATHS
+    seen = {r["path"] for a in archs for r in res["archs"][a]["results"]}
+    paths = [p for p in PATHS if p in seen] + sorted(seen - set(PATHS))  # the rehearsal's own order
     m = res["archs"][archs[0]].get("machine", {}) if archs else {}
     cmds = "; ".join(f"`{c}`" for c in res.get("commands", [res.get("command")]) if c)
     lines = [f"Machine: {m.get('cpu')} ({m.get('cores')} cores, {m.get('ram_gib')} GiB), {m.get('kind')}. "

@@ -35,8 +35,10 @@ __all__ = ["run_demo", "REGISTRY", "STAGES", "SIZES", "DemoConfig", "Stage"]
 
 
 # -- orchestration ---------------------------------------------------------------------------
-# wall-clock fields go to timing.json, not the summary: a resumed demo must give the same summary
-_TIMING_KEYS = {"timing", "wall_s", "model_s", "tokens_per_s", "seconds", "elapsed_s", "load_s"}
+# wall-clock fields and per-invocation counts (calls this process computed rather than read back
+# from the store) go to timing.json, not the summary: a resumed demo must give the same summary
+_TIMING_KEYS = {"timing", "wall_s", "model_s", "tokens_per_s", "seconds", "elapsed_s", "load_s",
+                "computed_by_engine"}
 
 
 def _json_safe(x: Any) -> Any:

@@ -36,7 +36,14 @@ def main(argv: list[str]) -> None:
     from vllm.entrypoints.cli.main import main as vllm_main
 
     sys.argv = ["vllm", "serve", *argv]
-    vllm_main()
+    try:
+        vllm_main()
+    except Exception as err:  # a model vLLM cannot load here: one line naming it, not a traceback
+        from serving.backends.vllm import _cpu_only, missing_torchvision
+        msg = missing_torchvision(err, argv[0], _cpu_only()) if argv else None
+        if msg:
+            sys.exit(f"chorus serve: {msg}")
+        raise
 
 
 if __name__ == "__main__":

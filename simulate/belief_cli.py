@@ -222,11 +222,16 @@ def cross(model: Optional[List[str]] = typer.Option(None, "--model", help="A mod
 
 @app.command()
 def topics() -> None:
-    """List the shipped topics."""
+    """List the shipped topics (single-concept, then multi-concept)."""
+    from simulate.belief.multi_topics import list_multi_topics, load_multi_topic
     from simulate.belief.topics import list_topics, load_topic
     for t in list_topics():
         tp = load_topic(t)
         typer.echo(f"{tp.id}: {tp.title} (a+ {tp.a_plus_short!r}, a- {tp.a_minus_short!r})")
+    for t in list_multi_topics():
+        mt = load_multi_topic(t)
+        parts = ", ".join(f"{c.id} (K={len(c.stances)})" for c in mt.concepts)
+        typer.echo(f"{mt.id} [multi, `chorus belief multi`]: {mt.title}: {parts}; {len(mt.couplings)} couplings")
 
 
 correct_app = typer.Typer(no_args_is_help=True, add_completion=False,

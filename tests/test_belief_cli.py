@@ -50,3 +50,10 @@ def test_bad_input_is_a_clear_error(tmp_path, args, needle):
     assert r.exit_code == 2
     assert needle in r.output
     assert not (tmp_path / "x").exists()
+
+
+def test_topics_lists_single_and_multi_concept_topics():
+    r = runner.invoke(app, ["topics"])
+    assert r.exit_code == 0, r.output
+    assert "transit_priority:" in r.output
+    assert "aldenvale_council [multi" in r.output and "transit (K=3)" in r.output

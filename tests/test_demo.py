@@ -122,8 +122,8 @@ def test_killed_demo_resumes_to_the_same_summary(demo_dir, tmp_path):
         time.sleep(0.5)
     p.communicate(timeout=60)
     assert killed, "the demo finished before it could be killed; make the belief stage longer"
-    summ = json.loads((out / "summary.json").read_text())
-    assert "belief_llm" not in summ["stages"]  # it really was interrupted there
+    if (out / "summary.json").exists():  # written once a stage has finished; none has when killed in the first
+        assert "belief_llm" not in json.loads((out / "summary.json").read_text())["stages"]
     p = _demo(out, *stages)
     log, _ = p.communicate(timeout=1200)
     assert p.returncode == 0, log[-3000:]

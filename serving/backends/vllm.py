@@ -54,6 +54,18 @@ def _architecture(path: str) -> str | None:
         return None
 
 
+def missing_torchvision(err: BaseException, path: str, cpu: bool) -> str | None:
+    """The message for a model vLLM cannot load because its model code needs torchvision (Qwen3.5 on
+    the CPU build), or None for any other error; one text for the engine and ``chorus serve``."""
+    import importlib.util
+    text = str(err)
+    if "torchvision" in text or ("failed to be inspected" in text and importlib.util.find_spec("torchvision") is None):
+        return (f"vLLM {'(CPU build) ' if cpu else ''}cannot load {_architecture(path)} from {path}: its vLLM "
+                "model code imports torchvision, which is not installed (PyPI's torchvision does not import "
+                "beside the CPU torch build). Use backend 'hf' here; the CUDA vllm wheel brings torchvision.")
+    return None
+
+
 def text_only_overrides(path: str) -> dict[str, Any] | None:
     """vLLM's ``hf_overrides`` that load the text model of a multimodal checkpoint (None for others):
     one place for the engine and ``chorus serve``."""
@@ -101,14 +113,9 @@ class VLLMBackend:
         try:
             self.llm = LLM(**kw)
         except Exception as err:
-            import importlib.util
-            if "torchvision" in str(err) or ("failed to be inspected" in str(err)
-                                             and importlib.util.find_spec("torchvision") is None):
-                raise ModelError(
-                    f"vLLM {'(CPU build) ' if cpu else ''}cannot load {_architecture(path)} from {path}: its vLLM "
-                    "model code imports torchvision, which is not installed (PyPI's torchvision does not import "
-                    "beside the CPU torch build). Use backend 'hf' here; the CUDA vllm wheel brings torchvision."
-                ) from None
+            msg = missing_torchvision(err, path, cpu)
+            if msg:
+                raise ModelError(msg) from None
             raise
         self.load_seconds = time.perf_counter() - t0
         self.tokenizer = self.llm.get_tokenizer()
