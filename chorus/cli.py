@@ -21,7 +21,9 @@ app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="chorus: self-hosted models that debate, simulate opinions and deliberate.")
 app.add_typer(models_app, name="models", help="Model profiles: list, prepare.")
 app.add_typer(store_app, name="store", help="The SQLite call store.")
-app.add_typer(belief_app, name="belief", help="Bayesian belief layer (BCA): run, sweep, report.")
+app.add_typer(belief_app, name="belief",
+              help="Bayesian belief layer (BCA): run, sweep, report, calibrate; multi-concept, channel correction, "
+                   "cross-appraisal.")
 app.add_typer(aggregate_app, name="aggregate", help="BDA aggregation over council traces: run, sweep, verify.")
 app.add_typer(debate_app, name="debate", help="Multi-agent debate vs matched reflection: bench, run, report.")
 app.add_typer(influence_app, name="influence", help="Peer influence: readout, ablate, cues, knockout, patch, probe.")
