@@ -11,8 +11,9 @@ import yaml
 from simulate.belief import multi
 from simulate.belief.multi_config import MultiBeliefConfig
 from simulate.belief.multi_report import run_multi_experiment
-from simulate.belief.multi_roles import MultiLLMAppraiser, MultiLLMGenerator, parse_ratings
+from simulate.belief.multi_roles import MultiLLMAppraiser, parse_ratings
 from simulate.belief.multi_topics import MULTI_TOPICS_DIR, load_multi_topic
+from simulate.belief.roles import LLMGenerator
 
 TOPIC_FILE = MULTI_TOPICS_DIR / "aldenvale_council.yaml"
 TOPIC = load_multi_topic(TOPIC_FILE)  # transit K = 3, levy K = 2, surplus K = 4
@@ -82,7 +83,7 @@ def test_a_missing_concept_is_a_failed_appraisal_for_that_concept_only():
     grp = multi.prepare(multi.plan(cfg), cfg.seed)
     no_levy = _full(levy=None)
     eng = Scripted([no_levy, no_levy])  # the first utterance: first call and its one retry
-    res = multi.run_multi(grp, MultiLLMGenerator(eng), MultiLLMAppraiser(eng, max_retries=1))
+    res = multi.run_multi(grp, LLMGenerator(eng), MultiLLMAppraiser(eng, max_retries=1))
     failed = ~np.isfinite(res.e_appraised).all(-1)            # (T, R, C)
     assert failed[:, 0].tolist() == [[False, True, False], [False, False, False], [False, False, False]]
     assert res.attempts[:, 0].tolist() == [2, 1, 1]            # one retry, for the missing concept
@@ -110,7 +111,7 @@ def test_a_retry_fills_only_the_concepts_still_failed():
     other = {"transit": {"rail": 0, "roads": 0, "buses": 100}, "levy": {"raise": 100, "freeze": 0},
              "surplus": {"schools": 100, "bridge": 0, "tax_cut": 0, "reserve": 0}}
     eng = Scripted([_full(transit=None), other])
-    res = multi.run_multi(grp, MultiLLMGenerator(eng), MultiLLMAppraiser(eng, max_retries=2))
+    res = multi.run_multi(grp, LLMGenerator(eng), MultiLLMAppraiser(eng, max_retries=2))
     np.testing.assert_allclose(res.e[0, 0, 0, :3], [0, 0, 1])   # transit from the retry
     np.testing.assert_allclose(res.e[0, 0, 1, :2], [.2, .8])    # levy kept from the first answer
     assert res.attempts[0, 0] == 2

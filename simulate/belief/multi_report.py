@@ -27,7 +27,8 @@ from . import dirichlet
 from .analysis import pearson, r2_no_intercept, records
 from .multi import all_tables, plan, prepare, run_multi
 from .multi_config import MultiBeliefConfig
-from .multi_roles import MultiLLMAppraiser, MultiLLMGenerator
+from .multi_roles import MultiLLMAppraiser
+from .roles import LLMGenerator
 
 KIND = "multi"
 KAPPA_COLUMNS = ["concept", "K", "kappa", "gamma", "events", "retained", "kappa_hat_median", "kappa_hat_iqr",
@@ -72,7 +73,7 @@ def run_multi_experiment(cfg: MultiBeliefConfig, out: str | Path | None = None, 
         gen = app = None
         if cfg.mode == "llm":
             lc = cfg.llm
-            gen = MultiLLMGenerator(engine, lc.generator.temperature, lc.generator.top_p, lc.generator.max_tokens)
+            gen = LLMGenerator(engine, lc.generator.temperature, lc.generator.top_p, lc.generator.max_tokens)
             app = MultiLLMAppraiser(engine, lc.appraiser.temperature, lc.appraiser.max_tokens,
                                     lc.appraiser.max_retries, lc.appraiser.retry_temperature)
             if callable(getattr(engine, "provenance", None)):

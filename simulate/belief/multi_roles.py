@@ -25,7 +25,7 @@ import numpy as np
 from . import dirichlet
 from .multi import MultiAppraisals
 from .multi_topics import WEIGHT_MAX, MultiTopic
-from .roles import APPRAISE, GEN, Turn, Utterances, clean_utterance
+from .roles import APPRAISE, Turn, Utterances
 
 
 def parse_ratings(out: Any, topic: MultiTopic) -> tuple[np.ndarray, list[str | None]]:
@@ -66,21 +66,6 @@ def parse_ratings(out: Any, topic: MultiTopic) -> tuple[np.ndarray, list[str | N
                 p[ci, c.K:] = 0.0
         errors.append(why)
     return p, errors
-
-
-class MultiLLMGenerator:
-    def __init__(self, engine: Any, temperature: float = 0.9, top_p: float = 1.0, max_tokens: int = 90):
-        self.engine, self.temperature, self.top_p, self.max_tokens = engine, temperature, top_p, max_tokens
-        self.requests = 0
-
-    def generate(self, turn: Turn) -> Utterances:
-        convs = [rk.topic.generator_messages(s) for rk, s in zip(turn.runs, turn.s)]
-        self.requests += len(convs)
-        outs = self.engine.chat(convs, temperature=self.temperature, top_p=self.top_p,
-                                max_tokens=self.max_tokens, seed=turn.seeds(GEN))
-        return Utterances(texts=[clean_utterance(o.text) for o in outs],
-                          prompt_tokens=np.array([o.prompt_tokens or 0 for o in outs]),
-                          completion_tokens=np.array([o.completion_tokens or 0 for o in outs]))
 
 
 class MultiLLMAppraiser:

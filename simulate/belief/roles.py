@@ -178,7 +178,8 @@ class LLMGenerator:
         self.requests = 0
 
     def generate(self, turn: Turn) -> Utterances:
-        convs = [rk.topic.generator_messages(float(s)) for rk, s in zip(turn.runs, turn.s)]
+        # s is a credence, or a (concepts, stances) array for a multi-concept topic: the topic renders it
+        convs = [rk.topic.generator_messages(s) for rk, s in zip(turn.runs, turn.s)]
         self.requests += len(convs)
         outs = self.engine.chat(convs, temperature=self.temperature, top_p=self.top_p,
                                 max_tokens=self.max_tokens, seed=turn.seeds(GEN))
