@@ -9,7 +9,7 @@
   C by inner CV on Brier.
 * ``GatedVote``: plurality over seats whose training round-0 accuracy exceeds 1/K.
 * ``DawidSkeneEM``: crowd-kit's unsupervised one-coin Dawid-Skene EM on the round-0 votes of
-  the deployment pool (no labels).
+  the deployment pool (no labels), continued to its fixed point (``one_coin_em_step``).
 * ``IsotonicRecalibrated``: leak-free 5-fold isotonic recalibration (scikit-learn) of any arm.
 """
 from __future__ import annotations
@@ -265,19 +265,57 @@ class LogisticStacker(Aggregator):
         return {"hp_C": self.C_}
 
 
+_DS_EPS = 1e-10  # crowd-kit's _EPS: the floor of priors and the clip of error rates
+
+
+def one_coin_em_step(votes: np.ndarray, P: np.ndarray) -> np.ndarray:
+    """One EM step of crowd-kit's one-coin Dawid-Skene (``OneCoinDawidSkene`` 1.4: M-step, then
+    E-step), vectorised: ``votes`` (tasks, workers) holds label indices (-1: no vote), ``P``
+    (tasks, L) the current posteriors over the L labels that occur in the votes.
+
+    M: prior = mean of P over tasks (floored at 1e-10); skill s_w = mean of P[t, y_tw] over the
+    worker's votes; error rates e_w(z, y) = s_w if z == y else (1 - s_w) / (L - 1), clipped into
+    [1e-10, 1 - 1e-10]. E: P'[t, z] ∝ prior[z] * prod_w e_w(z, y_tw)."""
+    T, L = P.shape
+    has = votes >= 0
+    y = np.where(has, votes, 0)
+    rows = np.arange(T)[:, None]
+    skill = (P[rows, y] * has).sum(0) / np.maximum(has.sum(0), 1)
+    prior = np.maximum(P.mean(0), _DS_EPS)
+    hit = np.log(np.clip(skill, _DS_EPS, 1 - _DS_EPS))  # (W,)
+    miss = np.log(np.clip((1 - skill) / (L - 1), _DS_EPS, 1 - _DS_EPS))
+    # log-likelihood: every vote adds miss to all labels, and hit - miss to the label it names
+    logp = np.log(prior)[None, :] + (has * miss).sum(1)[:, None]
+    np.add.at(logp, (np.nonzero(has)[0], y[has]), (hit - miss)[np.nonzero(has)[1]])
+    logp -= logp.max(1, keepdims=True)
+    out = np.exp(logp)
+    return out / out.sum(1, keepdims=True)
+
+
 class DawidSkeneEM(Aggregator):
     """crowd-kit's ``OneCoinDawidSkene`` (majority-vote initialised EM) on the round-0 votes
-    of the pool it predicts (no labels). Tasks without votes get a uniform posterior; labels
-    nobody voted for get probability 0."""
+    of the pool it predicts (no labels), run on to its fixed point. Tasks without votes get a
+    uniform posterior; labels nobody voted for get probability 0.
+
+    crowd-kit stops when its evidence lower bound gains less than ``tol`` in a step; that
+    quantity is not monotone along its iterations, so it can stop with posteriors up to ~0.07
+    from the EM fixed point (K = 3-4). From crowd-kit's result we therefore continue the same
+    EM (``one_coin_em_step``, crowd-kit's M- and E-step written in numpy: its own step functions
+    are private, pandas row-wise and ~100x slower) until no posterior moves by more than
+    ``posterior_tol`` in a step, at most ``max_em_steps`` more steps (``em_converged`` says
+    whether it got there)."""
 
     supervised = False
 
-    def __init__(self, *, n_iter: int = 100, tol: float = 1e-5, inner_folds: int = 5,
-                 random_state: int = 0, protocol: str = "strict", on_violation: str = "error"):
+    def __init__(self, *, n_iter: int = 100, tol: float = 1e-5, posterior_tol: float = 1e-10,
+                 max_em_steps: int = 10_000, inner_folds: int = 5, random_state: int = 0,
+                 protocol: str = "strict", on_violation: str = "error"):
         super().__init__(inner_folds=inner_folds, random_state=random_state, protocol=protocol,
                          on_violation=on_violation)
         self.n_iter = n_iter
         self.tol = tol
+        self.posterior_tol = posterior_tol
+        self.max_em_steps = max_em_steps
 
     def _fit(self, pool: Pool, idx: np.ndarray) -> None:
         self.agents_ = pool.agents
@@ -287,6 +325,26 @@ class DawidSkeneEM(Aggregator):
         t, i = np.nonzero(a >= 0)
         return pd.DataFrame({"task": np.asarray(idx)[t], "worker": np.asarray(pool.agents)[i],
                              "label": a[t, i]})
+
+    def converge(self, data: pd.DataFrame, probas: pd.DataFrame) -> tuple[pd.DataFrame, int, bool]:
+        """Continue EM from ``probas`` (tasks x labels, crowd-kit's layout) to its fixed point:
+        (posteriors, extra steps, converged)."""
+        labels = list(probas.columns)
+        if len(labels) < 2:  # one label voted: nothing to infer
+            return probas, 0, True
+        tasks = pd.Index(probas.index)
+        workers = pd.Index(sorted(data["worker"].unique()))
+        V = np.full((len(tasks), len(workers)), -1, dtype=int)
+        V[tasks.get_indexer(data["task"]), workers.get_indexer(data["worker"])] = \
+            pd.Index(labels).get_indexer(data["label"])
+        P = probas.to_numpy(dtype=float)
+        for step in range(1, self.max_em_steps + 1):
+            new = one_coin_em_step(V, P)
+            delta = float(np.abs(new - P).max())
+            P = new
+            if delta < self.posterior_tol:
+                return pd.DataFrame(P, index=tasks, columns=labels), step, True
+        return pd.DataFrame(P, index=tasks, columns=labels), self.max_em_steps, False
 
     def _proba(self, pool: Pool, idx: np.ndarray) -> np.ndarray:
         from crowdkit.aggregation import OneCoinDawidSkene
@@ -301,15 +359,23 @@ class DawidSkeneEM(Aggregator):
             warnings.simplefilter("ignore", DeprecationWarning)
             warnings.simplefilter("ignore", FutureWarning)
             ds = OneCoinDawidSkene(n_iter=self.n_iter, tol=self.tol).fit(data)
-        probas = ds.probas_.reindex(columns=range(K), fill_value=0.0).fillna(0.0)
-        self.skills_ = pd.Series(ds.skills_.to_numpy(), index=list(ds.skills_.index), name="skill")
+        probas, self.em_steps_, self.em_converged_ = self.converge(data, ds.probas_)
+        probas = probas.reindex(columns=range(K), fill_value=0.0).fillna(0.0)
+        # the skills at the fixed point (the M-step of its posteriors)
+        got = probas.to_numpy()[pd.Index(probas.index).get_indexer(data["task"]), data["label"].to_numpy()]
+        sk = pd.Series(got).groupby(data["worker"].to_numpy()).mean()
+        self.skills_ = pd.Series(sk.to_numpy(), index=list(sk.index), name="skill")
         pos = pd.Series(np.arange(len(idx)), index=idx)
         rows = pos.loc[probas.index.to_numpy()].to_numpy()
         P[rows] = probas.to_numpy()
         return P
 
     def fitted_summary(self) -> dict[str, Any]:
-        return {f"skill[{a}]": float(v) for a, v in getattr(self, "skills_", pd.Series(dtype=float)).items()}
+        out = {f"skill[{a}]": float(v) for a, v in getattr(self, "skills_", pd.Series(dtype=float)).items()}
+        if hasattr(self, "em_steps_"):
+            out["em_extra_steps"] = int(self.em_steps_)
+            out["em_converged"] = int(self.em_converged_)  # 0/1: a parquet column beside NaNs
+        return out
 
 
 class IsotonicRecalibrated(Aggregator):

@@ -6,7 +6,7 @@ this module is imported on every ``chorus`` call.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
@@ -51,16 +51,30 @@ def run(config: Path = typer.Argument(..., help="YAML run config (see aggregate/
 @app.command()
 def sweep(config: Path = typer.Argument(..., help="YAML sweep config (kind: dose_response | sleeper)."),
           out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default runs/aggregate/NAME-sweep-TIME)."),
+          traces: Optional[Path] = typer.Option(None, "--traces", help="A council trace file (.jsonl / .jsonl.gz) to "
+                                                "corrupt instead of the config's synthetic council."),
+          set_: Optional[List[str]] = typer.Option(None, "--set", help="Override a config field: --set ks=[1] "
+                                                   "--set p_wrong=[0,0.5,1] (YAML values)."),
           quiet: bool = typer.Option(False, "--quiet", help="No progress bar.")) -> None:
-    """Synthetic adversary sweeps: dose-response (regime x k x p_wrong) or the sleeper axis (f)."""
+    """Adversary sweeps over a synthetic council or a real trace file (--traces): dose-response
+    (regime x k x p_wrong) or the sleeper axis (f)."""
     from rich.console import Console
 
     from aggregate.config import SweepConfig
     from aggregate.experiments import run_sweep
-    from core.config import load_config
+    from core.cliutil import parse_overrides
+    from core.config import load_yaml, set_dotted, validate
 
     try:
-        cfg = load_config(config, SweepConfig)
+        data = load_yaml(config)
+        for k, v in parse_overrides(set_).items():
+            set_dotted(data, k, v)
+        if traces is not None:
+            data.pop("synthetic", None)  # the trace file replaces the synthetic council
+            data["traces"] = str(traces)
+        cfg = validate(SweepConfig, data, source=str(config))
+        if cfg.traces is not None:  # relative to the working directory, else to the config's folder
+            cfg = cfg.model_copy(update={"traces": str(cfg.traces_path(config.parent).resolve())})
         from core.runs import run_dir_path
         out = run_dir_path(out, "aggregate", f"{cfg.name}-sweep")
         with progress(f"{cfg.name}: sweep {cfg.kind}", "fold x method", enabled=not quiet) as update:

@@ -171,10 +171,13 @@ class RunConfig(_Common):
 
 
 class SweepConfig(_Common):
-    """``chorus aggregate sweep``: the synthetic dose-response grid or the sleeper axis."""
+    """``chorus aggregate sweep``: the dose-response grid or the sleeper axis, over a synthetic
+    council or over a real trace file (``traces``: the adversary corrupts its moves,
+    ``aggregate.corrupt``); give one of ``traces`` and ``synthetic`` (default: synthetic)."""
 
     kind: Literal["dose_response", "sleeper"] = "dose_response"
-    synthetic: SyntheticConfig = Field(default_factory=SyntheticConfig)
+    traces: str | None = None
+    synthetic: SyntheticConfig | None = None
     methods: list[str] = Field(default_factory=lambda: ["plurality", "bda_shared", "bda_per_agent",
                                                         "bda_confusion"])
     # dose-response
@@ -190,10 +193,22 @@ class SweepConfig(_Common):
 
     @model_validator(mode="after")
     def _grids(self):
+        if self.traces is not None and self.synthetic is not None:
+            raise ValueError("give either 'traces' (a council trace file) or 'synthetic', not both")
+        if self.traces is None and self.synthetic is None:
+            self.synthetic = SyntheticConfig()
         for p in self.p_wrong + self.f:
             if not 0.0 <= p <= 1.0:
                 raise ValueError(f"p_wrong / f values must lie in [0, 1], got {p}")
-        for k in self.ks:
-            if not 0 <= k <= len(self.synthetic.reliabilities):
-                raise ValueError(f"k={k} outside 0..{len(self.synthetic.reliabilities)} seats")
+        # a trace file's seat count is checked when it is read (aggregate.corrupt)
+        seats = None if self.synthetic is None else len(self.synthetic.reliabilities)
+        for k in self.ks + ([self.adversary.k] if self.kind == "sleeper" else []):
+            if k < 0 or (seats is not None and k > seats):
+                raise ValueError(f"adversary k={k} exceeds the {seats} seats of the synthetic council")
         return self
+
+    def traces_path(self, base: Path | None) -> Path:
+        p = Path(self.traces)  # type: ignore[arg-type]
+        if not p.is_absolute() and not p.exists() and base is not None and (base / p).exists():
+            return base / p
+        return p

@@ -239,19 +239,45 @@ def cell_id(params: dict[str, Any]) -> str:
     return "_".join(f"{k}={v}" for k, v in params.items())
 
 
-def sweep_cell_traces(cfg: SweepConfig, params: dict[str, Any]) -> tuple[list[Trace], int | None]:
+def sweep_cell_traces(cfg: SweepConfig, params: dict[str, Any],
+                      source: Sequence[Trace] | None = None) -> tuple[list[Trace], int | None]:
+    """A cell's traces: a synthetic council, or (``cfg.traces``; ``source`` = the file's traces)
+    the real traces corrupted by the cell's adversary (``aggregate.corrupt``)."""
+    from aggregate.corrupt import corrupt_traces, sleeper_from_traces
     from aggregate.synthetic import Adversary, generate_council, sleeper_traces
 
-    spec = cfg.synthetic.spec()
+    if cfg.traces is not None and source is None:
+        raise ValueError("a sweep over a trace file needs the file's traces (source)")
     if cfg.kind == "dose_response":
         adv = Adversary(kind=params["regime"], k=params["k"], p_wrong=params["p_wrong"])
-        return generate_council(spec, adversary=adv, seed=cfg.seed), None
+        if source is not None:
+            return corrupt_traces(source, adv, seed=cfg.seed, protocol=cfg.protocol), None
+        return generate_council(cfg.synthetic.spec(), adversary=adv, seed=cfg.seed), None
     a = cfg.adversary
     adv = Adversary(kind=a.kind, k=a.k, p_wrong=a.p_wrong,
                     seats=None if a.seats is None else tuple(a.seats), target=a.target)
-    cal, dep = sleeper_traces(spec, n_calibration=cfg.n_calibration, n_deploy=cfg.n_deploy,
+    if source is not None:
+        cal, dep = sleeper_from_traces(source, n_calibration=cfg.n_calibration, f=params["f"], adversary=adv,
+                                       seed=cfg.seed, protocol=cfg.protocol)
+        return cal + dep, len(cal)
+    cal, dep = sleeper_traces(cfg.synthetic.spec(), n_calibration=cfg.n_calibration, n_deploy=cfg.n_deploy,
                               f=params["f"], adversary=adv, seed=cfg.seed)
     return cal + dep, cfg.n_calibration
+
+
+def sweep_source(cfg: SweepConfig) -> tuple[SweepConfig, list[Trace] | None]:
+    """Read a sweep's trace file (None for a synthetic sweep). A sleeper's calibration window is
+    made of whole questions, so the config is returned with ``n_calibration`` / ``n_deploy`` set to
+    the window and deployment sizes it gets (what results.json and results.md state)."""
+    if cfg.traces is None:
+        return cfg, None
+    from aggregate.corrupt import split_by_question
+
+    source = load_traces(cfg.traces)
+    if cfg.kind == "sleeper":
+        cal, dep = split_by_question(source, cfg.n_calibration, seed=cfg.seed)
+        cfg = cfg.model_copy(update={"n_calibration": len(cal), "n_deploy": len(dep)})
+    return cfg, source
 
 
 def evaluate_sweep_cell(cfg: SweepConfig, params: dict[str, Any], traces: Sequence[Trace],
@@ -262,6 +288,10 @@ def evaluate_sweep_cell(cfg: SweepConfig, params: dict[str, Any], traces: Sequen
     cid = cell_id(params)
     rec = cell_record(cid, dict(params, n_calibration=n_calibration), traces, pool, cv,
                       f"traces/{cid}.jsonl.gz")
+    if cfg.traces is not None:
+        from aggregate.corrupt import corruption_counts
+
+        rec["corruption"] = corruption_counts(traces)  # read back from the stored traces' records
     return Cell(rec, pool, cv)
 
 
@@ -269,6 +299,7 @@ def run_sweep(cfg: SweepConfig, out: Path, *, progress: Progress | None = None) 
     from aggregate.results import render_markdown, write_results
     from core.runs import RunDir
 
+    cfg, source = sweep_source(cfg)
     run = RunDir.create(out, part="aggregate", config=cfg, seeds={"seed": cfg.seed},
                         command=f"sweep {cfg.kind}", backend="numpy/scipy (no model calls)",
                         determinism=_DETERMINISM)
@@ -278,16 +309,20 @@ def run_sweep(cfg: SweepConfig, out: Path, *, progress: Progress | None = None) 
         progress(len(cells) * per_cell, 0)
     records, metric_rows, preds = [], [], []
     for params in cells:
-        traces, n_cal = sweep_cell_traces(cfg, params)
+        traces, n_cal = sweep_cell_traces(cfg, params, source)
         cell = evaluate_sweep_cell(cfg, params, traces, n_cal, progress)
         dump_traces(traces, run.path / cell.record["traces"])
         records.append(cell.record)
         for m, v in cell.record["metrics"].items():
-            metric_rows.append({**params, "cell": cell.record["id"], "method": m, **v})
+            metric_rows.append({**params, "cell": cell.record["id"], "method": m, **v,
+                                **cell.record.get("corruption", {})})
         p = cell.cv.predictions_frame()
         p = p[p["fold"] >= 0]
         preds.append(p.assign(cell=cell.record["id"]))
     results = _results_header(cfg.kind, cfg)
+    if source is not None:
+        results["source_traces"] = {"path": cfg.traces, "n_traces": len(source),
+                                    "sha256": traces_sha256(source)}
     results["cells"] = records
     metrics = pd.DataFrame(metric_rows)
     run.write_table("metrics", metrics)
@@ -295,7 +330,7 @@ def run_sweep(cfg: SweepConfig, out: Path, *, progress: Progress | None = None) 
     _sweep_plots(run, cfg, metrics)
     path = write_results(run.path, results)
     (run.path / "results.md").write_text(render_markdown(results))
-    run.write_summary({"kind": cfg.kind, "cells": len(records),
+    run.write_summary({"kind": cfg.kind, "cells": len(records), "source_traces": results.get("source_traces"),
                        "accuracy": metrics.pivot_table(index="cell", columns="method",
                                                        values="accuracy").to_dict(orient="index")})
     run.finish()
@@ -305,12 +340,15 @@ def run_sweep(cfg: SweepConfig, out: Path, *, progress: Progress | None = None) 
 def _sweep_plots(run, cfg: SweepConfig, metrics: pd.DataFrame) -> None:
     from aggregate.metrics import line_plot
 
+    what = "synthetic count-level adversary" if cfg.traces is None else \
+        f"count-level adversary on {Path(cfg.traces).name}"
     if cfg.kind == "dose_response":
         m = metrics.assign(panel=metrics["regime"] + ", k=" + metrics["k"].astype(str))
         line_plot(m, "p_wrong", "accuracy", "method", run.plot_path("dose_response"), panels="panel",
-                  title="synthetic count-level adversary: accuracy")
+                  title=f"{what}: accuracy")
         line_plot(m, "p_wrong", "ece_ew", "method", run.plot_path("dose_response_ece"), panels="panel",
-                  title="synthetic count-level adversary: ECE (10 equal-width bins)")
+                  title=f"{what}: ECE (10 equal-width bins)")
     else:
         line_plot(metrics, "f", "accuracy", "method", run.plot_path("sleeper"),
-                  title="sleeper: deployment accuracy vs contaminated calibration fraction f")
+                  title=f"sleeper ({'synthetic' if cfg.traces is None else Path(cfg.traces).name}): "
+                        "deployment accuracy vs contaminated calibration fraction f")

@@ -25,9 +25,11 @@ app.add_typer(belief_app, name="belief",
               help="Bayesian belief layer (BCA): run, sweep, report, calibrate; multi-concept, channel correction, "
                    "cross-appraisal.")
 app.add_typer(aggregate_app, name="aggregate", help="BDA aggregation over council traces: run, sweep, verify.")
-app.add_typer(debate_app, name="debate", help="Multi-agent debate vs matched reflection: bench, run, report.")
-app.add_typer(influence_app, name="influence", help="Peer influence: readout, ablate, cues, knockout, patch, probe.")
-app.add_typer(council_app, name="council", help="Live LLM councils: typed-move traces, adversaries, LLM baselines.")
+app.add_typer(debate_app, name="debate", help="Multi-agent debate vs matched reflection: bench, run, report, judge.")
+app.add_typer(influence_app, name="influence",
+              help="Peer influence: readout, ablate, cues, knockout, patch, probe, concepts, transfer.")
+app.add_typer(council_app, name="council",
+              help="Live LLM councils: typed-move traces, adversaries, LLM baselines, judge.")
 app.add_typer(roleplay_app, name="roleplay", help="DEBATE-style role-play groups: run, eval.")
 app.add_typer(sft_app, name="sft", help="Next-message SFT with TRL (base vs SFT vs human).")
 app.command()(generate)

@@ -27,16 +27,24 @@ LOWER_IS_BETTER = {"brier": True, "ece_ew": True, "accuracy": False}
 
 # -- calibration ---------------------------------------------------------------------------------
 def bins(conf: np.ndarray, n_bins: int, strategy: str) -> np.ndarray:
-    """Bin id of every task."""
+    """Bin id of every task.
+
+    ``width``: bin k holds confidences in [k/B, (k+1)/B) (1.0 in the last bin).
+    ``mass``: with the n confidences sorted, s_0 <= ... <= s_{n-1}, and B bins of the sizes
+    ``np.array_split`` gives (the first n mod B bins one larger), bin k starts at sorted position
+    c_k; its lower edge is the value s_{c_k}, and a confidence goes to the number of edges at or
+    below it (``searchsorted(edges, conf, side="right")``). Without ties this is exactly the split
+    of the sorted list; a run of tied values that straddles an edge goes whole to the upper bin
+    (a repeated edge leaves a bin empty). The bins depend only on the values, never on row order."""
     conf = np.asarray(conf, float)
     if strategy in ("width", "uniform", "ew"):
         return np.minimum((conf * n_bins).astype(int), n_bins - 1)
     if strategy in ("mass", "quantile", "em"):
-        order = np.argsort(conf, kind="mergesort")
-        b = np.empty(len(conf), dtype=int)
-        for k, part in enumerate(np.array_split(order, n_bins)):
-            b[part] = k
-        return b
+        n = len(conf)
+        sizes = np.full(n_bins, n // n_bins) + (np.arange(n_bins) < n % n_bins)
+        starts = np.cumsum(sizes)[:-1]
+        edges = np.sort(conf)[starts[starts < n]]
+        return np.searchsorted(edges, conf, side="right")
     raise ValueError(f"binning strategy must be 'width' or 'mass', got {strategy!r}")
 
 

@@ -1,7 +1,7 @@
 """``chorus influence``: readout | ablate | cues (behaviour: forced-choice readouts, message
-ablations, source cues) and knockout | patch | probe (inside the model: attention knockout,
-residual interchange, probes). Heavy imports stay inside the commands so ``chorus --help``
-stays fast."""
+ablations, source cues) and knockout | patch | probe | concepts | transfer (inside the model:
+attention knockout, residual interchange, probes, concept directions, latent state transfer).
+Heavy imports stay inside the commands so ``chorus --help`` stays fast."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,7 +13,7 @@ from core.cliutil import fail, parse_overrides
 from core.progress import progress
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
-                  help="Peer influence: readout, ablate, cues, knockout, patch, probe.")
+                  help="Peer influence: readout, ablate, cues, knockout, patch, probe, concepts, transfer.")
 
 _SET_HELP = "Override a config field: --set rounds=1 --set bench.limit=20 (YAML values)."
 _CFG_HELP = "Influence config (a path or a shipped name, e.g. influence_smoke, internals_smoke)."
@@ -73,12 +73,14 @@ def _internals(verb: str, config: str, out: Optional[Path], set_: Optional[List[
     from interventions.patching import PatchError
     from interventions.probes import ProbeError
     from interventions.spans import SpanError
+    from interventions.transfer import TransferError
 
     try:
         cfg = load(config, parse_overrides(set_))
         with progress(f"{cfg.name} {verb}", "readouts") as update:
             rundir, summary = run_internals(cfg, verb, out, progress=update, make_plots=not no_plots)
-    except (ConfigError, FileNotFoundError, FamilyError, LayerError, SpanError, PatchError, ProbeError) as err:
+    except (ConfigError, FileNotFoundError, FamilyError, LayerError, SpanError, PatchError, ProbeError,
+            TransferError) as err:
         fail(err)
     from rich.console import Console
     console = Console()
@@ -111,3 +113,20 @@ def probe(config: str = typer.Argument(..., help=_CFG_HELP), out: Optional[Path]
           no_plots: bool = typer.Option(False, "--no-plots")) -> None:
     """Logistic probes per layer with held-out AUROC beside the shuffled-label null (90th percentile)."""
     _internals("probe", config, out, set_, no_plots)
+
+
+@app.command()
+def transfer(config: str = typer.Argument(..., help=_CFG_HELP), out: Optional[Path] = _OUT,
+             set_: Optional[List[str]] = typer.Option(None, "--set", help=_SET_HELP),
+             no_plots: bool = typer.Option(False, "--no-plots")) -> None:
+    """Latent state transfer: a sender's residual state written into the receiver (controls: elsewhere, scrambled)."""
+    _internals("transfer", config, out, set_, no_plots)
+
+
+@app.command()
+def concepts(config: str = typer.Argument(..., help=_CFG_HELP), out: Optional[Path] = _OUT,
+             set_: Optional[List[str]] = typer.Option(None, "--set", help=_SET_HELP),
+             no_plots: bool = typer.Option(False, "--no-plots")) -> None:
+    """Concept directions (lexicon) read while reading peers and at the decision token, by domain, debate vs
+    reflection, beside the shuffled-label null."""
+    _internals("concepts", config, out, set_, no_plots)

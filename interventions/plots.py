@@ -116,3 +116,80 @@ def probe_curve(t: pd.DataFrame, path: Path, *, concept: str) -> Path:
     fig.tight_layout()
     fig.savefig(path)
     return path
+
+
+def transfer_curve(summary: dict, path: Path) -> Path:
+    """Share of the written-message effect by receiver layer: transfer beside its controls."""
+    fig = _fig(6.0, 4.0)
+    ax = fig.add_subplot(111)
+    colors = {"transfer": "C0", "elsewhere": "C2", "scrambled": "C3"}
+    for arm, col in colors.items():
+        c = sorted((r for r in summary["curve"] if r["arm"] == arm), key=lambda r: r["layer_r"])
+        if not c:
+            continue
+        x = [r["layer_r"] for r in c]
+        ax.plot(x, [r["share"] for r in c], "o-", ms=3, color=col, label=arm)
+        ax.fill_between(x, [r["ci_low"] for r in c], [r["ci_high"] for r in c], color=col, alpha=0.15)
+    ax.axhline(1.0, color="0.5", lw=0.8, ls="--", label="written message (1)")
+    ax.axhline(0.0, color="0.5", lw=0.8, label="no message (0)")
+    pts = [r["share"] for r in summary["curve"] if r["arm"] in colors and r["share"] == r["share"]]
+    if pts:
+        ax.set_ylim(max(-3.0, min(-0.25, min(pts) - 0.1)), min(3.0, max(1.25, max(pts) + 0.1)))
+    ax.set_xlabel("receiver layer (residual after it, written at the site)")
+    ax.set_ylabel("share of the written-message effect")
+    snd = (summary.get("sender") or {}).get("name", "?")
+    ax.set_title(f"state transfer {snd} -> {summary.get('model')} ({summary.get('n_pairs')} pairs, "
+                 f"site {summary.get('site')})", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    return path
+
+
+def concept_site(t: pd.DataFrame, probe: pd.DataFrame, path: Path, *, site: str, model: Any = None) -> Path:
+    """Concept scores at one site: top, mean score by domain x condition at the concept's best
+    probe layer (held-out AUROC); bottom, the debate - reflection shift by layer per domain, the
+    grey band the shuffled-direction null's 90th percentile of |shift| (all domains pooled)."""
+    import numpy as np
+
+    concepts = list(dict.fromkeys(probe["concept"]))
+    fig = _fig(4.2 * len(concepts), 7.0)
+    for j, c in enumerate(concepts):
+        pr = probe[(probe["concept"] == c) & (probe["site"] == site)]
+        b = pr.loc[pr["auroc"].idxmax()]
+        L = int(b["layer"])
+        cell = t[(t["concept"] == c) & (t["site"] == site)]
+        ax = fig.add_subplot(2, len(concepts), j + 1)
+        at = cell[cell["layer"] == L]
+        doms = [d for d in dict.fromkeys(sorted(at["domain"])) if d != "all"] + (["all"] if len(at) else [])
+        for k, cond in enumerate(("debate", "reflection")):
+            g = at[at["condition"] == cond].set_index("domain").reindex(doms)
+            ax.bar(np.arange(len(doms)) + (k - 0.5) * 0.38, g["mean"], 0.38, yerr=g["se"].fillna(0), capsize=2,
+                   color=COLORS.get(cond), label=cond)
+        ax.axhline(0, color="k", lw=0.8)
+        ax.set_xticks(range(len(doms)))
+        ax.set_xticklabels(doms, rotation=20, ha="right", fontsize=8)
+        ax.set_ylabel("projection on the concept direction")
+        ax.set_title(f"{c} @ layer {L}: AUROC {b['auroc']:.2f} (null q90 {b['null_p90']:.2f})", fontsize=9)
+        if not len(at):
+            ax.text(0.5, 0.5, "no debate contexts", ha="center", transform=ax.transAxes)
+        ax.legend(fontsize=7)
+        ax = fig.add_subplot(2, len(concepts), len(concepts) + j + 1)
+        one = cell[cell["condition"] == "debate"]
+        for d in doms:
+            g = one[one["domain"] == d].sort_values("layer")
+            ax.plot(g["layer"], g["shift"], "o-" if d != "all" else "k-", ms=3, lw=1.8 if d == "all" else 1, label=d)
+        g = one[one["domain"] == "all"].sort_values("layer")
+        if len(g):
+            ax.fill_between(g["layer"], -g["shift_null_q90"], g["shift_null_q90"], color="0.8", zorder=0,
+                            label="null q90 of |shift| (all)")
+        ax.axhline(0, color="k", lw=0.8)
+        ax.set_xlabel("layer")
+        ax.set_ylabel("debate - reflection")
+        ax.legend(fontsize=7)
+    fig.suptitle(f"{model or ''}: concept directions at the {site} site "
+                 f"({'peer messages / own previous response' if site == 'reading' else 'decision token'})",
+                 fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path)
+    return path

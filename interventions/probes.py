@@ -1,7 +1,8 @@
 """Linear probes on layer activations, always reported beside a shuffled-label null.
 
 Activations are the residual stream (decoder-layer outputs) at the readout position (the last
-prompt token, right before the option label), collected through nnsight. A probe is a
+prompt token, right before the option label), collected through nnsight; ``span_means`` reads
+the mean over any token positions in the same trace (concept directions: interventions/concepts.py). A probe is a
 scikit-learn logistic regression on standardised activations (fitted in the row space of the
 training part, which gives the same solution much faster: ``_fold_features``); its score is the held-out AUROC
 of out-of-fold decision values (folds grouped by question family when groups are given, so a
@@ -23,6 +24,15 @@ class ProbeError(ValueError):
 
 def activations(engine: Any, conversations: Sequence[list[dict]], layers: Sequence[int] | str = "all") -> np.ndarray:
     """(N, len(layers), hidden) residual stream at each conversation's last prompt token."""
+    return span_means(engine, conversations, [[[-1]]] * len(conversations), layers)[:, 0]
+
+
+def span_means(engine: Any, conversations: Sequence[list[dict]], spans: Sequence[Sequence[Sequence[int]]],
+               layers: Sequence[int] | str = "all") -> np.ndarray:
+    """(N, S, len(layers), hidden): per conversation, the residual stream (decoder-layer outputs)
+    averaged over each of its S token-position sets ``spans[i][s]``: indices into the rendered
+    prompt ``engine.render(conversation).ids``, negative from its end (-1: the last prompt
+    token, the readout position of ``activations``). One trace per batch reads every set."""
     import nnsight
     import torch
 
@@ -36,26 +46,55 @@ def activations(engine: Any, conversations: Sequence[list[dict]], layers: Sequen
     if bad:
         raise ProbeError(f"layer(s) {bad} out of range (valid 0..{lm.n_layers - 1})")
     convs = validate_conversations(conversations)
+    if len(spans) != len(convs):
+        raise ProbeError(f"spans: {len(spans)} position lists for {len(convs)} conversations")
     prompts = [engine.render(c).ids for c in convs]
+    n_sets = {len(s) for s in spans}
+    if len(n_sets) > 1:
+        raise ProbeError(f"spans: every conversation needs the same number of position sets, got {sorted(n_sets)}")
+    S = n_sets.pop() if n_sets else 0
+    for i, (p, sets) in enumerate(zip(prompts, spans)):
+        for s, pos in enumerate(sets):
+            if not len(pos) or any(not -len(p) <= int(x) < len(p) for x in pos):
+                raise ProbeError(f"spans[{i}][{s}]: empty or outside the prompt ({len(p)} tokens): {list(pos)[:8]}")
     nm = _nnsight_model(be.model, engine.tokenizer)
     env = envoy_layers(nm, lm)
+    uniq = sorted(set(layers))
     out = [None] * len(prompts)
     lengths = [len(p) for p in prompts]
     order = sorted(range(len(prompts)), key=lambda i: -lengths[i])
     with torch.inference_mode():
         for batch in be._batches(order, lengths):
             ids, mask = be._pad([prompts[i] for i in batch])
+            T = ids.shape[1]
             pos = (mask.cumsum(-1) - 1).clamp(min=0)
+            # every (row, column) read in this batch, in padded coordinates (left padding), and
+            # which (row, set) it averages into; only these rows of the states leave the trace
+            rows, cols, seg = [], [], []
+            for r, i in enumerate(batch):
+                pad = T - lengths[i]
+                for s, ps in enumerate(spans[i]):
+                    for x in ps:
+                        x = int(x)
+                        rows.append(r)
+                        cols.append(pad + (x if x >= 0 else lengths[i] + x))
+                        seg.append(r * S + s)
+            rt, ct = torch.tensor(rows, device=ids.device), torch.tensor(cols, device=ids.device)
             # logits_to_keep=1: the vocabulary projection of every position is not needed here
             with nm.trace(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False, logits_to_keep=1):
                 acts = nnsight.save([])  # nnsight: only saved objects leave the trace body
-                for l in sorted(set(layers)):  # left padding: the last column is every row's readout
-                    acts.append(env[l].output[:, -1, :].float().cpu())
-            by = dict(zip(sorted(set(layers)), acts))
-            stack = torch.stack([by[l] for l in layers], dim=1).numpy()
+                for li in uniq:
+                    acts.append(env[li].output[rt, ct, :].float().cpu())
+            seg_t = torch.tensor(seg)
+            count = torch.bincount(seg_t, minlength=len(batch) * S).to(torch.float64)[:, None]
+            by = {}
+            for li, a in zip(uniq, acts):
+                tot = torch.zeros(len(batch) * S, a.shape[-1], dtype=torch.float64).index_add_(0, seg_t, a.double())
+                by[li] = (tot / count).float().reshape(len(batch), S, -1)
+            stack = torch.stack([by[li] for li in layers], dim=2).numpy()
             for r, i in enumerate(batch):
                 out[i] = stack[r]
-    return np.stack(out)
+    return np.stack(out) if out else np.zeros((0, S, len(layers), 0), dtype=np.float32)
 
 
 def _folds(y: np.ndarray, groups: np.ndarray | None, n_splits: int, seed: int):

@@ -2,6 +2,7 @@
 
 run CONFIG      deliberate (clean and attacked), write traces, run the LLM baselines, aggregate
 report RUN      recompute every table, summary and plot from a run directory's files alone
+judge RUN       the frozen judge pass over the baselines' unparsed answers (BDA paper D.3)
 compliance RUN  the stealth adversaries' compliance per trace file
 tasks DATASET   show the tasks a config would draw (no model calls; gold shown only with --gold)
 Heavy imports stay inside the commands so ``chorus --help`` stays fast."""
@@ -78,6 +79,26 @@ def report(run_dir: Path = typer.Argument(..., help="A council run directory."),
     except _errors() as err:
         _fail(err)
     _print(run_dir, summary)
+
+
+@council_app.command()
+def judge(run_dir: Path = typer.Argument(..., help="A council run directory."),
+          judge_profile: str = typer.Option("smollm2-135m-instruct", "--judge",
+                                            help="The judge's model profile (a local model)."),
+          backend: str = typer.Option("auto", "--backend", help="Engine backend: auto, hf, vllm, openai."),
+          max_tokens: int = typer.Option(16, "--max-tokens", help="New-token cap of a judge reply."),
+          no_plots: bool = typer.Option(False, "--no-plots", help="Skip the figures.")) -> None:
+    """The frozen judge pass (BDA paper D.3): baseline answers no parser reads -> one judge at temperature 0
+    -> tables/judge_ledger.parquet, judge.json, and the report again with parse rates before and after."""
+    from simulate.judge import JudgeError, council_judge
+    try:
+        info = council_judge(run_dir, profile=judge_profile, backend=backend, max_tokens=max_tokens,
+                             make_plots=not no_plots)
+    except (*_errors(), JudgeError) as err:
+        _fail(err)
+    _print(run_dir, {})
+    typer.echo(f"judge {info['judge_profile']} (prompt {info['prompt_name']} {info['prompt_sha256'][:12]}): "
+               f"{info['counts']}; ledger {run_dir}/tables/judge_ledger.parquet")
 
 
 @council_app.command()

@@ -1,4 +1,4 @@
-"""``chorus debate`` (bench | run | report). ``chorus influence`` is ``interventions.cli``. Heavy
+"""``chorus debate`` (bench | run | report | judge). ``chorus influence`` is ``interventions.cli``. Heavy
 imports stay inside the commands so ``chorus --help`` stays fast."""
 from __future__ import annotations
 
@@ -44,6 +44,20 @@ def _print_debate(console, path: Path, s: dict) -> None:
     for k in keys:
         t.add_row(k, *[_fmt(s["conditions"][c].get(k)) for c in conds])
     console.print(t)
+    for c, j in (s.get("judge") or {}).get("conditions", {}).items():  # after the frozen judge pass (simulate/judge.py)
+        m = j.get("metrics_after", {})
+        console.print(f"judge pass, {c}: parse rate {_fmt(j['parse_rate_before'])} -> {_fmt(j['parse_rate_after'])} "
+                      f"({j['n_judged']} turns mapped); acc_final_majority {_fmt(m.get('acc_final_majority'))}, "
+                      f"wrong_unanimity {_fmt(m.get('wrong_unanimity'))} after it")
+    v = s.get("vote")  # the compute-matched vote arm (simulate/debate/voting.py)
+    if v:
+        tok = v["tokens_per_question"]
+        console.print(f"vote arm: {_fmt(v['samples_per_question']['mean'])} samples and {_fmt(tok['vote']['mean'])} "
+                      f"tokens per question (debate {_fmt(tok['debate']['mean'])}), "
+                      f"parse rate {_fmt(v['parse_rate'])}, "
+                      f"cap hits {v['n_cap_hits']}; on {v.get('n_paired', 0)} common questions: " + "; ".join(
+                          f"{a} acc {_fmt(m['accuracy']['estimate'])}, wrong unanimity "
+                          f"{_fmt(m['wrong_unanimity']['estimate'])}" for a, m in (v.get("arms") or {}).items()))
     ex = s.get("exclusions", {})
     console.print(f"exclusions: {ex.get('n', 0)} {ex.get('by_reason', {})}; parse rate {_fmt(s.get('parse_rate'))}, "
                   f"truncated {s.get('n_truncated')}")
@@ -92,6 +106,31 @@ def run(config: str = typer.Argument(..., help="Debate config (a path or a shipp
     except (ConfigError, FileNotFoundError) as err:
         _fail(err)
     _print_debate(console, rundir.path, summary)
+
+
+@debate_app.command()
+def judge(run_dir: Path = typer.Argument(..., help="A debate run directory."),
+          judge_profile: str = typer.Option("smollm2-135m-instruct", "--judge",
+                                            help="The judge's model profile (a local model)."),
+          backend: str = typer.Option("auto", "--backend", help="Engine backend: auto, hf, vllm, openai."),
+          max_tokens: int = typer.Option(16, "--max-tokens", help="New-token cap of a judge reply."),
+          no_plots: bool = typer.Option(False, "--no-plots", help="Skip the figures.")) -> None:
+    """The frozen judge pass (BDA paper D.3): turns no parser reads -> one judge at temperature 0 ->
+    tables/judge_ledger.parquet, judge.json, and summary.json with parse rates before and after."""
+    from rich.console import Console
+
+    from core.config import ConfigError
+    from core.runs import RunDir
+    from simulate.judge import JudgeError, debate_judge
+    try:
+        info = debate_judge(run_dir, profile=judge_profile, backend=backend, max_tokens=max_tokens,
+                            make_plots=not no_plots)
+        summary = RunDir(run_dir).summary()  # re-rendered by the pass
+    except (ConfigError, FileNotFoundError, JudgeError, ValueError) as err:
+        _fail(err)
+    _print_debate(Console(), run_dir, summary)
+    typer.echo(f"judge {info['judge_profile']} (prompt {info['prompt_name']} {info['prompt_sha256'][:12]}): "
+               f"{info['counts']}; ledger {run_dir}/tables/judge_ledger.parquet")
 
 
 @debate_app.command()

@@ -55,6 +55,11 @@ def test_debate_and_reflection_end_to_end(debate_run, hf_engine):
     from simulate.debate.experiment import report
     s2 = report(run.path, make_plots=False)
     assert s2["n_turns"] == s["n_turns"]
+    # the §C.2 outcomes (outcomes.py): tables, plots and the summary block, counts beside every estimate
+    assert set(json.loads((run.path / "summary.json").read_text())["c2"]) == set(s2["c2"])
+    assert s2["c2"]["final_round"] == 1 and all("n_groups" in r for r in s2["c2"]["split"])
+    for name in ("outcomes_by_round", "c2_split", "c2_contested_wrong_agreement", "c2_wrong_initial_majority"):
+        assert (run.path / "tables" / f"{name}.parquet").is_file() and (run.path / "plots" / f"{name}.png").is_file()
 
 
 def test_readout_equals_manual_forward_pass(debate_run, hf_engine):

@@ -50,11 +50,66 @@ class ProbeSpec(Strict):
     C: float = Field(1.0, gt=0.0)
 
 
+class TransferMapSpec(Strict):
+    alphas: list[float] = Field([1.0, 10.0, 100.0, 1000.0, 10000.0], min_length=1,
+                                description="ridge penalties tried (RidgeCV, leave-one-out choice)")
+    n_splits: int = Field(5, ge=2, description="question-grouped folds of the held-out R²")
+
+
+class TransferSpec(Strict):
+    """``chorus influence transfer``: the receiver is ``model.profile``; see interventions/transfer.py."""
+    sender: str = Field("same", description="sender profile, or 'same': the receiver's model")
+    layers: Layers = Field("all", description="receiver layers (the residual after each is written)")
+    sender_layers: Optional[list[int]] = Field(
+        None, description="sender layer per receiver layer (default: same index, or same relative depth)")
+    site: Literal["readout", "anchor"] = Field(
+        "readout", description="readout: the receiver's decision token; anchor: last token of the final user turn")
+    map: TransferMapSpec = TransferMapSpec()
+    max_pairs: Optional[int] = Field(None, ge=1)
+
+    @model_validator(mode="after")
+    def _lengths(self):
+        if self.sender_layers is not None and (self.layers == "all" or len(self.sender_layers) != len(self.layers)):
+            raise ValueError(f"transfer.sender_layers ({self.sender_layers}) needs one entry per receiver layer "
+                             f"in transfer.layers ({self.layers})")
+        if any(a <= 0 for a in self.map.alphas):
+            raise ValueError(f"transfer.map.alphas must be positive, got {self.map.alphas}")
+        return self
+
+
+class ConceptSpec(Strict):
+    """``chorus influence concepts``: lexicon directions read on debate vs reflection contexts
+    (interventions/concepts.py)."""
+    lexicon: str = Field("concepts_v1", description="a lexicon in interventions/data/ (name) or a YAML path")
+    concepts: Optional[list[str]] = Field(None, min_length=1,
+                                          description="subset of the lexicon's concepts (default all)")
+    layers: Layers = "all"
+    sites: list[Literal["reading", "decision"]] = Field(
+        ["reading", "decision"], min_length=1,
+        description="reading: mean over the peer-message (debate) / own-previous-response (reflection) tokens; "
+                    "decision: the readout token")
+    method: Literal["mean_diff", "logistic"] = Field(
+        "mean_diff", description="direction: difference of standardised class means, or a logistic probe's weights")
+    n_perm: int = Field(100, ge=1, description="shuffled-label directions of the null")
+    n_splits: int = Field(5, ge=2, description="pair-grouped folds of the held-out AUROC")
+    C: float = Field(1.0, gt=0.0, description="logistic method only")
+    max_questions: Optional[int] = Field(None, ge=1, description="questions read (seeded choice; default all)")
+
+    @field_validator("sites")
+    @classmethod
+    def _uniq_sites(cls, v):
+        if len(set(v)) != len(v):
+            raise ValueError(f"repeated site in {v}")
+        return v
+
+
 class InternalsConfig(InfluenceConfig):
     name: str = "internals"
     knockout: KnockoutSpec = KnockoutSpec()
     patch: PatchSpec = PatchSpec()
     probe: ProbeSpec = ProbeSpec()
+    concepts: ConceptSpec = ConceptSpec()
+    transfer: TransferSpec = TransferSpec()
 
     @model_validator(mode="after")
     def _hf_only(self):

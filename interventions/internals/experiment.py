@@ -41,7 +41,7 @@ from core.runs import RunDir
 from core.stats import cluster_bootstrap, ratio_ci
 from interventions.internals.config import InternalsConfig
 
-VERBS = ("knockout", "patch", "probe")
+VERBS = ("knockout", "patch", "probe", "transfer", "concepts")
 
 
 # -- contexts ----------------------------------------------------------------------------------
@@ -340,6 +340,9 @@ def run_internals(cfg: InternalsConfig, verb: str, out: Path | None = None, *, p
     """verb: knockout | patch | probe."""
     if verb not in VERBS:
         raise ConfigError(f"unknown verb {verb!r}: choose one of {', '.join(VERBS)}")
+    if verb == "concepts":  # concept directions on debate vs reflection contexts: interventions/concepts.py
+        from interventions.concepts import run_concepts
+        return run_concepts(cfg, out, progress=progress, make_plots=make_plots, engine=engine)
     run, eng, items, pairs, P = _setup(cfg, verb, out, engine, progress)
     info: dict[str, Any] = {"n_pairs": len(pairs)}
     if verb == "knockout":
@@ -359,6 +362,9 @@ def run_internals(cfg: InternalsConfig, verb: str, out: Path | None = None, *, p
             table, pinfo = run_patch_pairs(eng, cps, cfg.patch.layers, progress)
             info.update(pinfo)
             run.write_table("patch", table)
+    elif verb == "transfer":  # latent state transfer: interventions/transfer.py
+        from interventions import transfer as tr
+        info.update(tr.run_experiment(cfg, run, eng, items, pairs, P, progress))
     else:
         from interventions.knockout import layer_map
         lm = layer_map(eng)
@@ -414,6 +420,19 @@ def report(run_dir: str | Path, verb: str | None = None, *, make_plots: bool = T
         summary.update(summarize_patch(t, n_boot=a.n_boot, seed=cfg.seed, ci=a.ci))
         if make_plots and summary.get("curve"):
             ip.patch_curve(summary, run.plot_path("patch_curve"))
+    elif verb == "concepts":
+        from interventions.concepts import summarize as summarize_concepts
+        pt = run.path / "tables" / "concept_probe.parquet"
+        probe = pd.read_parquet(pt) if pt.is_file() else pd.DataFrame()
+        summary.update(summarize_concepts(t, probe))
+        if make_plots and len(probe):
+            for site in info.get("sites", []):
+                ip.concept_site(t, probe, run.plot_path(f"concepts_{site}"), site=site, model=cfg.model.profile)
+    elif verb == "transfer":
+        from interventions.transfer import summarize as summarize_transfer
+        summary.update(summarize_transfer(t, n_boot=a.n_boot, seed=cfg.seed, ci=a.ci))
+        if make_plots and summary.get("curve"):
+            ip.transfer_curve(summary, run.plot_path("transfer_share"))
     else:
         if len(t):
             summary["concept"] = cfg.probe.concept

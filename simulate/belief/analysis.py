@@ -1,7 +1,8 @@
 """Headline metrics computed from a run directory's tables alone.
 
 Per condition: where beliefs start and land, cross-agent variance, whether disagreement
-persists, R^2 of terminal beliefs against the mean-field FJ fixed point; per (condition, kappa):
+persists, R^2 of terminal beliefs against the mean-field FJ fixed point (at gamma = 1, where the
+system is singular, against its gamma -> 1 limit; ``fj_reference`` names which); per (condition, kappa):
 kappa recovered from events with the speaker's latent belief s (the channel test) and with the
 consumed evidence e (exact by construction); across conditions: the committed-minority
 dose-response and kappa-recovery rank order; the channel audit (transfer curve of e against s,
@@ -50,9 +51,50 @@ def r2_no_intercept(y, ref) -> float:
     return 1.0 - float(np.sum((y[ok] - ref[ok]) ** 2)) / ss_tot
 
 
+#: what ``b_star`` is: the FJ fixed point, or (gamma = 1, no committed agent: the system is
+#: singular, every consensus is a fixed point) the limit of the fixed point as gamma -> 1
+FJ_REFERENCES = ("fj_fixed_point", "fj_limit_gamma_to_1")
+
+
+def fj_limit_gamma_to_1(kappa, b0, adjacency=None) -> np.ndarray:
+    """lim_{gamma -> 1} of the mean-field FJ fixed point with every kappa finite: a consensus
+    per connected component at c = sum_i pi_i kappa_i b0_i / sum_i pi_i kappa_i, pi the
+    stationary weights of W (uniform on the complete graph, the degree on an undirected graph).
+
+    Why: with eps = 1 - gamma, 1 - lambda_i = kappa_i eps / w + O(eps^2); writing b* = c 1 + eps v
+    in b* = Lambda W b* + (I - Lambda) b0 gives (I - W) v = (kappa / w) (b0 - c) to first order,
+    and pi (I - W) = 0 forces sum_i pi_i kappa_i (b0_i - c) = 0 (w drops out)."""
+    from scipy.sparse.csgraph import connected_components
+
+    kappa = np.asarray(kappa, dtype=float)
+    b0 = np.asarray(b0, dtype=float)
+    n = len(b0)
+    kappa = np.broadcast_to(kappa, b0.shape)
+    if not np.all(np.isfinite(kappa)):
+        raise ValueError("the gamma -> 1 limit is for populations without committed agents (kappa = inf); "
+                         "with one the fixed point exists at gamma = 1")
+    if adjacency is None:
+        pi, comp = np.ones(n), np.zeros(n, dtype=int)
+    else:
+        A = np.asarray(adjacency, dtype=float)
+        A = np.maximum(A, A.T)
+        pi = A.sum(1)
+        if np.any(pi == 0):
+            raise ValueError("adjacency has an isolated agent (no neighbours)")
+        _, comp = connected_components(A, directed=False)
+    out = np.empty(n)
+    for c in np.unique(comp):
+        m = comp == c
+        wgt = pi[m] * kappa[m]
+        out[m] = float(np.sum(wgt * b0[m]) / np.sum(wgt))
+    return out
+
+
 def fixed_points(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
-    """Mean-field FJ fixed point b* per (run, agent) (NaN where there is none: gamma = 1
-    without committed agents). Uses each run's own graph."""
+    """Mean-field FJ reference b* per (run, agent), from each run's own graph; ``reference`` says
+    which (``FJ_REFERENCES``): the FJ fixed point, or at gamma = 1 without committed agents, where
+    the system is singular, its limit as gamma -> 1 (``fj_limit_gamma_to_1``: the consensus at the
+    kappa-weighted initial mean). NaN where neither exists."""
     runs, agents, edges = tables["runs"], tables["agents"], tables["edges"]
     out = []
     for _, rr in runs.iterrows():
@@ -64,12 +106,19 @@ def fixed_points(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
             adj = np.zeros((n, n))
             adj[e.u.to_numpy(), e.v.to_numpy()] = 1.0
             adj[e.v.to_numpy(), e.u.to_numpy()] = 1.0
+        ref = FJ_REFERENCES[0]
         try:
             bstar = core.fj_fixed_point(a.kappa.to_numpy(), a.b0.to_numpy(), rr.gamma, rr.w,
                                         adjacency=adj)
         except ValueError:
-            bstar = np.full(n, np.nan)
-        out.append(pd.DataFrame({"run": rr.run, "agent": a.agent.to_numpy(), "b_star": bstar}))
+            bstar, ref = np.full(n, np.nan), None
+            if float(rr.gamma) == 1.0 and np.all(np.isfinite(a.kappa.to_numpy())):
+                try:
+                    bstar, ref = fj_limit_gamma_to_1(a.kappa.to_numpy(), a.b0.to_numpy(), adj), FJ_REFERENCES[1]
+                except ValueError:
+                    pass
+        out.append(pd.DataFrame({"run": rr.run, "agent": a.agent.to_numpy(), "b_star": bstar,
+                                 "reference": ref}))
     return pd.concat(out, ignore_index=True)
 
 
@@ -108,6 +157,10 @@ def condition_metrics(tables: dict[str, pd.DataFrame], cfg: BeliefConfig,
             "initial_variance": float(init_var), "final_variance": float(final_var),
             "persists": bool(final_var > cfg.analysis.persist_threshold),
             "fj_r2": r2_no_intercept(per_agent.b, per_agent.b_star),
+            "fj_reference": _reference(bstar, rs.run),
+            # R^2 against a consensus reference is <= 0 by construction (the reference has no spread);
+            # the root-mean-square distance to it is the readable number there
+            "fj_rmse": float(np.sqrt(np.mean((per_agent.b - per_agent.b_star) ** 2))),
             "free_b_star_mean": float(allend[~allend.committed].b_star.mean()),
             "utterances": int(len(u)), "appraisal_failures": int(u.failed.sum()),
             "appraisal_failure_rate": float(u.failed.mean()) if len(u) else float("nan"),
@@ -116,6 +169,12 @@ def condition_metrics(tables: dict[str, pd.DataFrame], cfg: BeliefConfig,
             "probe_failures": int(((b["round"] > 0) & b.probe.isna()).sum()),
         })
     return pd.DataFrame(rows)
+
+
+def _reference(bstar: pd.DataFrame, runs: pd.Series) -> str | None:
+    """The condition's FJ reference (``FJ_REFERENCES``); None where no run has one."""
+    refs = sorted(set(bstar[bstar.run.isin(runs)].reference.dropna()))
+    return "+".join(refs) if refs else None
 
 
 def kappa_recovery(tables: dict[str, pd.DataFrame], cfg: BeliefConfig) -> pd.DataFrame:
@@ -244,6 +303,8 @@ def analyse(tables: dict[str, pd.DataFrame], cfg: BeliefConfig,
         "fj_final_variance": fj["final_variance"] if fj else None,
         "fj_persists": fj["persists"] if fj else None,
         "fj_r2": fj["fj_r2"] if fj else None,
+        "fj_reference": fj["fj_reference"] if fj else None,
+        "fj_rmse": fj["fj_rmse"] if fj else None,
         "committed_monotone": fam0[0]["monotone"] if fam0 else None,
         "committed_smooth": fam0[0]["smooth"] if fam0 else None,
         "committed_tipping_ratio": fam0[0]["tipping_ratio"] if fam0 else None,

@@ -75,6 +75,14 @@ class AggregateSpec(Strict):
                                                               "its 5 recalibration folds need >= 5 tasks per class)")
 
 
+class JudgeSpec(Strict):
+    """The frozen judge pass (BDA paper D.3) at the end of a run: unparsed baseline answers -> one local model."""
+    profile: str = Field("smollm2-135m-instruct", description="the judge's model profile (local; never a hosted API "
+                                                              "by default)")
+    backend: Optional[Literal["auto", "hf", "vllm", "openai"]] = Field(None, description="default: models.backend")
+    max_tokens: int = Field(16, ge=1, le=256)
+
+
 class CouncilConfig(Strict):
     name: str = "council"
     seed: int = Field(0, ge=0)
@@ -92,6 +100,8 @@ class CouncilConfig(Strict):
     baselines: BaselineSpec = BaselineSpec()
     aggregate: AggregateSpec = AggregateSpec()
     prompts: str = "council_v1"
+    judge: Optional[JudgeSpec] = Field(None, description="run the frozen judge pass at the end (default: off; "
+                                                         "`chorus council judge RUN` runs it later)")
 
     @field_validator("gen_seeds")
     @classmethod

@@ -128,6 +128,11 @@ def run_council_experiment(cfg: CouncilConfig, out: Path | None = None, *, progr
         bdf["strengths"] = bdf["strengths"].map(lambda v: json.dumps(v) if isinstance(v, dict) else None)
     run.write_table("baselines", bdf)
     write_json(run.path / "generation.json", gen_info)
+    if cfg.judge is not None:  # the frozen judge pass (BDA paper D.3); report() reads its ledger
+        from simulate.judge import council_judge
+        jb = cfg.judge.backend or cfg.models.backend
+        council_judge(run.path, profile=cfg.judge.profile, backend=jb, max_tokens=cfg.judge.max_tokens, rerender=False,
+                      engine=engines.get(cfg.judge.profile) if jb == cfg.models.backend else None)
     summary = report(run.path, make_plots=make_plots, aggregate=aggregate)
     run.finish()
     return run, summary
@@ -223,8 +228,15 @@ def report(run_dir: str | Path, *, make_plots: bool = True, aggregate: bool = Tr
                 except Exception as err:  # reported, never hidden: tiny pools can defeat stratified CV
                     cell["aggregate_error"] = f"{type(err).__name__}: {err}"
             cells[f"{d.dataset}__{c.name}"] = cell
+    from simulate.judge import council_judged, read_ledger
+    ledger = read_ledger(run.path)  # parse rate / accuracy after the judge pass, beside the originals
+    judged = ({(j.pop("dataset"), j.pop("condition"), j.pop("method")): j for j in
+               council_judged(base, ledger)[["dataset", "condition", "method", "parse_rate_judged",
+                                             "accuracy_all_judged", "n_judge_mapped"]].to_dict(orient="records")}
+              if ledger is not None else {})
     for r in baseline_metrics(base.to_dict(orient="records")) if len(base) else []:
         rows.append({"dataset": r["dataset"], "condition": r["condition"], "arm": r["method"],
+                     **judged.get((r["dataset"], r["condition"], r["method"]), {}),
                      "reads_council": r["method"] in ("moa", "moa_lite"),
                      **{k: r.get(k) for k in ("n", "accuracy", "ece_ew", "ece_em", "brier")},
                      "parse_rate": r["parse_rate"], "tokens_per_task": r["tokens_per_task"],
@@ -265,6 +277,12 @@ def render_markdown(table: pd.DataFrame, cells: dict[str, Any], cfg: CouncilConf
                      f"{info.get('gold_counts')}); {info.get('excluded')} rows excluded {info.get('excluded_by_reason')}")
     lines.append("")
     cols = ["arm", "n", "accuracy", "ece_ew", "ece_em", "brier", "parse_rate", "tokens_per_task"]
+    if "parse_rate_judged" in table:  # the judge pass ran: parse rate and accuracy (unparsed = wrong) after it
+        cols[7:7] = ["parse_rate_judged", "accuracy_all", "accuracy_all_judged"]
+        lines += ["parse_rate_judged, accuracy_all_judged: after the frozen judge pass on the baselines' unparsed "
+                  "answers (judge.json, tables/judge_ledger.parquet); accuracy_all counts unparsed answers as wrong. "
+                  "Baselines only: the council arms read typed moves, which the judge does not touch.",
+                  ""]
     for key, cell in cells.items():
         ds, cond = key.split("__", 1)
         forces = ", ".join(f"{k} {v}" for k, v in cell.get("moves_by_force", {}).items())

@@ -76,6 +76,7 @@ def _row(method: str, c: Council, answer: str | None, proba: list[float] | None,
     return {"method": method, "dataset": c.task.dataset, "condition": c.condition, "gen_seed": c.gen_seed,
             "trace_id": c.trace_id, "task_id": c.task.task_id, "gold": c.task.gold,
             "candidates": list(c.task.candidates), "answer": answer, "proba": proba, "parsed": parsed,
+            "options": None if c.task.options is None else list(c.task.options),
             "prompt_tokens": ptok, "completion_tokens": ctok, "tokens": ptok + ctok, "n_calls": n_calls, **extra}
 
 
@@ -127,7 +128,8 @@ def moa_lite(councils, engines, synth: str, turns, P, *, root: int, gen) -> list
                                                                      method="moa_lite", gen=gen)):
         p0, c0, n0 = r0.get((c.condition, c.trace_id), (0, 0, 0))
         pt, ct = _tok(out)
-        rows.append(_row("moa_lite", c, ans, proba, ans is not None, p0 + pt, c0 + ct, n0 + 1, n_responses=len(rs)))
+        rows.append(_row("moa_lite", c, ans, proba, ans is not None, p0 + pt, c0 + ct, n0 + 1, n_responses=len(rs),
+                         response=out.text))  # the raw reply, for the judge pass
     return rows
 
 
@@ -167,7 +169,8 @@ def moa(councils, seats: Sequence[Seat], engines, synth: str, turns, P, *, root:
         p0, c0, n0 = r0.get((c.condition, c.trace_id), (0, 0, 0))
         pt, ct = _tok(out)
         rows.append(_row("moa", c, ans, proba, ans is not None, p0 + int(cost2[i, 0]) + pt,
-                         c0 + int(cost2[i, 1]) + ct, n0 + int(cost2[i, 2]) + 1, n_responses=len(layer2[i])))
+                         c0 + int(cost2[i, 1]) + ct, n0 + int(cost2[i, 2]) + 1, n_responses=len(layer2[i]),
+                         response=out.text))
     return rows
 
 
@@ -201,7 +204,7 @@ def self_moa(councils, engines, profile: str, synth: str, P, *, root: int, gen, 
                                                                          root=root, method="self_moa", gen=gen))):
         pt, ct = _tok(out)
         rows.append(_row("self_moa", c, ans, proba, ans is not None, int(cost[i, 0]) + pt, int(cost[i, 1]) + ct,
-                         int(cost[i, 2]) + 1, n_responses=len(resp[i])))
+                         int(cost[i, 2]) + 1, n_responses=len(resp[i]), response=out.text))
     return rows
 
 

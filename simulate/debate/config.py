@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal, Optional
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from core.config import Strict, load_named, resolve_config
 
@@ -47,6 +47,17 @@ class Analysis(Strict):
     fdr_q: float = Field(0.05, gt=0.0, lt=1.0)
 
 
+class Voting(Strict):
+    """The compute-matched majority-vote arm (self-consistency, ``voting.py``): independent round-0
+    samples until the arm has generated as many tokens as debate on each question. Off by default;
+    it needs debate in the same run (its budget is debate's tokens)."""
+    enabled: bool = False
+    max_samples: int = Field(64, ge=2,
+                             description="cap on samples per question (round-0 answers included); hits counted")
+    per_wave: Optional[int] = Field(None, ge=1, description="most samples per question in one engine batch "
+                                    "(default: estimated from the tokens still to spend; results do not depend on it)")
+
+
 class DebateConfig(Strict):
     name: str = "debate"
     seed: int = Field(0, ge=0)
@@ -58,6 +69,7 @@ class DebateConfig(Strict):
     generation: Generation = Generation()
     prompts: str = "debate_v1"
     analysis: Analysis = Analysis()
+    voting: Voting = Voting()
 
     @field_validator("conditions")
     @classmethod
@@ -65,6 +77,16 @@ class DebateConfig(Strict):
         if not v or len(set(v)) != len(v):
             raise ValueError(f"conditions must be a non-empty list without repeats, got {v}")
         return v
+
+    @model_validator(mode="after")
+    def _voting(self):
+        if self.voting.enabled and "debate" not in self.conditions:
+            raise ValueError(f"voting.enabled needs 'debate' in conditions (the vote arm spends debate's tokens), "
+                             f"got conditions={self.conditions}")
+        if self.voting.enabled and self.voting.max_samples < self.agents:
+            raise ValueError(f"voting.max_samples = {self.voting.max_samples} is below agents = {self.agents} "
+                             f"(the round-0 answers are the first samples)")
+        return self
 
 
 def resolve_config_path(config: str | Path) -> Path:

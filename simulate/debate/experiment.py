@@ -68,6 +68,14 @@ def run_debate(cfg: DebateConfig, out: Path | None = None, *, progress: Progress
     run.write_table("exclusions", pd.DataFrame(info["excluded"], columns=["qid", "condition", "round", "reason"]))
     run.write_table("batches", pd.DataFrame(info["batches"]))
     (run.path / "protocol.json").write_text(json.dumps({k: v for k, v in info.items() if k != "excluded"}, indent=2))
+    if cfg.voting.enabled:  # the compute-matched vote arm: spends, per question, the tokens debate spent
+        from simulate.debate.voting import run_voting
+        g, v = cfg.generation, cfg.voting
+        votes, vinfo = run_voting(eng, items, turns, agents=cfg.agents, temperature=g.temperature, top_p=g.top_p,
+                                  max_tokens=g.max_tokens, seed=cfg.seed, prompts=P, max_samples=v.max_samples,
+                                  per_wave=v.per_wave, progress=progress)
+        run.write_table("votes", votes)
+        (run.path / "voting.json").write_text(json.dumps(vinfo, indent=2))
     summary = report(run.path, make_plots=make_plots)
     run.finish()
     return run, summary
@@ -87,6 +95,11 @@ def report(run_dir: str | Path, *, make_plots: bool = True) -> dict[str, Any]:
     a = cfg.analysis
     summary, q = collective_summary(turns, seed=cfg.seed, n_boot=a.n_boot, n_perm=a.n_perm, ci=a.ci, fdr_q=a.fdr_q)
     run.write_table("questions", q)
+    from simulate.debate.outcomes import c2_summary  # seed 002 §C.2: long-debate curves, split / contested groups
+    c2, c2_tables = c2_summary(q, seed=cfg.seed, n_boot=a.n_boot, ci=a.ci)
+    for name, tab in c2_tables.items():
+        run.write_table(name, tab)
+    summary["c2"] = c2
     summary.update({"experiment": cfg.name, "model": cfg.model.profile, "agents": cfg.agents, "rounds": cfg.rounds,
                     "n_questions": int(turns["qid"].nunique()), "n_turns": int(len(turns)),
                     "n_generated": int((~turns["shared"]).sum() + len(turns[turns["shared"]].drop_duplicates(["qid", "agent", "round"]))),
@@ -97,11 +110,23 @@ def report(run_dir: str | Path, *, make_plots: bool = True) -> dict[str, Any]:
                     "timing": {k: proto.get(k) for k in ("wall_s", "model_s", "new_tokens")}})
     if proto.get("model_s"):
         summary["timing"]["tokens_per_s"] = proto["new_tokens"] / proto["model_s"]
+    if (run.path / "tables" / "judge_ledger.parquet").is_file():  # the judge pass: parse rates before / after
+        from simulate.judge import debate_judged, read_ledger
+        summary["judge"] = debate_judged(turns, read_ledger(run.path), seed=cfg.seed)
+    if (run.path / "tables" / "votes.parquet").is_file():  # the compute-matched vote arm (voting.py)
+        from simulate.debate.voting import report_votes
+        summary["vote"] = report_votes(run, cfg, turns, q, make_plots=make_plots)
     if make_plots:
         from simulate.debate import plots
         plots.by_round(summary, "unanimity_by_round", run.plot_path("unanimity_by_round"), ylabel="unanimous groups",
                        title="unanimity by round", extra_key="unanimity_by_round_split")
         plots.by_round(summary, "n_eff_by_round", run.plot_path("n_eff_by_round"),
                        ylabel="effective independent voters n_eff", title="n_eff by round")
+        plots.curves_with_bands(c2_tables["outcomes_by_round"], run.plot_path("outcomes_by_round"),
+                                title="unanimity, wrong agreement and n_eff by round (fully parsed groups)")
+        for name, title in (("c2_split", "initially split groups (2-1 for 3 agents), final round"),
+                            ("c2_contested_wrong_agreement", "contested labelled groups: wrong agreement, final round"),
+                            ("c2_wrong_initial_majority", "wrong initial majority: ending unanimously wrong")):
+            plots.estimates(c2_tables[name], run.plot_path(name), title=title)
     run.write_summary(summary)
     return summary

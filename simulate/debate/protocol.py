@@ -27,7 +27,7 @@ from simulate.debate.parse import parse_answer
 from simulate.debate.prompts import turn_messages
 from simulate.debate.questions import Item
 
-CONDITION_KEY = {"shared": 0, "debate": 1, "reflection": 2}
+CONDITION_KEY = {"shared": 0, "debate": 1, "reflection": 2, "vote": 3}  # vote: simulate/debate/voting.py
 
 TURN_COLUMNS = ["qid", "family", "domain", "subdomain", "agent", "round", "condition", "shared", "response",
                 "answer", "parsed", "truncated", "reference", "correct", "prompt_tokens", "completion_tokens",
