@@ -55,3 +55,23 @@ QUESTIONS = [
 
 def chats(n: int = len(QUESTIONS)) -> list[list[dict[str, str]]]:
     return [[{"role": "user", "content": q}] for q in QUESTIONS[:n]]
+
+
+ROUND0 = [("A", "The first option is right. Answer: A"), ("B", "I believe the second option fits best here. Answer: B"),
+          ("A", "Option A. Answer: A")]
+
+
+def hand_debate_run(tmp_path: Path, items: list, responses=lambda item: ROUND0) -> Path:
+    """A finished debate run directory whose round-0 turns are written by hand (no generation):
+    ``responses(item)`` gives each agent's (answer or None, text). The interventions tests read it."""
+    import pandas as pd
+
+    from core.runs import RunDir
+    from simulate.debate.questions import write_bench
+    run = RunDir.create(tmp_path / "debate", part="debate")
+    write_bench(items, run.path / "bench.jsonl")
+    rows = [{"qid": it.id, "family": it.family, "domain": it.domain, "subdomain": it.subdomain, "agent": a, "round": 0,
+             "condition": "debate", "shared": True, "response": txt, "answer": ans, "parsed": ans is not None}
+            for it in items for a, (ans, txt) in enumerate(responses(it))]
+    run.write_table("turns", pd.DataFrame(rows))
+    return run.path

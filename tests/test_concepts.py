@@ -172,26 +172,17 @@ def test_span_means_equal_the_models_hidden_states():
 
 @pytest.fixture()
 def source_run(tmp_path):
-    """A finished debate run with hand-written round-0 turns in two domains (no generation)."""
-    from core.runs import RunDir
-    from simulate.debate.questions import Item, write_bench
+    """A finished debate run with hand-written round-0 turns in two domains (no generation); the third
+    agent's answer is unparsed (empty on q-num: a reading span that is empty is skipped and counted)."""
+    from conftest import ROUND0, hand_debate_run
+
+    from simulate.debate.questions import Item
     qs = [("q-cap", "knowledge", "fa", "Which city is the capital of France?", ["Paris", "Rome"]),
           ("q-num", "knowledge", "fb", "Which number is even?", ["7", "12"]),
           ("q-lie", "values", "fc", "Is it acceptable to lie to spare a friend's feelings?", ["Yes", "No"])]
     items = [Item(id=i, domain=d, subdomain="test", family=f, question=q, options=o, labels=["A", "B"],
                   reference=None) for i, d, f, q, o in qs]
-    run = RunDir.create(tmp_path / "debate", part="debate")
-    write_bench(items, run.path / "bench.jsonl")
-    rows = []
-    for it in items:
-        for a, (ans, txt) in enumerate([("A", "The first option is right. Answer: A"),
-                                        ("B", "I believe the second option fits best here. Answer: B"),
-                                        (None, "" if it.id == "q-num" else "Option A. Answer: A")]):
-            rows.append({"qid": it.id, "family": it.family, "domain": it.domain, "subdomain": it.subdomain,
-                         "agent": a, "round": 0, "condition": "debate", "shared": True, "response": txt,
-                         "answer": ans, "parsed": ans is not None})
-    run.write_table("turns", pd.DataFrame(rows))
-    return run.path
+    return hand_debate_run(tmp_path, items, lambda it: [*ROUND0[:2], (None, "" if it.id == "q-num" else ROUND0[2][1])])
 
 
 @pytest.mark.slow

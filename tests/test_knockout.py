@@ -239,25 +239,14 @@ def test_embedded_plain_equals_engine_and_knockout_cuts(hf_engine):
 @pytest.fixture()
 def source_run(tmp_path):
     """A finished debate run directory with round-0 turns written by hand (no generation)."""
-    from core.runs import RunDir
-    from simulate.debate.questions import Item, write_bench
+    from conftest import hand_debate_run
+
+    from simulate.debate.questions import Item
     qs = [("q-cap", "geo", "Which city is the capital of France?", ["Paris", "Rome"]),
           ("q-num", "math", "Which number is even?", ["7", "12"]),
           ("q-col", "colour", "Which colour is the sky on a clear day?", ["blue", "red"])]
-    items = [Item(id=i, domain="knowledge", subdomain="test", family=f, question=q, options=o, labels=["A", "B"],
-                  reference="A") for i, f, q, o in qs]
-    run = RunDir.create(tmp_path / "debate", part="debate")
-    write_bench(items, run.path / "bench.jsonl")
-    rows = []
-    for it in items:
-        for a, (ans, txt) in enumerate([("A", "The first option is right. Answer: A"),
-                                        ("B", "I believe the second option fits best here. Answer: B"),
-                                        ("A", "Option A. Answer: A")]):
-            rows.append({"qid": it.id, "family": it.family, "domain": it.domain, "subdomain": it.subdomain,
-                         "agent": a, "round": 0, "condition": "debate", "shared": True, "response": txt,
-                         "answer": ans, "parsed": True})
-    run.write_table("turns", pd.DataFrame(rows))
-    return run.path
+    return hand_debate_run(tmp_path, [Item(id=i, domain="knowledge", subdomain="test", family=f, question=q, options=o,
+                                           labels=["A", "B"], reference="A") for i, f, q, o in qs])
 
 
 @pytest.mark.slow
