@@ -2,6 +2,10 @@
 from __future__ import annotations
 
 import importlib.util
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
 import os
 from pathlib import Path
 
@@ -75,3 +79,69 @@ def hand_debate_run(tmp_path: Path, items: list, responses=lambda item: ROUND0) 
             for it in items for a, (ans, txt) in enumerate(responses(it))]
     run.write_table("turns", pd.DataFrame(rows))
     return run.path
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    """The embedded model's tokenizer (tiny random models share it)."""
+    from transformers import AutoTokenizer
+
+    from serving.profiles import get_profile
+    return AutoTokenizer.from_pretrained(str(get_profile(EMBEDDED).require()))
+
+
+@pytest.fixture(scope="module")
+def tiny(tokenizer):
+    """tiny(family) -> an engine over a random tiny model of that family (cached per module)."""
+    from interventions import families as fam
+    from serving.engine import engine_from_model
+    cache = {}
+
+    def get(family: str):
+        if family not in cache:
+            cache[family] = engine_from_model(fam.tiny_model(family, len(tokenizer)), tokenizer, name=f"tiny-{family}")
+        return cache[family]
+    return get
+
+
+# -- a scripted council engine (control flow only: no model) -------------------------------------
+@dataclass
+class Out:
+    text: str
+    parsed: Any
+    conformed: bool = True
+    prompt_tokens: int = 10
+    completion_tokens: int = 5
+    cached: bool = False
+    finish_reason: str = "stop"
+
+
+class Scripted:
+    """An engine whose replies come from ``policy(me, round_or_kind, conversation, schema)``;
+    it records every conversation and every call (for batching and leak checks)."""
+
+    def __init__(self, policy):
+        self.policy = policy
+        self.calls: list[dict] = []
+        self.seen: list[list[dict]] = []
+
+    def chat(self, convs, *, temperature=1.0, top_p=1.0, max_tokens=256, seed=None, json_schema=None, **_):
+        self.calls.append({"n": len(convs), "schema": json_schema})
+        outs = []
+        for conv in convs:
+            self.seen.append(conv)
+            user = conv[-1]["content"]
+            me = re.search(r"You are (A\d+)\.", user)
+            kind = "text" if json_schema is None else ("move" if "move" in json_schema["properties"] else "envelope")
+            d = self.policy(me.group(1) if me else None, kind, conv, json_schema)
+            if d is None:
+                outs.append(Out(text="{bad", parsed=None, conformed=False))
+            elif isinstance(d, str):
+                outs.append(Out(text=d, parsed=None, conformed=None))
+            else:
+                outs.append(Out(text=json.dumps(d), parsed=d))
+        return outs
+
+    def option_logprobs(self, convs, options):
+        self.seen.extend(convs)
+        return [{o: -abs(int(o) - 6) for o in options} for _ in convs]

@@ -2,47 +2,18 @@
 ``simulate/council`` with scripted seats (no model), corrupted by ``aggregate.corrupt``."""
 from __future__ import annotations
 
-import json
 import re
 import zlib
-from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pytest
+from conftest import Scripted
 
 from aggregate.corrupt import corrupt_traces, corruption_counts, sleeper_from_traces
 from aggregate.counts import Pool
 from aggregate.moves import STRICT
 from aggregate.synthetic import Adversary
 from aggregate.trace import Trace, dump_traces, load_traces
-
-
-@dataclass
-class _Out:
-    text: str
-    parsed: Any
-    conformed: bool = True
-    prompt_tokens: int = 10
-    completion_tokens: int = 5
-    cached: bool = False
-    finish_reason: str = "stop"
-
-
-class _Scripted:
-    """Replies from ``policy(me, kind, conversation)``: a seat without a model."""
-
-    def __init__(self, policy):
-        self.policy = policy
-
-    def chat(self, convs, *, json_schema=None, **_):
-        outs = []
-        for conv in convs:
-            me = re.search(r"You are (A\d+)\.", conv[-1]["content"])
-            kind = "text" if json_schema is None else ("move" if "move" in json_schema["properties"] else "envelope")
-            d = self.policy(me.group(1) if me else None, kind, conv)
-            outs.append(_Out(text=json.dumps(d), parsed=d))
-        return outs
 
 
 def _h(*parts) -> int:
@@ -75,7 +46,8 @@ def council_file(tmp_path_factory):
                   candidates=("true", "false"), options=None, gold="true" if i % 2 else "false") for i in range(40)]
     seats = [Seat("A1", "m", "analyst"), Seat("A2", "m", "analyst"), Seat("A3", "m", "skeptic")]
     councils = make_councils(tasks, [("clean", ())], [0])
-    run_councils(councils, seats, {"m": _Scripted(_policy)}, rounds=3, P=pr.load_prompts())
+    engine = Scripted(lambda me, kind, conv, _schema: _policy(me, kind, conv))
+    run_councils(councils, seats, {"m": engine}, rounds=3, P=pr.load_prompts())
     path = tmp_path_factory.mktemp("council") / "truthfulclaim__clean.jsonl"
     dump_traces([Trace.from_dict(c.to_trace()) for c in councils], path)
     return path

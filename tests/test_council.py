@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
-from typing import Any
 
 import pytest
+from conftest import Scripted
 
 from aggregate import STRICT
 from aggregate.trace import Trace, dump_traces, load_traces
@@ -19,48 +18,6 @@ from simulate.council.llm_baselines import (argllms, dfquad_aggregate, dfquad_co
 from simulate.council.runner import Seat, make_councils, run_councils
 
 P = pr.load_prompts()
-
-
-@dataclass
-class Out:
-    text: str
-    parsed: Any
-    conformed: bool = True
-    prompt_tokens: int = 10
-    completion_tokens: int = 5
-    cached: bool = False
-    finish_reason: str = "stop"
-
-
-class Scripted:
-    """An engine whose replies come from ``policy(me, round_or_kind, conversation, schema)``;
-    it records every conversation and every call (for batching and leak checks)."""
-
-    def __init__(self, policy):
-        self.policy = policy
-        self.calls: list[dict] = []
-        self.seen: list[list[dict]] = []
-
-    def chat(self, convs, *, temperature=1.0, top_p=1.0, max_tokens=256, seed=None, json_schema=None, **_):
-        self.calls.append({"n": len(convs), "schema": json_schema})
-        outs = []
-        for conv in convs:
-            self.seen.append(conv)
-            user = conv[-1]["content"]
-            me = re.search(r"You are (A\d+)\.", user)
-            kind = "text" if json_schema is None else ("move" if "move" in json_schema["properties"] else "envelope")
-            d = self.policy(me.group(1) if me else None, kind, conv, json_schema)
-            if d is None:
-                outs.append(Out(text="{bad", parsed=None, conformed=False))
-            elif isinstance(d, str):
-                outs.append(Out(text=d, parsed=None, conformed=None))
-            else:
-                outs.append(Out(text=json.dumps(d), parsed=d))
-        return outs
-
-    def option_logprobs(self, convs, options):
-        self.seen.extend(convs)
-        return [{o: -abs(int(o) - 6) for o in options} for _ in convs]
 
 
 def _task(i: int, gold: str = "true") -> Task:

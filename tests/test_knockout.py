@@ -30,23 +30,7 @@ def target(conv: list[dict]) -> tuple[int, int, int]:
     return (2, *find_range(conv[2]["content"], PEER))
 
 
-@pytest.fixture(scope="module")
-def tokenizer():
-    from transformers import AutoTokenizer
-
-    from serving.profiles import get_profile
-    return AutoTokenizer.from_pretrained(str(get_profile("smollm2-135m-instruct").require()))
-
-
-@pytest.fixture(scope="module")
-def tiny(tokenizer):
-    cache = {}
-
-    def get(family: str):
-        if family not in cache:
-            cache[family] = engine_from_model(fam.tiny_model(family, len(tokenizer)), tokenizer, name=f"tiny-{family}")
-        return cache[family]
-    return get
+# tokenizer, tiny: shared fixtures in conftest.py
 
 
 def _full_logprobs(eng, rows):

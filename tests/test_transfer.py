@@ -10,7 +10,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from interventions import families as fam
 from interventions import transfer as tr
 from serving.engine import engine_from_model
 
@@ -24,23 +23,7 @@ def conv(own: str = "I think it is A, Paris.",
             {"role": "assistant", "content": "Answer:"}]
 
 
-@pytest.fixture(scope="module")
-def tokenizer():
-    from transformers import AutoTokenizer
-
-    from serving.profiles import get_profile
-    return AutoTokenizer.from_pretrained(str(get_profile("smollm2-135m-instruct").require()))
-
-
-@pytest.fixture(scope="module")
-def tiny(tokenizer):
-    cache = {}
-
-    def get(family: str):
-        if family not in cache:
-            cache[family] = engine_from_model(fam.tiny_model(family, len(tokenizer)), tokenizer, name=f"tiny-{family}")
-        return cache[family]
-    return get
+# tokenizer, tiny: shared fixtures in conftest.py
 
 
 @pytest.fixture(scope="module")
