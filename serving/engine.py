@@ -326,7 +326,7 @@ def engine_pool(expect: list[tuple[str, str, str]] | None = None, device_gib: fl
         if outer is None:
             for be, _tok, _wh in _POOL.values():
                 be._pooled = False
-                be.close()
+                be.close()  # the same release path as release_pooled
         _POOL = outer
 
 
@@ -349,10 +349,7 @@ def release_pooled(drop: Callable[[tuple], bool]) -> list[tuple]:
     for k in gone:
         be, _tok, _wh = _POOL.pop(k)
         be._pooled = False
-        be.close()
-    if gone:
-        import gc
-        gc.collect()
+        be.close()  # each backend frees its device memory (serving.device.free_device_memory)
     return gone
 
 
@@ -372,11 +369,19 @@ def load_engine(profile: str = DEFAULT_PROFILE, backend: str = "auto", *, store:
     "auto" picks ``$CHORUS_BACKEND`` if set, else vllm when it is installed, else hf.
     ``store``: a path to a SQLite call store (or a CallStore) that makes reruns free and runs resumable.
     Backend options pass through: hf (``attn_implementation``, ``batch_size``, ``device``), vllm
-    (``tensor_parallel_size``, ``enforce_eager``, ``gpu_memory_utilization``, ...), openai (``endpoints``).
+    (``tensor_parallel_size``, ``enforce_eager``, ``gpu_memory_utilization``, ``batch_invariant``, ...),
+    openai (``endpoints``). ``batch_invariant=True`` turns vLLM's batch-invariant mode on where the
+    model and device have it (``serving.backends.vllm.batch_invariance``) and is one clear error
+    where they do not; it is recorded in ``provenance()["engine"]``.
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     backend = resolve_backend(backend)
+    if backend != "vllm" and backend_kwargs.get("batch_invariant"):
+        raise ModelError(f"batch_invariant=True is an option of backend 'vllm' (vLLM's batch-invariant mode); "
+                         f"backend '{backend}' cannot honour it")
+    if backend != "vllm" and "batch_invariant" in backend_kwargs:
+        backend_kwargs.pop("batch_invariant")  # False / None: nothing to turn off elsewhere
     if dtype is not None and dtype not in ("float32", "bfloat16", "float16"):
         raise ValueError(f"dtype must be float32, bfloat16 or float16, got {dtype!r}")
     prof = get_profile(profile)
@@ -421,6 +426,8 @@ def load_engine(profile: str = DEFAULT_PROFILE, backend: str = "auto", *, store:
                     kw.setdefault("enable_sleep_mode", True)
                     _release_hf(prof.name)  # one copy on the device at a time
             be = VLLMBackend(str(path), dtype=dtype, max_model_len=max_model_len, **kw)
+            if plan is not None:
+                be.memory_plan = plan  # the sizes the free-memory check before wake_up() falls back on
             if plan is not None and plan.action == "sleep":
                 be.on_wake = lambda _b, name=prof.name: _release_hf(name)
             tokenizer = be.tokenizer

@@ -8,7 +8,7 @@ not fit beside a 0.9 reservation. ``plan_memory`` decides, from the sizes alone:
 - ``share``: both fit at once; vLLM's share is set so the transformers copy fits beside it;
 - ``sleep``: they do not fit together, but each fits alone: vLLM runs with sleep mode enabled and
   is put to sleep (weights offloaded to host memory, KV cache dropped) before the transformers
-  copy loads, and woken after it is released;
+  copy loads, and woken after it is released and the device has ``wake_gib`` free again;
 - otherwise one ``MemoryPlanError`` naming the sizes.
 
 Sizes are GiB per device; tensor parallelism divides the vLLM weights over ``tp`` devices (the
@@ -44,6 +44,11 @@ class MemoryPlan:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    @property
+    def wake_gib(self) -> float:
+        """What waking the slept vLLM engine takes back per device: its weights share and KV cache."""
+        return self.weights_gib / self.tp + self.kv_cache_gib
 
 
 def parameter_count(folder: str | Path) -> int:

@@ -3,6 +3,7 @@ merged LoRA model loads as a serving profile."""
 from __future__ import annotations
 
 import pytest
+from conftest import EMBEDDED
 
 from simulate.roleplay.data import FIXTURE, golden_mask, load_groups, select_split
 from simulate.roleplay.prompts import load_prompts
@@ -36,27 +37,71 @@ def test_on_topic_filter():
 
 
 @pytest.mark.slow
-def test_sft_smoke_loss_decreases_and_model_loads_as_profile(tmp_path, monkeypatch):
-    from serving import load_engine
+def test_sft_smoke_trains_releases_the_trainer_then_compares(tmp_path, monkeypatch):
+    """``chorus sft train smoke --set compare=smoke`` as train_sft runs it, the comparison cut to one
+    group and one setup (the whole smoke comparison takes minutes on CPU): the loss falls, the merged
+    LoRA model is a profile, the trainer is gone (and the device cache emptied) before the comparison's
+    first engine loads, and the comparison holds base and SFT results. Real components; only hooks record."""
+    import gc
+    import json
+
+    import yaml
+
+    import serving
+    import simulate.roleplay.sft as sft
     from serving.profiles import get_profile
-    from simulate.roleplay.config import SftConfig, load
-    from simulate.roleplay.sft import train_sft
+    from simulate.roleplay.config import RoleplayConfig, SftConfig, load
+    from transformers import Trainer
     monkeypatch.setenv("CHORUS_MODELS_FILE", str(tmp_path / "models.yaml"))
+    events = []
+    free, load_engine = sft.free_device_memory, serving.load_engine
+
+    def recording_free(**kw):
+        free(**kw)
+        events.append("free")
+
+    def recording_load(profile, *a, **kw):
+        if "load" not in {e[0] for e in events if isinstance(e, tuple)}:   # the first comparison engine
+            gc.collect()
+            events.append(("trainers alive", sum(issubclass(type(o), Trainer) for o in gc.get_objects())))
+        events.append(("load", profile))
+        return load_engine(profile, *a, **kw)
+    monkeypatch.setattr(sft, "free_device_memory", recording_free)
+    monkeypatch.setattr(serving, "load_engine", recording_load)
+    smoke = load("smoke", RoleplayConfig, {"data.limit": 1, "data.train_limit": 1, "setups": ["next_message"],
+                                           "generation.max_tokens": 4, "generation.max_utterances": 1,
+                                           "analysis.n_boot": 20})
+    (tmp_path / "compare.yaml").write_text(yaml.safe_dump(smoke.model_dump(mode="json")))
     # two short examples (round-1 posts), the same batch each step: the loss must fall
     cfg = load("smoke", SftConfig, {"data.limit": 2, "data.kinds": ["tweet"], "training.max_steps": 3,
                                     "training.learning_rate": 2e-3, "training.per_device_batch_size": 2,
-                                    "register_as": "sft-smoke-test"}, part="sft")
-    run, s = train_sft(cfg, tmp_path / "sft")
+                                    "register_as": "sft-smoke-test", "compare": str(tmp_path / "compare.yaml")},
+               part="sft")
+    run, s = sft.train_sft(cfg, tmp_path / "sft")
     log = run.read_table("train_log")
     assert len(log) == 3 and s["global_steps"] == 3 and s["n_examples"] == 2
     assert log["loss"].iloc[-1] < log["loss"].iloc[0]
     assert s["lora"] and (tmp_path / "sft" / "adapter" / "adapter_config.json").is_file()
-    model_dir = tmp_path / "sft" / "model"
-    assert s["model_path"] == str(model_dir.resolve())
-    # the merged model is a plain model folder: a profile by path and by its registered name
-    assert get_profile("sft-smoke-test").path == model_dir.resolve()
-    eng = load_engine(str(model_dir), "hf", dtype="float32")
-    out = eng.chat([[{"role": "user", "content": "Say hi."}]], temperature=0.0, max_tokens=4)
-    assert out[0].completion_tokens >= 1
-    assert eng.provenance()["weights_sha256"]
-    eng.close()
+    model_dir = (tmp_path / "sft" / "model").resolve()
+    assert s["model_path"] == str(model_dir)
+    assert get_profile("sft-smoke-test").path == model_dir      # registered under its name
+    # the estimate was made (CPU: fp32, against host RAM) and recorded in summary and provenance
+    mem = s["memory_estimate"]
+    assert mem["device"] == "host RAM (CPU training)" and mem["fits"] and 1.0 < mem["total_gib"] < mem["device_gib"]
+    assert mem["estimate"]["settings"]["dtype"] == "float32" and mem["estimate"]["settings"]["lora_r"] == 8
+    assert json.loads((run.path / "provenance.json").read_text())["memory_estimate"] == mem
+    # released, then the comparison: no trainer left when its first engine loads
+    assert s["released_before_compare"] == {"model_freed": True, "optimizer_freed": True}
+    loads = [e for e in events if isinstance(e, tuple) and e[0] == "load"]
+    assert events[:2] == ["free", ("trainers alive", 0)] and events[2] == loads[0] == ("load", EMBEDDED)
+    assert ("load", str(model_dir)) in loads
+    from simulate.roleplay.experiment import RunDir
+    cmp = RunDir(s["compare_run"])
+    assert cmp.path == (tmp_path / "sft" / "compare") and cmp.provenance()["finished"]
+    m = cmp.read_table("messages")
+    sizes = m.groupby(["source", "setup"]).size().to_dict()
+    assert set(sizes) == {("base", "next_message"), ("sft", "next_message"), ("human", "human")}
+    assert sizes[("base", "next_message")] == sizes[("sft", "next_message")] == sizes[("human", "human")]
+    cells = cmp.summary()["cells"]
+    assert {f"{a}/next_message/{ch}" for a in ("base", "sft") for ch in ("public", "private")} <= set(cells)
+    assert cmp.provenance()["models"]["sft"]["weights_sha256"] != cmp.provenance()["models"]["base"]["weights_sha256"]

@@ -218,7 +218,17 @@ class HFBackend:
             return torch.log_softmax(logits.float(), dim=-1).cpu()
 
     def close(self) -> None:
-        self.model = None
+        """Drop the model, the nnsight wrapper and layer map the interventions cache on it (the
+        wrapper points back at the model: a cycle only the collector frees) and the grammar cache,
+        then give the device memory back (``serving.device.free_device_memory``)."""
+        from serving.device import free_device_memory
+
+        model, self.model, self._grammars = getattr(self, "model", None), None, None
+        if model is not None:
+            for attr in ("_chorus_nnsight", "_chorus_layer_map"):
+                model.__dict__.pop(attr, None)
+            del model
+            free_device_memory()
 
 
 class _SeededSampler:

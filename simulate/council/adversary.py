@@ -1,7 +1,7 @@
 """The stealth adversary's compliance, measured from traces alone (BDA paper §F.2).
 
-The role itself is a prompt (``prompts/council_v1.yaml: adversary``) prepended to a persistent
-seat's system text, so the adversary sees everything a genuine member sees. Compliance:
+The role itself is a prompt (``prompts/council_v2.yaml: adversary``), the system message of a
+persistent seat, so the adversary sees everything a genuine member sees. Compliance:
 
 * ``anti_correct_r0``: share of adversary round-0 proposals whose answer is not the gold one;
 * ``anti_correct_maintained``: share of adversary seat-tasks whose held answer is not the gold

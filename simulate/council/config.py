@@ -99,7 +99,7 @@ class CouncilConfig(Strict):
     models: ModelsSpec = ModelsSpec()
     baselines: BaselineSpec = BaselineSpec()
     aggregate: AggregateSpec = AggregateSpec()
-    prompts: str = "council_v1"
+    prompts: str = "council_v2"
     judge: Optional[JudgeSpec] = Field(None, description="run the frozen judge pass at the end (default: off; "
                                                          "`chorus council judge RUN` runs it later)")
 

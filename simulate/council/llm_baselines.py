@@ -26,7 +26,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from simulate.council import prompts as pr
-from simulate.council.runner import Council, Seat, system_for, task_key
+from simulate.council.runner import Council, Seat, seat_for, task_key
 
 DIGITS = [str(d) for d in range(10)]
 _KEYS = {"moa_lite": 1, "moa": 2, "self_moa": 3, "argllms": 4}
@@ -156,7 +156,7 @@ def moa(councils, seats: Sequence[Seat], engines, synth: str, turns, P, *, root:
         for si, s in enumerate(seats):
             groups.setdefault((s.profile, c.task.candidates), []).append((i, si))
     for (profile, cands), reqs in groups.items():
-        convs = [pr.moa_layer_messages(councils[i].task.public(), system_for(councils[i], seats[si], P), layer1[i], P)
+        convs = [pr.moa_layer_messages(councils[i].task.public(), seat_for(councils[i], seats[si], P), layer1[i], P)
                  for i, si in reqs]
         outs = _envelopes(engines[profile], convs, cands, [_seed(root, "moa", councils[i], 1, si) for i, si in reqs], gen)
         for (i, _si), (tok, resp) in zip(reqs, outs):
@@ -193,7 +193,7 @@ def self_moa(councils, engines, profile: str, synth: str, P, *, root: int, gen, 
             c = councils[i]
             n_adv = n_attacked_samples(samples, len(c.adversaries), n_seats) if fair_attack else 0
             adv = pr.adversary_preamble(c.task, P) if j < n_adv else None
-            convs.append(pr.round0_messages(c.task.public(), pr.system_text(persona, P, adv), P))
+            convs.append(pr.round0_messages(c.task.public(), pr.seat_text(persona, P, adv), P))
         outs = _envelopes(engines[profile], convs, cands, [_seed(root, "self_moa", councils[i], 1, j) for i, j in reqs], gen)
         for (i, _j), (tok, r) in zip(reqs, outs):
             cost[i] += (*tok, 1)

@@ -1,8 +1,13 @@
-"""Prompt templates are data (prompts/council_v1.yaml); this module renders them and builds the
+"""Prompt templates are data (prompts/council_v2.yaml); this module renders them and builds the
 structured-output schemas. Pure: no model code. Honest prompts are rendered from
-``Task.public()`` only; ``adversary_preamble`` is the one place the correct answer enters."""
+``Task.public()`` only; ``adversary_preamble`` is the one place the correct answer enters.
+
+Layout: what the seats of a council share (task, candidates, transcript, instructions) comes
+first and the seat's own text (persona, name, a retry reason) last, so an engine's prefix cache
+computes the shared part once per council and round."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -10,7 +15,7 @@ from core.config import load_prompt_file
 from simulate.council.data import Task
 
 PROMPTS_DIR = Path(__file__).resolve().parent / "prompts"
-DEFAULT_PROMPTS = "council_v1"
+DEFAULT_PROMPTS = "council_v2"
 #: rubric levels of the round-0 confidence, weakest first
 RUBRIC = ("guess", "lean", "likely", "confident", "certain")
 FORCES = ("propose", "concede", "challenge")
@@ -51,22 +56,35 @@ def candidates_text(pub: dict[str, Any]) -> str:
 
 
 def adversary_preamble(task: Task, P: dict) -> str:
-    """The stealth role (BDA paper §F.2); it names the correct answer, so it is only ever prepended to an
-    adversarial seat's own system prompt (or to a baseline's generation under the fair attack)."""
+    """The stealth role (BDA paper §F.2); it names the correct answer, so it is only ever an
+    adversarial seat's own system message (or a baseline's under the fair attack)."""
     return P["adversary"].format(correct=task.candidate_text(task.gold))
 
 
-def system_text(persona: str, P: dict, adversary: str | None = None) -> str:
+@dataclass(frozen=True)
+class SeatText:
+    """What a seat is told about itself. ``persona`` ends its user turn (seats differ there, so it
+    follows everything they share); ``role``, the stealth role or None, is its system message,
+    prepended to the standard council prompt as in BDA §F.2."""
+
+    persona: str
+    role: str | None = None
+
+
+def seat_text(persona: str, P: dict, adversary: str | None = None) -> SeatText:
     if persona not in P["personas"]:
         raise KeyError(f"unknown persona {persona!r} (prompts define {', '.join(P['personas'])})")
-    base = P["personas"][persona]
-    return f"{adversary}\n\n{base}" if adversary else base
+    return SeatText(P["personas"][persona], adversary)
 
 
-def round0_messages(pub: dict[str, Any], system: str, P: dict) -> list[dict[str, str]]:
+def _seat_messages(seat: SeatText, user: str) -> list[dict[str, str]]:
+    return ([{"role": "system", "content": seat.role}] if seat.role else []) + [{"role": "user", "content": user}]
+
+
+def round0_messages(pub: dict[str, Any], seat: SeatText, P: dict) -> list[dict[str, str]]:
     user = P["round0"].format(question_block=task_text(pub, P), candidates=candidates_text(pub),
-                              rubric=P["rubric"])
-    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+                              rubric=P["rubric"], persona=seat.persona)
+    return _seat_messages(seat, user)
 
 
 def transcript_text(entries: Sequence[dict[str, Any]], P: dict) -> str:
@@ -83,14 +101,14 @@ def transcript_text(entries: Sequence[dict[str, Any]], P: dict) -> str:
     return "\n".join(lines)
 
 
-def move_messages(pub: dict[str, Any], system: str, me: str, entries: Sequence[dict[str, Any]],
+def move_messages(pub: dict[str, Any], seat: SeatText, me: str, entries: Sequence[dict[str, Any]],
                   positions: dict[str, str | None], P: dict, retry_reason: str | None = None) -> list[dict[str, str]]:
     pos = ", ".join(f"{a}: {p if p is not None else 'none'}" for a, p in positions.items())
     user = P["move"].format(question_block=task_text(pub, P), candidates=candidates_text(pub),
-                            transcript=transcript_text(entries, P), positions=pos, me=me)
+                            transcript=transcript_text(entries, P), positions=pos, persona=seat.persona, me=me)
     if retry_reason:
         user += "\n" + P["retry"].format(reason=retry_reason)
-    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+    return _seat_messages(seat, user)
 
 
 def envelope_schema(candidates: Sequence[str], max_chars: int = 200, with_evidence: bool = True) -> dict[str, Any]:
@@ -116,10 +134,10 @@ def responses_text(responses: Sequence[tuple[str, str]], P: dict) -> str:
                      for k, (a, t) in enumerate(responses))
 
 
-def moa_layer_messages(pub, system: str, responses, P: dict) -> list[dict[str, str]]:
+def moa_layer_messages(pub, seat: SeatText, responses, P: dict) -> list[dict[str, str]]:
     user = P["moa_layer"].format(question_block=task_text(pub, P), candidates=candidates_text(pub),
-                                 responses=responses_text(responses, P), rubric=P["rubric"])
-    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+                                 responses=responses_text(responses, P), rubric=P["rubric"], persona=seat.persona)
+    return _seat_messages(seat, user)
 
 
 def moa_synth_messages(pub, responses, P: dict) -> list[dict[str, str]]:

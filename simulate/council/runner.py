@@ -75,9 +75,9 @@ def make_councils(tasks: Sequence[Task], conditions: Sequence[tuple[str, Sequenc
             for name, adv in conditions for s in gen_seeds for t in tasks]
 
 
-def system_for(c: Council, seat: Seat, P: dict) -> str:
+def seat_for(c: Council, seat: Seat, P: dict) -> pr.SeatText:
     adv = pr.adversary_preamble(c.task, P) if seat.agent in c.adversaries else None
-    return pr.system_text(seat.persona, P, adv)
+    return pr.seat_text(seat.persona, P, adv)
 
 
 # -- parsing and legality ------------------------------------------------------------------------
@@ -214,12 +214,12 @@ def _open_round(councils: Sequence[Council], seats: Sequence[Seat], rnd: int, st
 
 def _conversation(t: _Turn, rnd: int, ask: _Ask) -> list[dict[str, str]]:
     c, s = t.council, t.seat
-    system = system_for(c, s, ask.P)
+    seat = seat_for(c, s, ask.P)
     pub = c.task.public()
     if rnd == 0:
-        return pr.round0_messages(pub, system, ask.P)
+        return pr.round0_messages(pub, seat, ask.P)
     pos = {a: c.position.get(a) for a in ask.agents}
-    return pr.move_messages(pub, system, s.agent, c.entries, pos, ask.P, retry_reason=t.last_reason)
+    return pr.move_messages(pub, seat, s.agent, c.entries, pos, ask.P, retry_reason=t.last_reason)
 
 
 def _ask_batch(batch: list[_Turn], profile: str, cands: tuple[str, ...], rnd: int, attempt: int, ask: _Ask,

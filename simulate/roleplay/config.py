@@ -107,6 +107,8 @@ class Training(Strict):
     logging_steps: int = Field(1, ge=1)
     bf16: Optional[bool] = Field(None, description="default: on a CUDA GPU with bf16")
     gradient_checkpointing: bool = Field(False, description="trade compute for memory (8B full fine-tuning)")
+    optim: Literal["adamw_torch_fused", "adamw_torch", "adafactor", "adamw_8bit", "paged_adamw_8bit"] = Field(
+        "adamw_torch_fused", description="transformers' optimizer name; the 8-bit ones need bitsandbytes")
 
 
 class SftData(Strict):

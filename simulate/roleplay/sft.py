@@ -4,14 +4,19 @@ The set: for every human message of the training split (posts, chat utterances, 
 the prompt is the participant's memory state built from the human history (the same renderer the
 simulations use) and the completion is the human's message; only on-topic targets are kept.
 Training: TRL's ``SFTTrainer`` on a conversational prompt-completion dataset with completion-only
-loss and the seed's settings (config ``training``); LoRA through peft as an option. The result is
-a full local model folder (a LoRA adapter is merged into the base with ``merge_and_unload`` and
-saved with the tokenizer, and the adapter itself is kept beside it), so every backend can load it:
-its path is a serving profile wherever a profile name is asked for, and ``register_as`` also adds
-it to the user's models.yaml."""
+loss and the seed's settings (config ``training``); LoRA through peft as an option. Before anything
+is loaded or written, ``sft_memory`` estimates the run's device memory (recorded in provenance and
+summary) and refuses a plan that does not fit the device in use (on CPU: the host's RAM); the
+trainer, its model and optimizer are released (``serving.device.free_device_memory``) before the
+comparison's engines load. The result is a full local model folder (a LoRA adapter is merged into
+the base with ``merge_and_unload`` and saved with the tokenizer, and the adapter itself is kept
+beside it), so every backend can load it: its path is a serving profile wherever a profile name is
+asked for, and ``register_as`` also adds it to the user's models.yaml."""
 from __future__ import annotations
 
+import json
 import os
+import weakref
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable
@@ -20,6 +25,7 @@ import pandas as pd
 
 from core.config import ConfigError
 from core.runs import RunDir, run_dir_path
+from serving.device import cuda_free_gib, free_device_memory
 from simulate.roleplay.config import SftConfig
 from simulate.roleplay.data import FIXTURE, Group, golden_mask, load_groups, select_split
 from simulate.roleplay.memory import build_memory
@@ -94,13 +100,12 @@ def _train_groups(cfg: SftConfig) -> tuple[str, list[Group], list]:
     return path, train_groups, excluded
 
 
-def _open_run(cfg: SftConfig, out: Path | None, P: dict, path: str, train_groups: list[Group], excluded: list,
-              base: Any, base_path: Path) -> RunDir:
-    out = run_dir_path(out, "sft", cfg.name)
+def _open_run(cfg: SftConfig, out: Path, P: dict, path: str, train_groups: list[Group], excluded: list,
+              base: Any, base_path: Path, memory: dict[str, Any]) -> RunDir:
     return RunDir.create(out, part="sft", config=cfg, seeds={"root": cfg.seed}, command="sft train",
                          prompts={"name": P["_name"], "sha256": P["_sha256"]},
                          data={"path": path, "n_train_groups": len(train_groups), "n_excluded_by_mask": len(excluded)},
-                         base_model={"profile": base.name, "path": str(base_path)})
+                         base_model={"profile": base.name, "path": str(base_path)}, memory_estimate=memory)
 
 
 def _classify_unlabelled(cfg: SftConfig, examples: list[dict], P: dict, run: RunDir, classifier_engine: Any
@@ -117,6 +122,8 @@ def _classify_unlabelled(cfg: SftConfig, examples: list[dict], P: dict, run: Run
                          P, max_tokens=cfg.classifier.max_tokens)
     if classifier_engine is None:
         eng.close()  # free the accelerator before training
+        del eng
+        free_device_memory()
     classified = {(t, x): o for t, x, o in zip(lab["topic"], lab["text"], lab["on_topic"])}
     run.write_table("target_labels", lab)
     return classified
@@ -173,22 +180,64 @@ def _write_sft_set(run: RunDir, examples: list[dict]) -> None:
                   {"target": ex["completion"][0]["content"]} for ex in examples]).pipe(lambda d: run.write_table("sft_set", d))
 
 
-def _trainer(lib: SimpleNamespace, cfg: SftConfig, base_path: Path, tok: Any, ds: Any, output_dir: Path,
-             progress: Callable[[int, int], None] | None) -> Any:
-    """TRL's ``SFTTrainer`` on ``ds`` with the config's settings (and LoRA through peft if enabled)."""
+def _training_args(lib: SimpleNamespace, cfg: SftConfig, output_dir: Path,
+                   progress: Callable[[int, int], None] | None) -> Any:
+    """TRL's ``SFTConfig`` with the config's settings (built before any model is loaded)."""
     torch = lib.torch
     cuda = torch.cuda.is_available()
     t = cfg.training
     bf16 = (cuda and torch.cuda.is_bf16_supported()) if t.bf16 is None else t.bf16
-    args = lib.TrlConfig(output_dir=str(output_dir), num_train_epochs=t.epochs, learning_rate=t.learning_rate,
+    return lib.TrlConfig(output_dir=str(output_dir), num_train_epochs=t.epochs, learning_rate=t.learning_rate,
                          per_device_train_batch_size=t.per_device_batch_size,
                          gradient_accumulation_steps=t.gradient_accumulation_steps,
                          max_steps=t.max_steps or -1, max_length=t.max_length, completion_only_loss=True,
                          logging_steps=t.logging_steps, save_strategy="no", report_to=[], seed=cfg.seed,
                          data_seed=cfg.seed, bf16=bf16, use_cpu=not cuda, lr_scheduler_type=t.lr_scheduler,
                          warmup_steps=t.warmup_ratio, weight_decay=t.weight_decay, dataloader_num_workers=0,
-                         disable_tqdm=progress is not None, gradient_checkpointing=t.gradient_checkpointing)
-    model = lib.AutoModelForCausalLM.from_pretrained(str(base_path), dtype=torch.bfloat16 if bf16 else torch.float32)
+                         disable_tqdm=progress is not None, gradient_checkpointing=t.gradient_checkpointing,
+                         optim=t.optim)
+
+
+def _memory_check(lib: SimpleNamespace, cfg: SftConfig, base_path: Path, args: Any) -> dict[str, Any]:
+    """The run's memory estimate against the device in use (CUDA: device 0's total memory; CPU: the
+    host's total RAM, where CPU training holds the same tensors). Refuses, naming every size and the
+    alternatives' estimates, when it does not fit. Returns the record for provenance and summary."""
+    import importlib.util
+
+    from serving.memory import GIB, MemoryPlanError, parameter_count
+    from simulate.roleplay.config import load
+    from simulate.roleplay.sft_memory import BNB_OPTIMIZERS, decide, settings_for
+    t = cfg.training
+    if t.optim in BNB_OPTIMIZERS and importlib.util.find_spec("bitsandbytes") is None:
+        raise ConfigError(f"training.optim = {t.optim!r} needs bitsandbytes, which is not installed (it is not a "
+                          "chorus dependency); use adamw_torch_fused or adafactor")
+    import trl.trainer.utils as trl_utils
+    # the model loads in bf16 when training in bf16, else fp32 (_trainer); TRL >= 1.16 fuses the LM head
+    s = settings_for(cfg, dtype="bfloat16" if args.bf16 else "float32",
+                     fused_lm_head=hasattr(trl_utils, "add_fused_lm_head"))
+    torch = lib.torch
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        device, device_gib = f"cuda:0 ({props.name})", props.total_memory / GIB
+    else:
+        import psutil
+        device, device_gib = "host RAM (CPU training)", psutil.virtual_memory().total / GIB
+    try:
+        n = parameter_count(base_path)
+    except MemoryPlanError:  # no safetensors (e.g. .bin weights): the config's closed form
+        n = None
+    est = decide(json.loads((base_path / "config.json").read_text()), s, device, device_gib,
+                 n_params=n, lora=settings_for(load("lora", SftConfig, part="sft")))
+    return {"device": device, "device_gib": round(device_gib, 3), "fits": True, "total_gib": round(est.total_gib, 3),
+            "estimate": est.to_dict()}
+
+
+def _trainer(lib: SimpleNamespace, cfg: SftConfig, base_path: Path, tok: Any, ds: Any, args: Any,
+             progress: Callable[[int, int], None] | None) -> Any:
+    """TRL's ``SFTTrainer`` on ``ds`` with ``args`` (and LoRA through peft if enabled)."""
+    torch = lib.torch
+    model = lib.AutoModelForCausalLM.from_pretrained(str(base_path),
+                                                     dtype=torch.bfloat16 if args.bf16 else torch.float32)
     peft_config = None
     if cfg.lora.enabled:
         from peft import LoraConfig
@@ -212,9 +261,8 @@ def _save_model(cfg: SftConfig, trainer: Any, tok: Any, run: RunDir) -> Path:
 
 
 def _write_results(cfg: SftConfig, run: RunDir, trainer: Any, result: Any, model_dir: Path, n_examples: int,
-                   counts: dict[str, int], n_train_groups: int, progress: Callable[[int, int], None] | None
-                   ) -> dict[str, Any]:
-    """Train log, summary, optional registration and comparison run; finishes the run directory."""
+                   counts: dict[str, int], n_train_groups: int, memory: dict[str, Any]) -> dict[str, Any]:
+    """Train log, summary (with the memory estimate) and optional registration."""
     from serving.profiles import get_profile
     log = pd.DataFrame([r for r in trainer.state.log_history if "loss" in r])
     run.write_table("train_log", log)
@@ -227,16 +275,46 @@ def _write_results(cfg: SftConfig, run: RunDir, trainer: Any, result: Any, model
                "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None,
                "train_runtime_s": result.metrics.get("train_runtime"),
                "steps_per_second": result.metrics.get("train_steps_per_second"),
-               "settings": cfg.training.model_dump()}
+               "settings": cfg.training.model_dump(), "memory_estimate": memory}
     if cfg.register_as:
         summary["registered_as"] = register_profile(cfg.register_as, model_dir, family=get_profile(cfg.base.profile).family)
     run.update_provenance(trained_model={"path": str(model_dir.resolve())})
     run.write_summary(summary)
-    if cfg.compare:
-        summary["compare_run"] = str(compare(cfg, model_dir, run.path / "compare", progress=progress))
-        run.write_summary(summary)
-    run.finish()
     return summary
+
+
+def _train(lib: SimpleNamespace, cfg: SftConfig, base_path: Path, tok: Any, ds: Any, args: Any, run: RunDir,
+           progress: Callable[[int, int], None] | None, n_info: tuple[int, dict[str, int], int], memory: dict[str, Any]
+           ) -> tuple[Path, dict[str, Any], list[weakref.ref]]:
+    """Train, save, write the results; the trainer lives only in this frame, so returning drops it.
+    Returns weak references to its model and optimizer, to check that they are gone."""
+    trainer = _trainer(lib, cfg, base_path, tok, ds, args, progress)
+    result = trainer.train()
+    model_dir = _save_model(cfg, trainer, tok, run)
+    summary = _write_results(cfg, run, trainer, result, model_dir, *n_info, memory)
+    refs = [weakref.ref(trainer.model), weakref.ref(trainer.optimizer)]
+    trainer.accelerator.free_memory()  # accelerate's own hold on the prepared model, optimizer and scheduler
+    return model_dir, summary, refs
+
+
+def _release(refs: list[weakref.ref]) -> dict[str, Any]:
+    """Give the device back once the trainer is out of scope: collect it and empty the cache."""
+    free_device_memory()
+    out: dict[str, Any] = {"model_freed": refs[0]() is None, "optimizer_freed": refs[1]() is None}
+    free = cuda_free_gib()
+    if free is not None:
+        import torch
+        out |= {"cuda_free_gib": round(free[0], 3), "cuda_total_gib": round(free[1], 3),
+                "cuda_allocated_gib": round(torch.cuda.memory_allocated() / 1024 ** 3, 3)}
+    return out
+
+
+def _check_released(released: dict[str, Any]) -> None:
+    # the comparison's engines need the device the trainer held: a leak would fail them later, unclearly
+    if not (released["model_freed"] and released["optimizer_freed"]) or released.get("cuda_allocated_gib", 0.0) > 1.0:
+        raise RuntimeError(f"the trained model is saved, but the trainer's memory was not released before the "
+                           f"comparison ({released}); run the comparison separately: chorus roleplay run CONFIG "
+                           "with the model folder as a profile")
 
 
 def train_sft(cfg: SftConfig, out: Path | None = None, *, progress: Callable[[int, int], None] | None = None,
@@ -246,18 +324,26 @@ def train_sft(cfg: SftConfig, out: Path | None = None, *, progress: Callable[[in
     path, train_groups, excluded = _train_groups(cfg)
     base = get_profile(cfg.base.profile)
     base_path = base.require()  # fails before any training
-    run = _open_run(cfg, out, P, path, train_groups, excluded, base, base_path)
+    lib = _training_stack()
+    run_path = run_dir_path(out, "sft", cfg.name)
+    args = _training_args(lib, cfg, run_path / "trainer", progress)
+    memory = _memory_check(lib, cfg, base_path, args)  # refuses before any model load or run directory
+    run = _open_run(cfg, run_path, P, path, train_groups, excluded, base, base_path, memory)
     examples, counts = _on_topic_examples(cfg, train_groups, P, run, classifier_engine)
 
-    lib = _training_stack()
     tok = _tokenizer(lib, cfg, base_path)
     examples = _fit_max_length(examples, counts, tok, cfg.training.max_length)
     _write_sft_set(run, examples)
     ds = lib.Dataset.from_list([{"prompt": ex["prompt"], "completion": ex["completion"]} for ex in examples])
-    trainer = _trainer(lib, cfg, base_path, tok, ds, run.path / "trainer", progress)
-    result = trainer.train()
-    model_dir = _save_model(cfg, trainer, tok, run)
-    summary = _write_results(cfg, run, trainer, result, model_dir, len(examples), counts, len(train_groups), progress)
+    model_dir, summary, refs = _train(lib, cfg, base_path, tok, ds, args, run, progress,
+                                      (len(examples), counts, len(train_groups)), memory)
+    summary["released_before_compare"] = _release(refs)
+    run.write_summary(summary)
+    if cfg.compare:
+        _check_released(summary["released_before_compare"])
+        summary["compare_run"] = str(compare(cfg, model_dir, run.path / "compare", progress=progress))
+        run.write_summary(summary)
+    run.finish()
     return run, summary
 
 

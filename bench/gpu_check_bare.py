@@ -1,0 +1,544 @@
+"""The GPU check for a bare GPU machine: no vLLM, no registry, the machine's own python3.
+
+    .venv/bin/python scripts/bare_wheels.py            # here: the missing wheels into .whl/ (< 60 MiB)
+    # there, in the source tree with .whl/ beside it, in one command:
+    python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
+    PYTHONPATH=/tmp/site:. python3 bench/gpu_check_bare.py --out DIR     # full size, < 8 min
+    .venv/bin/python bench/gpu_check_bare.py --tiny --out DIR              # anywhere (CI, CPU): tiny sizes
+
+Per paper architecture (Llama-3.1-8B first; Gemma-4-E4B, then Qwen3.5-9B while the budget
+lasts, else recorded as skipped), in its own process: a full-size dummy folder drawn on the GPU
+in bf16 (``serving.dummy``), then on the transformers backend in bf16 the rehearsal's own paths
+(``chorus.rehearse``: load, batched chat, JSON output, choices, option log-probs, knockout
+against a plain pass, residual patch, probe activations), the knockout's cost over a plain pass,
+the engine's close, one LoRA step (peft and a torch optimizer on a second load of the engine),
+the load/close/load cycle (free device memory back within 1 GiB after each close) and the memory
+planner's decision for a vLLM + transformers pool of the model, checked against what the
+transformers copy measured. Every step records status, seconds, peak memory and its numbers in
+one JSON, ``DIR/gpu-check-bare.json``, rewritten after every step (a kill keeps what finished);
+the children's output goes to ``DIR/gpu-check-bare.log``. Exit 1 when a step failed.
+
+Nothing here imports vLLM, TRL, datasets or pyarrow (tests/test_gpu_check.py proves it), and the
+module's top imports the standard library only, so a missing wheel is one clear line.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.metadata as md
+import importlib.util
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+GIB = 2 ** 30
+REPORT = "gpu-check-bare.json"
+LOG = "gpu-check-bare.log"
+ALIASES = {"llama": "llama-3.1-8b-instruct", "gemma": "gemma-4-e4b-it", "qwen": "qwen3.5-9b"}
+ORDER = ["llama-3.1-8b-instruct", "gemma-4-e4b-it", "qwen3.5-9b"]  # the 8B first; then by size
+# Seconds a model needs on an H200 at full size (estimates: the 15-18 GB folder written once and
+# loaded twice dominate). A model is started only while that much of the budget is left.
+MODEL_NEED_S = {"llama-3.1-8b-instruct": 240, "gemma-4-e4b-it": 220, "qwen3.5-9b": 260}
+TINY_NEED_S = 20
+# per step, full size (tiny: 2 s): a step starts only while its need is left before the model's deadline
+STEP_NEED_S = {"build": 60, "hf.load": 40, "knockout.cost": 15, "sft.lora_step": 50}
+PATH_NEED_S = 10
+REHEARSE_PATHS = ["hf.load", "hf.chat", "hf.json_schema", "hf.choice", "hf.option_logprobs", "hf.knockout",
+                  "hf.patch", "hf.probe"]
+CYCLE_TOL_GIB = 1.0
+NOMINAL_DEVICE_GIB = 80.0  # no CUDA (the tiny run): plan for an H100, reported, not checked
+# what the bare check imports; a missing one is named before anything runs
+NEEDED = {"torch": "torch", "transformers": "transformers", "peft": "peft", "yaml": "pyyaml", "psutil": "psutil",
+          "pydantic": "pydantic", "jsonschema": "jsonschema", "nnsight": "nnsight", "xgrammar": "xgrammar",
+          "numpy": "numpy", "pandas": "pandas"}
+VERSIONS = ["torch", "transformers", "peft", "accelerate", "nnsight", "xgrammar", "pydantic", "numpy", "safetensors",
+            "tokenizers", "jsonschema"]
+
+
+# -- what machine this is (stdlib, torch optional: shared with bench/gpu_check.py) -----------------
+def nvidia_smi() -> dict[str, Any]:
+    """The driver and GPU as nvidia-smi reports them (independent of torch: an old driver shows here)."""
+    try:
+        p = subprocess.run(["nvidia-smi", "--query-gpu=driver_version,name,memory.total", "--format=csv,noheader"],
+                           capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return {"nvidia_smi": f"not run: {type(err).__name__}"}
+    if p.returncode != 0:
+        return {"nvidia_smi": f"exit {p.returncode}: {(p.stderr or p.stdout).strip()[:200]}"}
+    first = p.stdout.strip().splitlines()[0] if p.stdout.strip() else ""
+    parts = [x.strip() for x in first.split(",")]
+    return {"driver": parts[0] if parts else None, "smi_gpu": parts[1] if len(parts) > 1 else None,
+            "smi_memory": parts[2] if len(parts) > 2 else None}
+
+
+def device_info() -> dict[str, Any]:
+    info: dict[str, Any] = {"python": platform.python_version(), "host": platform.node()}
+    try:
+        import torch
+    except ImportError:
+        info["torch"] = None
+    else:
+        info.update(torch=torch.__version__, cuda_build=torch.version.cuda, cuda_available=torch.cuda.is_available())
+        if torch.cuda.is_available():
+            p = torch.cuda.get_device_properties(0)
+            info.update(gpu=p.name, gpu_gib=round(p.total_memory / GIB, 2), capability=f"{p.major}.{p.minor}",
+                        gpus=torch.cuda.device_count())
+    info.update(nvidia_smi())
+    return info
+
+
+def header_line(info: dict[str, Any]) -> str:
+    gpu = info.get("gpu") or info.get("smi_gpu") or "no GPU seen"
+    mem = f" ({info['gpu_gib']} GiB)" if info.get("gpu_gib") else ""
+    drv = info.get("driver") or info.get("nvidia_smi") or "unknown"
+    return (f"torch {info.get('torch')} (CUDA build {info.get('cuda_build')}, available: {info.get('cuda_available')})"
+            f" | driver {drv} | GPU {gpu}{mem} | python {info['python']}")
+
+
+def versions() -> dict[str, str | None]:
+    out = {}
+    for n in VERSIONS:
+        try:
+            out[n] = md.version(n)
+        except md.PackageNotFoundError:
+            out[n] = None
+    return out
+
+
+# -- the report, shared by the parent and its children (one writer at a time) -----------------------
+def save(path: Path, report: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(report, indent=2, default=str))
+    os.replace(tmp, path)  # a kill mid-write never leaves half a file
+
+
+def _cuda():
+    import torch
+    return torch if torch.cuda.is_available() else None
+
+
+def _mem() -> dict[str, float]:
+    """Free and total device memory (the driver's view), and what PyTorch holds."""
+    torch = _cuda()
+    if torch is None:
+        return {}
+    free, total = torch.cuda.mem_get_info()
+    return {"free_gib": round(free / GIB, 3), "total_gib": round(total / GIB, 3),
+            "allocated_gib": round(torch.cuda.memory_allocated() / GIB, 3),
+            "reserved_gib": round(torch.cuda.memory_reserved() / GIB, 3)}
+
+
+# -- one model, in a child process ----------------------------------------------------------------------
+class Model:
+    """The child's run of one architecture: its steps, written into the shared report after each."""
+
+    def __init__(self, arch: str, report_path: Path, work: Path, deadline: float, tiny: bool):
+        self.arch, self.report_path, self.work, self.deadline, self.tiny = arch, report_path, work, deadline, tiny
+        self.steps: list[dict[str, Any]] = []
+        self.mem: dict[str, Any] = {}  # device memory at the cycle's points
+        self.folder: Path | None = None
+
+    def write(self, running: str | None = None) -> None:
+        rep = json.loads(self.report_path.read_text())
+        rep["steps"] = [s for s in rep["steps"] if s.get("model") != self.arch] + self.steps
+        m = rep["models"].setdefault(self.arch, {})
+        m["running"] = running
+        save(self.report_path, rep)
+
+    def need(self, name: str) -> float:
+        return 2.0 if self.tiny else STEP_NEED_S.get(name, PATH_NEED_S)
+
+    def over_budget(self, name: str) -> str | None:
+        left = self.deadline - time.time()
+        if left < self.need(name):
+            return f"budget: {left:.0f} s left before this model's deadline, the step needs ~{self.need(name):.0f} s"
+        return None
+
+    def skip(self, name: str, why: str) -> dict[str, Any]:
+        rec = {"model": self.arch, "step": name, "status": "skipped", "error": why}
+        self.steps.append(rec)
+        self.write()
+        return rec
+
+    def run(self, name: str, fn: Callable[[], dict[str, Any]], always: bool = False) -> dict[str, Any]:
+        """Run one step (one of ours) unless the model's budget cannot hold it (``always``: a close)."""
+        from chorus.rehearse import CheckFailed, Skip, _err, _PeakRSS, _where
+        why = None if always else self.over_budget(name)
+        if why:
+            return self.skip(name, why)
+        rec: dict[str, Any] = {"model": self.arch, "step": name}
+        self.write(running=name)
+        torch = _cuda()
+        if torch is not None:
+            torch.cuda.reset_peak_memory_stats()
+        t0 = time.perf_counter()
+        with _PeakRSS() as rss:
+            try:
+                rec.update(status="pass", detail=fn())
+            except Skip as why:
+                rec.update(status="skipped", error=str(why)[:500])
+            except CheckFailed as err:
+                rec.update(status="fail", detail=err.detail, error=_err(err), where=_where(err))
+            except Exception as err:  # one step's failure never stops the others
+                rec.update(status="fail", error=_err(err), where=_where(err))
+        rec["seconds"] = round(time.perf_counter() - t0, 2)
+        rec["peak_rss_gib"] = round(rss.peak / GIB, 3)
+        if torch is not None:
+            rec["peak_gpu_gib"] = round(torch.cuda.max_memory_allocated() / GIB, 3)
+        self.steps.append(rec)
+        print(f"{self.arch} {name}: {rec['status']} {rec['seconds']} s {rec.get('error', '')[:200]}", flush=True)
+        self.write()
+        return rec
+
+    def skip_rest(self, names: list[str], why: str) -> None:
+        for n in names:
+            self.skip(n, why)
+
+
+def _standin_tokenizer(work: Path) -> str | None:
+    """Where the embedded model is not prepared (the bare machine), point its profile at a folder
+    holding only its tokenizer (carried in .whl/): ``serving.dummy`` reads nothing else of it."""
+    from serving.profiles import DEFAULT_PROFILE, get_profile
+    prof = get_profile(DEFAULT_PROFILE)
+    if prof.status()[0]:
+        return None
+    src = ROOT / ".whl" / "standin-tokenizer"
+    if not (src / "tokenizer.json").is_file():
+        raise RuntimeError(f"no stand-in tokenizer: {prof.status()[1]}, and {src}/tokenizer.json is missing "
+                           f"(run scripts/bare_wheels.py where the embedded model is prepared)")
+    out = work / "standin-tokenizer"
+    out.mkdir(parents=True, exist_ok=True)
+    for f in src.iterdir():
+        shutil.copy(f, out / f.name)
+    # the profile's folder check wants a weights file; an empty safetensors stands for it
+    (out / "model.safetensors").write_bytes(len(b"{}").to_bytes(8, "little") + b"{}")
+    os.environ[prof.env_var] = str(out)
+    return str(out)
+
+
+def _build(m: Model) -> dict[str, Any]:
+    from serving.device import free_device_memory
+    from serving.dummy import PATTERN_PERIOD, build_dummy
+    standin = _standin_tokenizer(m.work)
+    t0 = time.perf_counter()
+    kw: dict[str, Any] = ({"layers": PATTERN_PERIOD[m.arch], "narrow_by": 16} if m.tiny else
+                          {"layers": None, "device": "cuda" if _cuda() is not None else "cpu"})
+    m.folder = build_dummy(m.arch, m.work / m.arch, dtype="bfloat16", **kw)
+    free_device_memory()  # the drawn weights' blocks: the cycle's baseline is an empty device
+    meta = json.loads((m.folder / "chorus_dummy.json").read_text())
+    size = sum(f.stat().st_size for f in m.folder.glob("*.safetensors"))
+    m.mem["before_load"] = _mem()
+    return {"build_s": round(time.perf_counter() - t0, 1), "layers": meta["layers"], "full_layers": meta["full_layers"],
+            "parameters": meta["parameters"], "weights_on_disk_gib": round(size / GIB, 3),
+            "standin_tokenizer": standin or "the embedded model's", "device": kw.get("device", "cpu"),
+            "memory": m.mem["before_load"]}
+
+
+def _knockout_cost(r: Any) -> dict[str, Any]:
+    """Knockout in every maskable layer against the plain readout, same batch, interleaved medians."""
+    import statistics
+    import warnings
+
+    from chorus.rehearse import KO_CHAT, OPTIONS, PEER
+    from interventions import knockout
+    eng = r.engine("hf")
+    chats = KO_CHAT * 4
+    start = KO_CHAT[0][0]["content"].index(PEER)
+    target = (0, start, start + len(PEER))
+    plain = lambda: knockout.option_logprobs(eng, chats, OPTIONS, None)
+    ko = lambda: knockout.option_logprobs(eng, chats, OPTIONS, target, layers="all", queries="after")
+    times: dict[str, list[float]] = {"plain": [], "knockout": []}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a hybrid names its recurrent layers once per call
+        plain(), ko()  # warm-up
+        for _ in range(3):
+            for k, f in (("plain", plain), ("knockout", ko)):
+                t0 = time.perf_counter()
+                f()  # returns floats: the device has finished
+                times[k].append(time.perf_counter() - t0)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    return {"rows": len(chats), "plain_s": round(med["plain"], 4), "knockout_s": round(med["knockout"], 4),
+            "ratio_knockout_vs_plain": round(med["knockout"] / med["plain"], 3), "dtype": eng.dtype}
+
+
+def _loaded(m: Model) -> None:
+    m.mem["loaded"] = _mem()
+
+
+def _close(m: Model, r: Any) -> dict[str, Any]:
+    r.release("hf")  # the rehearsal's own close: engine.close(), then its collect and cache release
+    m.mem["after_close"] = _mem()
+    return {"memory": m.mem["after_close"], **_returned(m, "after_close")}
+
+
+def _returned(m: Model, key: str) -> dict[str, Any]:
+    a, b = m.mem.get("before_load", {}), m.mem.get(key, {})
+    if "free_gib" not in a or "free_gib" not in b:
+        return {"free_back_checked": False}
+    gap = round(a["free_gib"] - b["free_gib"], 3)
+    if gap > CYCLE_TOL_GIB:
+        from chorus.rehearse import CheckFailed
+        raise CheckFailed(f"{gap:.2f} GiB of device memory not given back at {key} (tolerance {CYCLE_TOL_GIB})",
+                          {"memory": b, "not_returned_gib": gap})
+    return {"free_back_checked": True, "not_returned_gib": gap}
+
+
+def _lora_step(m: Model) -> dict[str, Any]:
+    """One LoRA step on a second load of the engine (the load/close/load cycle's second load):
+    peft adapters on every linear layer (the shipped LoRA config's), completion-only loss,
+    gradient checkpointing, AdamW; then the engine is closed and the device checked again."""
+    import math
+
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    from serving import load_engine
+    eng = load_engine(str(m.folder), "hf", dtype="bfloat16" if _cuda() is not None else None)
+    try:
+        m.mem["second_load"] = _mem()
+        model, tok = eng.backend.model, eng.tokenizer
+        reply = " ".join(["The river bends past the old mill and the bridge."] * (2 if m.tiny else 24))
+        prompt = eng.render([{"role": "user", "content": "Write about the river."}]).ids
+        answer = tok(reply, add_special_tokens=False)["input_ids"] + [eng.backend.eos_ids[0]]
+        ids = torch.tensor([prompt + answer] * 2, device=eng.backend.device)
+        labels = ids.clone()
+        labels[:, :len(prompt)] = -100  # completion-only: the prompt is context, not target
+        model.train()
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        pm = get_peft_model(model, LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, target_modules="all-linear",
+                                              task_type="CAUSAL_LM"))
+        trainable = [p for p in pm.parameters() if p.requires_grad]
+        lora_b = [p for n, p in pm.named_parameters() if "lora_B" in n]
+        opt = torch.optim.AdamW(trainable, lr=1e-4)
+        t0 = time.perf_counter()
+        loss = pm(input_ids=ids, labels=labels).loss
+        loss.backward()
+        grad = float(torch.nn.utils.clip_grad_norm_(trainable, 1e9))
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        step_s = time.perf_counter() - t0
+        moved = float(sum(p.detach().abs().sum() for p in lora_b))  # lora_B starts at zero
+        d = {"tokens": int(ids.numel()), "prompt_tokens": len(prompt), "loss": round(float(loss.detach()), 4),
+             "grad_norm": round(grad, 4), "trainable": sum(p.numel() for p in trainable),
+             "of": sum(p.numel() for p in pm.parameters()), "lora_b_abs_sum": moved, "step_s": round(step_s, 3),
+             "memory_loaded": m.mem["second_load"]}
+        del loss, opt, trainable, lora_b, pm, model
+    finally:
+        from serving.device import free_device_memory
+        eng.close()
+        free_device_memory()  # the optimizer's and autograd's blocks are ours to give back, not the engine's
+        m.mem["after_second_close"] = _mem()
+    d["memory_after_close"] = m.mem["after_second_close"]
+    from chorus.rehearse import _check
+    return _check(math.isfinite(d["loss"]) and math.isfinite(d["grad_norm"]) and d["lora_b_abs_sum"] > 0,
+                  "the LoRA step did not move the adapters with a finite loss", d)
+
+
+def _cycle(m: Model) -> dict[str, Any]:
+    from chorus.rehearse import CheckFailed
+    d: dict[str, Any] = {k: m.mem.get(k) for k in ("before_load", "loaded", "after_close", "second_load",
+                                                   "after_second_close")}
+    if "free_gib" not in (m.mem.get("before_load") or {}):
+        return {**d, "checked": False, "why": "no CUDA device: free device memory is not measured here"}
+    gaps = {k: round(m.mem["before_load"]["free_gib"] - m.mem[k]["free_gib"], 3)
+            for k in ("after_close", "after_second_close") if m.mem.get(k)}
+    d.update(checked=True, not_returned_gib=gaps, tolerance_gib=CYCLE_TOL_GIB)
+    if len(gaps) < 2:
+        raise CheckFailed(f"the cycle did not complete (closes measured: {sorted(gaps)})", d)
+    bad = {k: v for k, v in gaps.items() if v > CYCLE_TOL_GIB}
+    if bad:
+        raise CheckFailed(f"device memory not given back within {CYCLE_TOL_GIB} GiB: {bad}", d)
+    return d
+
+
+def _plan(m: Model) -> dict[str, Any]:
+    """``serving.memory.plan_memory`` for a vLLM + transformers pool of this model on this device,
+    against what the transformers copy measured: its resident weights and its peak."""
+    from chorus.rehearse import CheckFailed
+    from serving.memory import MemoryPlanError, plan_memory, weights_gib
+    cuda = _cuda() is not None
+    dtype = "bfloat16" if cuda else "float32"
+    planned_w = weights_gib(m.folder, dtype)
+    loaded = m.mem.get("loaded") or {}
+    device = loaded.get("total_gib") or NOMINAL_DEVICE_GIB
+    try:
+        plan = plan_memory(device, planned_w, hf_copy=True)
+    except MemoryPlanError as err:
+        raise CheckFailed(str(err), {"device_gib": device, "weights_gib": planned_w}) from None
+    d: dict[str, Any] = {"plan": plan.to_dict(), "planned_weights_gib": round(planned_w, 3)}
+    if not cuda:
+        return {**d, "checked": False, "why": f"no CUDA device: planned for a nominal {NOMINAL_DEVICE_GIB} GiB device"}
+    peaks = [s.get("peak_gpu_gib") or 0.0 for s in m.steps if s["step"].startswith("hf.") or s["step"] == "knockout.cost"]
+    before = m.mem["before_load"]
+    # what the copy takes from the driver: its peak tensors plus the allocator's slack at load
+    slack = max(0.0, (before["free_gib"] - loaded["free_gib"]) - loaded["allocated_gib"])
+    peak = max(peaks, default=0.0) + slack
+    # CUDA contexts (this process's and the parent's) and whatever else holds the device
+    context = before["total_gib"] - before["free_gib"] - before["reserved_gib"]
+    d.update(resident_weights_gib=loaded["allocated_gib"], allocator_slack_gib=round(slack, 3),
+             cuda_context_gib=round(context, 3), hf_peak_device_gib=round(peak, 3),
+             vllm_reserves_gib=round(plan.gpu_memory_utilization * device, 3), checked=True)
+    problems = []
+    # one-sided: a text-only load (Qwen3.5 leaves its vision tower on disk) holds less than the files
+    if loaded["allocated_gib"] > 1.03 * planned_w + 0.25:
+        problems.append(f"resident weights {loaded['allocated_gib']:.2f} GiB, over the planned {planned_w:.2f} GiB")
+    if peak > plan.hf_gib:
+        problems.append(f"the transformers copy peaked at {peak:.2f} GiB, over the planned {plan.hf_gib:.2f} GiB")
+    if plan.action == "share" and plan.gpu_memory_utilization * device + peak + context > device:
+        problems.append(f"vLLM's {plan.gpu_memory_utilization:.3f} share, the copy's {peak:.2f} GiB and "
+                        f"{context:.2f} GiB of CUDA context exceed the device's {device:.2f} GiB")
+    if problems:
+        raise CheckFailed("; ".join(problems), d)
+    return d
+
+
+def run_model(arch: str, report_path: Path, work: Path, deadline: float, tiny: bool) -> None:
+    import tempfile as _tf
+
+    from chorus.rehearse import _Rehearsal, _run_path
+    m = Model(arch, report_path, work, deadline, tiny)
+    later = [*REHEARSE_PATHS, "knockout.cost", "hf.close", "sft.lora_step", "memory.cycle", "memory.plan"]
+    try:
+        if m.run("build", lambda: _build(m))["status"] != "pass":
+            return m.skip_rest(later, "no model folder (build failed)")
+        dtype = "bfloat16" if _cuda() is not None else None
+        with _tf.TemporaryDirectory(prefix="chorus-bare-") as tmp:
+            r = _Rehearsal(str(m.folder.resolve()), m.folder, dtype, Path(tmp))
+            try:
+                for name in REHEARSE_PATHS:  # the rehearsal's own paths, on one engine it loads once
+                    why = m.over_budget(name)
+                    if why:
+                        m.skip(name, why)
+                        continue
+                    m.write(running=name)
+                    rec = {"model": arch, "step": name, **_run_path(name, r)}
+                    rec.pop("path", None)
+                    m.steps.append(rec)
+                    if name == "hf.load" and rec["status"] == "pass":
+                        _loaded(m)
+                        rec["detail"]["memory"] = m.mem["loaded"]
+                    print(f"{arch} {name}: {rec['status']} {rec['seconds']} s {rec.get('error', '')[:200]}", flush=True)
+                    m.write()
+                m.run("knockout.cost", lambda: _knockout_cost(r))
+            finally:
+                m.run("hf.close", lambda: _close(m, r), always=True)
+        m.run("sft.lora_step", lambda: _lora_step(m))
+        m.run("memory.cycle", lambda: _cycle(m))
+        m.run("memory.plan", lambda: _plan(m))
+    finally:
+        if m.folder is not None:
+            shutil.rmtree(m.folder, ignore_errors=True)  # 15-18 GB: the next model needs the disk
+        m.write()
+
+
+# -- the parent -------------------------------------------------------------------------------------------
+def missing_packages() -> list[str]:
+    return [dist for mod, dist in NEEDED.items() if importlib.util.find_spec(mod) is None]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", type=Path, required=True, help="folder for gpu-check-bare.json and its log")
+    ap.add_argument("--tiny", action="store_true", help="tiny sizes on any machine (CI, CPU)")
+    ap.add_argument("--budget-s", type=float, default=450.0, help="wall-clock budget for all models (default 450)")
+    ap.add_argument("--models", default="llama,gemma,qwen", help="comma-separated: llama, gemma, qwen")
+    ap.add_argument("--work", type=Path, default=None, help="where the dummy folders go (default: a temp folder)")
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--deadline", type=float, default=None, help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.child:
+        run_model(a.child, a.out / REPORT, a.work, a.deadline, a.tiny)
+        return 0
+    t_all = time.time()
+    info = device_info()
+    print(header_line(info), flush=True)  # first: what the numbers below were measured on
+    models = []
+    for x in a.models.split(","):
+        x = x.strip()
+        if x not in ALIASES and x not in ORDER:
+            print(f"gpu_check_bare: unknown model {x!r}: choose from {', '.join(ALIASES)}", file=sys.stderr)
+            return 2
+        models.append(ALIASES.get(x, x))
+    missing = missing_packages()
+    if missing:
+        print(f"gpu_check_bare: missing packages {', '.join(missing)}: install the carried wheels first "
+              f"(python3 -m pip install --no-index --no-deps --target /tmp/site .whl/*.whl; "
+              f"PYTHONPATH=/tmp/site:.)", file=sys.stderr)
+        return 2
+    if not a.tiny and not info.get("cuda_available"):
+        print(f"gpu_check_bare: torch sees no CUDA device ({header_line(info)}); use --tiny on a CPU", file=sys.stderr)
+        return 2
+    a.out.mkdir(parents=True, exist_ok=True)
+    report_path = a.out / REPORT
+    report: dict[str, Any] = {"check": "gpu-check-bare", "command": " ".join(sys.argv), "tiny": a.tiny,
+                              "budget_s": a.budget_s, "device": info, "versions": versions(), "models": {},
+                              "steps": []}
+    save(report_path, report)
+    work = a.work or Path(tempfile.mkdtemp(prefix="chorus-gpu-check-bare-"))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+           "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
+    try:
+        with open(a.out / LOG, "a") as log:
+            for arch in sorted(models, key=ORDER.index):
+                left = a.budget_s - (time.time() - t_all)
+                need = TINY_NEED_S if a.tiny else MODEL_NEED_S[arch]
+                report = json.loads(report_path.read_text())
+                if left < need:
+                    report["models"][arch] = {"status": "skipped", "reason": f"budget: {left:.0f} s left, needs ~{need} s"}
+                    save(report_path, report)
+                    print(f"{arch}: skipped ({left:.0f} s left, needs ~{need} s)", flush=True)
+                    continue
+                t0 = time.time()
+                deadline = t0 + left - 5  # the child stops starting steps here; killed 5 s later
+                cmd = [sys.executable, str(Path(__file__).resolve()), "--child", arch, "--out", str(a.out),
+                       "--work", str(work), "--deadline", str(deadline)] + (["--tiny"] if a.tiny else [])
+                log.write(f"\n==== {arch}\n")
+                log.flush()
+                at = log.tell()
+                try:
+                    p = subprocess.run(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=left)
+                    rc: Any = p.returncode
+                except subprocess.TimeoutExpired:
+                    rc = "killed at the budget"
+                shutil.rmtree(work / arch, ignore_errors=True)
+                report = json.loads(report_path.read_text())
+                m = report["models"].setdefault(arch, {})
+                running = m.pop("running", None)
+                if rc != 0 and running:  # the step it was in when it died
+                    report["steps"].append({"model": arch, "step": running, "status": "fail",
+                                            "error": f"the model's process ended ({rc}) during this step"})
+                m.update(status="ran" if rc == 0 else "fail", exit=rc, seconds=round(time.time() - t0, 1))
+                if rc != 0:
+                    log.flush()
+                    with open(a.out / LOG, errors="replace") as f:
+                        f.seek(at)
+                        m["log_tail"] = f.read()[-2000:]
+                save(report_path, report)
+                print(f"{arch}: {m['status']} in {m['seconds']} s", flush=True)
+    finally:
+        if a.work is None:
+            shutil.rmtree(work, ignore_errors=True)
+    report = json.loads(report_path.read_text())
+    report["counts"] = {s: sum(x["status"] == s for x in report["steps"]) for s in ("pass", "fail", "skipped")}
+    report["total_s"] = round(time.time() - t_all, 1)
+    save(report_path, report)
+    for s in report["steps"]:
+        print(f"  {s['model']:<22} {s['step']:<18} {s['status']:<7} {s.get('seconds', '')} "
+              f"{(s.get('error') or '')[:120]}")
+    print(f"{report['counts']} in {report['total_s']} s -> {report_path}")
+    failed = report["counts"]["fail"] or any(m.get("status") == "fail" for m in report["models"].values())
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
