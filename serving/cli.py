@@ -151,11 +151,13 @@ def vllm_serve_args(path: str, name: str, *, host: str, port: int, dtype: str, t
                     gpu: bool = False, extra: list[str] | None = None) -> list[str]:
     """The ``vllm serve`` arguments for one profile: chorus's fixed settings (token ids in, prompt
     log-probs for readouts, xgrammar without free whitespace) plus vLLM's own scale-out options."""
+    from serving.backends.vllm import MAX_SINGLE_TOKEN_OPTIONS  # the engine's option cap, one number
+
     args = [path, "--host", host, "--port", str(port), "--served-model-name", name, "--dtype", dtype,
             "--tensor-parallel-size", str(tensor_parallel_size),
             "--pipeline-parallel-size", str(pipeline_parallel_size),
             "--data-parallel-size", str(data_parallel_size),
-            "--max-logprobs", "20", "--structured-outputs-config.backend", "xgrammar",
+            "--max-logprobs", str(MAX_SINGLE_TOKEN_OPTIONS), "--structured-outputs-config.backend", "xgrammar",
             "--structured-outputs-config.disable_any_whitespace", "true"]
     if distributed_executor_backend:
         args += ["--distributed-executor-backend", distributed_executor_backend]
