@@ -172,29 +172,13 @@ class Model:
 
     def run(self, name: str, fn: Callable[[], dict[str, Any]], always: bool = False) -> dict[str, Any]:
         """Run one step (one of ours) unless the model's budget cannot hold it (``always``: a close)."""
-        from chorus.rehearse import CheckFailed, Skip, _err, _PeakRSS, _where
+        from chorus.rehearse import timed_step
         why = None if always else self.over_budget(name)
         if why:
             return self.skip(name, why)
         rec: dict[str, Any] = {"model": self.arch, "step": name}
         self.write(running=name)
-        torch = _cuda()
-        if torch is not None:
-            torch.cuda.reset_peak_memory_stats()
-        t0 = time.perf_counter()
-        with _PeakRSS() as rss:
-            try:
-                rec.update(status="pass", detail=fn())
-            except Skip as why:
-                rec.update(status="skipped", error=str(why)[:500])
-            except CheckFailed as err:
-                rec.update(status="fail", detail=err.detail, error=_err(err), where=_where(err))
-            except Exception as err:  # one step's failure never stops the others
-                rec.update(status="fail", error=_err(err), where=_where(err))
-        rec["seconds"] = round(time.perf_counter() - t0, 2)
-        rec["peak_rss_gib"] = round(rss.peak / GIB, 3)
-        if torch is not None:
-            rec["peak_gpu_gib"] = round(torch.cuda.max_memory_allocated() / GIB, 3)
+        timed_step(fn, rec, digits=2)
         self.steps.append(rec)
         print(f"{self.arch} {name}: {rec['status']} {rec['seconds']} s {rec.get('error', '')[:200]}", flush=True)
         self.write()

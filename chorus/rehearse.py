@@ -608,23 +608,25 @@ def _select(backends: list[str], paths: list[str] | None) -> list[str]:
     return out
 
 
-def _run_path(name: str, r: _Rehearsal) -> dict[str, Any]:
-    kind, fn = PATHS[name]
+def timed_step(fn: Callable[[], Any], rec: dict[str, Any] | None = None, *, digits: int = 3) -> dict[str, Any]:
+    """Run one check step: status (pass / skipped / fail with where), seconds, peak RSS and, on
+    CUDA, peak device memory, into ``rec``. One step's failure never stops the others. The one
+    step recorder of the rehearsal and the bare GPU check."""
+    rec = {} if rec is None else rec
     torch = _cuda()
     if torch is not None:
         torch.cuda.reset_peak_memory_stats()
-    rec: dict[str, Any] = {"path": name, "backend": kind}
     t0 = time.perf_counter()
     with _PeakRSS() as mem:
         try:
-            rec.update(status="pass", detail=fn(r))
+            rec.update(status="pass", detail=fn())
         except Skip as why:
             rec.update(status="skipped", error=str(why)[:500])
         except CheckFailed as err:
             rec.update(status="fail", detail=err.detail, error=_err(err), where=_where(err))
-        except Exception as err:  # one path's failure never stops the others
+        except Exception as err:  # one step's failure never stops the others
             rec.update(status="fail", error=_err(err), where=_where(err))
-    rec["seconds"] = round(time.perf_counter() - t0, 3)
+    rec["seconds"] = round(time.perf_counter() - t0, digits)
     if hasattr(os, "getloadavg"):  # times are only comparable on an otherwise idle machine
         rec["load_avg_1m"] = round(os.getloadavg()[0], 2)
     rec["peak_rss_gib"] = round(mem.peak / GIB, 3)
@@ -634,6 +636,11 @@ def _run_path(name: str, r: _Rehearsal) -> dict[str, Any]:
     if torch is not None:
         rec["peak_gpu_gib"] = round(torch.cuda.max_memory_allocated() / GIB, 3)
     return rec
+
+
+def _run_path(name: str, r: _Rehearsal) -> dict[str, Any]:
+    kind, fn = PATHS[name]
+    return timed_step(lambda: fn(r), {"path": name, "backend": kind})
 
 
 def rehearse(model: str | Path, *, backends: Sequence[str] = ("hf", "vllm"), paths: list[str] | None = None,
