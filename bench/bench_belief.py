@@ -77,7 +77,7 @@ def llm(runs: int, agents: int, rounds: int, backend: str, max_tokens: int) -> d
     conds, specs = plan(cfg, sweep=True)
     specs = specs[:runs]
     t = time.perf_counter()
-    eng = load_engine(cfg.llm.model, backend=backend)  # no store: everything is computed
+    eng = load_engine(cfg.llm.model.profile, backend=backend)  # no store: everything is computed
     t_load = time.perf_counter() - t
     rec = Recorder(eng)
 

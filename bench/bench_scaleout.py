@@ -91,7 +91,7 @@ def debate(endpoints: list[str], out: Path, questions: int, max_tokens: int, rou
     cfg = load("smoke", DebateConfig, {"rounds": rounds, "bench.limit": questions, "generation.max_tokens": max_tokens,
                                        "model.backend": "openai" if engine is None else "vllm",
                                        "analysis.n_boot": 50, "analysis.n_perm": 50,
-                                       "model.options": {"endpoints": endpoints, **retry} if engine is None else {}})
+                                       **({"model.endpoints": endpoints, "model.options": retry} if engine is None else {})})
     t0 = time.perf_counter()
     run, _ = run_debate(cfg, out, make_plots=False, engine=engine)
     wall = time.perf_counter() - t0

@@ -12,6 +12,7 @@ from aggregate.cli import app as aggregate_app
 from core.cliutil import fail
 from interventions.cli import app as influence_app
 from serving.cli import generate, models_app, serve, store_app
+from serving.profiles import DEFAULT_PROFILE
 from simulate.belief_cli import app as belief_app
 from simulate.council_cli import council_app
 from simulate.debate_cli import debate_app
@@ -39,7 +40,7 @@ app.command()(serve)
 @app.command()
 def demo(size: str = typer.Option("tiny", "--size", help="tiny (a few minutes) | full (the main job, < 15 min on 2 CPU cores)"),
          out: Path = typer.Option(Path("runs/demo"), "--out", help="Run directory; OUT/report.html is written there."),
-         profile: str = typer.Option("smollm2-135m-instruct", "--profile", "-m", help="Model profile for the single-model stages."),
+         profile: str = typer.Option(DEFAULT_PROFILE, "--profile", "-m", help="Model profile for every stage that uses the demo's model."),
          backend: str = typer.Option("auto", "--backend", "-b", help="auto | hf | vllm | openai"),
          stage: list[str] = typer.Option(None, "--stage", help="Run only these stages (repeatable); default all."),
          seed: int = typer.Option(0, "--seed")) -> None:

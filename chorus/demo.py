@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from chorus.report import render_report
+from serving.profiles import DEFAULT_PROFILE
 from chorus.stages import REGISTRY, SIZES, STAGES, DemoConfig, Stage
 from core.config import validate
 from core.progress import progress as progress_bar
@@ -96,7 +97,7 @@ def _stage_timing(sdir: Path, record: dict[str, Any] | None = None) -> dict[str,
     return rec
 
 
-def run_demo(size: str, out: Path, profile: str = "smollm2-135m-instruct", backend: str = "auto",
+def run_demo(size: str, out: Path, profile: str = DEFAULT_PROFILE, backend: str = "auto",
              *, stages: list[str] | None = None, seed: int = 0, console: Any = None) -> Path:
     """Run the demo stages into ``out`` and render ``out/report.html``; returns its path."""
     import datetime as dt

@@ -225,7 +225,7 @@ class _Rehearsal:
             raise Skip(f"the {backend} engine did not load: {self.load_error[backend]}")
         if backend in self.released:
             raise Skip(f"the {backend} engine was already released (run its paths before hf.sft)")
-        from serving import load_engine
+        from serving import build_engine
         kw: dict[str, Any] = {}
         if backend == "vllm":
             import importlib.util
@@ -237,7 +237,7 @@ class _Rehearsal:
         t0 = time.perf_counter()
         try:
             # no call store: every readout must be computed, never read back
-            eng = load_engine(self.model, backend=backend, dtype=self.dtype, **kw)
+            eng = build_engine({"profile": str(self.model), "backend": backend, "dtype": self.dtype, "options": kw})
         except Exception as err:
             self.load_error[backend] = _err(err)
             raise
@@ -528,7 +528,7 @@ def _sft(r: _Rehearsal) -> dict[str, Any]:
 def _openai_chat(r: _Rehearsal) -> dict[str, Any]:
     import importlib.util
 
-    from serving import load_engine
+    from serving import build_engine
     if importlib.util.find_spec("vllm") is None:
         raise Skip("`chorus serve` needs vLLM, which is not installed")
     from serving.launch import free_port, start_server, stop_server, wait_healthy
@@ -544,7 +544,7 @@ def _openai_chat(r: _Rehearsal) -> dict[str, Any]:
     try:
         wait_healthy(proc, url, api_key=os.environ.get("VLLM_API_KEY"), log=log_path)
         start_s = time.perf_counter() - t0
-        eng = load_engine(r.model, "openai", endpoints=[url])
+        eng = build_engine({"profile": str(r.model), "backend": "openai", "endpoints": [url]})
         try:
             t1 = time.perf_counter()
             outs = eng.chat(CHATS, temperature=0.0, max_tokens=16)

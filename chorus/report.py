@@ -18,6 +18,7 @@ from typing import Any
 import pandas as pd
 
 from chorus import __version__
+from serving.profiles import embedded_note
 
 CSS = """body{font-family:system-ui,-apple-system,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222;line-height:1.4}
 h1{font-size:1.6em}h2{border-bottom:2px solid #ddd;padding-bottom:.2em;margin-top:1.6em}h3{margin-bottom:.3em}
@@ -199,6 +200,23 @@ def _demo_stages(prov: dict[str, Any] | None, summ: dict[str, Any] | None) -> li
     return [s for s in STAGES if s in wanted] + sorted(wanted - set(STAGES))
 
 
+def _profile_values(obj: Any) -> list[str]:
+    """Every ``profile`` string in a provenance record (engines, seats), depth first."""
+    if isinstance(obj, dict):
+        return [v for k, v in obj.items() if k == "profile" and isinstance(v, str)] + \
+            [p for v in obj.values() for p in _profile_values(v)]
+    if isinstance(obj, list):
+        return [p for v in obj for p in _profile_values(v)]
+    return []
+
+
+def _demo_profiles(run: Path, stages: list[str], profile: str | None) -> list[str]:
+    """The models behind a demo's numbers: the engines its stages' provenance records; the demo's
+    profile when no stage left a provenance file."""
+    provs = [p for p in (_read_json(run / name / "provenance.json") for name in stages) if p is not None]
+    return [x for p in provs for x in _profile_values(p)] if provs else [profile]
+
+
 def _demo_body(run: Path, summ: dict[str, Any] | None, prov: dict[str, Any] | None) -> str:
     from chorus.stages import REGISTRY
     stages = (summ or {}).get("stages", {})
@@ -230,9 +248,9 @@ def _demo_body(run: Path, summ: dict[str, Any] | None, prov: dict[str, Any] | No
     out.append("<table><tr><th>stage</th><th>what</th><th>status</th><th>key numbers</th><th>cold s</th>"
                "<th>last invocation s</th><th>invocations</th><th>note</th></tr>" + "".join(rows) + "</table>" + total)
     prof = (summ or {}).get("profile")
-    out.append(f"<p>Size <b>{_esc((summ or {}).get('size', '?'))}</b>, model <b>{_esc(prof)}</b>. The embedded models "
-               "(135M-270M parameters) are too small to judge stances or answer well: LLM-mode numbers here test the "
-               "plumbing, not the science; oracle-mode numbers are exact.</p></section>")
+    note = embedded_note(_demo_profiles(run, planned, prof))
+    out.append(f"<p>Size <b>{_esc((summ or {}).get('size', '?'))}</b>, model <b>{_esc(prof)}</b>."
+               + (f" Note: {_esc(note)}; oracle-mode numbers are exact." if note else "") + "</p></section>")
     for name in planned:
         rec = stages.get(name)
         sdir = run / name

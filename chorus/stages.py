@@ -16,6 +16,7 @@ from core.config import Strict
 from core.plots import figure
 from core.progress import Progress
 from core.runs import RunDir
+from serving.profiles import DEFAULT_PROFILE
 
 # Stage sizes. "tiny" is the CI / first-look size (minutes); "full" the README's main job
 # (target: under 15 minutes on a 2-core CPU with a warm install).
@@ -40,7 +41,7 @@ STAGES = ("serving", "belief_oracle", "belief_llm", "debate", "readout", "rolepl
 
 class DemoConfig(Strict):
     size: str = Field(pattern="^(tiny|full)$")
-    profile: str = "smollm2-135m-instruct"
+    profile: str = DEFAULT_PROFILE
     backend: str = Field("auto", pattern="^(auto|hf|vllm|openai)$")
     seed: int = Field(0, ge=0)
     stages: list[str] = list(STAGES)
@@ -65,12 +66,12 @@ class Stage:
 def _serving(out: Path, cfg: DemoConfig, progress: Progress) -> dict[str, Any]:
     import pandas as pd
 
-    from serving import load_engine
+    from serving import build_engine
 
     n = cfg.sizes["serving_items"]
     items = yaml.safe_load((Path(__file__).parent / "data" / "demo_items.yaml").read_text())[:n]
     run = RunDir.create(out, part="serving", config=cfg, seeds={"root": cfg.seed}, command="demo serving")
-    eng = load_engine(cfg.profile, cfg.backend, store=run.store_path)
+    eng = build_engine({"profile": cfg.profile, "backend": cfg.backend}, store=run.store_path)
     run.record_engines("model", eng)
     convs = [[{"role": "user", "content": it["question"]}] for it in items]
     outs = eng.chat(convs, temperature=0.0, max_tokens=48, progress=progress)
@@ -121,8 +122,8 @@ def _belief(mode: str) -> Callable[[Path, DemoConfig, Progress], dict[str, Any]]
         from simulate.belief.config import load_belief_config
         from simulate.belief.experiment import run_experiment
         s = cfg.sizes
-        over = {"mode": mode, "seed": cfg.seed, "seeds": s["belief_seeds"], "llm.model": cfg.profile,
-                "llm.backend": cfg.backend}
+        over = {"mode": mode, "seed": cfg.seed, "seeds": s["belief_seeds"], "llm.model": {"profile": cfg.profile,
+                                                                                  "backend": cfg.backend}}
         if mode == "llm":  # the language round-trip is the slow part: a smaller population
             over.update({"n_agents": s["belief_agents"], "rounds": s["belief_rounds"],
                          "llm.generator.max_tokens": s["belief_gen_tokens"]})
@@ -162,17 +163,17 @@ def _knockout(out: Path, cfg: DemoConfig, progress: Progress) -> dict[str, Any]:
     from interventions.internals.demo import run_demo
     debate = out.parent / "debate"  # the debate stage's turns, when present: no second generation pass
     src = debate if (debate / "tables" / "turns.parquet").is_file() else None
-    return run_demo(out, size=cfg.size, progress=progress, source_run=src)
+    return run_demo(out, profile=cfg.profile, size=cfg.size, progress=progress, source_run=src)
 
 
 def _council(out: Path, cfg: DemoConfig, progress: Progress) -> dict[str, Any]:
     from simulate.council.demo import run_demo
-    return run_demo(out, size=cfg.size, progress=progress, backend=cfg.backend)
+    return run_demo(out, size=cfg.size, progress=progress, backend=cfg.backend, profile=cfg.profile)
 
 
 def _roleplay(out: Path, cfg: DemoConfig, progress: Progress) -> dict[str, Any]:
     from simulate.roleplay.demo import run_demo
-    return run_demo(out, size=cfg.size, progress=progress, backend=cfg.backend)
+    return run_demo(out, size=cfg.size, progress=progress, backend=cfg.backend, profile=cfg.profile)
 
 
 REGISTRY: dict[str, Stage] = {s.name: s for s in [

@@ -86,8 +86,11 @@ def _internals(verb: str, config: str, out: Optional[Path], set_: Optional[List[
     console = Console()
     keep = {k: v for k, v in summary.items() if k not in ("experiment", "verb", "curves", "curve", "layers")}
     console.print_json(json.dumps(keep, default=float))
-    if "135m" in str(summary.get("model")) or "270m" in str(summary.get("model")):
-        console.print("[yellow]tiny models give plumbing checks, not findings[/yellow]")
+    from serving.profiles import embedded_note
+    sender = summary.get("sender")  # transfer: the sender's model produced the written states
+    note = embedded_note([summary.get("model"), sender.get("name") if isinstance(sender, dict) else None])
+    if note:
+        console.print(f"[yellow]{note}[/yellow]", highlight=False)
     console.print(f"results: [bold]{rundir.path}[/bold] (summary.json, tables/*.parquet, plots/*.png)")
 
 

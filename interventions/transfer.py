@@ -489,8 +489,9 @@ def run_experiment(cfg: Any, run: Any, receiver: Any, items: dict, pairs: Sequen
     pairs = list(pairs)[:spec.max_pairs] if spec.max_pairs else list(pairs)
     own = sender is None and spec.sender not in ("same", cfg.model.profile)
     if own:
-        from serving import load_engine
-        sender = load_engine(spec.sender, backend="hf", dtype=cfg.model.dtype)
+        from serving import ModelSpec, build_engine
+        # the sender's weights are read too: transformers, in the receiver's dtype; no store (states, not calls)
+        sender = build_engine(ModelSpec(profile=spec.sender, backend="hf", dtype=cfg.model.dtype), role="sender")
     sender = sender if sender is not None else receiver
     try:
         run.record_engines("sender", sender)

@@ -14,6 +14,7 @@ from rich.table import Table
 
 from core.cliutil import fail
 from core.progress import progress
+from serving.profiles import DEFAULT_PROFILE
 
 console = Console()
 models_app = typer.Typer(no_args_is_help=True)
@@ -96,7 +97,7 @@ def models_prepare(profiles: list[str] = typer.Argument(None, help="profiles to 
 
 def generate(prompt: Optional[str] = typer.Argument(None, help="a user message (or use --chat)"),
              chat: Optional[Path] = typer.Option(None, help="JSON file: a list of {role, content} messages, or a list of such lists"),
-             profile: str = typer.Option("smollm2-135m-instruct", "--profile", "-m"),
+             profile: str = typer.Option(DEFAULT_PROFILE, "--profile", "-m"),
              backend: str = typer.Option("auto", "--backend", "-b", help="hf | vllm | openai | auto"),
              temperature: float = 0.0, top_p: float = 1.0, max_tokens: int = 128,
              seed: Optional[int] = None, system: Optional[str] = None,
@@ -105,7 +106,7 @@ def generate(prompt: Optional[str] = typer.Argument(None, help="a user message (
              store: Optional[Path] = typer.Option(None, help="SQLite call store"),
              as_json: bool = typer.Option(False, "--json", help="print results as JSON lines")) -> None:
     """Generate a reply to one prompt or a batch of chats."""
-    from serving import load_engine
+    from serving import build_engine
 
     if (prompt is None) == (chat is None):
         fail("give either a PROMPT or --chat FILE")
@@ -125,7 +126,7 @@ def generate(prompt: Optional[str] = typer.Argument(None, help="a user message (
         except (OSError, json.JSONDecodeError) as err:
             fail(f"{schema}: {err}")
     try:
-        eng = load_engine(profile, backend, store=store)
+        eng = build_engine({"profile": profile, "backend": backend}, store=store)
         with progress("generate", "requests") as update:
             outs = eng.chat(convs, temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed,
                             json_schema=js, choices=choice or None, progress=update)
@@ -174,7 +175,7 @@ def vllm_serve_args(path: str, name: str, *, host: str, port: int, dtype: str, t
     return args + list(extra or [])
 
 
-def serve(profile: str = typer.Argument("smollm2-135m-instruct"),
+def serve(profile: str = typer.Argument(DEFAULT_PROFILE),
           host: str = typer.Option("127.0.0.1", help="bind address (loopback by default; any other needs an API key)"),
           port: int = 8000, dtype: Optional[str] = None,
           tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "-tp", min=1,

@@ -240,9 +240,13 @@ class Engine:
         return Engine(self.profile, self.backend, self.tokenizer, dtype=self.dtype, store=CallStore(path),
                       weights_sha256=self.weights_sha256)
 
-    def close(self) -> None:
+    def release(self) -> None:
+        """Give the model (and its device memory) back; the call store stays open (other roles share it)."""
         if not getattr(self.backend, "_pooled", False):  # a pooled backend outlives its engines
             self.backend.close()
+
+    def close(self) -> None:
+        self.release()
         if self.store is not None:
             self.store.close()
 

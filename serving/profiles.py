@@ -11,6 +11,7 @@ import json
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Iterable, Optional
 
 import yaml
 
@@ -189,6 +190,46 @@ def get_profile(name: str) -> Profile:
         return Profile(p.name, "other", f"local folder {p}", path_override=str(p.resolve()))
     raise ModelError(f"unknown model profile '{name}'. Known: {', '.join(sorted(profiles))} "
                      f"(or pass a path to a local model folder)")
+
+
+def _embedded_name(name: Optional[str], profiles: dict[str, Profile]) -> Optional[str]:
+    """The embedded profile behind ``name`` (a profile name, or a local folder that is an embedded
+    profile's folder), else None. Never raises: an unknown name is simply not embedded."""
+    if not isinstance(name, str) or not name.strip():
+        return None
+    prof = profiles.get(name)
+    if prof is not None and prof.embedded:
+        return prof.name
+    try:
+        folder = prof.path if prof is not None else Path(name).expanduser()
+        if str(folder) in ("", "."):
+            return None
+        folder = folder.resolve()
+        for q in profiles.values():
+            if q.embedded and q.path.resolve() == folder:
+                return q.name
+    except (OSError, RuntimeError, ValueError):
+        return None
+    return None
+
+
+def embedded_note(profiles: Iterable[Optional[str]]) -> Optional[str]:
+    """The one note for numbers that embedded demo models produced: it names them, or is None when
+    none of ``profiles`` (the profile names or local model folders that produced the numbers) is
+    an embedded model. Unknown names and None count as not embedded; this never raises."""
+    try:
+        known = all_profiles()
+    except ModelError:  # an unreadable models.yaml must not break a summary
+        known = dict(BUILTIN)
+    found: list[str] = []
+    for p in profiles:
+        n = _embedded_name(p, known)
+        if n is not None and n not in found:
+            found.append(n)
+    if not found:
+        return None
+    return (f"embedded demo models ({', '.join(found)}): too small to judge or answer well; "
+            f"these numbers test the plumbing, not the science")
 
 
 def package_file(package: str, filename: str) -> Path | None:

@@ -10,6 +10,7 @@ import typer
 from core.cliutil import fail as _fail
 from core.cliutil import parse_overrides as _overrides
 from core.progress import progress
+from serving.profiles import DEFAULT_PROFILE
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="Bayesian belief layer (BCA): run, sweep, report, calibrate.")
@@ -121,7 +122,7 @@ def multi(config: str = typer.Argument(..., help="Multi-concept config (a path o
 
 
 @app.command()
-def calibrate(model: str = typer.Option("smollm2-135m-instruct", "--model", help="Model profile."),
+def calibrate(model: str = typer.Option(DEFAULT_PROFILE, "--model", help="Model profile."),
               backend: str = typer.Option("auto", "--backend", help="hf | vllm | openai | auto."),
               topic: str = typer.Option("transit_priority", "--topic", help="Topic with a labelled set."),
               seed: int = typer.Option(0, "--seed", help="Split and request seed."),
@@ -143,9 +144,9 @@ def calibrate(model: str = typer.Option("smollm2-135m-instruct", "--model", help
     out = run_dir_path(out, "belief", f"calibrate-{topic}")
     run = RunDir.create(out, part="belief", seeds={"root": seed}, command="calibrate",
                         model=model, topic=topic)
-    from serving import load_engine
+    from serving import build_engine
     with console.status(f"loading {model} ({backend})"):
-        engine = load_engine(model, backend=backend, store=run.store_path)
+        engine = build_engine({"profile": model, "backend": backend}, store=run.store_path)
     try:
         with console.status("appraising the labelled set"):
             fit, scores = _calibrate(engine, model, topic, seed=seed, store=not no_store)

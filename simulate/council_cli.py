@@ -16,6 +16,7 @@ import typer
 from core.cliutil import fail as _fail
 from core.cliutil import parse_overrides as _overrides
 from core.progress import progress
+from serving.profiles import DEFAULT_PROFILE
 
 council_app = typer.Typer(no_args_is_help=True, add_completion=False,
                           help="Live LLM councils -> typed-move traces, stealth adversaries, LLM baselines.")
@@ -39,12 +40,17 @@ def _errors():
 
 
 def _print(path: Path, s: dict) -> None:
+    import json
+
     from rich.console import Console
     con = Console()
+    if not s and (Path(path) / "summary.json").is_file():  # after the judge pass: the re-rendered summary
+        s = json.loads((Path(path) / "summary.json").read_text())
     md = Path(path) / "results.md"
     if md.is_file():
         con.print(md.read_text(), markup=False, highlight=False, soft_wrap=True)
-    con.print("[yellow]embedded 135M/270M models: plumbing checks, not findings[/yellow]")
+    if s.get("note"):  # serving.profiles.embedded_note of the profiles behind the numbers (None: none embedded)
+        con.print(f"[yellow]{s['note']}[/yellow]", highlight=False)
     con.print(f"results: [bold]{path}[/bold] (traces/*.jsonl, aggregate/*/, tables/*.parquet, results.md, "
               f"summary.json, plots/*.png)")
 
@@ -83,7 +89,7 @@ def report(run_dir: Path = typer.Argument(..., help="A council run directory."),
 
 @council_app.command()
 def judge(run_dir: Path = typer.Argument(..., help="A council run directory."),
-          judge_profile: str = typer.Option("smollm2-135m-instruct", "--judge",
+          judge_profile: str = typer.Option(DEFAULT_PROFILE, "--judge",
                                             help="The judge's model profile (a local model)."),
           backend: str = typer.Option("auto", "--backend", help="Engine backend: auto, hf, vllm, openai."),
           max_tokens: int = typer.Option(16, "--max-tokens", help="New-token cap of a judge reply."),

@@ -2,6 +2,7 @@
 imports stay inside the commands so ``chorus --help`` stays fast."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import List, Optional
 
@@ -10,6 +11,7 @@ import typer
 from core.cliutil import fail as _fail
 from core.cliutil import parse_overrides as _overrides
 from core.progress import progress
+from serving.profiles import DEFAULT_PROFILE, embedded_note
 
 debate_app = typer.Typer(no_args_is_help=True, add_completion=False,
                          help="Multi-agent debate vs matched reflection: bench, run, report.")
@@ -61,7 +63,11 @@ def _print_debate(console, path: Path, s: dict) -> None:
     ex = s.get("exclusions", {})
     console.print(f"exclusions: {ex.get('n', 0)} {ex.get('by_reason', {})}; parse rate {_fmt(s.get('parse_rate'))}, "
                   f"truncated {s.get('n_truncated')}")
-    console.print("[yellow]tiny models give plumbing checks, not findings[/yellow]" if "135m" in str(s.get("model")) else "")
+    judge = Path(path) / "judge.json"  # the judge pass's model produced the 'after' numbers
+    judge_profile = json.loads(judge.read_text()).get("judge_profile") if judge.is_file() else None
+    note = embedded_note([s.get("model"), judge_profile])
+    if note:
+        console.print(f"[yellow]{note}[/yellow]", highlight=False)
     console.print(f"results: [bold]{path}[/bold] (summary.json, tables/*.parquet, plots/*.png)")
 
 
@@ -110,7 +116,7 @@ def run(config: str = typer.Argument(..., help="Debate config (a path or a shipp
 
 @debate_app.command()
 def judge(run_dir: Path = typer.Argument(..., help="A debate run directory."),
-          judge_profile: str = typer.Option("smollm2-135m-instruct", "--judge",
+          judge_profile: str = typer.Option(DEFAULT_PROFILE, "--judge",
                                             help="The judge's model profile (a local model)."),
           backend: str = typer.Option("auto", "--backend", help="Engine backend: auto, hf, vllm, openai."),
           max_tokens: int = typer.Option(16, "--max-tokens", help="New-token cap of a judge reply."),

@@ -27,11 +27,12 @@ import pandas as pd
 
 from core.config import load_prompt_file
 from core.seeding import call_seed
+from serving.profiles import DEFAULT_PROFILE
 from simulate.debate.parse import parse_answer
 
 PROMPTS_DIR = Path(__file__).resolve().parent / "prompts"
 DEFAULT_PROMPT = "judge_v1"
-DEFAULT_JUDGE = "smollm2-135m-instruct"  # a local profile; never a hosted API by default
+DEFAULT_JUDGE = DEFAULT_PROFILE  # a local profile; never a hosted API by default
 NONE = "NONE"
 LEDGER = "judge_ledger"
 LEDGER_COLUMNS = ["part", "record_id", "candidates", "options", "answer_sha256", "answer_text", "parser_answer",
@@ -189,11 +190,12 @@ def _judged_map(ledger: pd.DataFrame | None) -> dict[str, str]:
     return dict(zip(got["record_id"], got["judged_answer"]))
 
 
-def _engine(profile: str, backend: str, store: Path, engine: Any) -> Any:
+def _engine(profile: Any, backend: str, store: Path, engine: Any) -> Any:
+    """The judge role's engine: ``profile`` is a profile name or a ``ModelSpec``."""
     if engine is not None:
         return engine
-    from serving import load_engine
-    return load_engine(profile, backend=backend, store=store)
+    from serving import build_engine, spec_of
+    return build_engine(spec_of(profile, backend=backend), store=store, role="judge")
 
 
 def _write(run_dir: Path, ledger: pd.DataFrame, info: dict[str, Any], engine: Any) -> None:

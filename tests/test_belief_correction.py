@@ -294,7 +294,7 @@ def test_real_model_fit_and_apply(tmp_path, hf_engine):
     """A tiny LLM run's (s, e) pairs (6 utterances) fitted with a low --min-events, applied in a
     second tiny run (3 utterances): 12 batched model calls. SmolLM2-135M cannot judge stance: this
     checks the plumbing, no number here is a finding."""
-    llm = {"backend": "hf", "appraiser": {"tau": 1.0, "max_retries": 1}, "generator": {"max_tokens": 12},
+    llm = {"model": {"backend": "hf"}, "appraiser": {"tau": 1.0, "max_retries": 1}, "generator": {"max_tokens": 12},
            "probe": {"enabled": False}}
     cfg = BeliefConfig(name="real-cal", mode="llm", n_agents=3, rounds=1, seeds=2, llm=llm,
                        population={"kind": "uniform", "kappa": 2})

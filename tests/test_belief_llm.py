@@ -161,7 +161,7 @@ def test_real_model_end_to_end(tmp_path, hf_engine):
     finding."""
     cfg = BeliefConfig(name="real", mode="llm", n_agents=3, rounds=2, seeds=2,
                        population={"kind": "uniform", "kappa": 2},
-                       llm={"backend": "hf", "appraiser": {"tau": 1.0, "max_retries": 1},
+                       llm={"model": {"backend": "hf"}, "appraiser": {"tau": 1.0, "max_retries": 1},
                             "generator": {"max_tokens": 12}, "probe": {"max_tokens": 10}})
     run, summary = run_experiment(cfg, tmp_path / "run", engine=hf_engine, make_plots=False)
     ut = run.read_table("utterances")

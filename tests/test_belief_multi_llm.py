@@ -153,7 +153,7 @@ def test_real_model_multi_concept_plumbing(tmp_path, hf_engine):
     topic.write_text(yaml.safe_dump(src))
     cfg = MultiBeliefConfig(name="real-multi", mode="llm", topic=str(topic), n_agents=2, rounds=1, seeds=2,
                             population={"kind": "uniform", "kappa": 2},
-                            llm={"backend": "hf", "generator": {"max_tokens": 12},
+                            llm={"model": {"backend": "hf"}, "generator": {"max_tokens": 12},
                                  "appraiser": {"max_retries": 0, "max_tokens": 48}})
     run, summary = run_multi_experiment(cfg, tmp_path / "run", engine=hf_engine, make_plots=False)
     assert summary["stats"]["model_calls"]["generator"] == 4 and summary["stats"]["model_calls"]["appraiser"] == 4

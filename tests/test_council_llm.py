@@ -47,3 +47,20 @@ def test_real_council_end_to_end(tmp_path, monkeypatch):
     run2, _ = run_council_experiment(cfg, tmp_path / "run", make_plots=False)
     b = run2.read_table("batches")
     assert int(b["computed_new_tokens"].sum()) == 0
+    # engines held one at a time (a device plan's swap), each profile's turns of a round before the
+    # next, in a fresh directory (nothing from the store): the same traces and the same turns
+    cfg3 = cfg.model_copy(update={"models": cfg.models.model_copy(update={"hold": "swap"}),
+                                  "baselines": cfg.baselines.model_copy(update={"methods": []})})
+    run3, _ = run_council_experiment(cfg3, tmp_path / "swap", make_plots=False, aggregate=False)
+    name = "traces/truthfulqa_claims__attack-k1.jsonl"
+    assert (run3.path / name).read_text() == (run.path / name).read_text()
+    cols = ["trace_id", "agent", "round", "attempt", "text", "answer", "legal"]
+    key = ["trace_id", "round", "agent", "attempt"]
+    t1 = turns[cols].sort_values(key).reset_index(drop=True)
+    t3 = run3.read_table("turns")[cols].sort_values(key).reset_index(drop=True)
+    assert t1.equals(t3)
+    prov = json.loads((run3.path / "provenance.json").read_text())
+    assert prov["device_plan"]["mode"] == "cpu" and prov["models"]["hold"] == "swap"
+    loads = prov["models"]["loads"]  # at most one load per profile per round (a seat left with no turn loads nothing)
+    assert loads[:2] == ["smollm2-135m-instruct", "gemma3-270m"] and len(loads) <= 6
+    assert all(a != b for a, b in zip(loads, loads[1:]))

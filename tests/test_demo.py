@@ -132,3 +132,33 @@ def test_killed_demo_resumes_to_the_same_summary(demo_dir, tmp_path):
     assert resumed["belief_llm"] == ref["belief_llm"]
     timing = json.loads((out / "timing.json").read_text())["stages"]
     assert timing["belief_llm"]["stored_calls_before"] > 0
+
+
+def test_demo_profile_reaches_roleplay_and_knockout(tmp_path):
+    """``chorus demo --profile gemma3-270m``: the role-play and knockout stages (run alone, about
+    3 minutes on 2 CPU cores) record gemma, and the knockout's layers come from gemma's own 18
+    layers (first, ~1/3, ~2/3, last), not SmolLM2's [0, 10, 20, 29]."""
+    import yaml
+
+    from interventions.internals.demo import demo_layers, model_layers
+    out = tmp_path / "gemma"
+    p = _demo(out, "--profile", "gemma3-270m", "--backend", "hf", "--stage", "roleplay", "--stage", "knockout")
+    log, _ = p.communicate(timeout=900)
+    assert p.returncode == 0, log[-3000:]
+    summ = json.loads((out / "summary.json").read_text())
+    assert {k: v["status"] for k, v in summ["stages"].items()} == {"roleplay": "done", "knockout": "done"}, \
+        {k: v.get("error") for k, v in summ["stages"].items()}
+    assert summ["profile"] == "gemma3-270m"
+    for stage in ("roleplay", "knockout"):
+        prov = json.loads((out / stage / "provenance.json").read_text())
+        engines = [prov["model"]] if stage == "knockout" else [prov["models"]["base"], prov["classifier"]]
+        assert [e["profile"] for e in engines] == ["gemma3-270m"] * len(engines), stage
+        assert "gemma3-270m" in json.loads((out / stage / "summary.json").read_text())["note"]
+    assert model_layers("gemma3-270m") == 18
+    layers = demo_layers(18, "thirds")
+    assert layers == [0, 6, 12, 17] and demo_layers(30, "thirds") == [0, 10, 20, 29]
+    kcfg = yaml.safe_load((out / "knockout" / "config.yaml").read_text())
+    assert kcfg["model"]["profile"] == "gemma3-270m"
+    assert kcfg["knockout"]["layers"] == kcfg["patch"]["layers"] == kcfg["probe"]["layers"] == layers
+    ko = json.loads((out / "knockout" / "summary.json").read_text())
+    assert ko["model"] == "gemma3-270m" and ko["knockout"]["n_layers"] == 18

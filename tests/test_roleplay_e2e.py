@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from chorus.cli import app
-from simulate.roleplay.config import Analysis, ClassifierSpec, DataSpec, Generation, ModelSpec, RoleplayConfig
+from simulate.roleplay.config import Analysis, ClassifierSpec, DataSpec, Generation, LabelledModel, RoleplayConfig
 from simulate.roleplay.data import FIXTURE, load_groups, to_record
 
 runner = CliRunner()
@@ -16,7 +16,7 @@ runner = CliRunner()
 
 def _cfg():
     return RoleplayConfig(name="e2e", seed=0, data=DataSpec(split="group", part="test", limit=1, train_limit=1),
-                          models=[ModelSpec(label="base", profile="smollm2-135m-instruct", backend="hf")],
+                          models=[LabelledModel(label="base", profile="smollm2-135m-instruct", backend="hf")],
                           generation=Generation(temperature=0.7, max_tokens=8, max_utterances=1),
                           classifier=ClassifierSpec(stance_readout="expected"), analysis=Analysis(n_boot=50))
 

@@ -325,11 +325,11 @@ def test_two_real_servers_one_killed_mid_run(server, hf_engine, tmp_path):
 
         over = {"rounds": 1, "bench.limit": 4, "generation.max_tokens": 24, "model.backend": "openai",
                 "analysis.n_boot": 50, "analysis.n_perm": 50}
-        one = load("smoke", DebateConfig, {**over, "model.options": {"endpoints": [u1]}})
+        one = load("smoke", DebateConfig, {**over, "model.endpoints": [u1]})
         run1, _ = run_debate(one, tmp_path / "one", make_plots=False)
         n_calls = sqlite3.connect(run1.path / "calls.sqlite").execute("select count(*) from calls").fetchone()[0]
 
-        two = load("smoke", DebateConfig, {**over, "model.options": {"endpoints": [u1, u2], **FAST_RETRY}})
+        two = load("smoke", DebateConfig, {**over, "model.endpoints": [u1, u2], "model.options": FAST_RETRY})
         done: dict = {}
         t = threading.Thread(target=lambda: done.update(run=run_debate(two, tmp_path / "two", make_plots=False)[0]))
         t.start()

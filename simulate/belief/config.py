@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from core.config import Strict, load_named, resolve_config, set_dotted, validate
+from serving.spec import ModelSpec, fold_legacy
 
 CONFIGS_DIR = Path(__file__).resolve().parent.parent / "configs" / "belief"
 
@@ -133,13 +134,16 @@ class ProbeCfg(Strict):
 
 
 class LLMCfg(Strict):
-    model: str = "smollm2-135m-instruct"
-    backend: Literal["auto", "hf", "vllm", "openai"] = "auto"
-    dtype: Literal["float32", "bfloat16", "float16"] | None = Field(None, description="null = the engine's "
-                                                                      "default (float32 on CPU)")
+    model: ModelSpec = Field(default_factory=ModelSpec, description="the agents' model role (one model plays "
+                             "generator, appraiser and probe); a profile name is short for {profile: NAME}")
     generator: GeneratorCfg = GeneratorCfg()
     appraiser: AppraiserCfg = AppraiserCfg()
     probe: ProbeCfg = ProbeCfg()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy(cls, data: Any) -> Any:
+        return fold_legacy(data, ("backend", "dtype"), "model", "llm")
 
 
 class AnalysisCfg(Strict):

@@ -93,7 +93,7 @@ def channel_id(cfg: BeliefConfig) -> str:
     """Whose channel a correction belongs to: the model in LLM mode; in oracle mode 'oracle' or a
     name for the synthetic channel (e.g. 'oracle-power-p3')."""
     if cfg.mode == "llm":
-        return cfg.llm.model
+        return cfg.llm.model.profile
     ch = cfg.oracle.channel
     if is_faithful(ch):
         return "oracle"

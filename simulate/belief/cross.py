@@ -46,7 +46,7 @@ import zlib
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Literal
+from typing import Any, Literal, Optional
 
 import numpy as np
 import pandas as pd
@@ -55,6 +55,7 @@ from pydantic import Field, model_validator
 from core.config import ConfigError, Strict, load_config
 from core.runs import RunDir, run_dir_path
 from core.seeding import call_seed, rng
+from serving.spec import Backend, Dtype
 
 from . import analysis
 from .config import AppraiserCfg, BeliefConfig, GeneratorCfg
@@ -108,8 +109,8 @@ class CrossConfig(Strict):
                               "empty = the models of synthetic.render_bias")
     runs: list[str] = Field(default_factory=list, description="LLM-mode belief run directories; "
                             "each one's model must be in the panel")
-    backend: Literal["auto", "hf", "vllm", "openai"] = "auto"
-    dtype: Literal["float32", "bfloat16", "float16"] | None = None
+    backend: Backend = Field("auto", description="every panel model's backend (each model is one role: its profile)")
+    dtype: Optional[Dtype] = None
     max_utterances: int | None = Field(400, ge=1, description="per generator from runs: a seeded "
                                        "subsample (the cost cap); null = all")
     generate: GenerateCfg = GenerateCfg()
@@ -267,9 +268,9 @@ def run_utterances(path: str | Path) -> tuple[str, pd.DataFrame, dict[str, Any]]
         "text": ut.text.astype(object).where(ut.text.notna(), None), "orig_p_raw": ut.p_raw.astype(float),
         "orig_e": orig_e.astype(float)})
     prov = run.provenance()
-    meta = {"path": str(run.path), "model": cfg.llm.model, "root_seed": cfg.seed, "utterances": len(df),
+    meta = {"path": str(run.path), "model": cfg.llm.model.profile, "root_seed": cfg.seed, "utterances": len(df),
             "appraiser": cfg.llm.appraiser.model_dump(), "appraiser_taus": prov.get("appraiser_taus")}
-    return cfg.llm.model, df, meta
+    return cfg.llm.model.profile, df, meta
 
 
 def subsample(df: pd.DataFrame, n: int | None, seed: int, model: str) -> pd.DataFrame:
@@ -358,7 +359,7 @@ def run_cross(cfg: CrossConfig, out: str | Path | None = None, *, load: Callable
               close_engines: bool = True, progress: Callable[[int, int], Any] | None = None,
               make_plots: bool = True) -> tuple[RunDir, dict[str, Any]]:
     """Collect the utterances, appraise them with every model, write the run directory and its
-    report. ``load(model)``: an engine for a model (default: ``serving.load_engine`` on the
+    report. ``load(model)``: an engine for a model (default: ``serving.build_engine`` on the
     run's call store, or the synthetic engine); used one model at a time."""
     sources, metas = [], []
     for r in cfg.runs:
@@ -384,8 +385,9 @@ def run_cross(cfg: CrossConfig, out: str | Path | None = None, *, load: Callable
             load = lambda m: synthetic_engine(m, cfg.synthetic, run.store_path)
         else:
             def load(m):
-                from serving import load_engine
-                return load_engine(m, backend=cfg.backend, store=run.store_path, dtype=cfg.dtype)
+                from serving import ModelSpec, build_engine
+                return build_engine(ModelSpec(profile=m, backend=cfg.backend, dtype=cfg.dtype), store=run.store_path,
+                                    role=f"panel:{m}")
 
     # utterances: the runs' (subsampled), else generated
     frames = []

@@ -53,14 +53,14 @@ def resolve_taus(cfg: BeliefConfig, conditions: list[Condition]) -> dict[str, di
         if cfg.llm.appraiser.tau is not None:
             out[t.id] = {"tau": float(cfg.llm.appraiser.tau), "source": "config"}
             continue
-        fit = load_fit(t.id, cfg.llm.model)
+        fit = load_fit(t.id, cfg.llm.model.profile)
         if fit is None:
             raise ConfigError(
                 f"llm.appraiser.tau = None and no stored calibration for model "
-                f"{cfg.llm.model!r} on topic {t.id!r} ({fit_path(t.id, cfg.llm.model)}): run "
-                f"'chorus belief calibrate --model {cfg.llm.model} --topic {t.id}' or set "
+                f"{cfg.llm.model.profile!r} on topic {t.id!r} ({fit_path(t.id, cfg.llm.model.profile)}): run "
+                f"'chorus belief calibrate --model {cfg.llm.model.profile} --topic {t.id}' or set "
                 f"llm.appraiser.tau explicitly (1.0 = uncalibrated)")
-        out[t.id] = {"tau": float(fit["tau"]), "source": str(fit_path(t.id, cfg.llm.model))}
+        out[t.id] = {"tau": float(fit["tau"]), "source": str(fit_path(t.id, cfg.llm.model.profile))}
     return out
 
 
@@ -93,8 +93,8 @@ def run_experiment(cfg: BeliefConfig, out: str | Path | None = None, *, sweep: b
                      "streams": "rng(root, run seed, stream)"})
     owned = cfg.mode == "llm" and engine is None
     if owned:
-        from serving import load_engine
-        engine = load_engine(cfg.llm.model, backend=cfg.llm.backend, store=run.store_path, dtype=cfg.llm.dtype)
+        from serving import build_engine
+        engine = build_engine(cfg.llm.model, store=run.store_path)
     try:
         return _simulate_and_write(cfg, run, conditions, specs, groups, taus, engine, progress,
                                    make_plots, corrections)

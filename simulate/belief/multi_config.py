@@ -19,6 +19,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from core.config import ConfigError, Strict, load_named, resolve_config
+from serving.spec import ModelSpec, fold_legacy
 
 from .config import AnalysisCfg, GeneratorCfg, Topology
 
@@ -96,9 +97,13 @@ class MultiAppraiserCfg(Strict):
 
 
 class MultiLLMCfg(Strict):
-    model: str = "smollm2-135m-instruct"
-    backend: Literal["auto", "hf", "vllm", "openai"] = "auto"
-    dtype: Literal["float32", "bfloat16", "float16"] | None = None
+    model: ModelSpec = Field(default_factory=ModelSpec, description="the agents' model role; a profile name is "
+                             "short for {profile: NAME}")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy(cls, data: Any) -> Any:
+        return fold_legacy(data, ("backend", "dtype"), "model", "llm")
     generator: GeneratorCfg = GeneratorCfg(max_tokens=90)
     appraiser: MultiAppraiserCfg = MultiAppraiserCfg()
 

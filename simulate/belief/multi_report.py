@@ -67,8 +67,8 @@ def run_multi_experiment(cfg: MultiBeliefConfig, out: str | Path | None = None, 
                                      "streams": "rng(root, run seed, stream[, concept])"})
     owned = cfg.mode == "llm" and engine is None
     if owned:
-        from serving import load_engine
-        engine = load_engine(cfg.llm.model, backend=cfg.llm.backend, store=run.store_path, dtype=cfg.llm.dtype)
+        from serving import build_engine
+        engine = build_engine(cfg.llm.model, store=run.store_path)
     try:
         gen = app = None
         if cfg.mode == "llm":

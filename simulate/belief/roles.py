@@ -9,7 +9,7 @@ seed, derived from (root seed, run seed, round, turn or agent, role, attempt) wi
 ``core.seeding.call_seed``, so a run's results do not depend on what it was batched with.
 
 Oracle implementations (e = s, probe = b) make no model calls; LLM implementations talk to a
-``serving`` engine (``load_engine``) through ``chat`` only.
+``serving`` engine (``build_engine``) through ``chat`` only.
 """
 from __future__ import annotations
 

@@ -9,6 +9,8 @@ from typing import Any, Literal, Optional
 from pydantic import Field, field_validator, model_validator
 
 from core.config import Strict, load_named, resolve_config
+from serving.profiles import DEFAULT_PROFILE
+from serving.spec import Backend, Dtype, ModelSpec
 
 CONFIGS_DIR = Path(__file__).resolve().parents[1] / "configs" / "council"
 BASELINES = ("moa", "moa_lite", "self_moa", "argllms")
@@ -31,7 +33,7 @@ class DataSpec(Strict):
 
 
 class SeatSpec(Strict):
-    profile: str = "smollm2-135m-instruct"
+    profile: str = DEFAULT_PROFILE
     persona: str = "analyst"
 
 
@@ -50,15 +52,25 @@ class Generation(Strict):
 
 
 class ModelsSpec(Strict):
-    backend: Literal["auto", "hf", "vllm", "openai"] = "hf"
-    dtype: Optional[Literal["float32", "bfloat16", "float16"]] = None
+    """What every council role shares: the engine settings (the profiles are the seats' and the
+    baselines'; ``CouncilConfig.roles`` joins them into one ``ModelSpec`` per role)."""
+    backend: Backend = "hf"
+    dtype: Optional[Dtype] = None
     options: dict[str, Any] = Field(default_factory=dict, description="backend options (batch_size, ...)")
+    tensor_parallel_size: int = Field(1, ge=1, description="GPUs one vLLM engine spans")
+    endpoints: list[str] = Field(default_factory=list, description="backend openai: the servers' base URLs")
     store: Optional[str] = Field(None, description="call store (default RUN/calls.sqlite)")
+    hold: Literal["auto", "all", "swap"] = Field(
+        "auto", description="auto: the device plan decides (all engines at once when they fit, else one at a "
+                            "time, a round's calls engine by engine); all / swap: force it")
+
+    def spec(self, profile: str, **override: Any) -> ModelSpec:
+        return ModelSpec(profile=profile, **{**self.model_dump(exclude={"hold"}), **override})
 
 
 class BaselineSpec(Strict):
     methods: list[Literal["moa", "moa_lite", "self_moa", "argllms"]] = Field(default_factory=lambda: list(BASELINES))
-    synthesizer: str = Field("smollm2-135m-instruct", description="MoA-family synthesizer and ArgLLMs evaluator")
+    synthesizer: str = Field(DEFAULT_PROFILE, description="MoA-family synthesizer and ArgLLMs evaluator")
     self_moa_profile: Optional[str] = Field(None, description="Self-MoA's single proposer (default seat A1's)")
     self_moa_samples: int = Field(6, ge=1)
     argllms_generator: Optional[str] = Field(None, description="ArgLLMs argument generator (default seat A1's)")
@@ -77,9 +89,9 @@ class AggregateSpec(Strict):
 
 class JudgeSpec(Strict):
     """The frozen judge pass (BDA paper D.3) at the end of a run: unparsed baseline answers -> one local model."""
-    profile: str = Field("smollm2-135m-instruct", description="the judge's model profile (local; never a hosted API "
+    profile: str = Field(DEFAULT_PROFILE, description="the judge's model profile (local; never a hosted API "
                                                               "by default)")
-    backend: Optional[Literal["auto", "hf", "vllm", "openai"]] = Field(None, description="default: models.backend")
+    backend: Optional[Backend] = Field(None, description="default: models.backend")
     max_tokens: int = Field(16, ge=1, le=256)
 
 
@@ -134,14 +146,24 @@ class CouncilConfig(Strict):
     def agent_names(self) -> list[str]:
         return [f"A{i + 1}" for i in range(len(self.seats))]
 
-    def profiles(self) -> list[str]:
-        """Distinct model profiles this run loads (each once)."""
-        out = [s.profile for s in self.seats]
+    def roles(self) -> dict[str, ModelSpec]:
+        """Every model role this run uses, by name: the seats (A1..AI), the baselines' synthesizer,
+        Self-MoA proposer and ArgLLMs generator (when baselines run), and the judge (when on)."""
+        out = {a: self.models.spec(s.profile) for a, s in zip(self.agent_names(), self.seats)}
         b = self.baselines
         if b.methods:
-            out += [b.synthesizer, b.self_moa_profile or self.seats[0].profile,
-                    b.argllms_generator or self.seats[0].profile]
-        return list(dict.fromkeys(out))
+            out["synthesizer"] = self.models.spec(b.synthesizer)
+            out["self_moa"] = self.models.spec(b.self_moa_profile or self.seats[0].profile)
+            out["argllms_generator"] = self.models.spec(b.argllms_generator or self.seats[0].profile)
+        if self.judge is not None:
+            out["judge"] = self.models.spec(self.judge.profile, **({"backend": self.judge.backend}
+                                                                  if self.judge.backend else {}))
+        return out
+
+    def profiles(self) -> list[str]:
+        """Distinct model profiles the council and its baselines load (each once; the judge loads
+        after them, at the end of the run)."""
+        return list(dict.fromkeys(s.profile for r, s in self.roles().items() if r != "judge"))
 
 
 def resolve_config_path(config: str | Path) -> Path:

@@ -26,16 +26,29 @@ import pandas as pd
 from core.config import ConfigError
 from core.progress import Progress
 from core.runs import RunDir, run_dir_path, write_json
+from serving.profiles import embedded_note
 from simulate.council.config import CouncilConfig
 
 
-def load_engines(cfg: CouncilConfig, store) -> dict[str, Any]:
-    """Each distinct profile loaded once, all sharing one call store."""
-    from serving import CallStore, load_engine
+def load_engines(cfg: CouncilConfig, store, plan=None) -> Any:
+    """Each distinct profile's engine (its roles share it), all sharing one call store, keyed by
+    profile as the protocol addresses seats and baselines: all held at once, or one at a time when
+    the device plan (``plan_engines``) swaps or ``models.hold`` is swap."""
+    from serving.roles import hold_engines
 
-    st = store if isinstance(store, CallStore) else CallStore(store)
-    return {p: load_engine(p, backend=cfg.models.backend, store=st, dtype=cfg.models.dtype, **cfg.models.options)
-            for p in cfg.profiles()}
+    by_profile: dict[str, Any] = {}
+    for role, spec in cfg.roles().items():
+        if role != "judge":
+            by_profile.setdefault(spec.profile, spec)
+    return hold_engines(by_profile, store=store, hold=cfg.models.hold, plan=plan)
+
+
+def plan_engines(cfg: CouncilConfig):
+    """The device plan over every role the run declares (seats, baselines, then the judge in its own
+    phase: it runs after the council and the baselines are done); checked before any engine loads."""
+    from serving.roles import plan_roles
+
+    return plan_roles(cfg.roles(), phase_of=lambda role: "judge" if role == "judge" else "council")
 
 
 def select_tasks(cfg: CouncilConfig, skipped: list[str] | None = None):
@@ -72,10 +85,7 @@ def trace_file(run_dir: Path, dataset: str, condition: str) -> Path:
 def run_council_experiment(cfg: CouncilConfig, out: Path | None = None, *, progress: Progress | None = None,
                            engines: dict[str, Any] | None = None, make_plots: bool = True,
                            aggregate: bool = True) -> tuple[RunDir, dict[str, Any]]:
-    from aggregate.trace import Trace, dump_traces
-    from simulate.council.llm_baselines import run_baselines
     from simulate.council.prompts import load_prompts
-    from simulate.council.runner import Seat, make_councils, run_councils
 
     P = load_prompts(cfg.prompts)
     data = select_tasks(cfg)  # fails before any model call
@@ -83,13 +93,30 @@ def run_council_experiment(cfg: CouncilConfig, out: Path | None = None, *, progr
         if s.persona not in P["personas"]:
             raise ConfigError(f"seats: persona {s.persona!r} is not defined in prompts {cfg.prompts!r} "
                               f"({', '.join(P['personas'])})")
+    owned = engines is None
+    plan = plan_engines(cfg) if owned else None  # a plan that cannot fit fails here, before the run directory
     run = RunDir.create(run_dir_path(out, "council", cfg.name), part="council", config=cfg,
                         seeds={"root": cfg.seed, "generation": cfg.gen_seeds}, command="council run",
                         prompts={"name": P["_name"], "sha256": P["_sha256"]},
                         data={d: info for d, _, info in data})
     store = cfg.models.store or run.store_path
-    if engines is None:
-        engines = load_engines(cfg, store)
+    if owned:
+        run.update_provenance(device_plan=plan.to_dict())
+        engines = load_engines(cfg, store, plan)
+    try:
+        return _run(cfg, run, engines, P, data, progress, make_plots, aggregate)
+    finally:
+        if owned:
+            from serving.roles import close_engines
+            close_engines(engines if not isinstance(engines, dict) else engines.values())
+
+
+def _run(cfg: CouncilConfig, run: RunDir, engines: Any, P: dict, data: list, progress: Progress | None,
+         make_plots: bool, aggregate: bool) -> tuple[RunDir, dict[str, Any]]:
+    from aggregate.trace import Trace, dump_traces
+    from simulate.council.llm_baselines import run_baselines
+    from simulate.council.runner import Seat, make_councils, run_councils
+
     run.record_engines("models", engines)
     run.update_provenance(seats=[{"agent": a, **s.model_dump()} for a, s in zip(cfg.agent_names(), cfg.seats)])
     seats = [Seat(agent=a, profile=s.profile, persona=s.persona) for a, s in zip(cfg.agent_names(), cfg.seats)]
@@ -131,8 +158,10 @@ def run_council_experiment(cfg: CouncilConfig, out: Path | None = None, *, progr
     if cfg.judge is not None:  # the frozen judge pass (BDA paper D.3); report() reads its ledger
         from simulate.judge import council_judge
         jb = cfg.judge.backend or cfg.models.backend
-        council_judge(run.path, profile=cfg.judge.profile, backend=jb, max_tokens=cfg.judge.max_tokens, rerender=False,
-                      engine=engines.get(cfg.judge.profile) if jb == cfg.models.backend else None)
+        if getattr(engines, "swapped", False):
+            engines.release()  # the judge's phase: nothing of the council's stays on the device
+        council_judge(run.path, profile=cfg.roles()["judge"], backend=jb, max_tokens=cfg.judge.max_tokens,
+                      rerender=False, engine=engines.get(cfg.judge.profile) if jb == cfg.models.backend else None)
     summary = report(run.path, make_plots=make_plots, aggregate=aggregate)
     run.finish()
     return run, summary
@@ -155,6 +184,17 @@ def aggregate_traces(run_dir: Path, path: Path, cfg: CouncilConfig) -> dict[str,
     out = Path(run_dir) / "aggregate" / path.stem
     run_experiment(acfg, out)
     return read_results(out)["cells"][0]
+
+
+def _producers(cfg: CouncilConfig, run_dir: Path, ledger: pd.DataFrame | None) -> list[str]:
+    """The profiles behind a council run's numbers: the seats, the baselines' models, and the judge
+    when its pass ran (its ledger names it)."""
+    out = list(cfg.profiles())
+    if ledger is not None and "judge_profile" in ledger:
+        out += [str(p) for p in ledger["judge_profile"].dropna().unique()]
+    if ledger is not None and (Path(run_dir) / "judge.json").is_file():
+        out.append(json.loads((Path(run_dir) / "judge.json").read_text()).get("judge_profile"))
+    return out
 
 
 def _council_costs(turns: pd.DataFrame) -> pd.DataFrame:
@@ -234,6 +274,7 @@ def report(run_dir: str | Path, *, make_plots: bool = True, aggregate: bool = Tr
                council_judged(base, ledger)[["dataset", "condition", "method", "parse_rate_judged",
                                              "accuracy_all_judged", "n_judge_mapped"]].to_dict(orient="records")}
               if ledger is not None else {})
+    note = embedded_note(_producers(cfg, run.path, ledger))
     for r in baseline_metrics(base.to_dict(orient="records")) if len(base) else []:
         rows.append({"dataset": r["dataset"], "condition": r["condition"], "arm": r["method"],
                      **judged.get((r["dataset"], r["condition"], r["method"]), {}),
@@ -243,7 +284,7 @@ def report(run_dir: str | Path, *, make_plots: bool = True, aggregate: bool = Tr
                      "accuracy_all": r.get("accuracy_all")})
     table = pd.DataFrame(rows)
     run.write_table("results", table)
-    (run.path / "results.md").write_text(render_markdown(table, cells, cfg, run.provenance().get("data", {})))
+    (run.path / "results.md").write_text(render_markdown(table, cells, cfg, run.provenance().get("data", {}), note=note))
     summary = {"experiment": cfg.name, "seats": [f"{a}={s.profile}/{s.persona}" for a, s in
                                                  zip(cfg.agent_names(), cfg.seats)],
                "rounds": cfg.rounds, "gen_seeds": cfg.gen_seeds, "datasets": [d.dataset for d in cfg.data],
@@ -253,10 +294,10 @@ def report(run_dir: str | Path, *, make_plots: bool = True, aggregate: bool = Tr
                "timing": {k: {kk: v.get(kk) for kk in ("council_wall_s", "baselines_wall_s", "model_s", "new_tokens",
                                                        "computed_new_tokens", "n_councils")}
                           for k, v in gen.items() if isinstance(v, dict)},
-               "note": "embedded 135M/270M models: these numbers test plumbing, not science"}
+               "note": note}
     if make_plots and len(table):
         from simulate.council import plots
-        plots.accuracy_bars(table, run.plot_path("accuracy"))
+        plots.accuracy_bars(table, run.plot_path("accuracy"), note=note)
         plots.cost_accuracy(table, run.plot_path("cost_accuracy"))
     run.write_summary(summary)
     return summary
@@ -269,9 +310,8 @@ def _f(x: Any) -> str:
 
 
 def render_markdown(table: pd.DataFrame, cells: dict[str, Any], cfg: CouncilConfig,
-                    data: dict[str, Any] | None = None) -> str:
-    lines = [f"# council run {cfg.name}", "",
-             "Embedded 135M/270M models: the numbers test plumbing, not science.", ""]
+                    data: dict[str, Any] | None = None, note: str | None = None) -> str:
+    lines = [f"# council run {cfg.name}", ""] + ([f"Note: {note}.", ""] if note else [])
     for ds, info in (data or {}).items():
         lines.append(f"- {ds}: {info.get('n')} tasks drawn of {info.get('available')} usable (gold counts "
                      f"{info.get('gold_counts')}); {info.get('excluded')} rows excluded {info.get('excluded_by_reason')}")

@@ -1,6 +1,7 @@
 """Figures of a council run, drawn from tables/results.parquet only (matplotlib, Agg)."""
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -14,8 +15,9 @@ def _plt():
     return plt
 
 
-def accuracy_bars(table: pd.DataFrame, path: Path) -> Path:
-    """Accuracy of every arm, one panel per dataset, one bar per condition."""
+def accuracy_bars(table: pd.DataFrame, path: Path, note: str | None = None) -> Path:
+    """Accuracy of every arm, one panel per dataset, one bar per condition; ``note`` (the
+    embedded-model note, ``serving.profiles.embedded_note``) under each panel's title."""
     plt = _plt()
     dsets = list(dict.fromkeys(table["dataset"]))
     conds = list(dict.fromkeys(table["condition"]))
@@ -32,7 +34,7 @@ def accuracy_bars(table: pd.DataFrame, path: Path) -> Path:
         ax.set_xticklabels(arms, rotation=30, ha="right", fontsize=8)
         ax.set_ylim(0, 1)
         ax.set_ylabel("accuracy")
-        ax.set_title(f"{ds} (embedded models: plumbing, not findings)", fontsize=9)
+        ax.set_title(f"{ds}\n" + textwrap.fill(f"({note})", 110) if note else ds, fontsize=9)
         ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

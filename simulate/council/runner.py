@@ -318,15 +318,21 @@ def run_councils(councils: Sequence[Council], seats: Sequence[Seat], engines: Ma
     ask = _Ask(engines, [s.agent for s in seats], P, root_seed, temperature, top_p, max_tokens, max_chars)
     if progress:
         progress(len(councils) * len(seats) * rounds, 0)
+    # engines held one at a time: each profile's turns of a round, retries included, before the
+    # next profile loads. A turn's reply depends only on the council state at the round's start,
+    # its seed and its own last reason, so this order gives the same moves as attempt by attempt.
+    by_engine = bool(getattr(engines, "swapped", False))
     for rnd in range(rounds):
         turns = _open_round(councils, seats, rnd, stats, progress)
-        pending = turns
-        for attempt in range(max_retries + 1):
-            if not pending:
-                break
-            pending = _attempt(pending, rnd, attempt, ask, stats, progress)
-        for t in pending:
-            _abstain(t, rnd, max_retries, stats, progress)
+        groups = ([[t for t in turns if t.seat.profile == p] for p in dict.fromkeys(t.seat.profile for t in turns)]
+                  if by_engine else [turns])
+        for pending in groups:
+            for attempt in range(max_retries + 1):
+                if not pending:
+                    break
+                pending = _attempt(pending, rnd, attempt, ask, stats, progress)
+            for t in pending:
+                _abstain(t, rnd, max_retries, stats, progress)
         # simultaneous moves: everyone saw the same earlier rounds; append in seat order
         for t in turns:
             _apply(t.council, t.move)

@@ -10,6 +10,7 @@ from typing import Any, Literal, Optional
 from pydantic import Field, field_validator, model_validator
 
 from core.config import Strict, load_named, resolve_config
+from serving.spec import ModelSpec
 
 CONFIGS_DIR = Path(__file__).resolve().parents[1] / "configs" / "debate"
 
@@ -24,14 +25,6 @@ class BenchSpec(Strict):
     limit: Optional[int] = Field(None, ge=1, description="use the first N questions (the bench is shuffled)")
     subdomains: Optional[list[str]] = None
     domains: Optional[list[str]] = None
-
-
-class ModelSpec(Strict):
-    profile: str = "smollm2-135m-instruct"
-    backend: Literal["auto", "hf", "vllm", "openai"] = "auto"
-    dtype: Optional[Literal["float32", "bfloat16", "float16"]] = None
-    options: dict[str, Any] = Field(default_factory=dict, description="backend options (batch_size, enforce_eager, ...)")
-    store: Optional[str] = Field(None, description="call store path (default RUN/calls.sqlite); share one to reuse calls")
 
 
 class Generation(Strict):

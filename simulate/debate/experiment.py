@@ -38,9 +38,8 @@ def select_items(spec) -> tuple[list[Item], dict[str, Any]]:
 
 def engine_for(cfg, run: RunDir):
     """The engine a run's ``model`` block names; its store is RUN/calls.sqlite unless the config shares one."""
-    from serving import load_engine
-    return load_engine(cfg.model.profile, backend=cfg.model.backend, store=cfg.model.store or run.store_path,
-                       dtype=cfg.model.dtype, **cfg.model.options)
+    from serving import build_engine
+    return build_engine(cfg.model, store=run.store_path)
 
 
 def save_items(run: RunDir, items: list[Item]) -> None:

@@ -9,6 +9,7 @@ from typing import Any, Literal, Optional
 from pydantic import Field, field_validator
 
 from core.config import Strict, load_named, resolve_config
+from serving.spec import ModelSpec
 
 CONFIGS_DIR = Path(__file__).resolve().parents[1] / "configs"
 RESERVED = {"human", "degroot", "classifier"}
@@ -23,19 +24,14 @@ class DataSpec(Strict):
     train_limit: Optional[int] = Field(None, ge=1, description="fit DeGroot on the first N training groups only")
 
 
-class ModelSpec(Strict):
+class LabelledModel(ModelSpec):
+    """A role-play model role: its label names it in every table and plot."""
     label: str = "base"
-    profile: str = "smollm2-135m-instruct"
-    backend: Literal["auto", "hf", "vllm", "openai"] = "auto"
-    dtype: Optional[Literal["float32", "bfloat16", "float16"]] = None
-    options: dict[str, Any] = Field(default_factory=dict, description="backend options (batch_size, ...)")
 
 
-class ClassifierSpec(Strict):
+class ClassifierSpec(ModelSpec):
+    """The stance classifier's role: a model spec (profile default: the first model's) and its readout."""
     profile: Optional[str] = Field(None, description="default: the first model's profile")
-    backend: Literal["auto", "hf", "vllm", "openai"] = "auto"
-    dtype: Optional[Literal["float32", "bfloat16", "float16"]] = None
-    options: dict[str, Any] = Field(default_factory=dict)
     max_tokens: int = Field(4, ge=1)
     stance_readout: Literal["choice", "expected"] = Field(
         "choice", description="choice: the guided-choice label; expected: E[label] under the label log-probs")
@@ -59,7 +55,7 @@ class RoleplayConfig(Strict):
     name: str = "roleplay"
     seed: int = Field(0, ge=0)
     data: DataSpec = DataSpec()
-    models: list[ModelSpec] = Field(default_factory=lambda: [ModelSpec()])
+    models: list[LabelledModel] = Field(default_factory=lambda: [LabelledModel()])
     setups: list[Literal["full_dynamics", "next_message"]] = ["full_dynamics", "next_message"]
     generation: Generation = Generation()
     classifier: ClassifierSpec = ClassifierSpec()
@@ -123,7 +119,7 @@ class SftData(Strict):
 class SftConfig(Strict):
     name: str = "sft"
     seed: int = Field(0, ge=0)
-    base: ModelSpec = ModelSpec(label="base")
+    base: LabelledModel = LabelledModel(label="base")
     data: SftData = SftData()
     training: Training = Training()
     lora: LoraSpec = LoraSpec()

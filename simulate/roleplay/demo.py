@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from simulate.roleplay.config import Analysis, ClassifierSpec, DataSpec, Generation, ModelSpec, RoleplayConfig
+from serving.profiles import DEFAULT_PROFILE
+from simulate.roleplay.config import Analysis, ClassifierSpec, DataSpec, Generation, LabelledModel, RoleplayConfig
 
 SIZES = {
     # tiny: one group-split test group, 2 utterances per chat, short messages, DeGroot on 2 train groups
@@ -16,14 +17,14 @@ SIZES = {
 }
 
 
-def demo_config(size: str = "tiny", profile: str = "smollm2-135m-instruct", backend: str = "hf",
+def demo_config(size: str = "tiny", profile: str = DEFAULT_PROFILE, backend: str = "hf",
                 dtype: str | None = None) -> RoleplayConfig:
     if size not in SIZES:
         raise ValueError(f"size must be one of {sorted(SIZES)}, got {size!r}")
     s = SIZES[size]
     return RoleplayConfig(name=f"roleplay-demo-{size}", seed=0,
                           data=DataSpec(split="group", part="test", limit=s["limit"], train_limit=s["train_limit"]),
-                          models=[ModelSpec(label="base", profile=profile, backend=backend, dtype=dtype)],
+                          models=[LabelledModel(label="base", profile=profile, backend=backend, dtype=dtype)],
                           generation=Generation(temperature=0.7, max_tokens=s["max_tokens"],
                                                 max_utterances=s["max_utterances"]),
                           # the tiny model's guided choice is nearly constant; its label expectation is not
@@ -32,12 +33,13 @@ def demo_config(size: str = "tiny", profile: str = "smollm2-135m-instruct", back
 
 
 def run_demo(out: Path, *, size: str = "tiny", progress=None, engine: Any = None, backend: str = "hf",
-             dtype: str | None = None) -> dict:
+             dtype: str | None = None, profile: str = DEFAULT_PROFILE) -> dict:
     """Run the role-play demo into run directory ``out``; returns summary.json's content.
     ``backend`` serves the role-play generations and the classifier readouts ("auto": vLLM where
-    installed); ``dtype`` None = the engine's default (chorus demo passes bfloat16)."""
+    installed); ``dtype`` None = the engine's default (chorus demo passes bfloat16); ``profile``
+    the model of the role-play and the classifier (chorus demo passes its ``--profile``)."""
     from simulate.roleplay.experiment import run_roleplay
-    cfg = demo_config(size, backend=backend, dtype=dtype)
+    cfg = demo_config(size, profile=profile, backend=backend, dtype=dtype)
     engines = {"base": engine} if engine is not None else None
     _, summary = run_roleplay(cfg, Path(out), progress=progress, engines=engines)
     return summary

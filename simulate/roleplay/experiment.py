@@ -14,11 +14,10 @@ import pandas as pd
 from core.config import ConfigError, load_config
 from core.progress import Progress
 from core.runs import RunDir, run_dir_path
+from serving.profiles import embedded_note
 from simulate.roleplay.config import RoleplayConfig
 from simulate.roleplay.data import FIXTURE, Group, golden_mask, load_groups, select_split, to_record
 from simulate.roleplay.prompts import load_prompts
-
-TINY_NOTE = "embedded tiny models: plumbing checks, not findings"
 
 
 def select_groups(cfg: RoleplayConfig) -> tuple[list[Group], list[Group], list[dict], str]:
@@ -39,9 +38,19 @@ def select_groups(cfg: RoleplayConfig) -> tuple[list[Group], list[Group], list[d
     return ev, train, excluded, path
 
 
-def _load(spec, store):
-    from serving import load_engine
-    return load_engine(spec.profile, backend=spec.backend, store=store, dtype=spec.dtype, **spec.options)
+def plan_engines(cfg: RoleplayConfig):
+    """The device plan: each model in its own phase (one held at a time), then the classifier."""
+    from serving.roles import plan_roles
+
+    c = cfg.classifier
+    roles = {**{m.label: m for m in cfg.models}, "classifier": c.model_copy(update={"profile": c.profile or
+                                                                                   cfg.models[0].profile})}
+    return plan_roles(roles, phase_of=lambda role: role)
+
+
+def _load(spec, store, role: str | None = None, plan=None):
+    from serving import build_engine
+    return build_engine(spec, store=store, role=role or getattr(spec, "label", "model"), plan=plan)
 
 
 def with_store(eng: Any, path: Path) -> Any:
@@ -65,6 +74,7 @@ def run_roleplay(cfg: RoleplayConfig, out: Path | None = None, *, progress: Prog
     from simulate.roleplay.setups import human_rows, simulate
     P = load_prompts(cfg.prompts)
     ev, train, excluded, path = select_groups(cfg)  # fails before any model call
+    plan = plan_engines(cfg) if not engines else None  # a plan that cannot fit fails here too
     run = RunDir.create(run_dir_path(out, "roleplay", cfg.name), part="roleplay", config=cfg, seeds={"root": cfg.seed},
                         command="roleplay run", prompts={"name": P["_name"], "sha256": P["_sha256"]},
                         data={"path": str(path), "n_evaluated": len(ev), "n_train": len(train),
@@ -75,6 +85,8 @@ def run_roleplay(cfg: RoleplayConfig, out: Path | None = None, *, progress: Prog
     run.write_table("exclusions", pd.DataFrame([{"group_id": e["group_id"], "topic": e["topic"],
                                                  "reasons": "; ".join(e["reasons"])} for e in excluded],
                                                columns=["group_id", "topic", "reasons"]))
+    if plan is not None:
+        run.update_provenance(device_plan=plan.to_dict())
     engines = {k: with_store(v, run.store_path) for k, v in (engines or {}).items()}
     own: list[Any] = []  # engines loaded here are closed here
     mu = cfg.generation.max_utterances
@@ -89,7 +101,7 @@ def run_roleplay(cfg: RoleplayConfig, out: Path | None = None, *, progress: Prog
     for spec in cfg.models:
         eng = engines.get(spec.label)
         if eng is None:
-            eng = _load(spec, run.store_path)
+            eng = _load(spec, run.store_path, plan=plan)
             own.append(eng)
         engines[spec.label] = eng
         models[spec.label] = eng
@@ -115,10 +127,10 @@ def run_roleplay(cfg: RoleplayConfig, out: Path | None = None, *, progress: Prog
         if same and cfg.models[0].label in engines:
             ceng = engines[cfg.models[0].label]
         elif same:
-            ceng = _load(cfg.models[0], run.store_path)
+            ceng = _load(cfg.models[0], run.store_path, "classifier", plan)
             own.append(ceng)
         else:
-            ceng = _load(cspec.model_copy(update={"profile": cprof}), run.store_path)
+            ceng = _load(cspec.model_copy(update={"profile": cprof}), run.store_path, "classifier", plan)
             own.append(ceng)
     run.record_engines("classifier", ceng)
     texts = pd.concat([messages, human_train])
@@ -245,7 +257,8 @@ def report(run_dir: str | Path, *, make_plots: bool = True) -> dict[str, Any]:
             run.write_table(name, df)
     sim = json.loads((run.path / "simulation.json").read_text()) if (run.path / "simulation.json").is_file() else []
     summary["simulation"] = sim
-    summary["note"] = TINY_NOTE if any("135m" in m.profile or "270m" in m.profile for m in cfg.models) else None
+    # the role-play models and the stance classifier (default: the first model's profile) made the numbers
+    summary["note"] = embedded_note([m.profile for m in cfg.models] + [cfg.classifier.profile])
     if summary["synthetic_data"]:
         summary["data_note"] = "SYNTHETIC fixture data: not human behaviour"
     if make_plots:

@@ -114,10 +114,10 @@ def _classify_unlabelled(cfg: SftConfig, examples: list[dict], P: dict, run: Run
     from simulate.roleplay.classify import classify_texts
     eng = classifier_engine
     if eng is None:
-        from serving import load_engine
+        from serving import build_engine
         spec = cfg.classifier
-        eng = load_engine(spec.profile or cfg.base.profile, backend=spec.backend, store=run.store_path,
-                          dtype=spec.dtype, **spec.options)
+        eng = build_engine(spec.model_copy(update={"profile": spec.profile or cfg.base.profile}),
+                           store=run.store_path, role="classifier")
     lab = classify_texts(eng, [(ex["topic"], ex["completion"][0]["content"]) for ex in examples if ex["label"] is None],
                          P, max_tokens=cfg.classifier.max_tokens)
     if classifier_engine is None:
@@ -384,13 +384,13 @@ def register_profile(name: str, model_dir: Path, family: str = "other") -> str:
 
 def compare(cfg: SftConfig, model_dir: Path, out: Path, progress=None) -> Path:
     """Run the roleplay config ``cfg.compare`` with the base and the SFT model side by side."""
-    from simulate.roleplay.config import ModelSpec, RoleplayConfig, load
+    from simulate.roleplay.config import RoleplayConfig, load
     from simulate.roleplay.experiment import run_roleplay
     rcfg: RoleplayConfig = load(cfg.compare, RoleplayConfig)
     b = cfg.base
-    models = [ModelSpec(label="base", profile=b.profile, backend=b.backend, dtype=b.dtype, options=b.options),
-              ModelSpec(label="sft", profile=str(Path(model_dir).resolve()), backend=b.backend, dtype=b.dtype,
-                        options=b.options)]
+    # the SFT model is the base's role with the trained weights: same backend, dtype and options
+    models = [b.model_copy(update={"label": "base"}),
+              b.model_copy(update={"label": "sft", "profile": str(Path(model_dir).resolve())})]
     data = rcfg.data.model_copy(update={"split": cfg.data.split, "path": rcfg.data.path or cfg.data.path})
     rcfg = rcfg.model_copy(update={"models": models, "data": data})
     run, _ = run_roleplay(rcfg, out, progress=progress)

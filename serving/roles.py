@@ -1,0 +1,179 @@
+"""The one place engines are built: from a role's ``ModelSpec`` (``serving.spec``) and the run's
+call store. Every part asks here (``build_engine`` for one role, ``build_engines`` for several);
+a scan test fails on a ``load_engine`` call anywhere else, so options, dtype and store handling
+cannot drift apart between parts.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from serving.engine import Engine, default_dtype, load_engine, resolve_backend
+from serving.plan import DevicePlan, Need, engine_options, needs_gib, plan_devices
+from serving.profiles import ModelError
+from serving.spec import ModelSpec, spec_of
+from serving.store import CallStore
+
+
+def build_engine(spec: ModelSpec | str | Mapping | None, *, store: str | Path | CallStore | None = None,
+                 role: str = "model", plan: "DevicePlan | None" = None, **extra: Any) -> Engine:
+    """The engine for one role. ``store``: the run's call store, unless the spec names its own;
+    ``plan``: the experiment's device plan (its vLLM share for this engine); ``extra``: options the
+    caller owns. The user's own options win over both."""
+    spec = spec_of(spec, role)
+    kw = {**_plan_options(plan, spec), **extra, **spec.load_kwargs()}
+    try:
+        return load_engine(spec.profile, spec.backend, store=spec.store or store, **kw)
+    except ModelError as err:
+        raise ModelError(f"{role}: {err}") from None
+
+
+def plan_roles(specs: Mapping[str, ModelSpec | str], *, device_gib: float | None | str = "detect",
+               n_devices: int = 1, phase_of: Callable[[str], str] | None = None) -> DevicePlan:
+    """The device plan for every role an experiment declares, before any engine loads: sizes from
+    the profiles' safetensors headers (on a CUDA device; a CPU plan needs none), backends and
+    dtypes resolved as ``load_engine`` will. ``phase_of(role)``: roles of different phases are
+    never held together (default: one phase)."""
+    if device_gib == "detect":
+        from serving.memory import device_gib as detect
+
+        device_gib = detect()
+    needs = []
+    for role, value in specs.items():
+        spec = spec_of(value, role)
+        backend = resolve_backend(spec.backend)
+        dtype = spec.dtype or default_dtype()
+        size = 0.0 if backend == "openai" else _size(spec.profile, dtype, required=device_gib is not None)
+        needs.append(Need(role, spec.profile, backend, dtype, size, tp=spec.tensor_parallel_size,
+                          phase=phase_of(role) if phase_of else "main"))
+    return plan_devices(needs, device_gib, n_devices=n_devices)
+
+
+def _size(profile: str, dtype: str, *, required: bool) -> float:
+    """Weights GiB; on CPU (``required`` False) only for the record: an unsized profile is left to
+    ``load_engine``'s own message when it loads."""
+    try:
+        return needs_gib(profile, dtype)
+    except Exception:
+        if required:
+            raise
+        return 0.0
+
+
+def _plan_options(plan: DevicePlan | None, spec: ModelSpec) -> dict[str, Any]:
+    if plan is None:
+        return {}
+    return engine_options(plan, spec.profile, resolve_backend(spec.backend), spec.dtype or default_dtype())
+
+
+def build_engines(specs: Mapping[str, ModelSpec | str], *, store: str | Path | CallStore | None = None,
+                  plan: DevicePlan | None = None, **extra: Any) -> dict[str, Engine]:
+    """Engines for several roles, all held at once; roles whose specs are the same engine share
+    one (one load, one device share). All share one CallStore unless a spec names its own.
+    ``plan``: each engine starts with the plan's options (its vLLM share); the user's win."""
+    st = store if isinstance(store, CallStore) or store is None else CallStore(store)
+    built: dict[tuple, Engine] = {}
+    out: dict[str, Engine] = {}
+    try:
+        for role, value in specs.items():
+            spec = spec_of(value, role)
+            key = spec.engine_key() + (spec.store,)
+            if key not in built:
+                built[key] = build_engine(spec, store=st, role=role, plan=plan, **extra)
+            out[role] = built[key]
+    except BaseException:
+        close_engines(built.values())
+        raise
+    return out
+
+
+def close_engines(engines: Iterable[Any] | SwappedEngines) -> None:
+    """Close each distinct engine once (roles may share one); a swapped set closes the one it holds."""
+    if isinstance(engines, SwappedEngines):
+        engines.close()
+        return
+    seen: set[int] = set()
+    for e in engines:
+        if id(e) not in seen and hasattr(e, "close"):
+            seen.add(id(e))
+            e.close()
+
+
+class SwappedEngines(Mapping):
+    """Engines held one at a time (a device plan's ``swap``): ``engines[key]`` is a handle that
+    loads its engine when it is used, closing the one held before (its device memory given back).
+    A caller may keep several handles; only the one in use is on the device. The call store makes
+    the order of calls irrelevant to results; callers order their calls engine by engine so each
+    loads once per round."""
+
+    swapped = True
+
+    def __init__(self, specs: Mapping[str, ModelSpec], *, store: str | Path | CallStore | None = None,
+                 plan: DevicePlan | None = None, **extra: Any):
+        self._specs = {k: spec_of(v, k) for k, v in specs.items()}
+        self._store = store if isinstance(store, CallStore) or store is None else CallStore(store)
+        self._plan, self._extra = plan, extra
+        self._held: tuple[str, Engine] | None = None
+        self._seen: dict[str, dict] = {}   # key -> provenance of its last load
+        self.loads: list[str] = []         # the load order, for provenance and tests
+
+    def acquire(self, key: str) -> Engine:
+        if self._held is not None and self._held[0] == key:
+            return self._held[1]
+        self.release()
+        spec = self._specs[key]
+        eng = build_engine(spec, store=self._store, role=key, plan=self._plan, **self._extra)
+        self._held = (key, eng)
+        self.loads.append(key)
+        return eng
+
+    def release(self) -> None:
+        if self._held is not None:
+            key, eng = self._held
+            self._held = None
+            self._seen[key] = eng.provenance()
+            eng.release()
+
+    def close(self) -> None:
+        self.release()
+        if self._store is not None:
+            self._store.close()
+
+    def __getitem__(self, key: str) -> "_Handle":
+        if key not in self._specs:
+            raise KeyError(key)
+        return _Handle(self, key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._specs)
+
+    def __len__(self) -> int:
+        return len(self._specs)
+
+    def provenance(self) -> dict[str, Any]:
+        held = {self._held[0]: self._held[1].provenance()} if self._held else {}
+        return {"hold": "swap", "loads": list(self.loads), "engines": {**self._seen, **held}}
+
+
+class _Handle:
+    """Stands for one swapped engine: every attribute use acquires it first."""
+
+    def __init__(self, owner: SwappedEngines, key: str):
+        self._owner, self._key = owner, key
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._owner.acquire(self._key), name)
+
+    def close(self) -> None:  # the owner closes; a caller's close of a handle is not a swap
+        pass
+
+
+def hold_engines(specs: Mapping[str, ModelSpec], *, store: str | Path | CallStore | None = None,
+                 hold: str = "auto", plan: DevicePlan | None = None, **extra: Any) -> Mapping[str, Any]:
+    """Engines for ``specs`` as the plan says: all at once (a dict), or one at a time
+    (``SwappedEngines``) when the plan swaps or ``hold='swap'``."""
+    swap = hold == "swap" or (hold == "auto" and plan is not None and plan.mode == "swap")
+    if swap:
+        return SwappedEngines(specs, store=store, plan=plan, **extra)
+    return build_engines(specs, store=store, plan=plan, **extra)

@@ -1,0 +1,179 @@
+"""One door for models: the typed role spec (serving.spec), the one engine-building place
+(serving.roles), every shipped config through it, and the old config shape's translation."""
+from __future__ import annotations
+
+import ast
+import warnings
+from pathlib import Path
+
+import pytest
+
+from core.config import ConfigError
+from serving import DEFAULT_PROFILE, ModelSpec, build_engines, close_engines, generate_spec, spec_of
+from serving.spec import BACKEND_CHOICES, DTYPE_CHOICES, GenerateSpec, fold_legacy
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("core", "serving", "aggregate", "simulate", "interventions", "chorus")
+BUILDERS = {"serving/engine.py", "serving/roles.py"}  # the definition and the one caller
+
+
+def test_spec_shorthand_defaults_and_kwargs():
+    assert ModelSpec.model_validate("gemma3-270m").profile == "gemma3-270m"
+    s = ModelSpec()
+    assert s.profile == DEFAULT_PROFILE and s.backend == "auto" and s.load_kwargs() == {}
+    s = ModelSpec(profile="x", backend="vllm", dtype="bfloat16", tensor_parallel_size=2, options={"enforce_eager": True})
+    assert s.load_kwargs() == {"enforce_eager": True, "dtype": "bfloat16", "tensor_parallel_size": 2}
+    assert ModelSpec(backend="openai", endpoints=["http://h:1/v1"]).load_kwargs() == {"endpoints": ["http://h:1/v1"]}
+    assert BACKEND_CHOICES == ("auto", "hf", "vllm", "openai") and DTYPE_CHOICES == ("float32", "bfloat16", "float16")
+
+
+@pytest.mark.parametrize("bad, says", [
+    ({"backend": "hf", "tensor_parallel_size": 2}, "tensor_parallel_size = 2 is a vLLM setting"),
+    ({"backend": "vllm", "endpoints": ["http://h/v1"]}, "need backend: openai"),
+    ({"tensor_parallel_size": 2, "backend": "vllm", "options": {"tensor_parallel_size": 2}}, "given twice"),
+    ({"backend": "tpu"}, "backend = 'tpu'"),
+    ({"dtype": "int4"}, "dtype = 'int4'"),
+    ({"profil": "x"}, "profil"),
+])
+def test_bad_spec_is_one_error_naming_role_and_field(bad, says):
+    with pytest.raises(ConfigError, match="role 'judge'") as err:
+        spec_of(bad, "judge")
+    assert says in str(err.value)
+
+
+def test_old_place_of_endpoints_moves_with_a_warning():
+    with pytest.warns(FutureWarning, match="options.endpoints is the old place"):
+        s = ModelSpec.model_validate({"backend": "openai", "options": {"endpoints": ["http://h/v1"], "max_retries": 1}})
+    assert s.endpoints == ["http://h/v1"] and s.options == {"max_retries": 1}
+
+
+def test_spec_of_fills_only_unset_fields():
+    s = spec_of(ModelSpec(profile="p", dtype="float32"), backend="hf", dtype="bfloat16")
+    assert (s.profile, s.backend, s.dtype) == ("p", "hf", "float32")
+    assert spec_of("p", backend="vllm").backend == "vllm"
+    assert spec_of({"profile": "p", "backend": "hf"}, backend="vllm").backend == "hf"
+
+
+def test_generate_spec_keeps_checks_and_docs_with_part_defaults():
+    Gen = generate_spec("DebateGeneration", temperature=0.7, max_tokens=2048)
+    g = Gen()
+    assert (g.temperature, g.max_tokens, g.top_p) == (0.7, 2048, 1.0)
+    assert Gen.model_fields["temperature"].description == GenerateSpec.model_fields["temperature"].description
+    with pytest.raises(Exception, match="greater than or equal to 0"):
+        Gen(temperature=-1)
+    assert g.chat_kwargs() == {"temperature": 0.7, "top_p": 1.0, "max_tokens": 2048}
+    with pytest.raises(TypeError, match="no field 'temp'"):
+        generate_spec("X", temp=1)
+
+
+def test_old_shape_folds_into_the_spec_with_one_warning():
+    with pytest.warns(FutureWarning, match=r"llm\.backend is the old shape; write llm\.model\.backend"):
+        out = fold_legacy({"model": "m", "backend": "hf", "generator": {}}, ("backend", "dtype"), "model", "llm")
+    assert out == {"model": {"profile": "m", "backend": "hf"}, "generator": {}}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert fold_legacy({"model": {"profile": "m"}}, ("backend",), "model", "llm") == {"model": {"profile": "m"}}
+
+
+def test_belief_old_keys_still_load():
+    from simulate.belief.config import load_belief_config
+    with pytest.warns(FutureWarning, match="llm.dtype"):
+        cfg = load_belief_config("smoke_llm", {"llm.dtype": "float32"})
+    assert (cfg.llm.model.profile, cfg.llm.model.backend, cfg.llm.model.dtype) == (DEFAULT_PROFILE, "hf", "float32")
+
+
+def _shipped() -> list[tuple[str, Path]]:
+    out = []
+    for d in sorted((ROOT / "simulate" / "configs").iterdir()):
+        out += [(d.name, p) for p in sorted(d.glob("*.yaml"))]
+    out += [("internals" if p.stem.startswith("internals") else "influence", p)
+            for p in sorted((ROOT / "interventions" / "configs").glob("*.yaml"))]
+    return out
+
+
+def _load(part: str, path: Path):
+    if part == "belief":
+        from simulate.belief.config import load_belief_config
+        from simulate.belief.multi_config import load_multi_config
+        return (load_multi_config if path.stem.startswith("multi_") else load_belief_config)(path)
+    if part == "council":
+        from simulate.council.config import load
+        return load(path)
+    if part == "debate":
+        from simulate.debate.config import DebateConfig, load
+        return load(path, DebateConfig)
+    if part in ("roleplay", "sft"):
+        from simulate.roleplay.config import RoleplayConfig, SftConfig, load
+        return load(path, RoleplayConfig if part == "roleplay" else SftConfig, part=part)
+    if part == "influence":
+        from interventions.config import load
+        return load(path)
+    from interventions.internals.config import load
+    return load(path)
+
+
+def _model_roles(cfg) -> dict[str, ModelSpec]:
+    """Every role a loaded config names, as the spec it hands the engine builder."""
+    if hasattr(cfg, "roles"):
+        return cfg.roles()
+    if hasattr(cfg, "llm"):
+        return {"model": cfg.llm.model}
+    if hasattr(cfg, "models"):  # role-play
+        return {**{m.label: m for m in cfg.models}, "classifier": cfg.classifier}
+    if hasattr(cfg, "base"):  # SFT
+        return {"base": cfg.base, "classifier": cfg.classifier}
+    return {"model": cfg.model}
+
+
+@pytest.mark.parametrize("part, path", _shipped(), ids=lambda v: v.stem if isinstance(v, Path) else v)
+def test_every_shipped_config_loads_into_model_specs(part, path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)  # shipped configs are migrated: no old shape
+        cfg = _load(part, path)
+    roles = _model_roles(cfg)
+    assert roles and all(isinstance(s, ModelSpec) for s in roles.values()), (path, roles)
+
+
+def test_no_load_engine_call_outside_the_builder():
+    """Engines are built in serving/roles.py only; a part calling load_engine itself would pass
+    its own subset of options, dtype and store again."""
+    bad = []
+    for pkg in PACKAGES:
+        for f in sorted((ROOT / pkg).rglob("*.py")):
+            rel = f.relative_to(ROOT).as_posix()
+            if rel in BUILDERS:
+                continue
+            for node in ast.walk(ast.parse(f.read_text(), rel)):
+                if isinstance(node, ast.Call):
+                    fn = node.func
+                    name = fn.id if isinstance(fn, ast.Name) else fn.attr if isinstance(fn, ast.Attribute) else None
+                    if name == "load_engine":
+                        bad.append(f"{rel}:{node.lineno}")
+    assert not bad, f"load_engine called outside serving/roles.py: {bad}"
+
+
+def test_council_roles_name_every_model():
+    from simulate.council.config import CouncilConfig
+    cfg = CouncilConfig.model_validate({"models": {"backend": "hf", "dtype": "float32"},
+                                        "judge": {"profile": "gemma3-270m", "backend": "vllm"}})
+    r = cfg.roles()
+    assert list(r) == ["A1", "A2", "A3", "synthesizer", "self_moa", "argllms_generator", "judge"]
+    assert (r["A2"].profile, r["A2"].backend, r["A2"].dtype) == ("gemma3-270m", "hf", "float32")
+    assert (r["judge"].profile, r["judge"].backend) == ("gemma3-270m", "vllm")
+    assert cfg.profiles() == [DEFAULT_PROFILE, "gemma3-270m"]
+
+
+@pytest.mark.slow
+def test_roles_with_one_spec_share_one_real_engine(tmp_path):
+    """Two roles with the same spec are one engine (one load, one device share); a third with
+    another profile is its own. Real embedded models on transformers."""
+    spec = {"profile": DEFAULT_PROFILE, "backend": "hf", "dtype": "float32"}
+    engines = build_engines({"A1": spec, "judge": ModelSpec(**spec), "A2": {**spec, "profile": "gemma3-270m"}},
+                            store=tmp_path / "calls.sqlite")
+    try:
+        assert engines["A1"] is engines["judge"] and engines["A2"] is not engines["A1"]
+        assert engines["A2"].identity["profile"] == "gemma3-270m"
+        out = engines["judge"].chat([[{"role": "user", "content": "Say yes."}]], temperature=0.0, max_tokens=4)
+        assert out[0].text.strip()
+    finally:
+        close_engines(engines.values())
