@@ -123,7 +123,11 @@ class SwappedEngines(Mapping):
             return self._held[1]
         self.release()
         spec = self._specs[key]
-        eng = build_engine(spec, store=self._store, role=key, plan=self._plan, **self._extra)
+        opts = _plan_options(self._plan, spec)
+        # a swapped-out engine is closed, not slept: sleep mode would only cost (vLLM allows one
+        # sleep-enabled engine per process, and its allocator excludes expandable segments)
+        opts.pop("enable_sleep_mode", None)
+        eng = build_engine(spec, store=self._store, role=key, **{**opts, **self._extra})
         self._held = (key, eng)
         self.loads.append(key)
         return eng
