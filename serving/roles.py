@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping
 
 from serving.engine import Engine, default_dtype, load_engine, resolve_backend
 from serving.plan import DevicePlan, Need, engine_options, needs_gib, plan_devices

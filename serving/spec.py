@@ -3,16 +3,15 @@
 An experiment names each model it uses by role (``model``; a council's seats, ``judge``,
 ``synthesizer``; role-play's models and ``classifier``; a transfer's ``sender``) and gives each a
 ``ModelSpec``. ``serving.roles`` turns specs into engines; nothing else calls ``load_engine``.
-Learnt from inspect_ai's ``get_model(role=...)`` with ``model_roles`` and its single
-``GenerateConfig``: one door to a model, the role a name on it.
+Learnt from inspect_ai's ``get_model(role=...)`` with ``model_roles``: one door to a model, the
+role a name on it. (Sampling settings stay in each part's own ``generation`` block for now.)
 """
 from __future__ import annotations
 
 import warnings
 from typing import Any, Literal, Optional, Sequence
 
-from pydantic import Field, ValidationError, create_model, model_validator
-from pydantic.fields import FieldInfo
+from pydantic import Field, ValidationError, model_validator
 
 from core.config import ConfigError, Strict, format_validation_error
 from serving.profiles import DEFAULT_PROFILE
@@ -77,35 +76,6 @@ class ModelSpec(Strict):
         if self.endpoints:
             kw["endpoints"] = list(self.endpoints)
         return kw
-
-
-class GenerateSpec(Strict):
-    """Sampling for one role's calls; each part keeps its own defaults (``generate_spec``)."""
-    temperature: float = Field(1.0, ge=0.0, description="0: greedy")
-    top_p: float = Field(1.0, gt=0.0, le=1.0, description="nucleus sampling mass")
-    max_tokens: int = Field(256, ge=1, description="most new tokens per call")
-    stop: Optional[list[str]] = Field(None, description="strings that end a generation")
-    seed: Optional[int] = Field(None, ge=0, description="null: per-request seeds drawn from the run's seed")
-
-    def chat_kwargs(self) -> dict[str, Any]:
-        kw: dict[str, Any] = {"temperature": self.temperature, "top_p": self.top_p, "max_tokens": self.max_tokens}
-        if self.stop:
-            kw["stop"] = list(self.stop)
-        return kw
-
-
-def generate_spec(name: str, doc: str | None = None, **defaults: Any) -> type[GenerateSpec]:
-    """A ``GenerateSpec`` with a part's own defaults: the fields, their checks and their
-    documentation stay declared once, above."""
-    fields: dict[str, Any] = {}
-    for k, v in defaults.items():
-        if k not in GenerateSpec.model_fields:
-            raise TypeError(f"GenerateSpec has no field {k!r}")
-        base = GenerateSpec.model_fields[k]
-        fields[k] = (base.annotation, FieldInfo.merge_field_infos(base, default=v))
-    model = create_model(name, __base__=GenerateSpec, **fields)
-    model.__doc__ = doc or GenerateSpec.__doc__
-    return model
 
 
 def spec_of(value: "ModelSpec | str | dict | None", role: str = "model", **fallback: Any) -> ModelSpec:

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from core.config import ConfigError
-from serving import DEFAULT_PROFILE, ModelSpec, build_engines, close_engines, generate_spec, spec_of
-from serving.spec import BACKEND_CHOICES, DTYPE_CHOICES, GenerateSpec, fold_legacy
+from serving import DEFAULT_PROFILE, ModelSpec, build_engines, close_engines, spec_of
+from serving.spec import BACKEND_CHOICES, DTYPE_CHOICES, fold_legacy
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("core", "serving", "aggregate", "simulate", "interventions", "chorus")
@@ -52,18 +52,6 @@ def test_spec_of_fills_only_unset_fields():
     assert (s.profile, s.backend, s.dtype) == ("p", "hf", "float32")
     assert spec_of("p", backend="vllm").backend == "vllm"
     assert spec_of({"profile": "p", "backend": "hf"}, backend="vllm").backend == "hf"
-
-
-def test_generate_spec_keeps_checks_and_docs_with_part_defaults():
-    Gen = generate_spec("DebateGeneration", temperature=0.7, max_tokens=2048)
-    g = Gen()
-    assert (g.temperature, g.max_tokens, g.top_p) == (0.7, 2048, 1.0)
-    assert Gen.model_fields["temperature"].description == GenerateSpec.model_fields["temperature"].description
-    with pytest.raises(Exception, match="greater than or equal to 0"):
-        Gen(temperature=-1)
-    assert g.chat_kwargs() == {"temperature": 0.7, "top_p": 1.0, "max_tokens": 2048}
-    with pytest.raises(TypeError, match="no field 'temp'"):
-        generate_spec("X", temp=1)
 
 
 def test_old_shape_folds_into_the_spec_with_one_warning():
