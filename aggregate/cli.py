@@ -100,12 +100,15 @@ def verify(run_dir: Path = typer.Argument(..., help="A run directory holding res
     from aggregate.errors import VerifyError
     from aggregate.results import verify as do_verify
 
+    from core.runs import RecordError, require_record
+
     try:
+        require_record(run_dir, exempt=("results.json",))   # the rest as written; results.json is recomputed below
         with progress("verify", "fold x method", enabled=not quiet) as update:
             checks = do_verify(run_dir, cells="all" if all_cells else cells, tolerance=tolerance,
                                bootstrap=not no_bootstrap, progress=update)
-    except (VerifyError, *_user_errors()) as err:
-        _fail(str(err))
+    except (VerifyError, RecordError, *_user_errors()) as err:
+        _fail(str(err), 1 if isinstance(err, RecordError) else 2)   # an edited record: verification failed
     con = Console()
     bad = [c for c in checks if not c.ok]
     cells_seen = sorted({c.cell for c in checks if c.cell != "-"})

@@ -300,6 +300,11 @@ def run_sweep(cfg: SweepConfig, out: Path, *, progress: Progress | None = None) 
     from core.runs import RunDir
 
     cfg, source = sweep_source(cfg)
+    if source:   # an adversary the traces cannot hold: refused before a run directory is made
+        seats = min(len(tr.agents) for tr in source)
+        bad = [k for k in getattr(cfg, "ks", []) if k > seats]
+        if bad:
+            raise ValueError(f"adversary k={bad[0]} exceeds the {seats} seats of the traces ({cfg.traces})")
     run = RunDir.create(out, part="aggregate", config=cfg, seeds={"seed": cfg.seed},
                         command=f"sweep {cfg.kind}", backend="numpy/scipy (no model calls)",
                         determinism=_DETERMINISM)

@@ -346,19 +346,21 @@ def _cycle(m: Model) -> dict[str, Any]:
 
 
 def _plan(m: Model) -> dict[str, Any]:
-    """``serving.memory.plan_memory`` for a vLLM + transformers pool of this model on this device,
+    """``serving.plan.plan_devices`` for a vLLM + transformers pool of this model on this device,
     against what the transformers copy measured: its resident weights and its peak."""
     from chorus.rehearse import CheckFailed
-    from serving.memory import MemoryPlanError, plan_memory, weights_gib
+    from serving.memory import weights_gib
+    from serving.plan import DevicePlanError, Need, plan_devices
     cuda = _cuda() is not None
     dtype = "bfloat16" if cuda else "float32"
     planned_w = weights_gib(m.folder, dtype)
     loaded = m.mem.get("loaded") or {}
     device = loaded.get("total_gib") or NOMINAL_DEVICE_GIB
-    try:
-        plan = plan_memory(device, planned_w, hf_copy=True)
-    except MemoryPlanError as err:
+    try:  # the pool's case: one model on vLLM and its transformers copy (serving.engine.plan_pool)
+        plan = plan_devices([Need("model", m.arch, b, dtype, planned_w) for b in ("vllm", "hf")], device)
+    except DevicePlanError as err:
         raise CheckFailed(str(err), {"device_gib": device, "weights_gib": planned_w}) from None
+    vllm, hf = plan.phases[0].engines  # in the declared order
     d: dict[str, Any] = {"plan": plan.to_dict(), "planned_weights_gib": round(planned_w, 3)}
     if not cuda:
         return {**d, "checked": False, "why": f"no CUDA device: planned for a nominal {NOMINAL_DEVICE_GIB} GiB device"}
@@ -371,15 +373,15 @@ def _plan(m: Model) -> dict[str, Any]:
     context = before["total_gib"] - before["free_gib"] - before["reserved_gib"]
     d.update(resident_weights_gib=loaded["allocated_gib"], allocator_slack_gib=round(slack, 3),
              cuda_context_gib=round(context, 3), hf_peak_device_gib=round(peak, 3),
-             vllm_reserves_gib=round(plan.gpu_memory_utilization * device, 3), checked=True)
+             vllm_reserves_gib=round(vllm.gpu_memory_utilization * device, 3), checked=True)
     problems = []
     # one-sided: a text-only load (Qwen3.5 leaves its vision tower on disk) holds less than the files
     if loaded["allocated_gib"] > 1.03 * planned_w + 0.25:
         problems.append(f"resident weights {loaded['allocated_gib']:.2f} GiB, over the planned {planned_w:.2f} GiB")
-    if peak > plan.hf_gib:
-        problems.append(f"the transformers copy peaked at {peak:.2f} GiB, over the planned {plan.hf_gib:.2f} GiB")
-    if plan.action == "share" and plan.gpu_memory_utilization * device + peak + context > device:
-        problems.append(f"vLLM's {plan.gpu_memory_utilization:.3f} share, the copy's {peak:.2f} GiB and "
+    if peak > hf.need_gib:
+        problems.append(f"the transformers copy peaked at {peak:.2f} GiB, over the planned {hf.need_gib:.2f} GiB")
+    if plan.mode == "share" and vllm.gpu_memory_utilization * device + peak + context > device:
+        problems.append(f"vLLM's {vllm.gpu_memory_utilization:.3f} share, the copy's {peak:.2f} GiB and "
                         f"{context:.2f} GiB of CUDA context exceed the device's {device:.2f} GiB")
     if problems:
         raise CheckFailed("; ".join(problems), d)

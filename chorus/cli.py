@@ -136,15 +136,38 @@ def report(run_dir: Path = typer.Argument(..., help="Any chorus run directory (a
            out: Path = typer.Option(None, "--out", help="HTML file to write (default RUN/report.html).")) -> None:
     """Render a single self-contained HTML report (no network, no external assets) for a run directory."""
     from chorus.report import ReportError, render_report
+    from core.runs import RecordError, require_record
     try:
+        if run_dir.is_dir():
+            require_record(run_dir)   # a report never shows numbers the run did not write
         path = render_report(run_dir, out=out)
-    except ReportError as err:
+    except (ReportError, RecordError) as err:
         fail(str(err))
     typer.echo(str(path))
 
 
-def main() -> None:  # pragma: no cover
-    app()
+@app.command()
+def verify(run_dir: Path = typer.Argument(..., help="Any finished chorus run directory.")) -> None:
+    """Check every file a finished run wrote (summary, tables, traces, plots, configs) against the
+    record it sealed when it finished (manifest.json); exit 1 naming each changed or missing file.
+    Council aggregation runs: `chorus aggregate verify` also recomputes results.json from the traces."""
+    from core.runs import MANIFEST, check_record, record_files
+    if not run_dir.is_dir():
+        fail(f"{run_dir}: no such run directory")
+    bad = check_record(run_dir)
+    if bad is None:
+        fail(f"{run_dir}: no {MANIFEST} (the run did not finish, or an older chorus made it): nothing to verify against")
+    if bad:
+        fail(f"{run_dir}: FAILED: " + "; ".join(bad), code=1)
+    typer.echo(f"OK: {len(record_files(run_dir))} files of {run_dir} are the ones the run wrote")
+
+
+def main() -> None:
+    """The ``chorus`` command: the app behind the one error boundary (``chorus.errors``)."""
+    import sys
+
+    from chorus.errors import run_command
+    sys.exit(run_command(app))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -125,7 +125,7 @@ def run_demo(size: str, out: Path, profile: str = DEFAULT_PROFILE, backend: str 
     main_backend, main_dtype = resolve_backend(cfg.backend), default_dtype()
     t_all = time.perf_counter()
     expect = [(p or cfg.profile, b or main_backend, d or main_dtype) for s in cfg.stages for p, b, d in REGISTRY[s].engines]
-    with engine_pool(expect=expect):  # on a GPU: vLLM and a transformers copy planned to fit (serving.memory)
+    with engine_pool(expect=expect):  # on a GPU: vLLM and a transformers copy planned to fit (serving.plan)
         run.update_provenance(memory_plans=pool_plans())
         for k, name in enumerate(cfg.stages):
             st = REGISTRY[name]

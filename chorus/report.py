@@ -273,6 +273,14 @@ def render_report(run_dir: str | Path, out: str | Path | None = None) -> Path:
     run = Path(run_dir)
     if not run.is_dir():
         raise ReportError(f"{run}: no such run directory")
+    for name in ("summary.json", "provenance.json"):   # present but unreadable is not "missing"
+        f = run / name
+        if f.is_file():
+            try:
+                json.loads(f.read_text())
+            except (OSError, ValueError) as err:
+                raise ReportError(f"{f}: unreadable ({type(err).__name__}: {' '.join(str(err).split())[:120]}); "
+                                  f"rerun the run's report command, or restore the file") from None
     summ = _read_json(run / "summary.json")
     prov = _read_json(run / "provenance.json")
     if summ is None and prov is None and not (run / "config.yaml").is_file():

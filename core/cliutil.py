@@ -28,5 +28,9 @@ def parse_overrides(sets: Optional[list[str]]) -> dict:
         if "=" not in s:
             raise ConfigError(f"--set {s!r}: expected KEY=VALUE")
         k, v = s.split("=", 1)
-        out[k.strip()] = yaml.safe_load(v)
+        try:
+            out[k.strip()] = yaml.safe_load(v)
+        except yaml.YAMLError as err:
+            why = " ".join(str(getattr(err, "problem", None) or err).split())
+            raise ConfigError(f"--set {s!r}: the value is not valid YAML ({why})") from None
     return out

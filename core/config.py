@@ -40,12 +40,19 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
+    raw = path.read_bytes()
     try:
-        data = yaml.safe_load(path.read_text())
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = raw[:err.start].count(b"\n") + 1
+        raise ConfigError(f"{path} line {line}: not UTF-8 text (byte {raw[err.start:err.start + 1]!r}); "
+                          f"is it a config file?") from None
+    try:
+        data = yaml.safe_load(text)
     except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: not valid YAML: {err}") from None
-    if data is None:
-        data = {}
+        raise ConfigError(f"{path}: not valid YAML: {' '.join(str(err).split())}") from None
+    if data is None:   # an empty file is a mistake far more often than a wish for every default
+        raise ConfigError(f"{path}: the config file is empty; write the fields to set (or '{{}}' for every default)")
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: top level must be a mapping, got {type(data).__name__}")
     return data

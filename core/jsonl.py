@@ -24,9 +24,21 @@ def iter_jsonl(path: str | Path, *, error: type[Exception] = ValueError, where: 
     not starting with ``//``). A line that is not JSON raises ``error`` naming the place
     (``where``, formatted with ``path`` and ``n``), the parser's message and the column."""
     path = Path(path)
-    with open_text(path) as fh:
-        for n, line in enumerate(fh, 1):
-            s = line.strip()
+    with (gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")) as fh:
+        n = 0
+        while True:
+            try:
+                raw = fh.readline()
+            except (OSError, EOFError) as err:   # not gzip, or cut short
+                raise error(f"{where.format(path=path, n=n + 1)}: cannot be read as {path.suffix or 'text'} "
+                            f"({err or 'the compressed stream ends early'})") from None
+            if not raw:
+                return
+            n += 1
+            try:
+                s = raw.decode("utf-8").strip()
+            except UnicodeDecodeError as err:
+                raise error(f"{where.format(path=path, n=n)}: not UTF-8 text (byte {err.start + 1} of the line)") from None
             if not s or (comments and s.startswith("//")):
                 continue
             try:

@@ -120,6 +120,126 @@ def _unlock(path: Path) -> None:
         fh.close()  # closing the file releases the flock
 
 
+MANIFEST = "manifest.json"
+
+
+class RecordError(ConfigError):
+    """A finished run's files are not the ones it wrote: changed or missing, named."""
+
+
+def _sha256(p: Path) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(p, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def record_files(path: str | Path) -> dict[str, str]:
+    """Every result file of a run directory with its sha256. Left out: the call store (SQLite
+    checks itself), the lock, manifests (nested stage runs keep their own), the HTML rendering,
+    logs and temporary files."""
+    path = Path(path)
+    out: dict[str, str] = {}
+    for p in sorted(path.rglob("*")):
+        rel = p.relative_to(path).as_posix()
+        if not p.is_file() or p.name.startswith("calls.sqlite") or p.name in (".lock", MANIFEST, "report.html") \
+                or p.name.endswith(".tmp") or rel.split("/")[0] == "logs":
+            continue
+        out[rel] = _sha256(p)
+    return out
+
+
+def check_record(path: str | Path, exempt: tuple[str, ...] = ()) -> list[str] | None:
+    """What differs from the run's record (``manifest.json``, written when it finished): one line
+    per changed or missing file (``exempt``: path prefixes not checked); None when the run has no
+    record (unfinished, or made by an older chorus)."""
+    path = Path(path)
+    m = path / MANIFEST
+    if not m.is_file():
+        return None
+    try:
+        files = json.loads(m.read_text())["files"]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        return [f"{MANIFEST}: unreadable ({type(err).__name__})"]
+    now = record_files(path)
+    files = {k: v for k, v in files.items() if not k.startswith(exempt)} if exempt else files
+    return ([f"changed: {k}" for k, v in files.items() if k in now and now[k] != v]
+            + [f"missing: {k}" for k in files if k not in now])
+
+
+def require_record(path: str | Path, exempt: tuple[str, ...] = ()) -> None:
+    """Raise one ``RecordError`` naming every changed or missing file of a finished run."""
+    bad = check_record(path, exempt)
+    if bad:
+        raise RecordError(f"{path}: the run's files are not the ones it wrote ({'; '.join(bad)}); "
+                          f"rerun it into a new directory, or restore the files")
+
+
+_AMENDING: set[Path] = set()   # run directories a command in this process is rewriting
+
+
+def amends_run(fn):
+    """For a command that rewrites files of a run (a report, a judge pass): what it reads must be
+    as the run wrote it (an edited table is never laundered into a new summary; the summary and
+    plots it recomputes are not checked), and the record is renewed after it when the run had
+    one. Nested amending calls check and seal once, at the outside."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(run_dir, *args, **kwargs):
+        key = Path(run_dir).resolve()
+        if key in _AMENDING:
+            return fn(run_dir, *args, **kwargs)
+        require_record(run_dir, exempt=("summary.json", "plots/"))
+        _AMENDING.add(key)
+        try:
+            out = fn(run_dir, *args, **kwargs)
+        finally:
+            _AMENDING.discard(key)
+        if (key / MANIFEST).is_file():
+            RunDir(key).seal()
+        return out
+    return wrapper
+
+
+class RunDirConflict(ConfigError):
+    """A run directory already holds a run with another config: its record is not overwritten."""
+
+
+def config_diff(old: Any, new: Any, prefix: str = "") -> list[str]:
+    """Dotted ``key: old -> new`` for every value that differs. A key the old record lacks is not a
+    difference (a newer chorus added a field: its default is what the old run ran with)."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        out = []
+        for k in new:
+            if k in old:
+                out += config_diff(old[k], new[k], f"{prefix}{k}.")
+        return out
+    return [] if old == new else [f"{prefix.rstrip('.')}: {old!r} -> {new!r}"]
+
+
+def _same_record(path: Path, config: BaseModel) -> None:
+    """Resuming needs the run's own config; another one is refused before anything is written."""
+    import yaml
+
+    stored = path / "config.yaml"
+    if not stored.is_file():
+        return
+    try:
+        old = yaml.safe_load(stored.read_text())
+    except (yaml.YAMLError, UnicodeDecodeError) as err:
+        raise RunDirConflict(f"{stored}: the run's config record is unreadable ({type(err).__name__}); "
+                             f"choose another --out") from None
+    diff = config_diff(old, config.model_dump(mode="json"))
+    if diff:
+        more = f"; and {len(diff) - 4} more" if len(diff) > 4 else ""
+        raise RunDirConflict(f"run directory {path} holds a run with another config ({'; '.join(diff[:4])}{more}): "
+                             f"rerun with that config to resume it, or choose another --out")
+
+
 class RunDir:
     """A run directory. ``RunDir.create`` writes config and provenance and holds the directory
     against a second writer (``RunDirInUse`` naming the PID) until ``finish``; parts add tables,
@@ -135,6 +255,15 @@ class RunDir:
         run = cls(path)
         run.path.mkdir(parents=True, exist_ok=True)
         _lock(run.path)
+        if config is not None:
+            try:
+                _same_record(run.path, config)
+            except RunDirConflict:
+                _unlock(run.path)
+                raise
+        (run.path / MANIFEST).unlink(missing_ok=True)   # open again: the record is renewed at finish
+        from core.logs import engine_logs_to
+        engine_logs_to(run.path / "logs" / "engines.log")   # the terminal keeps chorus's own lines
         (run.path / "tables").mkdir(exist_ok=True)
         (run.path / "plots").mkdir(exist_ok=True)
         if config is not None:
@@ -168,7 +297,13 @@ class RunDir:
 
     def read_table(self, name: str) -> pd.DataFrame:
         import pandas as pd
-        return pd.read_parquet(self.path / "tables" / f"{name}.parquet")
+        p = self.path / "tables" / f"{name}.parquet"
+        if not p.is_file():
+            raise RecordError(f"{p}: missing (the run did not write it, or it was removed)")
+        try:
+            return pd.read_parquet(p)
+        except Exception as err:  # pyarrow's errors name a buffer, not the file
+            raise RecordError(f"{p}: not a readable table ({type(err).__name__}: {' '.join(str(err).split())[:200]})") from None
 
     def plot_path(self, name: str) -> Path:
         (self.path / "plots").mkdir(exist_ok=True)
@@ -189,6 +324,13 @@ class RunDir:
         self._engines[key] = engines
         self.update_provenance(**{key: _engine_provenance(engines)})
 
+    def seal(self) -> Path:
+        """Write the run's record: every result file's sha256 (``chorus verify`` checks it)."""
+        p = self.path / MANIFEST
+        write_json(p, {"sealed": _now(), "files": record_files(self.path)})
+        return p
+
     def finish(self) -> None:
         self.update_provenance(finished=_now(), **{k: _engine_provenance(e) for k, e in self._engines.items()})
+        self.seal()
         _unlock(self.path)

@@ -14,7 +14,7 @@ from core.runs import RunDir, run_dir_path
 from interventions import ablations as ab
 from interventions import readout as ro
 from interventions.config import InfluenceConfig
-from simulate.debate.experiment import engine_for, load_items, save_items, select_items
+from simulate.debate.experiment import engine_for, load_items, plan_engines, save_items, select_items
 from simulate.debate.prompts import load_prompts
 from simulate.debate.protocol import run_protocol
 from simulate.debate.questions import Item, write_bench
@@ -42,18 +42,32 @@ def source_turns(cfg: InfluenceConfig, run: RunDir, eng: Any, rounds: int,
 
 
 def start_run(cfg: InfluenceConfig, verb: str, out: Path | None, engine: Any = None,
-              backend: str | None = None) -> tuple[RunDir, Any, dict]:
+              backend: str | None = None, *, roles: dict[str, Any] | None = None) -> tuple[RunDir, Any, dict]:
     """The run directory of one influence verb, its engine (``backend`` overrides the config's)
-    and the prompts; the question set is validated before any model call."""
+    and the prompts; the question set is validated before any model call. An engine built here is
+    planned first (``simulate.debate.experiment.plan_engines``: the one engine generates the turns
+    a verb needs and then reads them, so one phase, named after the verb; ``roles``: other engines
+    the verb holds beside it, e.g. a transfer's sender) and the plan is written to provenance
+    (``device_plan``); a plan that cannot fit fails before the run directory is made."""
     P = load_prompts(cfg.prompts)
     if not cfg.source_run:
         select_items(cfg.bench)
+    else:   # the run it reads: there, and as that run wrote it, before this one is made
+        from core.runs import require_record
+        src = Path(cfg.source_run)
+        if not (src / "tables" / "turns.parquet").is_file():
+            raise ConfigError(f"source_run = {cfg.source_run!r}: no tables/turns.parquet there "
+                              f"({'no such directory' if not src.is_dir() else 'not a debate run directory?'})")
+        require_record(src)
+    ecfg = cfg if backend is None else cfg.model_copy(
+        update={"model": cfg.model.model_copy(update={"backend": backend})})  # the engine's, not the record's
+    plan = plan_engines(ecfg, verb, roles) if engine is None else None
     run = RunDir.create(run_dir_path(out, "influence", f"{cfg.name}-{verb}"), part="influence", config=cfg,
                         seeds={"root": cfg.seed}, command=f"influence {verb}",
                         prompts={"name": P["_name"], "sha256": P["_sha256"]}, source_run=cfg.source_run)
     if engine is None:
-        engine = engine_for(cfg if backend is None else cfg.model_copy(
-            update={"model": cfg.model.model_copy(update={"backend": backend})}), run)
+        run.update_provenance(device_plan=plan.to_dict())
+        engine = engine_for(ecfg, run, plan)
     run.record_engines("model", engine)
     return run, engine, P
 

@@ -487,11 +487,12 @@ def run_experiment(cfg: Any, run: Any, receiver: Any, items: dict, pairs: Sequen
 
     spec = cfg.transfer
     pairs = list(pairs)[:spec.max_pairs] if spec.max_pairs else list(pairs)
-    own = sender is None and spec.sender not in ("same", cfg.model.profile)
+    sspec = spec.sender_spec(cfg.model) if sender is None else None
+    own = sspec is not None
     if own:
-        from serving import ModelSpec, build_engine
-        # the sender's weights are read too: transformers, in the receiver's dtype; no store (states, not calls)
-        sender = build_engine(ModelSpec(profile=spec.sender, backend="hf", dtype=cfg.model.dtype), role="sender")
+        from serving import build_engine
+        # the sender's weights are read too (transformers); no store: states, not calls
+        sender = build_engine(sspec, role="sender")
     sender = sender if sender is not None else receiver
     try:
         run.record_engines("sender", sender)

@@ -9,11 +9,12 @@ servers; model profiles; the SQLite call store.
 from serving.engine import Engine, engine_pool, load_engine
 from serving.profiles import DEFAULT_PROFILE, ModelError, Profile, all_profiles, get_profile
 from serving.roles import build_engine, build_engines, close_engines
-from serving.spec import Backend, Dtype, ModelSpec, spec_of
+from serving.spec import Backend, Dtype, MaxTokens, ModelSpec, Sampling, Temperature, TopP, spec_of
 from serving.store import CallStore, StoreError
 from serving.structured import SchemaError
 from serving.types import Completion, ContextLengthError, RequestError
 
 __all__ = ["Engine", "engine_pool", "load_engine", "Completion", "CallStore", "StoreError", "ModelError", "RequestError",
            "ContextLengthError", "SchemaError", "Profile", "get_profile", "all_profiles", "DEFAULT_PROFILE",
-           "build_engine", "build_engines", "close_engines", "Backend", "Dtype", "ModelSpec", "spec_of"]
+           "build_engine", "build_engines", "close_engines", "Backend", "Dtype", "ModelSpec", "spec_of",
+           "Sampling", "Temperature", "TopP", "MaxTokens"]

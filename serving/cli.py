@@ -125,6 +125,19 @@ def generate(prompt: Optional[str] = typer.Argument(None, help="a user message (
             js = json.loads(schema.read_text())
         except (OSError, json.JSONDecodeError) as err:
             fail(f"{schema}: {err}")
+    # every check before the model loads (a load is 15-20 s on a CPU, minutes at 8B)
+    from pydantic import ValidationError
+
+    from serving.spec import Sampling
+    from serving.types import validate_conversations
+    try:
+        Sampling(temperature=temperature, top_p=top_p, max_tokens=max_tokens)
+        validate_conversations(convs)
+    except ValidationError as err:
+        e = err.errors()[0]
+        fail(f"--{e['loc'][0].replace('_', '-')} {e['input']!r}: {e['msg']}")
+    except ValueError as err:
+        fail(f"{chat or 'prompt'}: {err}")
     try:
         eng = build_engine({"profile": profile, "backend": backend}, store=store)
         with progress("generate", "requests") as update:
@@ -235,7 +248,7 @@ def store_stats(path: Path = typer.Argument(..., help="a calls.sqlite file or a 
     if not path.exists():
         fail(f"no call store at {path}")
     try:
-        st = CallStore(path).stats()
+        st = CallStore(path, read_only=True).stats()   # a read-only command never changes the file
     except StoreError as err:
         fail(str(err))
     t = Table("kind", "model", "backend", "calls", "prompt tokens", "new tokens", "model s")

@@ -4,10 +4,12 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from serving.backends import Backend
+from serving.plan import EnginePlan, Need, needs_gib, plan_devices
 from serving.profiles import DEFAULT_PROFILE, ModelError, Profile, get_profile
 from serving.store import CallStore, request_key
 from serving.structured import check_output, check_schema
@@ -285,27 +287,37 @@ def default_dtype() -> str:
 
 
 _POOL: dict[tuple, tuple[Any, Any, str | None]] | None = None
-_PLANS: dict[str, Any] = {}  # profile -> serving.memory.MemoryPlan, for the pool's lifetime
+_PLANS: dict[str, PoolPlan] = {}  # profile -> its plan, for the pool's lifetime
 
 
-def plan_pool(expect: list[tuple[str, str, str]], device: float | None = None) -> dict[str, Any]:
-    """Memory plans for the profiles a pool will load on both vLLM and transformers, on a CUDA
-    device (``device`` GiB; by default device 0's size; none without CUDA). A plan that cannot fit
-    raises ``MemoryPlanError`` naming the sizes, before any model is loaded."""
-    from serving.memory import device_gib, plan_memory, weights_gib
+@dataclass(frozen=True)
+class PoolPlan:
+    """What ``load_engine`` needs for one profile a pool holds on both vLLM and transformers."""
+    mode: str               # "share": both at once; "swap": vLLM sleeps while the transformers copy is loaded
+    vllm: EnginePlan        # its gpu_memory_utilization, sleep, and the sizes waking it takes back
+    hf: EnginePlan
+    reason: str             # the device plan's sizes and decision
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def plan_pool(expect: list[tuple[str, str, str]], device: float | None = None) -> dict[str, PoolPlan]:
+    """The device plan (``serving.plan.plan_devices``, all of ``expect`` held at once) for a pool on a
+    CUDA device (``device`` GiB; by default device 0's size; none without CUDA), kept per profile
+    loaded on both vLLM and transformers. A pool that cannot fit raises ``DevicePlanError`` naming
+    the sizes, before any model is loaded."""
+    from serving.memory import device_gib
 
     device = device if device is not None else device_gib()
-    if device is None:
+    paired = {p for p, b, _d in expect if b == "vllm"} & {p for p, b, _d in expect if b == "hf"}
+    if device is None or not paired:  # nothing shares a device with its own copy: no plan, nothing sized
         return {}
-    plans = {}
-    for name in sorted({p for p, _b, _d in expect}):
-        backends = {b for p, b, _d in expect if p == name}
-        if not {"vllm", "hf"} <= backends:
-            continue
-        dtype = next(d for p, b, d in expect if p == name and b == "vllm")
-        prof = get_profile(name)
-        plans[name] = plan_memory(device, weights_gib(prof.require(), dtype), hf_copy=True)
-    return plans
+    # each copy sized in its own dtype (the knockout stage's transformers copy is float32 on a GPU too)
+    needs = [Need(f"{p}/{b}", p, b, d, 0.0 if b == "openai" else needs_gib(p, d)) for p, b, d in dict.fromkeys(expect)]
+    (phase,) = plan_devices(needs, device).phases  # one phase: the pool holds everything at once
+    first = {(e.profile, e.backend): e for e in reversed(phase.engines)}  # of several dtypes, the first
+    return {name: PoolPlan(phase.mode, first[name, "vllm"], first[name, "hf"], phase.reason) for name in sorted(paired)}
 
 
 @contextlib.contextmanager
@@ -315,9 +327,9 @@ def engine_pool(expect: list[tuple[str, str, str]] | None = None, device_gib: fl
     ``chorus demo`` runs every stage in one pool so the model is not reloaded per stage.
 
     ``expect``: the (profile, backend, dtype) the block will load. On a GPU, a profile loaded on
-    both vLLM and transformers gets a memory plan (``serving.memory``): vLLM's share is set so the
-    transformers copy fits beside it, or vLLM sleeps while the transformers copy is loaded (and the
-    copy is released when vLLM wakes)."""
+    both vLLM and transformers gets a device plan (``plan_pool``): vLLM's share is set so the
+    transformers copy fits beside it ("share"), or vLLM sleeps while the transformers copy is
+    loaded and the copy is released when vLLM wakes ("swap")."""
     global _POOL, _PLANS
     outer, _POOL = _POOL, ({} if _POOL is None else _POOL)
     outer_plans = _PLANS
@@ -335,7 +347,7 @@ def engine_pool(expect: list[tuple[str, str, str]] | None = None, device_gib: fl
 
 
 def pool_plans() -> dict[str, dict]:
-    """The memory plans of the current pool, for provenance."""
+    """The device plans of the current pool per profile (JSON-able), for provenance."""
     return {k: v.to_dict() for k, v in _PLANS.items()}
 
 
@@ -410,7 +422,7 @@ def load_engine(profile: str = DEFAULT_PROFILE, backend: str = "auto", *, store:
             from serving.backends.hf import HFBackend
 
             plan = _PLANS.get(prof.name) if _POOL is not None else None
-            if plan is not None and plan.action == "sleep":  # the device is vLLM's: put it to sleep first
+            if plan is not None and plan.vllm.sleep:  # the device is vLLM's: put it to sleep first
                 for k, (pbe, _t, _w) in list(_POOL.items()):
                     if k[0] == prof.name and k[2] == "vllm":
                         pbe.sleep()
@@ -425,14 +437,14 @@ def load_engine(profile: str = DEFAULT_PROFILE, backend: str = "auto", *, store:
             plan = _PLANS.get(prof.name) if _POOL is not None else None
             kw = dict(backend_kwargs)
             if plan is not None:  # the user's explicit options win over the plan
-                kw.setdefault("gpu_memory_utilization", plan.gpu_memory_utilization)
-                if plan.action == "sleep":
+                kw.setdefault("gpu_memory_utilization", plan.vllm.gpu_memory_utilization)
+                if plan.vllm.sleep:
                     kw.setdefault("enable_sleep_mode", True)
                     _release_hf(prof.name)  # one copy on the device at a time
             be = VLLMBackend(str(path), dtype=dtype, max_model_len=max_model_len, **kw)
             if plan is not None:
-                be.memory_plan = plan  # the sizes the free-memory check before wake_up() falls back on
-            if plan is not None and plan.action == "sleep":
+                be.engine_plan = plan.vllm  # the sizes the free-memory check before wake_up() falls back on
+            if plan is not None and plan.vllm.sleep:
                 be.on_wake = lambda _b, name=prof.name: _release_hf(name)
             tokenizer = be.tokenizer
     if _POOL is not None:

@@ -1,9 +1,10 @@
 """One device plan over every engine an experiment declares, decided from sizes before anything loads.
 
-``serving.memory`` plans one model held on vLLM and transformers at once. An experiment holds more:
-council seats of different models, a synthesizer, a judge, a classifier, a trainer and the engines
-that compare its result. ``plan_devices`` takes one ``Need`` per role and decides, per phase
-(engines of different phases are never held at the same time):
+This is chorus's only device sizing rule. An experiment holds council seats of different models, a
+synthesizer, a judge, a classifier, a trainer and the engines that compare its result; the demo's
+pool holds one model on vLLM and on transformers at once (``serving.engine.engine_pool``).
+``plan_devices`` takes one ``Need`` per role and decides, per phase (engines of different phases are
+never held at the same time):
 
 - ``cpu``: no CUDA device; nothing is split, everything is held at once (host memory is the limit);
 - ``share``: every engine of the phase fits at once; each vLLM engine gets its own
@@ -12,7 +13,7 @@ that compare its result. ``plan_devices`` takes one ``Need`` per role and decide
 - ``swap``: each engine fits alone but not all together: they are held one at a time in ``order``
   (vLLM with sleep mode, so a swapped-out engine can sleep instead of reloading). The consumer runs
   all calls of a round for one engine before loading the next. One profile on vLLM and transformers
-  in one phase is ``serving.memory``'s "sleep" case, reproduced exactly;
+  in one phase: the pool puts the vLLM engine to sleep while the transformers copy is loaded;
 - ``serve``: an engine does not fit one device even alone, but fits split over ``n_devices`` with
   tensor parallelism: it is to run as its own ``chorus serve`` and be used with backend openai.
 
@@ -122,7 +123,7 @@ def plan_devices(needs: Sequence[Need], device_gib: float | None, *, n_devices: 
     """Plan every engine of ``needs`` on ``n_devices`` devices of ``device_gib`` GiB (None: no CUDA).
 
     vLLM needs weights/tp + ``vllm_overhead_gib`` + at least ``min_kv_gib``; transformers weights plus
-    activations (``hf_overhead_frac`` of them + ``hf_overhead_gib``, as ``serving.memory``); a trainer
+    activations (``hf_overhead_frac`` of them + ``hf_overhead_gib``, for forward passes with hooks); a trainer
     its ``need_gib``. ``resident``: roles whose engine must stay loaded through a swap phase (the
     swapped engines then get ``max_utilization`` minus what those hold)."""
     if device_gib is not None and device_gib <= 0 or n_devices < 1 or not 0 < max_utilization <= 1:
@@ -185,7 +186,7 @@ def _min_need(backend: str, weights: float, tp: int, *, min_kv, overhead, frac, 
     if backend == "vllm":
         return weights / tp + overhead + min_kv
     if backend == "hf":
-        return weights + weights * frac + hf_gib   # serving.memory's hf_need, same float expression
+        return weights + weights * frac + hf_gib
     return 0.0                                      # openai: held elsewhere
 
 
@@ -264,6 +265,6 @@ def _plan_phase(name: str, engines: list[EnginePlan], dev: float, n_devices: int
 
 def _vllm(e: EnginePlan, util: float, dev: float, overhead: float, *, sleep: bool = False,
           resident: bool = False) -> EnginePlan:
-    util = round(util, 3)   # serving.memory's rounding, and its KV formula
+    util = round(util, 3)   # what vLLM is started with; the KV cache is what that leaves
     return replace(e, gpu_memory_utilization=util, kv_gib=dev * util - e.weights_gib / e.tp - overhead,
                    sleep=sleep, resident=resident)

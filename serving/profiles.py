@@ -188,6 +188,11 @@ def get_profile(name: str) -> Profile:
     p = Path(name).expanduser()
     if p.is_dir() and (p / "config.json").is_file():
         return Profile(p.name, "other", f"local folder {p}", path_override=str(p.resolve()))
+    if p.is_dir():
+        raise ModelError(f"model folder {p} has no config.json (a Hugging Face model folder has config.json, "
+                         f"the tokenizer files and *.safetensors)")
+    if "/" in name or name.startswith((".", "~")):   # meant as a path: name what is missing
+        raise ModelError(f"model folder {p} does not exist" + ("" if p.parent.is_dir() else f" (nor {p.parent})"))
     raise ModelError(f"unknown model profile '{name}'. Known: {', '.join(sorted(profiles))} "
                      f"(or pass a path to a local model folder)")
 

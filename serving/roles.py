@@ -11,8 +11,8 @@ from typing import Any, Callable, Iterable, Mapping
 
 from serving.engine import Engine, default_dtype, load_engine, resolve_backend
 from serving.plan import DevicePlan, Need, engine_options, needs_gib, plan_devices
-from serving.profiles import ModelError
-from serving.spec import ModelSpec, spec_of
+from serving.profiles import ModelError, get_profile
+from serving.spec import ModelSpec, check_engines, spec_of
 from serving.store import CallStore
 
 
@@ -40,14 +40,28 @@ def plan_roles(specs: Mapping[str, ModelSpec | str], *, device_gib: float | None
 
         device_gib = detect()
     needs = []
+    by_phase: dict[str, dict[str, ModelSpec]] = {}
+    for role, value in specs.items():   # roles held together on one engine must agree on its settings
+        by_phase.setdefault(phase_of(role) if phase_of else "main", {})[role] = spec_of(value, role)
+    for group in by_phase.values():
+        check_engines(group, same=_resolved)
     for role, value in specs.items():
         spec = spec_of(value, role)
+        try:   # an unknown profile or a missing folder fails here, before any run directory exists
+            get_profile(spec.profile)
+        except ModelError as err:
+            raise ModelError(f"{role}: {err}") from None
         backend = resolve_backend(spec.backend)
         dtype = spec.dtype or default_dtype()
         size = 0.0 if backend == "openai" else _size(spec.profile, dtype, required=device_gib is not None)
         needs.append(Need(role, spec.profile, backend, dtype, size, tp=spec.tensor_parallel_size,
                           phase=phase_of(role) if phase_of else "main"))
     return plan_devices(needs, device_gib, n_devices=n_devices)
+
+
+def _resolved(spec: ModelSpec) -> tuple:
+    """What makes two roles one engine once 'auto' and the default dtype are resolved."""
+    return spec.profile, resolve_backend(spec.backend), spec.dtype or default_dtype()
 
 
 def _size(profile: str, dtype: str, *, required: bool) -> float:
@@ -72,6 +86,7 @@ def build_engines(specs: Mapping[str, ModelSpec | str], *, store: str | Path | C
     """Engines for several roles, all held at once; roles whose specs are the same engine share
     one (one load, one device share). All share one CallStore unless a spec names its own.
     ``plan``: each engine starts with the plan's options (its vLLM share); the user's win."""
+    check_engines({r: spec_of(v, r) for r, v in specs.items()}, same=_resolved)
     st = store if isinstance(store, CallStore) or store is None else CallStore(store)
     built: dict[tuple, Engine] = {}
     out: dict[str, Engine] = {}

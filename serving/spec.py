@@ -4,12 +4,20 @@ An experiment names each model it uses by role (``model``; a council's seats, ``
 ``synthesizer``; role-play's models and ``classifier``; a transfer's ``sender``) and gives each a
 ``ModelSpec``. ``serving.roles`` turns specs into engines; nothing else calls ``load_engine``.
 Learnt from inspect_ai's ``get_model(role=...)`` with ``model_roles``: one door to a model, the
-role a name on it. (Sampling settings stay in each part's own ``generation`` block for now.)
+role a name on it.
+
+Sampling is ``Sampling`` (temperature, top-p, max tokens), learnt from inspect_ai's one
+``GenerateConfig``: each part's ``generation`` block is a ``Sampling`` with the part's own
+defaults and fields (a council's ``max_chars``, role-play's ``max_utterances``); the field types
+below carry each setting's bounds and meaning, written once. Seeds are not a sampling setting:
+every call's seed derives from the run's ``seed`` (``core.seeds``), so a rerun draws the same.
+There is no ``stop``: every part parses whole replies (structured or to the end), and a stop
+string would cut them where no part could tell.
 """
 from __future__ import annotations
 
 import warnings
-from typing import Any, Literal, Optional, Sequence
+from typing import Annotated, Any, Literal, Optional, Sequence
 
 from pydantic import Field, ValidationError, model_validator
 
@@ -20,6 +28,25 @@ Backend = Literal["auto", "hf", "vllm", "openai"]
 Dtype = Literal["float32", "bfloat16", "float16"]
 BACKEND_CHOICES: tuple[str, ...] = Backend.__args__  # type: ignore[attr-defined]
 DTYPE_CHOICES: tuple[str, ...] = Dtype.__args__  # type: ignore[attr-defined]
+
+# the sampling settings, each documented once; parts reuse the types with their own defaults.
+# 2.0 is the ceiling vLLM's OpenAI server and the OpenAI API accept; above it text is noise.
+Temperature = Annotated[float, Field(ge=0.0, le=2.0, description="0 = greedy (cached, reproducible); "
+                                     "above 0 sampled with the call's derived seed; at most 2")]
+TopP = Annotated[float, Field(gt=0.0, le=1.0, description="nucleus sampling: the probability mass kept (1 = all)")]
+MaxTokens = Annotated[int, Field(ge=1, description="cap on new tokens per call (prompt + cap must fit the "
+                                 "model's context; chorus never truncates silently)")]
+
+
+class Sampling(Strict):
+    """How a role samples: every part's ``generation`` block is this, with its own defaults."""
+    temperature: Temperature = 0.7
+    top_p: TopP = 1.0
+    max_tokens: MaxTokens = 256
+
+    def chat_kwargs(self) -> dict[str, Any]:
+        """``Engine.chat``'s sampling keywords."""
+        return {"temperature": self.temperature, "top_p": self.top_p, "max_tokens": self.max_tokens}
 
 
 class ModelSpec(Strict):
@@ -52,10 +79,10 @@ class ModelSpec(Strict):
 
     @model_validator(mode="after")
     def _consistent(self) -> "ModelSpec":
-        if self.tensor_parallel_size > 1 and self.backend in ("hf", "openai"):
+        if (self.tensor_parallel_size or 1) > 1 and self.backend in ("hf", "openai"):
             raise ValueError(f"tensor_parallel_size = {self.tensor_parallel_size} is a vLLM setting; backend "
                              f"{self.backend!r} cannot use it")
-        if self.endpoints and self.backend not in ("openai",):
+        if self.endpoints and self.backend not in ("openai", None):
             raise ValueError(f"endpoints {self.endpoints} need backend: openai (got {self.backend!r})")
         if "tensor_parallel_size" in self.options or "endpoints" in self.options:
             raise ValueError("tensor_parallel_size and endpoints are given twice: as fields and in options")
@@ -76,6 +103,21 @@ class ModelSpec(Strict):
         if self.endpoints:
             kw["endpoints"] = list(self.endpoints)
         return kw
+
+
+class RoleSpec(ModelSpec):
+    """A role inside a part whose roles share engine settings (a council's ``models`` block, a
+    transfer's receiver): a field left null or empty comes from those settings, so a stored
+    config.yaml reloads to the same engines."""
+    backend: Optional[Backend] = Field(None, description="null: the shared setting")
+    tensor_parallel_size: Optional[int] = Field(None, ge=1, description="null: the shared setting")
+
+    def over(self, shared: "dict[str, Any]", role: str) -> ModelSpec:
+        """The role's full spec: its own non-null fields over ``shared`` (options merged key by key)."""
+        own = {k: v for k, v in self.model_dump(include=set(ModelSpec.model_fields)).items()
+               if v is not None and v != [] and v != {}}
+        opts = {**(shared.get("options") or {}), **self.options}
+        return spec_of({**shared, **own, "options": opts}, role)
 
 
 def spec_of(value: "ModelSpec | str | dict | None", role: str = "model", **fallback: Any) -> ModelSpec:
@@ -108,3 +150,28 @@ def fold_legacy(data: Any, keys: Sequence[str], into: str, where: str) -> Any:
                   f"{', '.join(f'{where}.{into}.{k}' for k in moved)} (the old keys go in the next release)",
                   FutureWarning, stacklevel=2)
     return data
+
+
+def engine_conflict(a: tuple[str, ModelSpec], b: tuple[str, ModelSpec]) -> str | None:
+    """One line naming two roles that would hold one engine with different settings (None when
+    they agree): the fields that differ, with both values."""
+    (ra, sa), (rb, sb) = a, b
+    fields = ("backend", "dtype", "tensor_parallel_size", "endpoints", "options")
+    diff = [f"{f} {getattr(sa, f)!r} vs {getattr(sb, f)!r}" for f in fields if getattr(sa, f) != getattr(sb, f)]
+    if not diff:
+        return None
+    return (f"roles {ra!r} and {rb!r} would hold one engine of {sa.profile!r} with different settings "
+            f"({'; '.join(diff)}): give both the same settings")
+
+
+def check_engines(specs: "dict[str, ModelSpec]", same: "Any" = None) -> None:
+    """Roles whose ``same(spec)`` keys are equal share one engine, so their settings must agree;
+    else one ``ConfigError`` naming both roles. ``same`` defaults to (profile, backend, dtype) as
+    given; a caller that resolves 'auto' passes its own."""
+    same = same or (lambda s: (s.profile, s.backend, s.dtype))
+    first: dict[Any, tuple[str, ModelSpec]] = {}
+    for role, spec in specs.items():
+        prev = first.setdefault(same(spec), (role, spec))
+        msg = engine_conflict(prev, (role, spec)) if prev[0] != role else None
+        if msg:
+            raise ConfigError(msg)

@@ -25,10 +25,17 @@ def request_key(model: dict[str, Any], kind: str, request: dict[str, Any]) -> st
 
 
 class CallStore:
-    def __init__(self, path: str | Path, timeout_s: float = 10.0):
+    def __init__(self, path: str | Path, timeout_s: float = 10.0, *, read_only: bool = False):
+        """``read_only``: open an existing store without creating or changing anything (no tables
+        made, no journal switch); a file that is not a chorus store is one ``StoreError``."""
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+        if read_only:
+            self._open_read_only(timeout_s)
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
             self._db = sqlite3.connect(self.path, timeout=timeout_s, check_same_thread=False,
                                        isolation_level=None)
@@ -54,8 +61,27 @@ class CallStore:
                              f"move it aside to start a new one") from None
         if v != SCHEMA_VERSION:
             raise StoreError(f"call store {self.path} has schema version {v}, this chorus writes {SCHEMA_VERSION}")
-        self.hits = 0
-        self.misses = 0
+
+    def _open_read_only(self, timeout_s: float) -> None:
+        if not self.path.is_file():
+            raise StoreError(f"no call store at {self.path}")
+        # with no -wal beside it no writer is mid-transaction: immutable, so SQLite makes no -shm/-wal
+        # files either; with one, plain read-only (a live run's writer keeps its own files)
+        wal = self.path.with_name(self.path.name + "-wal").exists()
+        mode = "mode=ro" if wal else "mode=ro&immutable=1"
+        try:
+            self._db = sqlite3.connect(f"{self.path.resolve().as_uri()}?{mode}", uri=True, timeout=timeout_s,
+                                       check_same_thread=False, isolation_level=None)
+            tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            if not {"calls", "meta"} <= tables:
+                self._db.close()
+                raise StoreError(f"{self.path} is an SQLite file but not a chorus call store (no calls/meta "
+                                 f"tables; it has {', '.join(sorted(tables)) or 'no tables'})")
+            v = int(self._db.execute("SELECT v FROM meta WHERE k='schema_version'").fetchone()[0])
+        except sqlite3.DatabaseError as err:
+            raise StoreError(f"{self.path} is not a readable call store ({err})") from None
+        if v != SCHEMA_VERSION:
+            raise StoreError(f"call store {self.path} has schema version {v}, this chorus reads {SCHEMA_VERSION}")
 
     def get_many(self, keys: list[str]) -> dict[str, dict[str, Any]]:
         out: dict[str, dict[str, Any]] = {}

@@ -27,6 +27,7 @@ import pandas as pd
 
 from core.config import load_prompt_file
 from core.seeding import call_seed
+from core.runs import amends_run
 from serving.profiles import DEFAULT_PROFILE
 from simulate.debate.parse import parse_answer
 
@@ -263,6 +264,7 @@ def council_judged(base: pd.DataFrame, ledger: pd.DataFrame | None) -> pd.DataFr
     return pd.DataFrame(rows, columns=cols)
 
 
+@amends_run
 def council_judge(run_dir: str | Path, *, profile: str = DEFAULT_JUDGE, backend: str = "auto", engine: Any = None,
                   prompt: str = DEFAULT_PROMPT, max_tokens: int = 16, rerender: bool = True,
                   make_plots: bool = True, aggregate: bool = True) -> dict[str, Any]:
@@ -349,6 +351,7 @@ def debate_judged(turns: pd.DataFrame, ledger: pd.DataFrame | None, *, seed: int
     return out
 
 
+@amends_run
 def debate_judge(run_dir: str | Path, *, profile: str = DEFAULT_JUDGE, backend: str = "auto", engine: Any = None,
                  prompt: str = DEFAULT_PROMPT, max_tokens: int = 16, rerender: bool = True,
                  make_plots: bool = True) -> dict[str, Any]:

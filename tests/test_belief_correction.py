@@ -112,6 +112,9 @@ def test_parametric_maps_closed_forms_and_identity():
     assert beta.forward(s) == pytest.approx(s, abs=1e-9) and beta(s) == pytest.approx(s, abs=1e-4)
     mom = C.CorrectionMap("moment", {"knots": [0.0, 0.5, 1.0], "coef": [0.1, 0.2, 0.6]})
     assert mom(np.array([0.0, 0.25, 0.5, 1.0])) == pytest.approx([0.1, 0.2, 0.3, 0.9])
+    grid = np.array([[0.0, 0.25], [0.5, np.nan]])   # any shape, as the other families take; NaN stays NaN
+    assert mom(grid)[0] == pytest.approx([0.1, 0.2]) and mom(grid)[1, 0] == pytest.approx(0.3)
+    assert np.isnan(mom(grid)[1, 1]) and ll(grid).shape == mom(grid).shape == (2, 2)
     with pytest.raises(ConfigError, match="non-negative"):
         C.CorrectionMap("moment", {"knots": [0.0, 1.0], "coef": [0.1, -0.2]})
 

@@ -137,3 +137,12 @@ def test_bh_and_permutation():
 def test_effective_voters_at_the_most_anticorrelated_group_is_infinite():
     # two agents, always one right and one wrong: rho = -1 = -1/(I-1), 1 + (I-1) rho = 0
     assert effective_voters(np.array([[1, 0], [0, 1], [1, 0], [0, 1]])) == float("inf")
+
+
+def test_effective_voters_with_a_constant_agent_keeps_the_bound():
+    """Hand-computed: agents 1 and 2 perfectly anti-correlated (r = -1), agent 3 always right.
+    Skipping agent 3's pairs gave rho = -1 < -1/2 and an infinite n_eff; counted as 0, rho =
+    (-1 + 0 + 0) / 3 = -1/3 and n_eff = 3 / (1 + 2 * (-1/3)) = 9."""
+    X = np.array([[1, 0, 1], [0, 1, 1], [1, 0, 1], [0, 1, 1]])
+    assert effective_voters(X) == pytest.approx(9.0)
+    assert np.isnan(effective_voters(np.array([[1, 1, 0], [0, 1, 0], [1, 1, 0]])))  # one agent varies

@@ -32,6 +32,7 @@ def demo_dir(tmp_path_factory) -> Path:
     p = _demo(out)
     log, _ = p.communicate(timeout=1800)
     assert p.returncode == 0, log[-4000:]
+    (out.parent / "terminal.txt").write_text(log)   # what the user saw
     return out
 
 
@@ -55,6 +56,17 @@ def test_demo_runs_every_stage_and_writes_the_layout(demo_dir):
     arms = {(r["condition"], r["arm"]) for r in summ["stages"]["council"]["summary"]["results"]}
     for cond in ("clean", "attack-k1"):
         assert {(cond, a) for a in ("plurality", "bda_shared", "bda_per_agent", "bda_confusion")} <= arms, arms
+
+
+def test_demo_terminal_shows_chorus_lines_only(demo_dir):
+    """The engines' own log lines, warnings and loading bars go to RUN/logs/engines.log; the
+    terminal keeps chorus's progress and results (``chorus -v`` would show them live)."""
+    import re
+    log = (demo_dir.parent / "terminal.txt").read_text()
+    engine = [ln for ln in log.splitlines() if re.search(
+        r"\bINFO\b|\bWARNING\b|\(MainProcess|\(EngineCore|Loading (weights|safetensors)|Warning:|\[W\d{4} ", ln)]
+    assert not engine, engine[:10]
+    assert "vLLM" in (demo_dir / "logs" / "engines.log").read_text() or "vllm" in (demo_dir / "logs" / "engines.log").read_text()
 
 
 def test_report_has_every_section(demo_dir):

@@ -1,6 +1,7 @@
 """One device plan over every engine of an experiment (serving.plan): decisions on constructed sizes
-(the BDA council on one H100, 70B, train-then-compare), serving.memory's cases reproduced, and the
-embedded model's real folder sized from its safetensors headers. Nothing is loaded."""
+(the BDA council on one H100, 70B, train-then-compare, one model beside its transformers copy as the
+engine pool holds it, in closed form), and the embedded model's real folder sized from its
+safetensors headers. Nothing is loaded."""
 from __future__ import annotations
 
 import json
@@ -8,7 +9,7 @@ import json
 import pytest
 from conftest import EMBEDDED
 
-from serving.memory import MemoryPlanError, plan_memory, weights_gib
+from serving.memory import weights_gib
 from serving.plan import DevicePlanError, Need, engine_options, needs_gib, plan_devices
 
 GIB = 1024 ** 3
@@ -114,33 +115,38 @@ def test_train_then_compare_plans_each_phase_alone():
         plan_devices(needs(132.5), H100)
 
 
-@pytest.mark.parametrize("dev", [12.0, 16.0, 24.0, 40.0, 80.0])
-@pytest.mark.parametrize("w", [0.25, 7.5, 15.0, 30.0])
-def test_same_profile_on_vllm_and_hf_reproduces_plan_memory(dev, w):
+# one profile on vLLM beside its transformers copy (engine_pool): vLLM needs w + 1.5 + 2 GiB, the
+# copy 1.2 w + 1; both within 0.9 dev: share, vLLM gets round((0.9 dev - copy) / dev, 3); else each
+# alone within 0.9 dev: swap, vLLM the whole 0.9 and sleeps; else an error (None).
+PAIRED = {(12.0, 0.25): ("share", 0.792), (12.0, 7.5): None, (12.0, 15.0): None, (12.0, 30.0): None,
+          (16.0, 0.25): ("share", 0.819), (16.0, 7.5): ("swap", 0.9), (16.0, 15.0): None, (16.0, 30.0): None,
+          (24.0, 0.25): ("share", 0.846), (24.0, 7.5): ("share", 0.483), (24.0, 15.0): ("swap", 0.9),
+          (24.0, 30.0): None,
+          (40.0, 0.25): ("share", 0.868), (40.0, 7.5): ("share", 0.65), (40.0, 15.0): ("swap", 0.9),
+          (40.0, 30.0): None,   # vLLM fits alone (33.5 of 36 usable), the 37 GiB copy does not
+          (80.0, 0.25): ("share", 0.884), (80.0, 7.5): ("share", 0.775), (80.0, 15.0): ("share", 0.662),
+          (80.0, 30.0): ("share", 0.438)}
+
+
+@pytest.mark.parametrize("dev, w", sorted(PAIRED))
+def test_same_profile_on_vllm_and_hf_in_closed_form(dev, w):
     needs = [Need("model", "m", "vllm", "bfloat16", w), Need("model", "m", "hf", "bfloat16", w)]
-    try:
-        mp = plan_memory(dev, w, hf_copy=True)
-    except MemoryPlanError:
-        with pytest.raises(DevicePlanError):
+    vllm_min, copy = w + OVERHEAD + MIN_KV, w + 0.2 * w + 1.0
+    if PAIRED[dev, w] is None:
+        assert vllm_min > 0.9 * dev or copy > 0.9 * dev
+        with pytest.raises(DevicePlanError, match=rf"do not fit even alone on 1 device\(s\) of {dev:.1f} GiB"):
             plan_devices(needs, dev)
         return
+    mode, util = PAIRED[dev, w]
+    assert mode == ("share" if vllm_min + copy <= 0.9 * dev else "swap")
+    assert util == (round((0.9 * dev - copy) / dev, 3) if mode == "share" else 0.9)
     phase = plan_devices(needs, dev).phases[0]
-    vllm = next(e for e in phase.engines if e.backend == "vllm")
-    assert {"share": "share", "sleep": "swap"}[mp.action] == phase.mode
-    assert (vllm.gpu_memory_utilization, vllm.kv_gib, vllm.sleep) == (
-        mp.gpu_memory_utilization, mp.kv_cache_gib, mp.action == "sleep")
-    assert next(e for e in phase.engines if e.backend == "hf").need_gib == mp.hf_gib
+    vllm, hf = phase.engines
+    assert phase.mode == mode and hf.backend == "hf" and hf.need_gib == pytest.approx(copy)
+    assert (vllm.gpu_memory_utilization, vllm.sleep) == (util, mode == "swap")
+    assert vllm.kv_gib == pytest.approx(dev * util - w - OVERHEAD) and vllm.kv_gib >= MIN_KV
     opts = engine_options(plan_devices(needs, dev), "m", "vllm", "bfloat16")
-    assert opts == {"gpu_memory_utilization": mp.gpu_memory_utilization, **({"enable_sleep_mode": True}
-                                                                            if mp.action == "sleep" else {})}
-
-
-def test_the_two_documented_plan_memory_cases():
-    pair = lambda w: [Need("model", "m", "vllm", "bfloat16", w), Need("model", "m", "hf", "bfloat16", w)]
-    assert plan_devices(pair(15.0), 80.0).mode == "share" and plan_memory(80.0, 15.0, hf_copy=True).action == "share"
-    assert plan_devices(pair(15.0), 24.0).mode == "swap" and plan_memory(24.0, 15.0, hf_copy=True).action == "sleep"
-    assert plan_devices(pair(15.0)[:1], 24.0).phases[0].engines[0].gpu_memory_utilization == \
-        plan_memory(24.0, 15.0, hf_copy=False).gpu_memory_utilization
+    assert opts == {"gpu_memory_utilization": util, **({"enable_sleep_mode": True} if mode == "swap" else {})}
 
 
 def test_cpu_holds_everything_at_once():

@@ -17,7 +17,8 @@ import serving.backends.vllm as vb
 import serving.engine as se
 from serving.backends.vllm import BatchInvariance, VLLMBackend, batch_invariance, not_invariant_warning
 from serving.device import GIB, expandable_segments, free_device_memory
-from serving.memory import MemoryPlan, MemoryPlanError
+from serving.memory import MemoryPlanError
+from serving.plan import EnginePlan
 from serving.profiles import ModelError, get_profile
 
 ARCH = ROOT / "serving" / "architectures"
@@ -106,12 +107,13 @@ def test_hf_close_drops_the_model_and_its_nnsight_wrapper_before_the_cache_is_em
 
 
 def test_wake_releases_the_transformers_copy_then_checks_free_memory_then_wakes(request, tmp_path):
-    plan = MemoryPlan("sleep", 80.0, 15.0, 1, 0.9, 55.0, 19.0, "constructed")
+    plan = EnginePlan(("x/vllm",), "x", "vllm", "bfloat16", 1, 15.0, 18.5, gpu_memory_utilization=0.9, kv_gib=55.0,
+                      sleep=True)  # the pool's vLLM engine under a swap plan
     with se.engine_pool():
         hf = se.load_engine(EMBEDDED, "hf", dtype="float32", store=tmp_path / "c.sqlite")
         cuda = request.getfixturevalue("cuda")  # after the load: the copy itself stays on the CPU
         weakref.finalize(hf.backend.model, cuda.events.append, "hf copy dropped")
-        be = fake_backend(cuda.events, memory_plan=plan)
+        be = fake_backend(cuda.events, engine_plan=plan)
         be.on_wake = lambda _b: se._release_hf(EMBEDDED)  # what load_engine sets under a sleep plan
         cuda.free[:] = [10.0, 40.0]  # before and after the sleep: it gave back 30 GiB
         be.sleep()
@@ -135,7 +137,7 @@ def test_wake_releases_the_transformers_copy_then_checks_free_memory_then_wakes(
         be.slept_gib = None
         cuda.free[:] = [60.0]
         with pytest.raises(MemoryPlanError, match=r"needs 70\.0 GiB \(weights 15\.0 \+ KV cache 55\.0 GiB by the "
-                                                  r"memory plan\)"):
+                                                  r"device plan\)"):
             be.wake()
         be.llm = None  # nothing to shut down (the stand-in holds no engine)
     assert cuda.free == []

@@ -156,7 +156,7 @@ def test_bare_check_runs_at_tiny_size_on_cpu_without_vllm(tmp_path):
     assert not bad, bad
     assert all(s["seconds"] >= 0 and s["peak_rss_gib"] > 0 for s in steps.values())
     assert steps["sft.lora_step"]["detail"]["lora_b_abs_sum"] > 0
-    assert steps["memory.plan"]["detail"]["plan"]["action"] in ("share", "sleep")
+    assert steps["memory.plan"]["detail"]["plan"]["mode"] in ("share", "swap")
     assert steps["memory.cycle"]["detail"]["checked"] is False  # no CUDA here: reported, not compared
     assert rep["counts"] == {"pass": len(steps), "fail": 0, "skipped": 0}
     assert not any(tmp_path.glob("**/model.safetensors"))  # the dummy folder is gone

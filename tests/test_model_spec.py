@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 import warnings
 from pathlib import Path
 
@@ -165,3 +166,116 @@ def test_roles_with_one_spec_share_one_real_engine(tmp_path):
         assert out[0].text.strip()
     finally:
         close_engines(engines.values())
+
+
+def test_sampling_spec_is_each_part_generation_block():
+    """One sampling spec: every part's generation block is a Sampling with its own defaults, and
+    the bounds are the spec's (temperature at most 2, a council move at least 16 tokens)."""
+    from pydantic import ValidationError
+
+    from serving.spec import Sampling
+    from simulate.belief.config import GeneratorCfg
+    from simulate.council.config import Generation as CouncilGen
+    from simulate.debate.config import Generation as DebateGen
+    from simulate.roleplay.config import Generation as RoleplayGen
+    for cls, tokens in ((DebateGen, 2048), (RoleplayGen, 64), (CouncilGen, 160), (GeneratorCfg, 60)):
+        assert issubclass(cls, Sampling) and cls().max_tokens == tokens, cls
+        assert cls().chat_kwargs() == {"temperature": cls().temperature, "top_p": 1.0, "max_tokens": tokens}
+        with pytest.raises(ValidationError, match="less than or equal to 2"):
+            cls(temperature=5.0)
+    with pytest.raises(ValidationError, match="greater than or equal to 16"):
+        CouncilGen(max_tokens=8)
+    assert "greedy" in Sampling.model_fields["temperature"].description
+
+
+def test_council_seat_judge_and_baselines_are_full_specs():
+    """A seat, the judge and the baselines' roles are ModelSpecs: fields they set win, the rest
+    come from the models block (options merged key by key)."""
+    from simulate.council.config import CouncilConfig
+    cfg = CouncilConfig.model_validate({
+        "models": {"backend": "hf", "options": {"batch_size": 4}},
+        "seats": [{"profile": "gemma3-270m", "persona": "skeptic", "dtype": "bfloat16"}, "smollm2-135m-instruct",
+                  {"persona": "analyst"}],
+        "baselines": {"methods": ["self_moa"], "synthesizer": {"profile": "gemma3-270m", "dtype": "bfloat16"},
+                      "self_moa_profile": {"profile": "gemma3-270m", "dtype": "bfloat16"}},
+        "judge": {"profile": "smollm2-135m-instruct", "backend": "vllm", "max_tokens": 8}})
+    r = cfg.roles()
+    assert (r["A1"].profile, r["A1"].dtype, r["A1"].backend, r["A1"].options) == ("gemma3-270m", "bfloat16", "hf",
+                                                                                  {"batch_size": 4})
+    assert cfg.seats[0].persona == "skeptic" and r["A2"].profile == DEFAULT_PROFILE and r["A3"].dtype is None
+    assert (r["self_moa"].profile, r["self_moa"].backend) == ("gemma3-270m", "hf")  # unset = the block's
+    assert (r["judge"].backend, cfg.judge.max_tokens) == ("vllm", 8)
+    assert sorted(cfg.engines()) == sorted([DEFAULT_PROFILE, "gemma3-270m"])
+
+
+@pytest.mark.parametrize("data, says", [
+    ({"baselines": {"methods": ["moa_lite"], "argllms_generator": "gemma3-270m"}},
+     "baselines.argllms_generator is set but no baseline of this run reads it"),
+    ({"baselines": {"methods": [], "self_moa_profile": "gemma3-270m"}}, "baselines.self_moa_profile is set"),
+    ({"seats": [{"profile": "gemma3-270m", "dtype": "bfloat16"}, {"profile": "gemma3-270m"}, "gemma3-270m"]},
+     "roles 'A1' and 'A2' would hold one engine of 'gemma3-270m' with different settings (dtype 'bfloat16' vs None)"),
+    ({"baselines": {"synthesizer": {"options": {"batch_size": 2}}}},
+     "roles 'A1' and 'synthesizer' would hold one engine of 'smollm2-135m-instruct'"),
+])
+def test_council_role_errors_name_the_roles_and_fields(data, says):
+    from core.config import ConfigError
+    from simulate.council.config import CouncilConfig, load
+    with pytest.raises(Exception, match=re.escape(says)):
+        CouncilConfig.model_validate(data)
+    with pytest.raises(ConfigError, match=re.escape(says)):   # through a config load: one line
+        load("tiny", {k: v for k, v in _flat(data)})
+
+
+def _flat(d: dict, prefix: str = ""):
+    for k, v in d.items():
+        if isinstance(v, dict) and k in ("baselines",):
+            yield from _flat(v, f"{prefix}{k}.")
+        else:
+            yield f"{prefix}{k}", v
+
+
+def test_roles_on_one_engine_must_agree_in_every_part():
+    """plan_roles / build_engines: two roles held together on one engine with different settings
+    are one ConfigError naming both; in different phases they are two engines and fine."""
+    from core.config import ConfigError
+    from serving.roles import plan_roles
+    a = {"profile": DEFAULT_PROFILE, "backend": "hf", "dtype": "float32"}
+    b = {**a, "options": {"batch_size": 2}}
+    with pytest.raises(ConfigError, match="roles 'base' and 'classifier' would hold one engine.*options"):
+        plan_roles({"base": a, "classifier": b}, device_gib=None)
+    with pytest.raises(ConfigError, match="roles 'x' and 'y'"):
+        build_engines({"x": a, "y": b})
+    plan = plan_roles({"base": a, "classifier": b}, device_gib=None, phase_of=lambda r: r)
+    assert [p.name for p in plan.phases] == ["base", "classifier"]
+
+
+def test_role_specs_reload_from_a_stored_config_to_the_same_engines():
+    """A run writes its whole config (every field); reloading it must give the same roles: a
+    role's null fields stay 'from the shared settings', never the dumped defaults."""
+    from interventions.internals.config import InternalsConfig
+    from simulate.council.config import CouncilConfig, load
+    cfg = load("tiny", {"models.backend": "vllm", "models.dtype": "bfloat16",
+                        "seats": [{"profile": "gemma3-270m", "backend": "hf"}, "smollm2-135m-instruct"],
+                        "conditions": [{"name": "clean"}], "judge": {"profile": "gemma3-270m", "backend": "hf"}})
+    again = CouncilConfig.model_validate(cfg.model_dump(mode="json"))
+    assert again.roles() == cfg.roles()
+    assert (cfg.roles()["A1"].backend, cfg.roles()["A2"].backend, cfg.roles()["A2"].dtype) == ("hf", "vllm", "bfloat16")
+    ic = InternalsConfig.model_validate({"model": {"profile": DEFAULT_PROFILE, "dtype": "float32"},
+                                         "transfer": {"sender": "gemma3-270m"}})
+    assert ic.transfer.sender_spec(ic.model) == ModelSpec(profile="gemma3-270m", backend="hf", dtype="float32")
+    ic2 = InternalsConfig.model_validate(ic.model_dump(mode="json"))
+    assert ic2.transfer.sender_spec(ic2.model) == ic.transfer.sender_spec(ic.model)
+
+
+def test_transfer_sender_is_a_role_spec():
+    from interventions.internals.config import InternalsConfig
+    same = InternalsConfig.model_validate({"transfer": {"sender": "same"}})
+    assert same.transfer.sender_spec(same.model) is None
+    own = InternalsConfig.model_validate({"transfer": {"sender": DEFAULT_PROFILE}})   # the receiver's own model
+    assert own.transfer.sender_spec(own.model) is None
+    full = InternalsConfig.model_validate({"transfer": {"sender": {"profile": "gemma3-270m", "dtype": "bfloat16",
+                                                                   "options": {"batch_size": 2}}}})
+    s = full.transfer.sender_spec(full.model)
+    assert (s.backend, s.dtype, s.options) == ("hf", "bfloat16", {"batch_size": 2})
+    with pytest.raises(Exception, match="transfer.sender.backend: .* must be hf, got 'vllm'"):
+        InternalsConfig.model_validate({"transfer": {"sender": {"profile": "gemma3-270m", "backend": "vllm"}}})

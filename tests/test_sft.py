@@ -90,6 +90,8 @@ def test_sft_smoke_trains_releases_the_trainer_then_compares(tmp_path, monkeypat
     assert mem["device"] == "host RAM (CPU training)" and mem["fits"] and 1.0 < mem["total_gib"] < mem["device_gib"]
     assert mem["estimate"]["settings"]["dtype"] == "float32" and mem["estimate"]["settings"]["lora_r"] == 8
     assert json.loads((run.path / "provenance.json").read_text())["memory_estimate"] == mem
+    plan = json.loads((run.path / "provenance.json").read_text())["device_plan"]   # the planner's, phase "train"
+    assert plan["mode"] == "cpu" and [(p["name"], p["engines"][0]["roles"]) for p in plan["phases"]] == [("train", ["trainer"])]
     # released, then the comparison: no trainer left when its first engine loads
     assert s["released_before_compare"] == {"model_freed": True, "optimizer_freed": True}
     loads = [e for e in events if isinstance(e, tuple) and e[0] == "load"]
@@ -98,6 +100,7 @@ def test_sft_smoke_trains_releases_the_trainer_then_compares(tmp_path, monkeypat
     from simulate.roleplay.experiment import RunDir
     cmp = RunDir(s["compare_run"])
     assert cmp.path == (tmp_path / "sft" / "compare") and cmp.provenance()["finished"]
+    assert [p["name"] for p in cmp.provenance()["device_plan"]["phases"]] == ["base", "sft", "classifier"]  # its own
     m = cmp.read_table("messages")
     sizes = m.groupby(["source", "setup"]).size().to_dict()
     assert set(sizes) == {("base", "next_message"), ("sft", "next_message"), ("human", "human")}

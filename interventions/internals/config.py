@@ -9,6 +9,7 @@ from typing import Literal, Optional, Union
 from pydantic import Field, field_validator, model_validator
 
 from core.config import Strict
+from serving.spec import ModelSpec, RoleSpec
 from interventions.config import InfluenceConfig
 
 Layers = Union[Literal["all"], list[int]]
@@ -58,7 +59,9 @@ class TransferMapSpec(Strict):
 
 class TransferSpec(Strict):
     """``chorus influence transfer``: the receiver is ``model.profile``; see interventions/transfer.py."""
-    sender: str = Field("same", description="sender profile, or 'same': the receiver's model")
+    sender: Union[Literal["same"], RoleSpec] = Field(
+        "same", description="the sender's model role: 'same' (the receiver's model), a profile name, or a model "
+        "spec; its residual states are read through transformers, in the receiver's dtype unless it sets one")
     layers: Layers = Field("all", description="receiver layers (the residual after each is written)")
     sender_layers: Optional[list[int]] = Field(
         None, description="sender layer per receiver layer (default: same index, or same relative depth)")
@@ -67,8 +70,19 @@ class TransferSpec(Strict):
     map: TransferMapSpec = TransferMapSpec()
     max_pairs: Optional[int] = Field(None, ge=1)
 
+    def sender_spec(self, receiver: ModelSpec) -> Optional[ModelSpec]:
+        """The sender role's spec (unset fields: backend hf, the receiver's dtype); None when the
+        sender is the receiver's own model, which then plays both (one engine)."""
+        if self.sender == "same":
+            return None
+        spec = self.sender.over({"backend": "hf", "dtype": receiver.dtype}, "sender")
+        return None if (spec.profile, spec.dtype) == (receiver.profile, receiver.dtype) else spec
+
     @model_validator(mode="after")
     def _lengths(self):
+        if isinstance(self.sender, RoleSpec) and self.sender.backend not in ("hf", None):
+            raise ValueError(f"transfer.sender.backend: the sender's residual states are read through "
+                             f"transformers, so its backend must be hf, got {self.sender.backend!r}")
         if self.sender_layers is not None and (self.layers == "all" or len(self.sender_layers) != len(self.layers)):
             raise ValueError(f"transfer.sender_layers ({self.sender_layers}) needs one entry per receiver layer "
                              f"in transfer.layers ({self.layers})")

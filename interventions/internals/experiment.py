@@ -37,7 +37,7 @@ import pandas as pd
 
 from core.config import ConfigError
 from core.progress import Progress
-from core.runs import RunDir
+from core.runs import RunDir, amends_run
 from core.stats import cluster_bootstrap, ratio_ci
 from interventions.internals.config import InternalsConfig
 
@@ -324,11 +324,20 @@ def probe_activations(run: RunDir, eng: Any, convs: list[list[dict]], layers: li
 
 
 # -- runs -----------------------------------------------------------------------------------------
+def held_beside(cfg: InternalsConfig, verb: str) -> dict[str, Any]:
+    """The engines a verb holds beside the receiver (role "model", transformers), for the device
+    plan: a transfer's own sender (``TransferSpec.sender_spec``, as ``interventions.transfer``
+    builds it; held with the receiver, so in the same phase); none for the other verbs."""
+    sender = cfg.transfer.sender_spec(cfg.model) if verb == "transfer" else None
+    return {"sender": sender} if sender is not None else {}
+
+
 def _setup(cfg: InternalsConfig, verb: str, out: Path | None, engine: Any, progress: Progress | None):
     from interventions import ablations as ab
     from interventions.experiment import source_turns, start_run
 
-    run, engine, P = start_run(cfg, verb, out, engine, backend="hf")  # internals need the weights
+    # internals need the weights: transformers; planned (device_plan in provenance) before it loads
+    run, engine, P = start_run(cfg, verb, out, engine, backend="hf", roles=held_beside(cfg, verb))
     turns, items = source_turns(cfg, run, engine, 0, progress)
     pairs = ab.select_pairs(items, turns, seed=cfg.seed, max_pairs=cfg.interventions.max_pairs,
                             require_disagreement=cfg.interventions.require_disagreement)
@@ -396,6 +405,7 @@ def run_internals(cfg: InternalsConfig, verb: str, out: Path | None = None, *, p
     return run, summary
 
 
+@amends_run
 def report(run_dir: str | Path, verb: str | None = None, *, make_plots: bool = True) -> dict[str, Any]:
     """summary.json and plots from RUN/config.yaml, RUN/tables/*.parquet and RUN/<verb>_info.json."""
     from core.config import load_config

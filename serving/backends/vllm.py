@@ -211,7 +211,7 @@ def _check_sleep_mode(path: str) -> None:
 class VLLMBackend:
     name = "vllm"
     path = ""
-    memory_plan: Any = None  # serving.memory.MemoryPlan when a pool planned the device (sizes for wake)
+    engine_plan: Any = None  # serving.plan.EnginePlan when a pool planned the device (sizes for wake)
 
     def __init__(self, path: str, *, dtype: str = "float32", max_model_len: int | None = None,
                  tensor_parallel_size: int = 1, enforce_eager: bool | None = None,
@@ -274,8 +274,10 @@ class VLLMBackend:
         self.llm_kwargs = {k: v for k, v in kw.items() if k not in ("model", "tokenizer")}
         self.batch_invariance_note = bi.reason
         t0 = time.perf_counter()
+        from core.logs import engine_log
+        quiet = {"use_tqdm_on_load": False} if engine_log() is not None and "use_tqdm_on_load" not in kw else {}
         try:
-            self.llm = LLM(**kw)
+            self.llm = LLM(**kw, **quiet)   # quiet: no shard-loading bar on a terminal the logs left (core.logs)
         except Exception as err:
             self._restore_env()
             msg = missing_torchvision(err, path, cpu)
@@ -357,12 +359,12 @@ class VLLMBackend:
     def wake_need_gib(self) -> tuple[float, str] | None:
         """What waking takes back on the device (GiB) and how that is known: the memory the sleep
         freed when it was measured, else the plan's weights share + KV cache; None if neither."""
-        plan = self.memory_plan
+        plan = self.engine_plan
         if self.slept_gib is not None and self.slept_gib > 0:
             return self.slept_gib, "what the sleep freed"
-        if plan is not None:
-            return plan.wake_gib, (f"weights {plan.weights_gib / plan.tp:.1f} + KV cache {plan.kv_cache_gib:.1f} GiB "
-                                   f"by the memory plan")
+        if plan is not None and plan.kv_gib is not None:
+            w = plan.weights_gib / plan.tp  # this device's share of the weights
+            return w + plan.kv_gib, f"weights {w:.1f} + KV cache {plan.kv_gib:.1f} GiB by the device plan"
         return None
 
     def wake(self) -> None:

@@ -16,7 +16,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from core.config import Strict, load_named, resolve_config, set_dotted, validate
-from serving.spec import ModelSpec, fold_legacy
+from serving.spec import MaxTokens, ModelSpec, Sampling, Temperature, fold_legacy
 
 CONFIGS_DIR = Path(__file__).resolve().parent.parent / "configs" / "belief"
 
@@ -110,27 +110,28 @@ class Population(Strict):
         return self
 
 
-class GeneratorCfg(Strict):
-    temperature: float = Field(0.9, ge=0.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
-    max_tokens: int = Field(60, ge=1)
+class GeneratorCfg(Sampling):
+    """The speakers' sampling (serving.spec.Sampling)."""
+    temperature: Temperature = 0.9
+    max_tokens: MaxTokens = 60
 
 
 class AppraiserCfg(Strict):
-    temperature: float = Field(0.0, ge=0.0)
-    max_tokens: int = Field(40, ge=1)
+    """A reading, greedy by default (no nucleus setting); retries sample at ``retry_temperature``."""
+    temperature: Temperature = 0.0
+    max_tokens: MaxTokens = 40
     max_retries: int = Field(2, ge=0, description="extra attempts after an invalid output")
-    retry_temperature: float = Field(0.7, ge=0.0)
+    retry_temperature: Temperature = 0.7
     tau: float | None = Field(None, gt=0.0, description="temperature scaling; null = the stored "
                               "fit for this model and topic (chorus belief calibrate)")
 
 
 class ProbeCfg(Strict):
     enabled: bool = True
-    temperature: float = Field(0.0, ge=0.0)
-    max_tokens: int = Field(16, ge=1)
+    temperature: Temperature = 0.0
+    max_tokens: MaxTokens = 16
     max_retries: int = Field(1, ge=0)
-    retry_temperature: float = Field(0.7, ge=0.0)
+    retry_temperature: Temperature = 0.7
 
 
 class LLMCfg(Strict):

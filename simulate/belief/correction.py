@@ -205,7 +205,9 @@ class CorrectionMap:
         if self.family == "logit_linear":
             out = _sigmoid((_logit(e) - self.params["b"]) / self.params["a"])
         elif self.family == "moment":
-            out = _ramps(np.nan_to_num(e), self.params["knots"]) @ np.asarray(self.params["coef"], float)
+            # the design matrix is built on a flat copy: any input shape, as the other families take
+            flat = _ramps(np.nan_to_num(e).ravel(), self.params["knots"]) @ np.asarray(self.params["coef"], float)
+            out = flat.reshape(e.shape)
         else:
             out = _apply_inverse(np.nan_to_num(e), self._inv)
         return np.where(np.isfinite(e), np.clip(out, 0.0, 1.0), np.nan)

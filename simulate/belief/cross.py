@@ -53,7 +53,7 @@ import pandas as pd
 from pydantic import Field, model_validator
 
 from core.config import ConfigError, Strict, load_config
-from core.runs import RunDir, run_dir_path
+from core.runs import RunDir, amends_run, run_dir_path
 from core.seeding import call_seed, rng
 from serving.spec import Backend, Dtype
 
@@ -687,6 +687,7 @@ CONSTRAINTS = {
 }
 
 
+@amends_run
 def report(path: str | Path, make_plots: bool = True, tables: dict[str, pd.DataFrame] | None = None) -> dict:
     """Summary, derived tables and plots of a cross-appraisal run, from its files alone."""
     run = RunDir(path)

@@ -10,7 +10,7 @@ from typing import Any, Callable
 import numpy as np
 
 from core.config import ConfigError, load_config
-from core.runs import RunDir, run_dir_path
+from core.runs import RunDir, amends_run, run_dir_path
 
 from . import analysis, correction, correction_plots, plots
 from .calibration import fit_path, load_fit
@@ -155,6 +155,7 @@ def _code_hash() -> str:
     return h.hexdigest()[:16]
 
 
+@amends_run
 def report(path: str | Path, make_plots: bool = True, tables: dict | None = None) -> dict:
     """Summary JSON and plots recomputed from a run directory's files alone."""
     run = RunDir(path)

@@ -19,7 +19,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from core.config import ConfigError, Strict, load_named, resolve_config
-from serving.spec import ModelSpec, fold_legacy
+from serving.spec import MaxTokens, ModelSpec, Temperature, fold_legacy
 
 from .config import AnalysisCfg, GeneratorCfg, Topology
 
@@ -88,10 +88,10 @@ class ConceptCfg(Strict):
 
 
 class MultiAppraiserCfg(Strict):
-    temperature: float = Field(0.0, ge=0.0)
-    max_tokens: int = Field(200, ge=1, description="one JSON object rating every stance of every concept")
+    temperature: Temperature = 0.0
+    max_tokens: MaxTokens = 200   # one JSON object rating every stance of every concept
     max_retries: int = Field(2, ge=0, description="extra calls for the concepts still failed")
-    retry_temperature: float = Field(0.7, ge=0.0)
+    retry_temperature: Temperature = 0.7
     tau: float = Field(1.0, gt=0.0, description="temperature scaling on the simplex (1 = none; no "
                        "multi-concept calibration set exists yet)")
 

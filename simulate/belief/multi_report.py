@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from core.config import ConfigError, load_config
-from core.runs import RunDir, run_dir_path
+from core.runs import RunDir, amends_run, run_dir_path
 
 from . import dirichlet
 from .analysis import pearson, r2_no_intercept, records
@@ -287,6 +287,7 @@ def analyse(tables: dict[str, pd.DataFrame], cfg: MultiBeliefConfig,
     return summary, derived
 
 
+@amends_run
 def report(path: str | Path, make_plots: bool = True, tables: dict | None = None) -> dict:
     """Summary JSON and plots recomputed from a multi-concept run directory's files alone."""
     from . import multi_plots

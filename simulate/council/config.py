@@ -4,13 +4,12 @@ validated before any model call, naming the field and the value."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional
 
 from pydantic import Field, field_validator, model_validator
 
 from core.config import Strict, load_named, resolve_config
-from serving.profiles import DEFAULT_PROFILE
-from serving.spec import Backend, Dtype, ModelSpec
+from serving.spec import Backend, Dtype, MaxTokens, ModelSpec, RoleSpec, Sampling, engine_conflict
 
 CONFIGS_DIR = Path(__file__).resolve().parents[1] / "configs" / "council"
 BASELINES = ("moa", "moa_lite", "self_moa", "argllms")
@@ -32,8 +31,10 @@ class DataSpec(Strict):
     max_context_chars: int = Field(1500, ge=100)
 
 
-class SeatSpec(Strict):
-    profile: str = DEFAULT_PROFILE
+class SeatSpec(RoleSpec):
+    """One seat: its model role (a ``RoleSpec``; fields it leaves null come from ``models``) and
+    its persona. ``{profile: gemma3-270m, backend: vllm, dtype: bfloat16}`` seats one model on its own
+    engine settings."""
     persona: str = "analyst"
 
 
@@ -43,11 +44,10 @@ class ConditionSpec(Strict):
     adversaries: list[str] = Field(default_factory=list)
 
 
-class Generation(Strict):
-    temperature: float = Field(0.7, ge=0.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
+class Generation(Sampling):
+    """The seats' sampling (serving.spec.Sampling) and the shape of a structured move."""
     max_chars: int = Field(160, ge=20, description="maxLength of free-text fields")
-    max_tokens: int = Field(160, ge=16, description="new-token cap of a structured reply")
+    max_tokens: Annotated[MaxTokens, Field(ge=16)] = 160   # a structured move needs room for its JSON
     max_retries: int = Field(2, ge=0, description="re-asks of an illegal move before it becomes an abstention")
 
 
@@ -64,16 +64,19 @@ class ModelsSpec(Strict):
         "auto", description="auto: the device plan decides (all engines at once when they fit, else one at a "
                             "time, a round's calls engine by engine); all / swap: force it")
 
-    def spec(self, profile: str, **override: Any) -> ModelSpec:
-        return ModelSpec(profile=profile, **{**self.model_dump(exclude={"hold"}), **override})
+    def spec(self, value: RoleSpec, role: str) -> ModelSpec:
+        """The role's spec: its own non-null fields over this block's (options merged key by key)."""
+        return value.over(self.model_dump(exclude={"hold"}), role)
 
 
 class BaselineSpec(Strict):
     methods: list[Literal["moa", "moa_lite", "self_moa", "argllms"]] = Field(default_factory=lambda: list(BASELINES))
-    synthesizer: str = Field(DEFAULT_PROFILE, description="MoA-family synthesizer and ArgLLMs evaluator")
-    self_moa_profile: Optional[str] = Field(None, description="Self-MoA's single proposer (default seat A1's)")
+    # model roles: a profile name, or a RoleSpec whose null fields come from ``models``
+    synthesizer: RoleSpec = Field(default_factory=RoleSpec,
+                                  description="MoA-family synthesizer and ArgLLMs evaluator")
+    self_moa_profile: Optional[RoleSpec] = Field(None, description="Self-MoA's single proposer (default seat A1's)")
     self_moa_samples: int = Field(6, ge=1)
-    argllms_generator: Optional[str] = Field(None, description="ArgLLMs argument generator (default seat A1's)")
+    argllms_generator: Optional[RoleSpec] = Field(None, description="ArgLLMs argument generator (default seat A1's)")
     claim_base: float = Field(0.5, ge=0.0, le=1.0, description="DF-QuAD base score of the root claim")
     fair_attack: bool = True
 
@@ -87,12 +90,11 @@ class AggregateSpec(Strict):
                                                               "its 5 recalibration folds need >= 5 tasks per class)")
 
 
-class JudgeSpec(Strict):
-    """The frozen judge pass (BDA paper D.3) at the end of a run: unparsed baseline answers -> one local model."""
-    profile: str = Field(DEFAULT_PROFILE, description="the judge's model profile (local; never a hosted API "
-                                                              "by default)")
-    backend: Optional[Backend] = Field(None, description="default: models.backend")
-    max_tokens: int = Field(16, ge=1, le=256)
+class JudgeSpec(RoleSpec):
+    """The frozen judge pass (BDA paper D.3) at the end of a run: unparsed baseline answers -> one
+    local model (a ``RoleSpec``; fields left null come from ``models``; never a hosted API
+    by default)."""
+    max_tokens: Annotated[MaxTokens, Field(le=256)] = 16
 
 
 class CouncilConfig(Strict):
@@ -141,6 +143,14 @@ class CouncilConfig(Strict):
         from aggregate.methods import check_method
         for m in self.aggregate.methods:
             check_method(m)
+        b = self.baselines   # a role written into the config that no part of this run reads
+        # (the synthesizer serves every baseline and is written in shipped configs: not checked)
+        unread = {"self_moa_profile": "self_moa" not in b.methods, "argllms_generator": "argllms" not in b.methods}
+        for field, idle in unread.items():
+            if idle and getattr(b, field) is not None:
+                raise ValueError(f"baselines.{field} is set but no baseline of this run reads it "
+                                 f"(baselines.methods: {b.methods}); remove it or add the baseline that uses it")
+        self.engines()   # two roles of one profile must agree on its engine
         return self
 
     def agent_names(self) -> list[str]:
@@ -149,16 +159,30 @@ class CouncilConfig(Strict):
     def roles(self) -> dict[str, ModelSpec]:
         """Every model role this run uses, by name: the seats (A1..AI), the baselines' synthesizer,
         Self-MoA proposer and ArgLLMs generator (when baselines run), and the judge (when on)."""
-        out = {a: self.models.spec(s.profile) for a, s in zip(self.agent_names(), self.seats)}
+        m = self.models
+        out = {a: m.spec(s, a) for a, s in zip(self.agent_names(), self.seats)}
         b = self.baselines
         if b.methods:
-            out["synthesizer"] = self.models.spec(b.synthesizer)
-            out["self_moa"] = self.models.spec(b.self_moa_profile or self.seats[0].profile)
-            out["argllms_generator"] = self.models.spec(b.argllms_generator or self.seats[0].profile)
+            out["synthesizer"] = m.spec(b.synthesizer, "synthesizer")
+            out["self_moa"] = m.spec(b.self_moa_profile, "self_moa") if b.self_moa_profile else out["A1"]
+            out["argllms_generator"] = m.spec(b.argllms_generator, "argllms_generator") if b.argllms_generator \
+                else out["A1"]
         if self.judge is not None:
-            out["judge"] = self.models.spec(self.judge.profile, **({"backend": self.judge.backend}
-                                                                  if self.judge.backend else {}))
+            out["judge"] = m.spec(self.judge, "judge")
         return out
+
+    def engines(self) -> dict[str, ModelSpec]:
+        """One engine per profile, as the protocol addresses seats and baselines (the judge's phase
+        apart): roles that share a profile must agree on its engine, else one error naming both."""
+        by_profile: dict[str, tuple[str, ModelSpec]] = {}
+        for role, spec in self.roles().items():
+            if role == "judge":
+                continue
+            first = by_profile.setdefault(spec.profile, (role, spec))
+            msg = engine_conflict(first, (role, spec)) if first[0] != role else None
+            if msg:
+                raise ValueError(msg)
+        return {p: s for p, (_r, s) in by_profile.items()}
 
     def profiles(self) -> list[str]:
         """Distinct model profiles the council and its baselines load (each once; the judge loads

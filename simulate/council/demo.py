@@ -27,7 +27,7 @@ def run_demo(out: Path, *, size: str = "tiny", progress: Callable[[int, int], No
         over["models.dtype"] = dtype
     cfg = load(SIZES[size], overrides=over)
     if profile is not None:  # one model in three personas, as the config has it
-        cfg = load(SIZES[size], overrides={**over, "seats": [{**s.model_dump(), "profile": profile} for s in cfg.seats],
+        cfg = load(SIZES[size], overrides={**over, "seats": [{**s.model_dump(exclude_unset=True), "profile": profile} for s in cfg.seats],
                                            "baselines.synthesizer": profile})
     _, summary = run_council_experiment(cfg, Path(out), progress=progress)
     return summary

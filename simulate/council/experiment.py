@@ -25,7 +25,7 @@ import pandas as pd
 
 from core.config import ConfigError
 from core.progress import Progress
-from core.runs import RunDir, run_dir_path, write_json
+from core.runs import RunDir, amends_run, run_dir_path, write_json
 from serving.profiles import embedded_note
 from simulate.council.config import CouncilConfig
 
@@ -36,11 +36,7 @@ def load_engines(cfg: CouncilConfig, store, plan=None) -> Any:
     the device plan (``plan_engines``) swaps or ``models.hold`` is swap."""
     from serving.roles import hold_engines
 
-    by_profile: dict[str, Any] = {}
-    for role, spec in cfg.roles().items():
-        if role != "judge":
-            by_profile.setdefault(spec.profile, spec)
-    return hold_engines(by_profile, store=store, hold=cfg.models.hold, plan=plan)
+    return hold_engines(cfg.engines(), store=store, hold=cfg.models.hold, plan=plan)
 
 
 def plan_engines(cfg: CouncilConfig):
@@ -118,7 +114,9 @@ def _run(cfg: CouncilConfig, run: RunDir, engines: Any, P: dict, data: list, pro
     from simulate.council.runner import Seat, make_councils, run_councils
 
     run.record_engines("models", engines)
-    run.update_provenance(seats=[{"agent": a, **s.model_dump()} for a, s in zip(cfg.agent_names(), cfg.seats)])
+    roles = cfg.roles()
+    run.update_provenance(seats=[{"agent": a, "persona": s.persona, **roles[a].model_dump()}
+                                 for a, s in zip(cfg.agent_names(), cfg.seats)])
     seats = [Seat(agent=a, profile=s.profile, persona=s.persona) for a, s in zip(cfg.agent_names(), cfg.seats)]
     conds = [(c.name, c.adversaries) for c in cfg.conditions]
     g = cfg.generation
@@ -140,9 +138,9 @@ def _run(cfg: CouncilConfig, run: RunDir, engines: Any, P: dict, data: list, pro
         b = cfg.baselines
         if b.methods:
             base_rows += run_baselines(councils, seats, engines, stats.turns, P, methods=b.methods,
-                                       synthesizer=b.synthesizer,
-                                       self_moa_profile=b.self_moa_profile or seats[0].profile,
-                                       argllms_generator=b.argllms_generator or seats[0].profile,
+                                       synthesizer=roles["synthesizer"].profile,
+                                       self_moa_profile=roles["self_moa"].profile,
+                                       argllms_generator=roles["argllms_generator"].profile,
                                        samples=b.self_moa_samples, claim_base=b.claim_base,
                                        fair_attack=b.fair_attack, root=cfg.seed, gen=g)
         gen_info[dataset] = {**stats.to_dict(), "n_councils": len(councils), "n_tasks": len(tasks),
@@ -157,11 +155,12 @@ def _run(cfg: CouncilConfig, run: RunDir, engines: Any, P: dict, data: list, pro
     write_json(run.path / "generation.json", gen_info)
     if cfg.judge is not None:  # the frozen judge pass (BDA paper D.3); report() reads its ledger
         from simulate.judge import council_judge
-        jb = cfg.judge.backend or cfg.models.backend
+        js = roles["judge"]
         if getattr(engines, "swapped", False):
             engines.release()  # the judge's phase: nothing of the council's stays on the device
-        council_judge(run.path, profile=cfg.roles()["judge"], backend=jb, max_tokens=cfg.judge.max_tokens,
-                      rerender=False, engine=engines.get(cfg.judge.profile) if jb == cfg.models.backend else None)
+        held = cfg.engines().get(js.profile)  # a seat's engine with the judge's settings serves it
+        council_judge(run.path, profile=js, backend=js.backend, max_tokens=cfg.judge.max_tokens, rerender=False,
+                      engine=engines.get(js.profile) if held is not None and held.engine_key() == js.engine_key() else None)
     summary = report(run.path, make_plots=make_plots, aggregate=aggregate)
     run.finish()
     return run, summary
@@ -203,6 +202,7 @@ def _council_costs(turns: pd.DataFrame) -> pd.DataFrame:
     return per.groupby(["dataset", "condition"])["tokens"].mean().rename("tokens_per_task").reset_index()
 
 
+@amends_run
 def report(run_dir: str | Path, *, make_plots: bool = True, aggregate: bool = True) -> dict[str, Any]:
     """Recompute every table, summary.json and the plots from RUN's stored files alone."""
     from aggregate.trace import load_traces

@@ -10,7 +10,7 @@ from typing import Any, Literal, Optional
 from pydantic import Field, field_validator, model_validator
 
 from core.config import Strict, load_named, resolve_config
-from serving.spec import ModelSpec
+from serving.spec import MaxTokens, ModelSpec, Sampling
 
 CONFIGS_DIR = Path(__file__).resolve().parents[1] / "configs" / "debate"
 
@@ -27,10 +27,9 @@ class BenchSpec(Strict):
     domains: Optional[list[str]] = None
 
 
-class Generation(Strict):
-    temperature: float = Field(0.7, ge=0.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
-    max_tokens: int = Field(2048, ge=1)
+class Generation(Sampling):
+    """The agents' sampling (serving.spec.Sampling); the paper's 2,048-token cap."""
+    max_tokens: MaxTokens = 2048
 
 
 class Analysis(Strict):

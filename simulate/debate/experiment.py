@@ -11,7 +11,7 @@ import pandas as pd
 
 from core.config import ConfigError
 from core.progress import Progress
-from core.runs import RunDir, run_dir_path
+from core.runs import RunDir, amends_run, run_dir_path
 from simulate.debate.config import DebateConfig
 from simulate.debate.prompts import load_prompts
 from simulate.debate.questions import Item, build_bench, load_bench, write_bench
@@ -36,10 +36,27 @@ def select_items(spec) -> tuple[list[Item], dict[str, Any]]:
     return items, info
 
 
-def engine_for(cfg, run: RunDir):
-    """The engine a run's ``model`` block names; its store is RUN/calls.sqlite unless the config shares one."""
+def plan_engines(cfg, phase: str = "debate", roles: dict[str, Any] | None = None):
+    """The device plan of the run's engine (role "model", the config's ``model`` block; the vote arm
+    uses the same engine), before it loads: one phase, ``phase``. ``roles``: other roles held beside it
+    (e.g. a transfer's sender), by role name -> ``ModelSpec``. A plan that cannot fit raises
+    ``serving.plan.DevicePlanError`` (one line naming role, sizes and device); so does one that would
+    swap, since these runs hold every engine of the phase at once."""
+    from serving.plan import DevicePlanError
+    from serving.roles import plan_roles
+
+    plan = plan_roles({"model": cfg.model, **(roles or {})}, phase_of=lambda role: phase)
+    swapped = [p for p in plan.phases if p.mode == "swap"]
+    if swapped:
+        raise DevicePlanError(f"the engines of this run are held together and do not fit: {swapped[0].reason}")
+    return plan
+
+
+def engine_for(cfg, run: RunDir, plan=None):
+    """The engine a run's ``model`` block names; its store is RUN/calls.sqlite unless the config shares one.
+    ``plan``: the run's device plan (``plan_engines``), whose share of the device it is started with."""
     from serving import build_engine
-    return build_engine(cfg.model, store=run.store_path)
+    return build_engine(cfg.model, store=run.store_path, plan=plan)
 
 
 def save_items(run: RunDir, items: list[Item]) -> None:
@@ -55,10 +72,13 @@ def run_debate(cfg: DebateConfig, out: Path | None = None, *, progress: Progress
     from simulate.debate.protocol import run_protocol
     P = load_prompts(cfg.prompts)
     items, binfo = select_items(cfg.bench)  # fails before any model call
+    plan = plan_engines(cfg) if engine is None else None  # a plan that cannot fit fails here too
     run = RunDir.create(run_dir_path(out, "debate", cfg.name), part="debate", config=cfg, seeds={"root": cfg.seed},
                         command="debate run", prompts={"name": P["_name"], "sha256": P["_sha256"]}, bench=binfo)
     save_items(run, items)
-    eng = engine or engine_for(cfg, run)
+    if plan is not None:
+        run.update_provenance(device_plan=plan.to_dict())
+    eng = engine or engine_for(cfg, run, plan)
     run.record_engines("model", eng)
     turns, info = run_protocol(eng, items, agents=cfg.agents, rounds=cfg.rounds, conditions=cfg.conditions,
                                temperature=cfg.generation.temperature, top_p=cfg.generation.top_p,
@@ -80,6 +100,7 @@ def run_debate(cfg: DebateConfig, out: Path | None = None, *, progress: Progress
     return run, summary
 
 
+@amends_run
 def report(run_dir: str | Path, *, make_plots: bool = True) -> dict[str, Any]:
     """summary.json and plots from RUN/config.yaml, RUN/tables/*.parquet and RUN/protocol.json."""
     from core.config import load_config

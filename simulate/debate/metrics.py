@@ -41,17 +41,23 @@ def mean_pairwise_correlation(correct: np.ndarray) -> float:
         raise ValueError("correct contains NaN (unparsed answers must be excluded before computing n_eff)")
     I = X.shape[1]
     sd = X.std(axis=0)
+    if (sd > 0).sum() < 2:
+        return float("nan")   # fewer than two agents vary: no pair's correlation is defined
     rs = []
     for i in range(I):
         for j in range(i + 1, I):
-            if sd[i] == 0 or sd[j] == 0:
-                continue  # undefined for a constant column
-            rs.append(float(np.corrcoef(X[:, i], X[:, j])[0, 1]))
-    return float(np.mean(rs)) if rs else float("nan")
+            # an agent that never varies covaries with no one: its pairs count as 0, not skipped.
+            # Skipping them averaged a subset, whose mean can fall below the bound -1/(I-1) that
+            # the mean over all pairs keeps (the correlation matrix with those entries 0 is still
+            # positive semi-definite), and n_eff went infinite or negative
+            rs.append(0.0 if sd[i] == 0 or sd[j] == 0 else float(np.corrcoef(X[:, i], X[:, j])[0, 1]))
+    return float(np.mean(rs))
 
 
 def effective_voters(correct: np.ndarray) -> float:
-    """n_eff = I / (1 + (I - 1) * rho) for a questions x agents 0/1 correctness array."""
+    """n_eff = I / (1 + (I - 1) * rho) for a questions x agents 0/1 correctness array; rho is the
+    mean correlation over all agent pairs, a constant agent's pairs counted as 0; NaN when fewer
+    than two agents vary; infinite only at the bound rho = -1/(I-1)."""
     X = np.asarray(correct, float)
     rho = mean_pairwise_correlation(X)
     I = X.shape[1]

@@ -9,7 +9,7 @@ from typing import Any, Literal, Optional
 from pydantic import Field, field_validator
 
 from core.config import Strict, load_named, resolve_config
-from serving.spec import ModelSpec
+from serving.spec import MaxTokens, ModelSpec, Sampling
 
 CONFIGS_DIR = Path(__file__).resolve().parents[1] / "configs"
 RESERVED = {"human", "degroot", "classifier"}
@@ -37,10 +37,9 @@ class ClassifierSpec(ModelSpec):
         "choice", description="choice: the guided-choice label; expected: E[label] under the label log-probs")
 
 
-class Generation(Strict):
-    temperature: float = Field(0.7, ge=0.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
-    max_tokens: int = Field(64, ge=1)
+class Generation(Sampling):
+    """The role-played speakers' sampling (serving.spec.Sampling), with the chat length."""
+    max_tokens: MaxTokens = 64
     max_utterances: Optional[int] = Field(None, ge=1, description="keep the first N utterances of each chat")
 
 

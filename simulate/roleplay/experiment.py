@@ -13,7 +13,7 @@ import pandas as pd
 
 from core.config import ConfigError, load_config
 from core.progress import Progress
-from core.runs import RunDir, run_dir_path
+from core.runs import RunDir, amends_run, run_dir_path
 from serving.profiles import embedded_note
 from simulate.roleplay.config import RoleplayConfig
 from simulate.roleplay.data import FIXTURE, Group, golden_mask, load_groups, select_split, to_record
@@ -211,6 +211,7 @@ def degroot_rows(ev: list[Group], alpha: float, human_labelled: pd.DataFrame, n_
     return pd.DataFrame(rows)
 
 
+@amends_run
 def report(run_dir: str | Path, *, make_plots: bool = True) -> dict[str, Any]:
     """summary.json, metric tables and plots from RUN's files."""
     from simulate.roleplay.classify import attach, parse_rates

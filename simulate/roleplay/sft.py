@@ -6,7 +6,10 @@ simulations use) and the completion is the human's message; only on-topic target
 Training: TRL's ``SFTTrainer`` on a conversational prompt-completion dataset with completion-only
 loss and the seed's settings (config ``training``); LoRA through peft as an option. Before anything
 is loaded or written, ``sft_memory`` estimates the run's device memory (recorded in provenance and
-summary) and refuses a plan that does not fit the device in use (on CPU: the host's RAM); the
+summary) and the one device planner (``serving.plan.plan_devices``: the trainer is the phase
+"train", its need the estimate's total) refuses a run that does not fit the device in use (on CPU,
+where the plan is mode "cpu", the estimate is checked against the host's RAM); the plan is written
+to provenance (``device_plan``) and the comparison that follows plans its own engines. The
 trainer, its model and optimizer are released (``serving.device.free_device_memory``) before the
 comparison's engines load. The result is a full local model folder (a LoRA adapter is merged into
 the base with ``merge_and_unload`` and saved with the tokenizer, and the adapter itself is kept
@@ -198,15 +201,17 @@ def _training_args(lib: SimpleNamespace, cfg: SftConfig, output_dir: Path,
                          optim=t.optim)
 
 
-def _memory_check(lib: SimpleNamespace, cfg: SftConfig, base_path: Path, args: Any) -> dict[str, Any]:
-    """The run's memory estimate against the device in use (CUDA: device 0's total memory; CPU: the
-    host's total RAM, where CPU training holds the same tensors). Refuses, naming every size and the
-    alternatives' estimates, when it does not fit. Returns the record for provenance and summary."""
+def _memory_check(lib: SimpleNamespace, cfg: SftConfig, base_path: Path, args: Any) -> tuple[dict[str, Any], Any]:
+    """The run's memory estimate (``sft_memory``) and its device plan: on CUDA the trainer is the
+    phase "train" of ``serving.plan.plan_devices`` on device 0's total memory, refused with the
+    planner's line (role, sizes, device) and the alternatives' estimates when it does not fit; on
+    CPU the plan is mode "cpu" and the estimate is checked against the host's total RAM, where CPU
+    training holds the same tensors. Returns (the record for provenance and summary, the plan)."""
     import importlib.util
 
     from serving.memory import GIB, MemoryPlanError, parameter_count
     from simulate.roleplay.config import load
-    from simulate.roleplay.sft_memory import BNB_OPTIMIZERS, decide, settings_for
+    from simulate.roleplay.sft_memory import BNB_OPTIMIZERS, plan_training, settings_for
     t = cfg.training
     if t.optim in BNB_OPTIMIZERS and importlib.util.find_spec("bitsandbytes") is None:
         raise ConfigError(f"training.optim = {t.optim!r} needs bitsandbytes, which is not installed (it is not a "
@@ -216,7 +221,8 @@ def _memory_check(lib: SimpleNamespace, cfg: SftConfig, base_path: Path, args: A
     s = settings_for(cfg, dtype="bfloat16" if args.bf16 else "float32",
                      fused_lm_head=hasattr(trl_utils, "add_fused_lm_head"))
     torch = lib.torch
-    if torch.cuda.is_available():
+    cuda = torch.cuda.is_available()
+    if cuda:
         props = torch.cuda.get_device_properties(0)
         device, device_gib = f"cuda:0 ({props.name})", props.total_memory / GIB
     else:
@@ -226,10 +232,12 @@ def _memory_check(lib: SimpleNamespace, cfg: SftConfig, base_path: Path, args: A
         n = parameter_count(base_path)
     except MemoryPlanError:  # no safetensors (e.g. .bin weights): the config's closed form
         n = None
-    est = decide(json.loads((base_path / "config.json").read_text()), s, device, device_gib,
-                 n_params=n, lora=settings_for(load("lora", SftConfig, part="sft")))
-    return {"device": device, "device_gib": round(device_gib, 3), "fits": True, "total_gib": round(est.total_gib, 3),
-            "estimate": est.to_dict()}
+    est, plan = plan_training(json.loads((base_path / "config.json").read_text()), s, device, device_gib, cuda=cuda,
+                              n_params=n, lora=settings_for(load("lora", SftConfig, part="sft")),
+                              profile=cfg.base.profile)
+    memory = {"device": device, "device_gib": round(device_gib, 3), "fits": True, "total_gib": round(est.total_gib, 3),
+              "estimate": est.to_dict()}
+    return memory, plan
 
 
 def _trainer(lib: SimpleNamespace, cfg: SftConfig, base_path: Path, tok: Any, ds: Any, args: Any,
@@ -327,8 +335,9 @@ def train_sft(cfg: SftConfig, out: Path | None = None, *, progress: Callable[[in
     lib = _training_stack()
     run_path = run_dir_path(out, "sft", cfg.name)
     args = _training_args(lib, cfg, run_path / "trainer", progress)
-    memory = _memory_check(lib, cfg, base_path, args)  # refuses before any model load or run directory
+    memory, plan = _memory_check(lib, cfg, base_path, args)  # refuses before any model load or run directory
     run = _open_run(cfg, run_path, P, path, train_groups, excluded, base, base_path, memory)
+    run.update_provenance(device_plan=plan.to_dict())  # the comparison (compare) records its own plan
     examples, counts = _on_topic_examples(cfg, train_groups, P, run, classifier_engine)
 
     tok = _tokenizer(lib, cfg, base_path)

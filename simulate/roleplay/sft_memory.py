@@ -1,4 +1,7 @@
-"""Device memory of one SFT run, estimated before any model is loaded, and the fit decision.
+"""Device memory of one SFT run, estimated before any model is loaded, and the fit decision
+(``plan_training``: on a CUDA device the trainer is one ``serving.plan.Need`` of the phase "train",
+decided by ``serving.plan.plan_devices`` like every other engine chorus plans; ``decide`` /
+``check_fits``: the estimate against a size alone, as for CPU training against the host's RAM).
 
 Pure arithmetic on the model's ``config.json`` (its text config for multimodal models) and the
 parameter count (``serving.memory.parameter_count``: the safetensors headers; the config's closed
@@ -50,6 +53,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal, Sequence
 
 from core.config import ConfigError
+from serving.plan import DevicePlan, DevicePlanError, Need, plan_devices
 
 GIB = 1024 ** 3
 BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -58,6 +62,7 @@ BNB_OPTIMIZERS = ("adamw_8bit", "paged_adamw_8bit")   # need bitsandbytes (not a
 OVERHEAD_GIB = 1.0
 FUSED_TILE = (4096, 32768)   # TRL's fused LM head: tokens x vocabulary per tile
 BNB_MIN_8BIT = 4096          # bitsandbytes keeps smaller tensors' states in fp32
+TRAIN_PHASE = "train"        # the device plan's phase of the trainer
 LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
@@ -250,14 +255,18 @@ def estimate(config: dict[str, Any], settings: SftSettings, n_params: int | None
                              settings=s)
 
 
+def _alternatives_text(alternatives: dict[str, SftMemoryEstimate] | None, limit_gib: float) -> str:
+    return "; ".join(f"{how}: {a.total_gib:.1f} GiB{'' if a.total_gib <= limit_gib else ' (does not fit either)'}"
+                     for how, a in (alternatives or {}).items())
+
+
 def check_fits(est: SftMemoryEstimate, device_gib: float, device: str, *,
                alternatives: dict[str, SftMemoryEstimate] | None = None) -> None:
     """Nothing when ``est`` fits ``device_gib``; else one ``SftMemoryError`` line with every
     component, the device and each alternative's estimate (what to set, and what it would need)."""
     if est.total_gib <= device_gib:
         return
-    alts = "; ".join(f"{how}: {a.total_gib:.1f} GiB{'' if a.total_gib <= device_gib else ' (does not fit either)'}"
-                     for how, a in (alternatives or {}).items())
+    alts = _alternatives_text(alternatives, device_gib)
     raise SftMemoryError(f"the SFT plan does not fit {device} ({device_gib:.1f} GiB): {est.describe()} needs an "
                          f"estimated {est.total_gib:.1f} GiB = {est.breakdown()}" + (f"; instead {alts}" if alts else ""))
 
@@ -271,6 +280,14 @@ def decide(config: dict[str, Any], settings: SftSettings, device: str, device_gi
     would fit instead: gradient checkpointing (when off) and, for full fine-tuning, ``lora`` (the
     shipped LoRA config's settings, taken at this run's batch, length and dtype)."""
     est = estimate(config, settings, n_params)
+    check_fits(est, device_gib, device, alternatives=alternatives(config, settings, n_params=n_params, lora=lora))
+    return est
+
+
+def alternatives(config: dict[str, Any], settings: SftSettings, *, n_params: int | None = None,
+                 lora: SftSettings | None = None) -> dict[str, SftMemoryEstimate]:
+    """What would need less instead of ``settings``: gradient checkpointing (when off) and, for full
+    fine-tuning, ``lora`` taken at this run's batch, length and dtype; each with its estimate."""
     alts = {}
     if not settings.gradient_checkpointing:
         alts["with training.gradient_checkpointing=true"] = estimate(
@@ -279,8 +296,51 @@ def decide(config: dict[str, Any], settings: SftSettings, device: str, device_gi
         lora = replace(lora, micro_batch=settings.micro_batch, seq_len=settings.seq_len, dtype=settings.dtype,
                        fused_lm_head=settings.fused_lm_head)
         alts[LORA_FALLBACK] = estimate(config, lora, n_params)
-    check_fits(est, device_gib, device, alternatives=alts)
-    return est
+    return alts
+
+
+class SftPlanError(SftMemoryError, DevicePlanError):
+    """The device planner refuses the trainer: its one line (role, sizes, device), then the
+    estimate's components and what would fit instead. A ``ConfigError`` (the CLI's one-line exit)
+    and a ``serving.plan.DevicePlanError`` (every refused plan)."""
+
+
+def trainer_need(est: SftMemoryEstimate, profile: str, *, phase: str = TRAIN_PHASE) -> Need:
+    """The trainer as the device planner sees it: role "trainer", backend "trainer", its need the
+    estimate's total (``need_gib``), its weights one copy in the training dtype."""
+    s = est.settings
+    return Need("trainer", profile, "trainer", s.dtype, est.n_params * BYTES[s.dtype] / GIB, phase=phase,
+                need_gib=est.total_gib)
+
+
+def plan_training(config: dict[str, Any], settings: SftSettings, device: str, device_gib: float | None, *,
+                  cuda: bool = True, n_params: int | None = None, lora: SftSettings | None = None,
+                  profile: str = "model", n_devices: int = 1, max_utilization: float = 0.9
+                  ) -> tuple[SftMemoryEstimate, DevicePlan]:
+    """The SFT run's estimate and its device plan: the trainer (``trainer_need``) planned by
+    ``serving.plan.plan_devices`` as the phase "train", the same code every other plan of chorus is.
+
+    ``cuda``: ``device_gib`` is the CUDA device's total, of which the plan uses ``max_utilization``
+    (``plan_devices``' default); a trainer the planner cannot fit raises ``SftPlanError`` (the
+    planner's line, then the components and the alternatives, each judged against that usable
+    part). Without CUDA (``cuda=False``) the plan is mode "cpu" and ``device_gib`` is the host's
+    RAM, where CPU training holds the same tensors: a run that does not fit it is refused by
+    ``check_fits``'s ``SftMemoryError``."""
+    est = estimate(config, settings, n_params)
+    alts = alternatives(config, settings, n_params=n_params, lora=lora)
+    need = trainer_need(est, profile)
+    if not cuda:
+        if device_gib is not None:
+            check_fits(est, device_gib, device, alternatives=alts)
+        return est, plan_devices([need], None)
+    if device_gib is None:
+        raise ConfigError("plan_training: a CUDA plan needs the device's size (device_gib)")
+    try:
+        return est, plan_devices([need], device_gib, n_devices=n_devices, max_utilization=max_utilization)
+    except DevicePlanError as err:
+        alt = _alternatives_text(alts, device_gib * max_utilization)
+        raise SftPlanError(f"{err} (device {device}); the SFT estimate: {est.describe()} needs {est.total_gib:.1f} GiB = "
+                           f"{est.breakdown()}" + (f"; instead {alt}" if alt else "")) from None
 
 
 def settings_for(cfg: Any, *, dtype: str = "bfloat16", fused_lm_head: bool = True) -> SftSettings:

@@ -1,0 +1,88 @@
+"""The one error boundary of the ``chorus`` command: whatever a command raises becomes one message
+on stderr and a documented exit code, never a traceback (``--debug`` or ``CHORUS_DEBUG=1`` shows it).
+
+Exit codes: 0 done; 1 the run failed (a server lost, a model that crashed, a bug); 2 bad input (a
+config, a data file, a model path or profile, a run directory, a value; the message names it);
+130 interrupted (Ctrl-C; rerun the same command to resume: completed calls are in the run's store).
+Messages come from the errors themselves, which name the file, field and value where they are
+raised; this module only decides the code and the shape. ``chorus -v CMD`` keeps the engines'
+own log lines on the terminal (``core.logs``; otherwise they go to RUN/logs/engines.log).
+"""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Callable
+
+BAD_INPUT_EXIT, FAILED_EXIT = 2, 1
+DEBUG_ENV = "CHORUS_DEBUG"
+
+
+def bad_input_types() -> tuple[type[BaseException], ...]:
+    """What counts as bad input: chorus's own input errors (ConfigError and the data, trace, label,
+    bench errors are ValueErrors), an unknown or unready model, an unreadable store, a plan that
+    cannot fit, YAML that does not parse, and a path that is missing or of the wrong kind."""
+    import yaml
+
+    from serving.memory import MemoryPlanError
+    from serving.plan import DevicePlanError
+    from serving.profiles import ModelError
+    from serving.store import StoreError
+
+    return (ValueError, ModelError, StoreError, DevicePlanError, MemoryPlanError, yaml.YAMLError,
+            FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError, PermissionError)
+
+
+def describe(err: BaseException) -> str:
+    """The error as one readable message (the last line of a chain is the useful one)."""
+    if isinstance(err, UnicodeDecodeError):
+        return f"not UTF-8 text: byte {err.start} ({err.object[err.start:err.start + 1]!r}): {err.reason}"
+    if isinstance(err, OSError) and err.filename is not None and err.strerror:
+        return f"{err.strerror}: {err.filename}"
+    msg = str(err).strip()
+    import yaml
+    if isinstance(err, yaml.YAMLError):
+        return "not valid YAML: " + " ".join(msg.split())
+    return msg or type(err).__name__
+
+
+def exit_code(err: BaseException) -> int:
+    return BAD_INPUT_EXIT if isinstance(err, bad_input_types()) else FAILED_EXIT
+
+
+def run_command(app: Callable[..., object], argv: list[str] | None = None) -> int:
+    """Run the typer ``app`` with ``argv`` (default ``sys.argv[1:]``) behind the boundary; returns
+    the exit code. Typer keeps what it does well: usage errors (exit 2, its own message),
+    ``typer.Exit`` codes, Ctrl-C (130)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = os.environ.get(DEBUG_ENV, "") not in ("", "0") or "--debug" in argv
+    if "-v" in argv[:1] or "--verbose" in argv[:1]:   # `chorus -v CMD`: engine logs stay on the terminal
+        from core.logs import VERBOSE_ENV
+        os.environ[VERBOSE_ENV] = "1"
+        argv = argv[1:]
+    argv = [a for a in argv if a != "--debug"]
+    from core.logs import quiet_native_logs
+    quiet_native_logs()
+    try:
+        app(argv, prog_name="chorus")
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except Exception as err:  # noqa: BLE001 - the boundary: every failure is one message
+        if debug:
+            raise
+        code = exit_code(err)
+        _print(err, code)
+        return code
+    return 0
+
+
+def _print(err: BaseException, code: int) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+
+    if code == BAD_INPUT_EXIT:
+        text = describe(err)
+    else:
+        text = f"the run failed: {type(err).__name__}: {describe(err)} (--debug or {DEBUG_ENV}=1 for the traceback)"
+    # escape: messages quote user values such as [0, 1]; soft_wrap: never break a path or line number
+    Console(stderr=True).print(f"[red]error:[/red] {escape(text)}", highlight=False, soft_wrap=True)
