@@ -170,7 +170,7 @@ def _results_header(kind: str, cfg) -> dict[str, Any]:
 def run_experiment(cfg: RunConfig, out: Path, *, config_dir: Path | None = None,
                    progress: Progress | None = None) -> Path:
     """Write a complete run directory under ``out`` and return the results file path."""
-    from aggregate.results import render_markdown, write_results
+    from aggregate.results_file import render_markdown, write_results
     from core.runs import RunDir
 
     run = RunDir.create(out, part="aggregate", config=cfg, seeds={"seed": cfg.seed},
@@ -296,7 +296,7 @@ def evaluate_sweep_cell(cfg: SweepConfig, params: dict[str, Any], traces: Sequen
 
 
 def run_sweep(cfg: SweepConfig, out: Path, *, progress: Progress | None = None) -> Path:
-    from aggregate.results import render_markdown, write_results
+    from aggregate.results_file import render_markdown, write_results
     from core.runs import RunDir
 
     cfg, source = sweep_source(cfg)

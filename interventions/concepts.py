@@ -58,7 +58,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -468,10 +468,14 @@ def summarize(t: pd.DataFrame, probe: pd.DataFrame) -> dict[str, Any]:
 
 # -- the verb ----------------------------------------------------------------------------------------
 def run_concepts(cfg: Any, out: Path | None = None, *, progress: Any = None, make_plots: bool = True,
-                 engine: Any = None):
-    """``chorus influence concepts``: lexicon directions, read on debate vs reflection contexts."""
+                 engine: Any = None, report: Callable[..., dict[str, Any]] | None = None):
+    """``chorus influence concepts``: lexicon directions, read on debate vs reflection contexts.
+
+    ``report(run_dir, "concepts", make_plots=...)`` renders summary.json and the plots: the verb
+    dispatcher (``interventions.internals.experiment.run_internals``) passes its own ``report``,
+    which reads this module's ``summarize``; this module does not import the dispatcher back.
+    Without one the run is finished with no summary.json and (run, {}) is returned."""
     from interventions.experiment import source_turns, start_run
-    from interventions.internals.experiment import report
     from interventions.knockout import layer_map
 
     spec = cfg.concepts
@@ -515,6 +519,6 @@ def run_concepts(cfg: Any, out: Path | None = None, *, progress: Any = None, mak
     (run.path / "concepts_info.json").write_text(json.dumps(info, indent=2, default=str))
     if progress:
         progress(3, 1)
-    summary = report(run.path, "concepts", make_plots=make_plots)
+    summary = report(run.path, "concepts", make_plots=make_plots) if report is not None else {}
     run.finish()
     return run, summary

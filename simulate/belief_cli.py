@@ -214,7 +214,7 @@ def cross(model: Optional[List[str]] = typer.Option(None, "--model", help="A mod
             set_dotted(data, k, v)
         from simulate.belief.cross import CrossConfig, run_cross
         cfg = validate(CrossConfig, data, source="chorus belief cross")
-        with progress(f"cross-appraisal ({cfg.mode}, {len(cfg.models)} models)", "calls") as update:
+        with progress(f"cross-appraisal ({cfg.mode}, {len(cfg.panel())} models)", "calls") as update:
             run, summary = run_cross(cfg, out, progress=update, make_plots=not no_plots)
     except (ConfigError, ModelError, StoreError) as err:
         _fail(err)

@@ -96,13 +96,14 @@ def judge(run_dir: Path = typer.Argument(..., help="A council run directory."),
           no_plots: bool = typer.Option(False, "--no-plots", help="Skip the figures.")) -> None:
     """The frozen judge pass (BDA paper D.3): baseline answers no parser reads -> one judge at temperature 0
     -> tables/judge_ledger.parquet, judge.json, and the report again with parse rates before and after."""
+    from simulate.council.experiment import report as _report
     from simulate.judge import JudgeError, council_judge
     try:
-        info = council_judge(run_dir, profile=judge_profile, backend=backend, max_tokens=max_tokens,
-                             make_plots=not no_plots)
+        info = council_judge(run_dir, profile=judge_profile, backend=backend, max_tokens=max_tokens)
+        summary = _report(run_dir, make_plots=not no_plots)  # the judge post-processes; the report is ours
     except (*_errors(), JudgeError) as err:
         _fail(err)
-    _print(run_dir, {})
+    _print(run_dir, summary)
     typer.echo(f"judge {info['judge_profile']} (prompt {info['prompt_name']} {info['prompt_sha256'][:12]}): "
                f"{info['counts']}; ledger {run_dir}/tables/judge_ledger.parquet")
 

@@ -126,12 +126,12 @@ def judge(run_dir: Path = typer.Argument(..., help="A debate run directory."),
     from rich.console import Console
 
     from core.config import ConfigError
-    from core.runs import RunDir
+    from simulate.debate.experiment import report as _report
     from simulate.judge import JudgeError, debate_judge
     try:
         info = debate_judge(run_dir, profile=judge_profile, backend=backend, max_tokens=max_tokens,
-                            make_plots=not no_plots)
-        summary = RunDir(run_dir).summary()  # re-rendered by the pass
+                            rerender=False)  # the judge post-processes; the whole report is re-rendered here
+        summary = _report(run_dir, make_plots=not no_plots)
     except (ConfigError, FileNotFoundError, JudgeError, ValueError) as err:
         _fail(err)
     _print_debate(Console(), run_dir, summary)

@@ -12,8 +12,14 @@ call store, so the ledger is rebuilt from the store with no model call.
   ``answer_text``, optional ``options``, ``parser_answer``, ``part`` and pass-through keys) ->
   the ledger, one row per record (``sent`` says whether it reached the judge).
 * ``council_judge(RUN)`` / ``debate_judge(RUN)``: the pass over a run directory's unparsed answers;
-  they write ``tables/judge_ledger.parquet`` and ``judge.json`` and re-render the part's report,
-  which then shows parse rates (and accuracy) before and after the pass beside the originals.
+  they write ``tables/judge_ledger.parquet`` and ``judge.json`` (``debate_judge`` also sets the
+  ``judge`` entry of an existing summary.json).
+
+The judge is a post-processor with per-part adapters (``council_records`` / ``council_judged``,
+``debate_records`` / ``apply_debate_verdicts`` / ``debate_judged``): it reads a part's tables and
+never its report. Each part's ``report`` reads the ledger through these adapters and shows parse
+rates (and accuracy) before and after the pass beside the originals; re-rendering it after a pass
+is the caller's (``chorus council judge`` / ``chorus debate judge`` run the pass, then the report).
 """
 from __future__ import annotations
 
@@ -269,8 +275,10 @@ def council_judge(run_dir: str | Path, *, profile: str = DEFAULT_JUDGE, backend:
                   prompt: str = DEFAULT_PROMPT, max_tokens: int = 16, rerender: bool = True,
                   make_plots: bool = True, aggregate: bool = True) -> dict[str, Any]:
     """The judge pass over a council run's unparsed baseline answers (calls in RUN/calls.sqlite);
-    writes the ledger and judge.json, then re-renders the report (unless ``rerender`` is False;
-    ``aggregate=False`` re-renders without the council arms, as ``report`` does)."""
+    writes the ledger and judge.json. The report is not re-rendered here: call
+    ``simulate.council.experiment.report(RUN)`` after it (``chorus council judge`` does).
+    ``rerender``, ``make_plots`` and ``aggregate`` are deprecated and ignored (they were the
+    re-render's), kept so that callers passing them still work."""
     from core.config import load_config
     from simulate.council.config import CouncilConfig
 
@@ -286,9 +294,6 @@ def council_judge(run_dir: str | Path, *, profile: str = DEFAULT_JUDGE, backend:
     rates = council_judged(base, ledger).to_dict(orient="records")
     info = _info(ledger, load_judge_prompt(prompt), eng, "council", rates)
     _write(run_dir, ledger, info, eng)
-    if rerender:
-        from simulate.council.experiment import report
-        report(run_dir, make_plots=make_plots, aggregate=aggregate)
     return info
 
 
@@ -356,10 +361,15 @@ def debate_judge(run_dir: str | Path, *, profile: str = DEFAULT_JUDGE, backend: 
                  prompt: str = DEFAULT_PROMPT, max_tokens: int = 16, rerender: bool = True,
                  make_plots: bool = True) -> dict[str, Any]:
     """The judge pass over a debate run's unparsed turns (calls in RUN/calls.sqlite); writes the
-    ledger and judge.json, then re-renders summary.json (unless ``rerender`` is False)."""
+    ledger and judge.json and, unless ``rerender`` is False, sets the ``judge`` entry of an existing
+    summary.json (``debate_judged``, the entry ``simulate.debate.experiment.report`` writes; the
+    rest of the summary and the plots are not touched: ``chorus debate judge`` re-renders the
+    whole report after the pass). ``make_plots`` is deprecated and ignored (the judge entry has
+    no figure)."""
     from core.config import load_config
+    from core.runs import RunDir
     from simulate.debate.config import DebateConfig
-    from simulate.debate.experiment import load_items
+    from simulate.debate.questions import load_items
 
     run_dir = Path(run_dir)
     if not (run_dir / "config.yaml").is_file() or not (run_dir / "tables" / "turns.parquet").is_file():
@@ -375,9 +385,11 @@ def debate_judge(run_dir: str | Path, *, profile: str = DEFAULT_JUDGE, backend: 
              for c, s in t.groupby("condition", sort=True)]
     info = _info(ledger, load_judge_prompt(prompt), eng, "debate", rates)
     _write(run_dir, ledger, info, eng)
-    if rerender:
-        from simulate.debate.experiment import report
-        report(run_dir, make_plots=make_plots)
+    run = RunDir(run_dir)
+    if rerender and (run.path / "summary.json").is_file():
+        summary = run.summary()
+        summary["judge"] = debate_judged(turns, read_ledger(run_dir), seed=cfg.seed)  # as report() reads it
+        run.write_summary(summary)
     return info
 
 

@@ -224,7 +224,7 @@ def test_two_embedded_models_plumbing(tmp_path, hf_engine):
     loaded = []
 
     def load(m):  # the shared SmolLM2 backend must outlive this test: nothing is closed by run_cross
-        eng = hf_engine.with_store(store) if m == cfg.models[0] else load_engine(m, "hf", store=store,
+        eng = hf_engine.with_store(store) if m == cfg.panel()[0] else load_engine(m, "hf", store=store,
                                                                                    dtype="float32")
         loaded.append(eng)
         return eng
@@ -232,18 +232,18 @@ def test_two_embedded_models_plumbing(tmp_path, hf_engine):
         run, s = X.run_cross(cfg, tmp_path / "real", load=load, close_engines=False, make_plots=False)
     finally:
         for eng in loaded:
-            if eng.profile.name != cfg.models[0]:
+            if eng.profile.name != cfg.panel()[0]:
                 eng.close()
     st = run.provenance()["stats"]
     n_text = int(run.read_table("utterances").text.notna().sum())  # an empty generation is not read
     assert st["generator_calls"] == 2 and n_text + st["generation_failures"] == 2
     assert s["cost"]["appraiser_calls_total"] == 2 * n_text  # no retries (max_retries = 0)
     assert st["loads"] == 3  # two generators, then two appraisers: the last generator's engine is kept
-    assert [e.profile.name for e in loaded] == [cfg.models[0], cfg.models[1], cfg.models[0]]
+    assert [e.profile.name for e in loaded] == [cfg.panel()[0], cfg.panel()[1], cfg.panel()[0]]
     app = run.read_table("appraisals")
-    assert len(app) == 2 * n_text and set(app.appraiser) == set(cfg.models)
+    assert len(app) == 2 * n_text and set(app.appraiser) == set(cfg.panel())
     ok = app[~app.failed]
     assert ok.p_raw.between(0, 1).all() and app[app.failed].error.notna().all()
-    assert set(run.provenance()["engines"]) == set(cfg.models)
+    assert set(run.provenance()["engines"]) == set(cfg.panel())
     # one speaker belief per generator: no slope to fit, and the summary says so
     assert s["fit"]["slope"]["identified"] is False and s["fit"]["slope"]["why_not"]

@@ -6,7 +6,12 @@ cycle, and never take a ``_private`` name from another package.
 
 ``aggregate`` is pure math over council traces (it imports only ``core``); ``simulate``'s live
 councils write traces in its format and hand them to its estimators, so ``simulate`` may import
-``aggregate`` and never the reverse. ``python tests/test_layering.py`` prints the package graph.
+``aggregate`` and never the reverse.
+
+Inside the packages no two modules import each other, directly or round a longer circle, even
+from inside functions (``test_no_module_cycles``): a function-level import hides a circle from
+Python, not from the design. ``python tests/test_layering.py`` prints the package graph and
+every module circle.
 """
 from __future__ import annotations
 
@@ -75,6 +80,88 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return list(nx.simple_cycles(nx.DiGraph([(a, b) for a, bs in graph.items() for b in bs])))
 
 
+# -- module circles ---------------------------------------------------------------------------------
+# The graph: module -> every project module an import of it runs (AST, so imports inside functions
+# count; ``importlib.import_module`` and other dynamic imports are not seen). Resolution:
+#
+# * ``import a.b.c``, ``from a.b import c`` where ``a/b/c.py`` (or ``a/b/c/``) exists: ``a.b.c``;
+# * ``from a.b import name`` otherwise: the package ``a.b`` itself (its ``__init__.py``, whose
+#   namespace the name is read from), or, for a lazy PEP 562 package (a module-level ``_EXPORTS``
+#   dict of name -> submodule, as ``aggregate/__init__.py``), the submodule that defines the name;
+# * a target's parent packages (``a``, ``a.b``: Python runs their ``__init__.py`` first) count
+#   only for an importer outside them.
+#
+# The last rule is the one decision. A module's own parent packages are always imported (at
+# least begun) before the module runs, so the implicit parent import of ``from .sibling import x``
+# never closes a circle; counting it would tie every package whose ``__init__.py`` re-exports its
+# submodules to each submodule that imports a sibling (``serving/__init__.py`` re-exports
+# ``serving.engine``, which imports ``serving.types``: "serving.engine -> serving ->
+# serving.engine"; 31 such non-circles when this was written). What does count is a submodule
+# naming its package explicitly: ``from serving import ModelSpec`` inside ``serving/engine.py``
+# would be an edge to ``serving/__init__.py``. So a circle through an ``__init__.py`` that
+# re-exports a submodule is reported exactly when that submodule (or one it imports) imports the
+# package back, where the re-export would meet a half-initialised package.
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))}
+
+
+def _lazy_exports(path: Path) -> dict[str, str]:
+    """name -> submodule of a PEP 562 package's module-level ``_EXPORTS`` literal (else {})."""
+    for node in ast.parse(path.read_text(), filename=str(path)).body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "_EXPORTS"
+                                                for t in node.targets):
+            try:
+                d = ast.literal_eval(node.value)
+            except ValueError:
+                return {}
+            return {k: v for k, v in d.items() if isinstance(k, str) and isinstance(v, str)}
+    return {}
+
+
+def _parents(mod: str) -> list[str]:
+    parts = mod.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def module_graph() -> dict[str, set[str]]:
+    """Project module -> the project modules its imports run (resolution: the comment above)."""
+    mods = _modules()
+    lazy = {m: _lazy_exports(p) for m, p in mods.items() if p.name == "__init__.py"}
+    graph: dict[str, set[str]] = {}
+    for src, path in mods.items():
+        own = set(_parents(src)) | ({src} if path.name == "__init__.py" else set())
+        out: set[str] = set()
+        for target, names, _ in _imports(path):
+            base = target
+            while base and base not in mods:  # a.b.attr, or an import of something outside chorus
+                base = base.rpartition(".")[0]
+            if not base:
+                continue
+            if base != target or not names:  # ``import a.b.c``; ``from a.b.c.attr import x``
+                hits = {base}
+            else:
+                hits = set()
+                for n in names:
+                    sub = f"{target}.{n}" if f"{target}.{n}" in mods else \
+                        f"{target}.{lazy[target][n]}" if n in lazy.get(target, {}) else target
+                    hits.add(sub if sub in mods else target)
+            out |= hits | {p for h in hits for p in _parents(h) if p in mods and p not in own}
+        out.discard(src)
+        graph[src] = out
+    return graph
+
+
+def module_cycles(graph: dict[str, set[str]]) -> list[str]:
+    """Every elementary circle as ``a -> b -> a``, starting at its first module by name, sorted."""
+    import networkx as nx
+    found = []
+    for c in nx.simple_cycles(nx.DiGraph([(a, b) for a, bs in graph.items() for b in bs])):
+        k = c.index(min(c))
+        c = c[k:] + c[:k]
+        found.append(" -> ".join(c + [c[0]]))
+    return sorted(found)
+
+
 def test_every_package_is_scanned():
     for pkg in PACKAGES:
         assert (ROOT / pkg / "__init__.py").is_file(), pkg
@@ -114,9 +201,45 @@ def test_scan_catches_a_violation(tmp_path, monkeypatch):
     assert len(private) == 1 and "_eos" in private[0]
 
 
-if __name__ == "__main__":  # print the package graph
+def test_no_module_cycles():
+    cycles = module_cycles(module_graph())
+    assert not cycles, f"{len(cycles)} import circles between modules:\n" + "\n".join(cycles)
+
+
+def test_module_cycle_check_catches_a_circle(tmp_path, monkeypatch):
+    """A circle closed inside a function, one through a package that re-exports a submodule which
+    imports it back, and one through a lazy (PEP 562) export are found; a package re-exporting a
+    submodule that imports a sibling is no circle."""
+    files = {
+        "simulate/__init__.py": "",
+        "simulate/a.py": "from simulate.b import g\n",
+        "simulate/b.py": "def g():\n    from simulate import a\n",  # from pkg import submodule
+        "serving/__init__.py": "from serving.x import X\n",
+        "serving/x.py": "from .y import Y\nX = Y\n",  # the sibling: no circle through serving
+        "serving/y.py": "Y = 1\n",
+        "core/__init__.py": "from core.p import P\n",
+        "core/p.py": "P = 1\ndef f():\n    from core import P\n",  # imports its package back
+        "aggregate/__init__.py": "_EXPORTS = {'T': 't'}\n",
+        "aggregate/t.py": "def h():\n    import aggregate.u\nT = 1\n",
+        "aggregate/u.py": "from aggregate import T\n",  # the lazy export: aggregate.t
+    }
+    for pkg in PACKAGES:
+        (tmp_path / pkg).mkdir()
+        (tmp_path / pkg / "__init__.py").write_text("")
+    for rel, text in files.items():
+        (tmp_path / rel).write_text(text)
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    graph = module_graph()
+    assert graph["serving"] == {"serving.x"} and graph["serving.x"] == {"serving.y"}
+    assert module_cycles(graph) == ["aggregate.t -> aggregate.u -> aggregate.t", "core -> core.p -> core",
+                                    "simulate.a -> simulate.b -> simulate.a"]
+
+
+if __name__ == "__main__":  # print the package graph and the module circles
     g, up, priv = scan()
     for pkg in PACKAGES:
         print(f"{pkg:14s} -> {', '.join(sorted(g.get(pkg, ()), key=RANK.get)) or '(nothing)'}")
     print("\n".join(["upward:"] + up if up else []) + "\n".join(["private:"] + priv if priv else []))
-    sys.exit(bool(up or priv or _cycles(g)))
+    circles = module_cycles(module_graph())
+    print(f"module circles: {len(circles)}" + "".join(f"\n  {c}" for c in circles))
+    sys.exit(bool(up or priv or _cycles(g) or circles))

@@ -279,3 +279,16 @@ def test_transfer_sender_is_a_role_spec():
     assert (s.backend, s.dtype, s.options) == ("hf", "bfloat16", {"batch_size": 2})
     with pytest.raises(Exception, match="transfer.sender.backend: .* must be hf, got 'vllm'"):
         InternalsConfig.model_validate({"transfer": {"sender": {"profile": "gemma3-270m", "backend": "vllm"}}})
+
+
+def test_cross_appraisal_panel_is_role_specs():
+    """The cross-appraisal panel: each model a role spec over the panel's backend / dtype, named
+    by its profile; the stored config reloads to the same engines."""
+    from simulate.belief.cross import CrossConfig
+    cfg = CrossConfig(models=[DEFAULT_PROFILE, {"profile": "gemma3-270m", "dtype": "bfloat16"}], backend="hf")
+    assert cfg.panel() == [DEFAULT_PROFILE, "gemma3-270m"]
+    assert cfg.spec("gemma3-270m") == ModelSpec(profile="gemma3-270m", backend="hf", dtype="bfloat16")
+    assert (cfg.spec(DEFAULT_PROFILE).backend, cfg.spec(DEFAULT_PROFILE).dtype) == ("hf", None)
+    again = CrossConfig.model_validate(cfg.model_dump(mode="json"))
+    assert [again.spec(m) for m in again.panel()] == [cfg.spec(m) for m in cfg.panel()]
+    assert CrossConfig(mode="synthetic").panel() == ["synth-a", "synth-b", "synth-c"]

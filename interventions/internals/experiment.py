@@ -351,7 +351,7 @@ def run_internals(cfg: InternalsConfig, verb: str, out: Path | None = None, *, p
         raise ConfigError(f"unknown verb {verb!r}: choose one of {', '.join(VERBS)}")
     if verb == "concepts":  # concept directions on debate vs reflection contexts: interventions/concepts.py
         from interventions.concepts import run_concepts
-        return run_concepts(cfg, out, progress=progress, make_plots=make_plots, engine=engine)
+        return run_concepts(cfg, out, progress=progress, make_plots=make_plots, engine=engine, report=report)
     run, eng, items, pairs, P = _setup(cfg, verb, out, engine, progress)
     info: dict[str, Any] = {"n_pairs": len(pairs)}
     if verb == "knockout":

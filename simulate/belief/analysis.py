@@ -237,7 +237,9 @@ def dose_response(cm: pd.DataFrame, runs: pd.DataFrame, tipping_ratio: float) ->
                       for f, b, k, r, g, w in zip(c.f, free_b0, c.kappa, c.rounds, c.gamma, c.w)]
     fams = []
     for key, d in c.groupby(fam_cols, sort=True):
-        d = d.sort_values("f")
+        # conditions of one family at the same fraction (they differ only outside the family's
+        # columns) are one point, their mean: a slope needs two distinct fractions
+        d = d.groupby("f", as_index=False, sort=True)["late_mean"].mean()
         y, f = d.late_mean.to_numpy(), d.f.to_numpy()
         if len(d) < 2:
             continue  # one point is no dose-response

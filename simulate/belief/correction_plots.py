@@ -9,6 +9,8 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
+from .correction_map import CorrectionMap
+
 ARM_COLOURS = ("tab:red", "tab:green", "tab:purple", "tab:orange")
 
 
@@ -22,7 +24,6 @@ def _plt():
 def fit(pairs: pd.DataFrame, rec: dict[str, Any], path: Path) -> Path:
     """(a) the logged (s, e) pairs with each candidate's transfer curve f; (b) each candidate's
     correction g with its held-out distance from the diagonal, the chosen one bold."""
-    from .correction import CorrectionMap
     plt = _plt()
     ok = np.isfinite(pairs.s) & np.isfinite(pairs.e)
     p = pairs[ok]

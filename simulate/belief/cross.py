@@ -55,7 +55,7 @@ from pydantic import Field, model_validator
 from core.config import ConfigError, Strict, load_config
 from core.runs import RunDir, amends_run, run_dir_path
 from core.seeding import call_seed, rng
-from serving.spec import Backend, Dtype
+from serving.spec import Backend, Dtype, ModelSpec, RoleSpec
 
 from . import analysis
 from .config import AppraiserCfg, BeliefConfig, GeneratorCfg
@@ -105,8 +105,10 @@ class CrossConfig(Strict):
     name: str = "cross"
     mode: Literal["llm", "synthetic"] = "llm"
     seed: int = Field(0, ge=0, description="root seed: generated utterances, subsampling, bootstrap")
-    models: list[str] = Field(default_factory=list, description="the panel (profiles); synthetic: "
-                              "empty = the models of synthetic.render_bias")
+    models: list[RoleSpec] = Field(default_factory=list, description="the panel: one role per model, a profile "
+                                   "name or a spec whose null fields come from backend / dtype below (each "
+                                   "model named by its profile); synthetic: empty = the models of "
+                                   "synthetic.render_bias")
     runs: list[str] = Field(default_factory=list, description="LLM-mode belief run directories; "
                             "each one's model must be in the panel")
     backend: Backend = Field("auto", description="every panel model's backend (each model is one role: its profile)")
@@ -120,22 +122,31 @@ class CrossConfig(Strict):
     synthetic: SyntheticCfg = SyntheticCfg()
     analysis: CrossAnalysisCfg = CrossAnalysisCfg()
 
+    def panel(self) -> list[str]:
+        """The panel's model names (their profiles), in order."""
+        return [m.profile for m in self.models]
+
+    def spec(self, name: str) -> ModelSpec:
+        """The engine spec of panel model ``name``: its own fields over backend / dtype."""
+        m = self.models[self.panel().index(name)]
+        return m.over({"backend": self.backend, "dtype": self.dtype}, f"panel:{name}")
+
     @model_validator(mode="after")
     def _panel(self) -> CrossConfig:
-        if self.mode == "synthetic" and not self.models:
-            self.models = list(self.synthetic.render_bias)
-        if len(self.models) < 2:
-            raise ValueError(f"models = {self.models}: cross-appraisal needs at least two models")
-        if len(set(self.models)) != len(self.models):
-            raise ValueError(f"models = {self.models}: each model once")
-        if self.analysis.anchor is not None and self.analysis.anchor not in self.models:
-            raise ValueError(f"analysis.anchor = {self.analysis.anchor!r} is not one of models {self.models}")
-        bad = [k for k, v in self.taus.items() if k not in self.models or not v > 0]
+        if self.mode == "synthetic" and not self.panel():
+            self.models = [RoleSpec(profile=m) for m in self.synthetic.render_bias]
+        if len(self.panel()) < 2:
+            raise ValueError(f"models = {self.panel()}: cross-appraisal needs at least two models")
+        if len(set(self.panel())) != len(self.panel()):
+            raise ValueError(f"models = {self.panel()}: each model once")
+        if self.analysis.anchor is not None and self.analysis.anchor not in self.panel():
+            raise ValueError(f"analysis.anchor = {self.analysis.anchor!r} is not one of models {self.panel()}")
+        bad = [k for k, v in self.taus.items() if k not in self.panel() or not v > 0]
         if bad:
-            raise ValueError(f"taus: {bad} are not models of the panel {self.models} or not > 0")
+            raise ValueError(f"taus: {bad} are not models of the panel {self.panel()} or not > 0")
         if self.mode == "synthetic":
             for field in ("render_bias", "read_bias"):
-                miss = [m for m in self.models if m not in getattr(self.synthetic, field)]
+                miss = [m for m in self.panel() if m not in getattr(self.synthetic, field)]
                 if miss:
                     raise ValueError(f"synthetic.{field} has no entry for {miss} (e.g. --set "
                                      f"synthetic.{field}.{miss[0]}=0.05)")
@@ -364,19 +375,19 @@ def run_cross(cfg: CrossConfig, out: str | Path | None = None, *, load: Callable
     sources, metas = [], []
     for r in cfg.runs:
         model, df, meta = run_utterances(r)
-        if model not in cfg.models:
-            raise ConfigError(f"run {r}: its model {model!r} is not in the panel {cfg.models} (add --model {model})")
+        if model not in cfg.panel():
+            raise ConfigError(f"run {r}: its model {model!r} is not in the panel {cfg.panel()} (add --model {model})")
         sources.append((model, df))
         metas.append(meta)
     for t in {cfg.generate.topic} | {t for _, d in sources for t in d.topic.unique()}:
         load_topic(t)  # a bad topic fails before any model is loaded
-    if load is None and cfg.mode == "llm":
-        from serving import get_profile
-        for m in cfg.models:
-            get_profile(m)  # an unknown profile fails (ModelError) before the run directory is made
+    dplan = None
+    if load is None and cfg.mode == "llm":   # the panel, one model at a time: a phase each
+        from serving.roles import plan_roles   # (an unknown profile fails here, before the run directory)
+        dplan = plan_roles({f"panel:{m}": cfg.spec(m) for m in cfg.panel()}, phase_of=lambda role: role)
     out = Path(out) if out is not None else default_out(cfg)
     run = RunDir.create(out, part="belief", config=cfg, seeds={"root": cfg.seed}, command=COMMAND,
-                        mode=cfg.mode, models=cfg.models, sources=metas,
+                        mode=cfg.mode, models=cfg.panel(), sources=metas,
                         determinism={"appraisal_seeds": "call_seed(root, seed, round, turn, APPRAISE, attempt) "
                                      "of the utterance's run", "subsample": "rng(seed, 31, crc32(model))",
                                      "bootstrap": "rng(seed, 32)"})
@@ -384,14 +395,15 @@ def run_cross(cfg: CrossConfig, out: str | Path | None = None, *, load: Callable
         if cfg.mode == "synthetic":
             load = lambda m: synthetic_engine(m, cfg.synthetic, run.store_path)
         else:
+            run.update_provenance(device_plan=dplan.to_dict())
+
             def load(m):
-                from serving import ModelSpec, build_engine
-                return build_engine(ModelSpec(profile=m, backend=cfg.backend, dtype=cfg.dtype), store=run.store_path,
-                                    role=f"panel:{m}")
+                from serving import build_engine
+                return build_engine(cfg.spec(m), store=run.store_path, role=f"panel:{m}", plan=dplan)
 
     # utterances: the runs' (subsampled), else generated
     frames = []
-    for m in cfg.models:
+    for m in cfg.panel():
         got = [d for mm, d in sources if mm == m]
         if got:
             d = subsample(pd.concat(got, ignore_index=True), cfg.max_utterances, cfg.seed, m)
@@ -403,7 +415,7 @@ def run_cross(cfg: CrossConfig, out: str | Path | None = None, *, load: Callable
             d = grid_utterances(m, g.n, g.s_low, g.s_high, g.topic, cfg.seed, "generated")
         frames.append(d.assign(generator=m).reset_index(drop=True))
     to_gen = [i for i, d in enumerate(frames) if (d.source == "generated").any()]
-    n_app = sum(len(d) for d in frames) * len(cfg.models)
+    n_app = sum(len(d) for d in frames) * len(cfg.panel())
     if progress:
         progress(n_app + sum(len(frames[i]) for i in to_gen), 0)
 
@@ -431,7 +443,7 @@ def run_cross(cfg: CrossConfig, out: str | Path | None = None, *, load: Callable
 
     try:
         for i in to_gen:  # generation first: every appraiser needs every utterance
-            m = cfg.models[i]
+            m = cfg.panel()[i]
             t0 = time.perf_counter()
             texts, req = generate_texts(acquire(m), frames[i], cfg.generate.generator)
             frames[i] = frames[i].assign(text=texts)
@@ -442,7 +454,7 @@ def run_cross(cfg: CrossConfig, out: str | Path | None = None, *, load: Callable
         if cfg.mode == "synthetic":  # exact s + r_g: the rendering is a known function
             for i, d in enumerate(frames):
                 if (d.source == "synthetic").any():
-                    be = SyntheticBackend(cfg.models[i], cfg.synthetic.render_bias[cfg.models[i]], 0.0)
+                    be = SyntheticBackend(cfg.panel()[i], cfg.synthetic.render_bias[cfg.panel()[i]], 0.0)
                     frames[i] = d.assign(text=[be.render(s) if src == "synthetic" else t
                                                for s, t, src in zip(d.s, d.text, d.source)])
         ut = pd.concat(frames, ignore_index=True)
@@ -453,8 +465,8 @@ def run_cross(cfg: CrossConfig, out: str | Path | None = None, *, load: Callable
         # a failed generation has nothing to read: counted (generation_failures), not appraised
         work = ut[ut.text.notna()].assign(text=lambda d: d.text.astype(object)).reset_index(drop=True)
 
-        order = ([cfg.models[to_gen[-1]]] if to_gen else []) + [m for m in cfg.models
-                                                                if not to_gen or m != cfg.models[to_gen[-1]]]
+        order = ([cfg.panel()[to_gen[-1]]] if to_gen else []) + [m for m in cfg.panel()
+                                                                if not to_gen or m != cfg.panel()[to_gen[-1]]]
         taus, parts = {}, []
         for a in order:  # the engine still held from generation is the first appraiser
             taus[a] = {t: resolve_tau(cfg, a, t) for t in work.topic.unique()}
@@ -470,8 +482,8 @@ def run_cross(cfg: CrossConfig, out: str | Path | None = None, *, load: Callable
             release(m)
     app = pd.concat(parts, ignore_index=True)
     app = app[["generator", "appraiser", "uid", "s", "p_raw", "e", "failed", "attempts", "error", "tau"]]
-    app["generator"] = pd.Categorical(app.generator, categories=cfg.models)
-    app["appraiser"] = pd.Categorical(app.appraiser, categories=cfg.models)
+    app["generator"] = pd.Categorical(app.generator, categories=cfg.panel())
+    app["appraiser"] = pd.Categorical(app.appraiser, categories=cfg.panel())
     app = app.sort_values(["generator", "appraiser", "uid"]).reset_index(drop=True)
     app["generator"], app["appraiser"] = app.generator.astype(str), app.appraiser.astype(str)
     run.write_table("appraisals", app)
@@ -479,8 +491,8 @@ def run_cross(cfg: CrossConfig, out: str | Path | None = None, *, load: Callable
     calls = int(sum(stats["appraiser_calls"].values()))
     stats.update({
         "utterances": len(ut), "generation_failures": int(ut.text.isna().sum()),
-        "appraisers": len(cfg.models), "first_pass_calls": n_utt * len(cfg.models),
-        "appraiser_calls_total": calls, "retries": calls - n_utt * len(cfg.models),
+        "appraisers": len(cfg.panel()), "first_pass_calls": n_utt * len(cfg.panel()),
+        "appraiser_calls_total": calls, "retries": calls - n_utt * len(cfg.panel()),
         "computed_total": int(sum(stats["computed"].values())), "appraiser_taus": taus})
     run.update_provenance(stats=stats, store=str(run.store_path))
     summary = report(run.path, make_plots=make_plots, tables={"utterances": ut, "appraisals": app})
@@ -698,8 +710,8 @@ def report(path: str | Path, make_plots: bool = True, tables: dict[str, pd.DataF
     ut, app = tabs["utterances"], tabs["appraisals"]
     prov = run.provenance()
     an = cfg.analysis
-    dec = decompose(app, cfg.models, an.n_boot, cfg.seed, an.ci, an.anchor)
-    tc = transfer_curves(app, cfg.models, an.bins)
+    dec = decompose(app, cfg.panel(), an.n_boot, cfg.seed, an.ci, an.anchor)
+    tc = transfer_curves(app, cfg.panel(), an.bins)
     pairs, parts = dec["pairs"], dec["parts"]
     run.write_table("pairs", pairs)
     run.write_table("parts", parts)
@@ -707,7 +719,7 @@ def report(path: str | Path, make_plots: bool = True, tables: dict[str, pd.DataF
     stats = prov.get("stats") or {}
     # the self pair against the run it came from (same utterances, same request seeds)
     selfcheck = {}
-    for m in cfg.models:
+    for m in cfg.panel():
         u = ut[(ut.generator == m) & (ut.run >= 0) & ut.text.notna()]
         if len(u):
             a = app[(app.generator == m) & (app.appraiser == m)].set_index("uid").e.reindex(u.uid).to_numpy()
@@ -718,7 +730,7 @@ def report(path: str | Path, make_plots: bool = True, tables: dict[str, pd.DataF
     bias_parts = parts[parts.quantity == "bias"]
     shared = bias_parts[bias_parts.part == "shared"].iloc[0]
     headline = {
-        "models": len(cfg.models), "utterances": len(ut), "appraisals": len(app),
+        "models": len(cfg.panel()), "utterances": len(ut), "appraisals": len(app),
         "appraisal_failure_rate": float(app.failed.mean()) if len(app) else None,
         "appraiser_calls": stats.get("appraiser_calls_total"),
         "computed_by_engines": stats.get("computed_total"),
@@ -729,7 +741,7 @@ def report(path: str | Path, make_plots: bool = True, tables: dict[str, pd.DataF
     for _, p in bias_parts[bias_parts.part != "shared"].iterrows():
         headline[f"{p.part}_bias[{p.model}]"] = float(p.estimate)
     summary = {
-        "experiment": cfg.name, "command": COMMAND, "mode": cfg.mode, "models": cfg.models,
+        "experiment": cfg.name, "command": COMMAND, "mode": cfg.mode, "models": cfg.panel(),
         "constraint": CONSTRAINTS["anchor" if an.anchor else None], "anchor": an.anchor,
         "identified": "pair biases, mu, and differences r_g - r_h and q_a - q_b; not the split of the "
                       "shared bias between rendering and reading (unless an anchor is assumed)",
@@ -782,11 +794,11 @@ def plot_transfer_grid(app, tc, pairs, parts, cfg, path: Path) -> Path:
     """Rows generator, columns appraiser: each pair's utterances, binned means with intervals,
     the diagonal; the title gives the pair's bias and Pearson."""
     plt = _plt()
-    M = len(cfg.models)
+    M = len(cfg.panel())
     fig, axes = plt.subplots(M, M, figsize=(2.9 * M + 0.6, 2.7 * M + 0.4), squeeze=False, sharex=True, sharey=True)
     pi = pairs.set_index(["generator", "appraiser"])
-    for gi, g in enumerate(cfg.models):
-        for ai, a in enumerate(cfg.models):
+    for gi, g in enumerate(cfg.panel()):
+        for ai, a in enumerate(cfg.panel()):
             ax = axes[gi, ai]
             d = app[(app.generator == g) & (app.appraiser == a) & np.isfinite(app.e)]
             if len(d) > 1500:
@@ -817,12 +829,12 @@ def plot_parts(app, tc, pairs, parts, cfg, path: Path) -> Path:
     """Per model, two bars: the rendering and the reading part (intervals), for the bias (top)
     and the slope (bottom); the shared part mu in each row's title."""
     plt = _plt()
-    M = len(cfg.models)
+    M = len(cfg.panel())
     fig, axes = plt.subplots(2, M, figsize=(2.4 * M + 0.8, 5.4), squeeze=False, sharey="row")
     for row, qn in enumerate(("bias", "slope")):
         d = parts[parts.quantity == qn]
         sh = d[d.part == "shared"].iloc[0]
-        for mi, m in enumerate(cfg.models):
+        for mi, m in enumerate(cfg.panel()):
             ax = axes[row, mi]
             dm = d[d.model == m].set_index("part").reindex(["render", "read"])
             est = dm.estimate.to_numpy()
@@ -846,11 +858,11 @@ def plot_parts(app, tc, pairs, parts, cfg, path: Path) -> Path:
 def plot_pair_bias(app, tc, pairs, parts, cfg, path: Path) -> Path:
     """The pair-bias matrix, each cell annotated with its value and the additive fit's residual."""
     plt = _plt()
-    M = len(cfg.models)
-    B = pairs.pivot(index="generator", columns="appraiser", values="bias").reindex(index=cfg.models,
-                                                                                 columns=cfg.models)
+    M = len(cfg.panel())
+    B = pairs.pivot(index="generator", columns="appraiser", values="bias").reindex(index=cfg.panel(),
+                                                                                 columns=cfg.panel())
     R = pairs.pivot(index="generator", columns="appraiser", values="bias_interaction").reindex(
-        index=cfg.models, columns=cfg.models)
+        index=cfg.panel(), columns=cfg.panel())
     fig, ax = plt.subplots(figsize=(1.3 * M + 2.4, 1.1 * M + 1.6))
     lim = max(float(np.nanmax(np.abs(B.to_numpy()))) if np.isfinite(B.to_numpy()).any() else 0.0, 1e-3)
     im = ax.imshow(B.to_numpy(), cmap="RdBu", vmin=-lim, vmax=lim)
@@ -859,8 +871,8 @@ def plot_pair_bias(app, tc, pairs, parts, cfg, path: Path) -> Path:
             v, r = B.iat[i, j], R.iat[i, j]
             if np.isfinite(v):
                 ax.text(j, i, f"{v:+.3f}\n(res {r:+.3f})", ha="center", va="center", fontsize=7)
-    ax.set_xticks(range(M), cfg.models, fontsize=8, rotation=30)
-    ax.set_yticks(range(M), cfg.models, fontsize=8)
+    ax.set_xticks(range(M), cfg.panel(), fontsize=8, rotation=30)
+    ax.set_yticks(range(M), cfg.panel(), fontsize=8)
     ax.set_xlabel("appraiser (reading)")
     ax.set_ylabel("generator (rendering)")
     fig.colorbar(im, ax=ax, label="bias mean(e - s)")

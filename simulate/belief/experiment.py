@@ -83,6 +83,10 @@ def run_experiment(cfg: BeliefConfig, out: str | Path | None = None, *, sweep: b
     groups = prepare(specs, cfg.seed, {k: v["tau"] for k, v in taus.items()})
     out = Path(out) if out is not None else default_out(cfg)
     topics = {load_topic(c.config.topic).id: load_topic(c.config.topic).sha256 for c in conditions}
+    owned = cfg.mode == "llm" and engine is None
+    if owned:   # the one model role, planned before the run directory is made
+        from serving.roles import plan_roles
+        dplan = plan_roles({"model": cfg.llm.model})
     run = RunDir.create(
         out, part="belief", config=cfg, seeds={"root": cfg.seed, "replicates": cfg.seed_list},
         mode=cfg.mode, sweep=sweep, source_config=source,
@@ -91,10 +95,10 @@ def run_experiment(cfg: BeliefConfig, out: str | Path | None = None, *, sweep: b
         channel=correction.channel_id(cfg), channel_correction=correction.describe(corrections),
         determinism={"per_request_seeds": "call_seed(root, run seed, round, turn|agent, role, attempt)",
                      "streams": "rng(root, run seed, stream)"})
-    owned = cfg.mode == "llm" and engine is None
     if owned:
         from serving import build_engine
-        engine = build_engine(cfg.llm.model, store=run.store_path)
+        run.update_provenance(device_plan=dplan.to_dict())
+        engine = build_engine(cfg.llm.model, store=run.store_path, plan=dplan)
     try:
         return _simulate_and_write(cfg, run, conditions, specs, groups, taus, engine, progress,
                                    make_plots, corrections)

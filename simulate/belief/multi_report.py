@@ -59,16 +59,20 @@ def run_multi_experiment(cfg: MultiBeliefConfig, out: str | Path | None = None, 
     grp = prepare(specs, cfg.seed, cfg.llm.appraiser.tau if cfg.mode == "llm" else 1.0)
     topic = grp.topic
     out = Path(out) if out is not None else run_dir_path(None, "belief", cfg.name)
+    owned = cfg.mode == "llm" and engine is None
+    if owned:   # the one model role, planned before the run directory is made
+        from serving.roles import plan_roles
+        dplan = plan_roles({"model": cfg.llm.model})
     run = RunDir.create(out, part="belief", kind=KIND, config=cfg,
                         seeds={"root": cfg.seed, "replicates": cfg.seed_list}, mode=cfg.mode,
                         source_config=source, topics_sha256={topic.id: topic.sha256},
                         engine_code_sha256=code_hash(),
                         determinism={"per_request_seeds": "call_seed(root, run seed, round, turn, role, attempt)",
                                      "streams": "rng(root, run seed, stream[, concept])"})
-    owned = cfg.mode == "llm" and engine is None
     if owned:
         from serving import build_engine
-        engine = build_engine(cfg.llm.model, store=run.store_path)
+        run.update_provenance(device_plan=dplan.to_dict())
+        engine = build_engine(cfg.llm.model, store=run.store_path, plan=dplan)
     try:
         gen = app = None
         if cfg.mode == "llm":

@@ -153,13 +153,13 @@ def _run(cfg: CouncilConfig, run: RunDir, engines: Any, P: dict, data: list, pro
         bdf["strengths"] = bdf["strengths"].map(lambda v: json.dumps(v) if isinstance(v, dict) else None)
     run.write_table("baselines", bdf)
     write_json(run.path / "generation.json", gen_info)
-    if cfg.judge is not None:  # the frozen judge pass (BDA paper D.3); report() reads its ledger
+    if cfg.judge is not None:  # the frozen judge pass (BDA paper D.3); report() below reads its ledger
         from simulate.judge import council_judge
         js = roles["judge"]
         if getattr(engines, "swapped", False):
             engines.release()  # the judge's phase: nothing of the council's stays on the device
         held = cfg.engines().get(js.profile)  # a seat's engine with the judge's settings serves it
-        council_judge(run.path, profile=js, backend=js.backend, max_tokens=cfg.judge.max_tokens, rerender=False,
+        council_judge(run.path, profile=js, backend=js.backend, max_tokens=cfg.judge.max_tokens,
                       engine=engines.get(js.profile) if held is not None and held.engine_key() == js.engine_key() else None)
     summary = report(run.path, make_plots=make_plots, aggregate=aggregate)
     run.finish()

@@ -14,7 +14,7 @@ from core.progress import Progress
 from core.runs import RunDir, amends_run, run_dir_path
 from simulate.debate.config import DebateConfig
 from simulate.debate.prompts import load_prompts
-from simulate.debate.questions import Item, build_bench, load_bench, write_bench
+from simulate.debate.questions import Item, build_bench, load_bench, load_items, save_items  # noqa: F401 (re-exported)
 
 
 def select_items(spec) -> tuple[list[Item], dict[str, Any]]:
@@ -57,14 +57,6 @@ def engine_for(cfg, run: RunDir, plan=None):
     ``plan``: the run's device plan (``plan_engines``), whose share of the device it is started with."""
     from serving import build_engine
     return build_engine(cfg.model, store=run.store_path, plan=plan)
-
-
-def save_items(run: RunDir, items: list[Item]) -> None:
-    write_bench(items, run.path / "bench.jsonl")
-
-
-def load_items(run_dir: Path) -> dict[str, Item]:
-    return {it.id: it for it in load_bench(Path(run_dir) / "bench.jsonl")}
 
 
 def run_debate(cfg: DebateConfig, out: Path | None = None, *, progress: Progress | None = None,

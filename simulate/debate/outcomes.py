@@ -88,8 +88,9 @@ def n_eff_stack(X: np.ndarray) -> np.ndarray:
     """``effective_voters`` of every questions x agents slice of X (rounds x questions x agents) in
     one numpy pass: the bootstrap of the curves evaluates it for every round of every resample
     (52,000 calls of ``effective_voters`` for a 12-round run at 2,000 resamples). Same definition:
-    mean Pearson correlation over the agent pairs where both columns vary, NaN without such a pair
-    or with fewer than two questions, inf at rho = -1/(I-1); tests hold it equal to effective_voters."""
+    mean Pearson correlation over all agent pairs, a pair with a constant column counted as 0; NaN
+    when fewer than two agents vary or with fewer than two questions, inf at rho = -1/(I-1); tests
+    hold it equal to effective_voters."""
     X = np.asarray(X, float)
     T, n, A = X.shape  # A agents (I in the paper)
     if n < 2 or A < 2:
@@ -101,12 +102,12 @@ def n_eff_stack(X: np.ndarray) -> np.ndarray:
         r = np.clip(cov / (sd[:, :, None] * sd[:, None, :]), -1.0, 1.0)
     iu = np.triu_indices(A, 1)
     ok = (sd[:, iu[0]] != 0) & (sd[:, iu[1]] != 0)
-    k = ok.sum(1)
+    varying = (sd != 0).sum(1)
     with np.errstate(invalid="ignore", divide="ignore"):
-        rho = np.where(ok, r[:, iu[0], iu[1]], 0.0).sum(1) / k
+        rho = np.where(ok, r[:, iu[0], iu[1]], 0.0).sum(1) / len(iu[0])
         den = 1.0 + (A - 1) * rho
         out = np.where(den > 1e-12, A / den, np.inf)
-    return np.where(k > 0, out, np.nan)
+    return np.where(varying >= 2, out, np.nan)
 
 
 # -- rows ----------------------------------------------------------------------------------------

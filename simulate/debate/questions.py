@@ -22,7 +22,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import yaml
 
@@ -30,6 +30,9 @@ from core.config import ConfigError
 from core.jsonl import iter_jsonl
 from simulate.datasets import DataError
 from simulate.datasets import load as load_set
+
+if TYPE_CHECKING:
+    from core.runs import RunDir
 
 LETTERS = "ABCDEFGHIJ"
 SCENARIOS = Path(__file__).resolve().parent / "data" / "value_scenarios.yaml"
@@ -157,6 +160,16 @@ def write_bench(items: Iterable[Item], path: str | Path) -> str:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(text, encoding="utf-8")
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def save_items(run: RunDir, items: list[Item]) -> None:
+    """A run directory's bench: RUN/bench.jsonl (the debate and the interventions read it back)."""
+    write_bench(items, run.path / "bench.jsonl")
+
+
+def load_items(run_dir: str | Path) -> dict[str, Item]:
+    """id -> item of a run directory's bench (RUN/bench.jsonl)."""
+    return {it.id: it for it in load_bench(Path(run_dir) / "bench.jsonl")}
 
 
 # -- builder ---------------------------------------------------------------------------------
