@@ -63,11 +63,16 @@ def run_command(app: Callable[..., object], argv: list[str] | None = None) -> in
     argv = [a for a in argv if a != "--debug"]
     from core.logs import quiet_native_logs
     quiet_native_logs()
+    from core.runs import mark_failed
     try:
         app(argv, prog_name="chorus")
     except SystemExit as e:
-        return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if code:
+            mark_failed(f"the command exited with code {code} (its message was printed)")
+        return code
     except Exception as err:  # noqa: BLE001 - the boundary: every failure is one message
+        mark_failed(f"{type(err).__name__}: {describe(err)}")   # a run it had started is a marked attempt
         if debug:
             raise
         code = exit_code(err)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar
 
 import yaml
 from pydantic import Field
@@ -17,6 +17,7 @@ from core.plots import figure
 from core.progress import Progress
 from core.runs import RunDir
 from serving.profiles import DEFAULT_PROFILE
+from serving.spec import Backend
 
 # Stage sizes. "tiny" is the CI / first-look size (minutes); "full" the README's main job
 # (target: under 15 minutes on a 2-core CPU with a warm install).
@@ -40,9 +41,11 @@ STAGES = ("serving", "belief_oracle", "belief_llm", "debate", "readout", "rolepl
 
 
 class DemoConfig(Strict):
+    # a rerun into the same demo may run other stages (--stage): the rest is the record
+    RECORD_EXEMPT: ClassVar[tuple[str, ...]] = ("stages",)
     size: str = Field(pattern="^(tiny|full)$")
     profile: str = DEFAULT_PROFILE
-    backend: str = Field("auto", pattern="^(auto|hf|vllm|openai)$")
+    backend: Backend = "auto"
     seed: int = Field(0, ge=0)
     stages: list[str] = list(STAGES)
     sizes: dict[str, Any] = Field(default_factory=dict, description="the size table used (recorded)")

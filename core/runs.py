@@ -114,6 +114,20 @@ def _engine_provenance(engines: Any) -> Any:
     return engines.provenance()
 
 
+def mark_failed(error: str) -> list[Path]:
+    """Mark every run directory this process holds and has not finished as a failed attempt
+    (provenance ``failed``: the error and when): a start that fails after its directory exists
+    leaves a marked attempt, not a silent half-run. A rerun that starts again clears the mark."""
+    marked = []
+    for key in list(_HELD):
+        try:
+            RunDir(key).update_provenance(failed={"error": error, "at": _now()})
+        except (OSError, ValueError):   # the directory is gone or its provenance unreadable: nothing to mark
+            continue
+        marked.append(key)
+    return marked
+
+
 def _unlock(path: Path) -> None:
     fh = _HELD.pop(path.resolve(), None)
     if fh is not None:
@@ -233,7 +247,12 @@ def _same_record(path: Path, config: BaseModel) -> None:
     except (yaml.YAMLError, UnicodeDecodeError) as err:
         raise RunDirConflict(f"{stored}: the run's config record is unreadable ({type(err).__name__}); "
                              f"choose another --out") from None
-    diff = config_diff(old, config.model_dump(mode="json"))
+    new = config.model_dump(mode="json")
+    for k in getattr(type(config), "RECORD_EXEMPT", ()):   # fields a rerun may change (a demo's --stage)
+        if isinstance(old, dict):
+            old.pop(k, None)
+        new.pop(k, None)
+    diff = config_diff(old, new)
     if diff:
         more = f"; and {len(diff) - 4} more" if len(diff) > 4 else ""
         raise RunDirConflict(f"run directory {path} holds a run with another config ({'; '.join(diff[:4])}{more}): "
@@ -269,6 +288,7 @@ class RunDir:
         if config is not None:
             dump_config(config, run.path / "config.yaml")
         prov = run.provenance()
+        prov.pop("failed", None)   # an earlier failed attempt: this one starts again
         prov.update({"part": part, "versions": library_versions(), "seeds": seeds,
                      "started": prov.get("started") or _now(), "finished": None})
         prov.update(provenance)

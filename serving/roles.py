@@ -48,10 +48,13 @@ def plan_roles(specs: Mapping[str, ModelSpec | str], *, device_gib: float | None
     for role, value in specs.items():
         spec = spec_of(value, role)
         try:   # an unknown profile or a missing folder fails here, before any run directory exists
-            get_profile(spec.profile)
+            prof = get_profile(spec.profile)
         except ModelError as err:
             raise ModelError(f"{role}: {err}") from None
         backend = resolve_backend(spec.backend)
+        ready, why = prof.status()
+        if backend in ("hf", "vllm") and not ready:   # weights loaded here must be on disk now
+            raise ModelError(f"{role}: model profile '{prof.name}' is not ready: {why}")
         dtype = spec.dtype or default_dtype()
         size = 0.0 if backend == "openai" else _size(spec.profile, dtype, required=device_gib is not None)
         needs.append(Need(role, spec.profile, backend, dtype, size, tp=spec.tensor_parallel_size,

@@ -170,7 +170,9 @@ def test_verify_and_report_cover_every_file_a_run_wrote(tmp_path, capsys):
                   "--set", "rounds=4", "--no-plots", "--out", src)
     assert rc == 0, out
     assert json.loads((src / "manifest.json").read_text())["files"]["summary.json"]
-    assert run("verify", src)[0] == 0 and run("report", src)[0] == 0
+    untouched = _tree(src)
+    assert run("verify", src)[0] == 0 and _tree(src) == untouched   # read-only: byte-identical
+    assert run("report", src)[0] == 0
     assert run("verify", src) == (0, run("verify", src)[1])            # the HTML rendering is not part of the record
 
     def edited(name: str, how):
@@ -205,3 +207,46 @@ def test_report_names_a_corrupt_summary_of_an_unsealed_run(tmp_path, capsys):
     assert run_command(app, ["report", str(tmp_path)]) == 2
     assert "summary.json: unreadable (JSONDecodeError" in " ".join(capsys.readouterr().err.split())
     assert not (tmp_path / "report.html").exists()
+
+
+def test_a_demo_rerun_may_run_other_stages_into_the_same_record(tmp_path):
+    """``chorus demo --stage X`` into an earlier demo's directory is a rerun (the stage list is
+    not part of the record); another size is another run."""
+    from chorus.stages import DemoConfig
+    from core.runs import RunDir, RunDirConflict
+    RunDir.create(tmp_path / "demo", part="demo", config=DemoConfig(size="tiny")).finish()
+    RunDir.create(tmp_path / "demo", part="demo", config=DemoConfig(size="tiny", stages=["council"])).finish()
+    with pytest.raises(RunDirConflict, match=r"size: 'tiny' -> 'full'"):
+        RunDir.create(tmp_path / "demo", part="demo", config=DemoConfig(size="full"))
+
+
+def test_a_start_that_fails_after_its_directory_is_a_marked_attempt(tmp_path, capsys):
+    """A model folder that passes every check but whose weights file is garbage fails at the load,
+    after the run directory exists: the attempt is marked failed in provenance.json, with the error;
+    a rerun that starts again clears the mark. (A folder without weights fails before: below.)"""
+    import json
+    import shutil
+
+    from serving.profiles import get_profile
+    src = get_profile("smollm2-135m-instruct").require()
+    broken = tmp_path / "broken-model"
+    broken.mkdir()
+    for f in src.iterdir():
+        if f.suffix != ".safetensors":
+            shutil.copy(f, broken / f.name)
+    out = tmp_path / "run"
+    rc = run_command(app, ["debate", "run", "smoke", "--set", f"model.profile={broken}", "--set", "model.backend=hf",
+                           "--out", str(out)])
+    assert rc == 2 and "lacks weights (*.safetensors)" in capsys.readouterr().err and not out.exists()
+    (broken / "model.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{garbage")
+    rc = run_command(app, ["debate", "run", "smoke", "--set", f"model.profile={broken}", "--set", "model.backend=hf",
+                           "--out", str(out)])
+    err = " ".join(capsys.readouterr().err.split())
+    assert rc in (1, 2) and "Traceback" not in err and err.count("error:") == 1, err
+    failed = json.loads((out / "provenance.json").read_text())["failed"]
+    assert failed["error"] and failed["at"]
+    from core.runs import RunDir
+    from simulate.debate.config import DebateConfig, load
+    cfg = load("smoke", DebateConfig, {"model.profile": str(broken), "model.backend": "hf"})
+    RunDir.create(out, part="debate", config=cfg).finish()   # the same config starts again
+    assert "failed" not in json.loads((out / "provenance.json").read_text())
