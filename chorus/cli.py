@@ -135,11 +135,12 @@ def rehearse(model: str = typer.Argument(..., help="a profile, a model folder, o
 def report(run_dir: Path = typer.Argument(..., help="Any chorus run directory (a demo, or one part's run)."),
            out: Path = typer.Option(None, "--out", help="HTML file to write (default RUN/report.html).")) -> None:
     """Render a single self-contained HTML report (no network, no external assets) for a run directory."""
-    from chorus.report import ReportError, render_report
+    from chorus.report import ReportError, check_readable, render_report
     from core.runs import RecordError, require_record
     try:
         if run_dir.is_dir():
             require_record(run_dir)   # a report never shows numbers the run did not write
+            check_readable(run_dir)
         path = render_report(run_dir, out=out)
     except (ReportError, RecordError) as err:
         fail(str(err))

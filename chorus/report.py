@@ -148,7 +148,9 @@ def _run_body(run: Path, title_level: int = 2, anchor: str = "") -> str:
     prov = _read_json(run / "provenance.json")
     out.append(_version_note(prov) if title_level == 2 else "")
     if summ is None:
-        out.append("<p class='bad'>missing: summary.json (this run did not finish: it was interrupted or failed)</p>")
+        why = ("the file is there but unreadable" if (run / "summary.json").is_file()
+               else "this run did not finish: it was interrupted or failed")
+        out.append(f"<p class='bad'>missing: summary.json ({why})</p>")
     else:
         head = _headline(summ)
         out.append(f"<{h} id='{anchor}headline'>Headline numbers</{h}>" + (_kv_table(head) if head else "<p>–</p>"))
@@ -268,19 +270,24 @@ def _demo_body(run: Path, summ: dict[str, Any] | None, prov: dict[str, Any] | No
     return "".join(out)
 
 
-def render_report(run_dir: str | Path, out: str | Path | None = None) -> Path:
-    """Write ``RUN/report.html`` (or ``out``) for the run directory ``run_dir``; returns its path."""
-    run = Path(run_dir)
-    if not run.is_dir():
-        raise ReportError(f"{run}: no such run directory")
-    for name in ("summary.json", "provenance.json"):   # present but unreadable is not "missing"
-        f = run / name
+def check_readable(run_dir: str | Path) -> None:
+    """``chorus report`` refuses a run whose summary or provenance is present but unreadable (one
+    ``ReportError`` naming the file); ``render_report`` itself still renders what it can."""
+    for name in ("summary.json", "provenance.json"):
+        f = Path(run_dir) / name
         if f.is_file():
             try:
                 json.loads(f.read_text())
             except (OSError, ValueError) as err:
                 raise ReportError(f"{f}: unreadable ({type(err).__name__}: {' '.join(str(err).split())[:120]}); "
                                   f"rerun the run's report command, or restore the file") from None
+
+
+def render_report(run_dir: str | Path, out: str | Path | None = None) -> Path:
+    """Write ``RUN/report.html`` (or ``out``) for the run directory ``run_dir``; returns its path."""
+    run = Path(run_dir)
+    if not run.is_dir():
+        raise ReportError(f"{run}: no such run directory")
     summ = _read_json(run / "summary.json")
     prov = _read_json(run / "provenance.json")
     if summ is None and prov is None and not (run / "config.yaml").is_file():
