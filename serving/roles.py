@@ -52,9 +52,10 @@ def plan_roles(specs: Mapping[str, ModelSpec | str], *, device_gib: float | None
         except ModelError as err:
             raise ModelError(f"{role}: {err}") from None
         backend = resolve_backend(spec.backend)
-        ready, why = prof.status()
-        if backend in ("hf", "vllm") and not ready:   # weights loaded here must be on disk now
-            raise ModelError(f"{role}: model profile '{prof.name}' is not ready: {why}")
+        if backend in ("hf", "vllm"):   # weights loaded here must be on disk now
+            ready, why = prof.status()
+            if not ready:
+                raise ModelError(f"{role}: model profile '{prof.name}' is not ready: {why}")
         dtype = spec.dtype or default_dtype()
         size = 0.0 if backend == "openai" else _size(spec.profile, dtype, required=device_gib is not None)
         needs.append(Need(role, spec.profile, backend, dtype, size, tp=spec.tensor_parallel_size,
