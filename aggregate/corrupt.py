@@ -43,7 +43,6 @@ before.
 """
 from __future__ import annotations
 
-import hashlib
 from dataclasses import replace
 from typing import Any, Sequence
 
@@ -54,6 +53,7 @@ from aggregate.moves import get_protocol
 from aggregate.synthetic import Adversary
 from aggregate.trace import Move, Trace
 from core.seeding import rng as make_rng
+from core.seeding import stable_int
 
 KEY_CORRUPT = 15  # synthetic.py uses stream keys 10..14
 KEY_SLEEPER_PICK = 14  # the sleeper's calibration pick, as in synthetic.sleeper_traces
@@ -62,7 +62,7 @@ KEY_SPLIT = 16
 
 def task_key(task_id: str) -> int:
     """A stable 31-bit integer per task id (streams must not depend on list position)."""
-    return int(hashlib.sha256(task_id.encode("utf-8")).hexdigest()[:8], 16) >> 1
+    return stable_int(task_id, bits=31)
 
 
 def council_seats(traces: Sequence[Trace]) -> tuple[str, ...]:

@@ -11,7 +11,6 @@
 """
 from __future__ import annotations
 
-import zlib
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -22,6 +21,7 @@ from aggregate.counts import Pool
 from aggregate.errors import LabelError
 from core.progress import Progress
 from core.seeding import rng as make_rng
+from core.seeding import stable_int
 
 TIE_TOL = 1e-12
 
@@ -31,7 +31,7 @@ KEY_OUTER, KEY_BUDGET, KEY_FIT, KEY_DECIDE, KEY_BOOT = 1, 2, 3, 4, 5
 
 def name_key(name: str) -> int:
     """A stable integer for a method name, to key its random streams."""
-    return zlib.crc32(name.encode())
+    return stable_int(name, bits=32, algo="crc32")
 
 
 def seed_int(seed: int, *key: int) -> int:

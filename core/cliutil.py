@@ -34,3 +34,127 @@ def parse_overrides(sets: Optional[list[str]]) -> dict:
             why = " ".join(str(getattr(err, "problem", None) or err).split())
             raise ConfigError(f"--set {s!r}: the value is not valid YAML ({why})") from None
     return out
+
+
+# -- commands built from the verb registry (core.verbs) -------------------------------------------
+SET_HELP = "Override a config field: --set seed=1 --set model.profile=NAME (YAML values; repeatable)."
+
+
+def add_verbs(app: typer.Typer, group: str) -> None:
+    """Mount every registered verb of ``group`` on ``app``: ``NAME CONFIG [--out] [--set] [--no-plots]
+    [--check] [own options]``, plus the group's report command (``RUN [--no-plots]``) where a verb
+    names one."""
+    from core.verbs import verbs
+
+    mounted = {c.name for c in app.registered_commands}   # a part may mount its verbs in several places
+    for v in verbs(group):
+        if v.name in mounted:
+            continue
+        app.command(v.name, help=v.help)(_run_command(v))
+        if v.report_command:
+            app.command(v.report_command, help="Recompute summary.json and the plots from a run directory's "
+                                               "files alone (no model calls).")(_report_command(v))
+
+
+def _bad_input(v) -> tuple[type[BaseException], ...]:
+    from core.config import ConfigError
+    return (ConfigError, FileNotFoundError, *v.error_types())
+
+
+def _run_command(v):
+    import inspect
+    from pathlib import Path
+    from typing import List
+
+    def command(**kw):
+        from rich.console import Console
+
+        from core.progress import progress
+        from core.verbs import resolve
+        run_kw: dict = dict(v.run_kw)
+        try:
+            over = parse_overrides(kw["set_"])
+            for o in v.options:
+                kind, _, target = o.into.partition(":")
+                val = kw[o.name]
+                if kind == "config":
+                    if val is not None:
+                        over[target] = str(val)
+                else:
+                    run_kw[target] = (not val) if o.negate else val
+            cfg = v.load_config(kw["config"], over)
+            if v.source:
+                run_kw["source"] = str(resolve(v.source)(kw["config"]))
+            if kw["check"]:
+                _print_check(v, cfg)
+                return
+            label = f"{cfg.name} {v.run_args[0]}" if v.run_args else cfg.name
+            if v.plots:
+                run_kw["make_plots"] = not kw["no_plots"]
+            with progress(label, v.unit) as update:
+                rundir, summary = resolve(v.run)(cfg, *v.run_args, kw["out"], progress=update, **run_kw)
+        except _bad_input(v) as err:
+            fail(err)
+        v.show(Console(), rundir.path, summary)
+
+    P = inspect.Parameter
+    suffix = "-VERB" if v.run_args else ""
+    params = [
+        (P("config", P.POSITIONAL_OR_KEYWORD, annotation=str, default=typer.Argument(..., help=v.config_help))),
+        P("out", P.KEYWORD_ONLY, annotation=Optional[Path], default=typer.Option(
+            None, "--out", help=f"Run directory (default runs/{v.group}/NAME{suffix}-TIME); rerun it to resume.")),
+        P("set_", P.KEYWORD_ONLY, annotation=Optional[List[str]], default=typer.Option(None, "--set", help=SET_HELP)),
+    ]
+    if v.plots:
+        params.append(P("no_plots", P.KEYWORD_ONLY, annotation=bool,
+                        default=typer.Option(False, "--no-plots", help="Skip the figures.")))
+    params += [P(o.name, P.KEYWORD_ONLY, annotation=o.type, default=typer.Option(o.default, o.flag, help=o.help))
+               for o in v.options]
+    params.append(P("check", P.KEYWORD_ONLY, annotation=bool, default=typer.Option(
+        False, "--check", help="Validate the config and print what the run would hold (its device plan); "
+                               "no model is loaded or called, no run directory made.")))
+
+    def entry(*args, **kwargs):
+        bound = sig.bind(*args, **kwargs)
+        bound.apply_defaults()
+        return command(**{"no_plots": False, **bound.arguments})
+
+    sig = inspect.Signature(params)
+    entry.__signature__ = sig
+    entry.__annotations__ = {p.name: p.annotation for p in params}
+    entry.__name__ = entry.__qualname__ = v.name.replace("-", "_")
+    entry.__doc__ = v.help
+    return entry
+
+
+def _report_command(v):
+    from pathlib import Path
+
+    def report(run_dir: Path = typer.Argument(..., help=f"A {v.group} run directory."),
+               no_plots: bool = typer.Option(False, "--no-plots", help="Skip the figures.")) -> None:
+        from rich.console import Console
+
+        from core.verbs import resolve
+        try:
+            summary = resolve(v.report)(run_dir, make_plots=not no_plots)
+        except _bad_input(v) as err:
+            fail(err)
+        v.show(Console(), run_dir, summary)
+    report.__annotations__ = {"run_dir": Path, "no_plots": bool, "return": None}
+    return report
+
+
+def _print_check(v, cfg) -> None:
+    """``--check``: the config is valid; the device plan (every phase, engine, role and size) and its reason."""
+    from rich.console import Console
+
+    from core.verbs import resolve
+    con = Console()
+    plan = resolve(v.check)(cfg, *v.run_args) if v.check else None   # raises on a plan that cannot hold
+    con.print(f"config OK: {cfg.name} ({v.group} {v.name}); no model was loaded or called", highlight=False)
+    if plan is None:   # a verb that holds no model (an oracle run), or one without a plan yet
+        return
+    for ph in plan.phases:
+        engines = "; ".join(f"{e.name} for {', '.join(e.roles)} (needs {e.need_gib:.2f} GiB)" for e in ph.engines)
+        con.print(f"phase {ph.name} ({ph.mode}): {engines}", highlight=False, soft_wrap=True)
+    con.print(f"plan: {plan.reason}", highlight=False, soft_wrap=True)

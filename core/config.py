@@ -4,7 +4,7 @@ from __future__ import annotations
 import functools
 import hashlib
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Sequence, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -67,16 +67,22 @@ def dump_config(cfg: BaseModel, path: str | Path) -> None:
     Path(path).write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
 
 
-def resolve_config(config: str | Path, configs_dir: Path) -> Path:
-    """A config path, or the name of a shipped config in ``configs_dir`` (with or without .yaml)."""
+def resolve_config(config: str | Path, configs_dir: Path | Sequence[Path], *, missing: str | None = None) -> Path:
+    """A config path, or the name of a shipped config in ``configs_dir`` (with or without .yaml; a
+    sequence of folders is searched in order). The one name-or-path lookup of a YAML file (configs,
+    prompts, topics, lexicons); an unknown name is an error naming it and listing what is shipped,
+    opened by ``missing`` (default ``config not found: NAME``)."""
     p = Path(config)
     if p.is_file():
         return p
-    cand = configs_dir / (p.name if p.suffix == ".yaml" else f"{p.name}.yaml")
-    if cand.is_file():
-        return cand
-    shipped = ", ".join(sorted(x.stem for x in configs_dir.glob("*.yaml"))) or "none"
-    raise ConfigError(f"config not found: {config} (neither a file nor a shipped name in {configs_dir}; "
+    dirs = [Path(configs_dir)] if isinstance(configs_dir, (str, Path)) else [Path(d) for d in configs_dir]
+    for d in dirs:
+        cand = d / (p.name if p.suffix == ".yaml" else f"{p.name}.yaml")
+        if cand.is_file():
+            return cand
+    shipped = ", ".join(sorted({x.stem for d in dirs for x in d.glob("*.yaml")})) or "none"
+    where = " or ".join(str(d) for d in dirs)
+    raise ConfigError(f"{missing or f'config not found: {config}'} (neither a file nor a shipped name in {where}; "
                       f"shipped: {shipped})")
 
 
@@ -118,11 +124,7 @@ def load_named(config: str | Path, model: type[M], configs_dir: Path,
 def load_prompt_file(name: str, prompts_dir: Path) -> dict[str, Any]:
     """A prompt YAML by name (in ``prompts_dir``) or path, with ``_name`` and ``_sha256`` (recorded
     in provenance, so a run names the exact prompts it used). Cached: callers must not mutate it."""
-    p = Path(name)
-    if not p.suffix:
-        p = prompts_dir / f"{name}.yaml"
-    if not p.is_file():
-        raise ConfigError(f"prompts {name!r} not found ({p})")
+    p = resolve_config(name, prompts_dir, missing=f"prompts {name!r} not found")
     raw = p.read_bytes()
     d = yaml.safe_load(raw)
     d["_sha256"] = hashlib.sha256(raw).hexdigest()

@@ -9,3 +9,11 @@ def figure(w: float = 5.5, h: float = 4.0, dpi: int = 110):
     fig = Figure(figsize=(w, h), dpi=dpi)
     FigureCanvasAgg(fig)
     return fig
+
+
+def subplots(nrows: int = 1, ncols: int = 1, *, figsize: tuple[float, float] = (5.5, 4.0), dpi: int = 110,
+             **kw):
+    """``(fig, axes)`` like ``pyplot.subplots`` (``sharex``, ``sharey``, ``squeeze``, ... pass
+    through to ``Figure.subplots``), on a ``figure(...)``: no pyplot, nothing to close."""
+    fig = figure(*figsize, dpi=dpi)
+    return fig, fig.subplots(nrows, ncols, **kw)

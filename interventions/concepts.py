@@ -125,14 +125,9 @@ def validate_lexicon(d: Any, source: str = "lexicon") -> Lexicon:
 
 def load_lexicon(name: str | Path) -> Lexicon:
     """A lexicon by name (``interventions/data/NAME.yaml``) or path."""
-    from core.config import load_yaml
+    from core.config import load_yaml, resolve_config
 
-    p = Path(name)
-    if not p.suffix:
-        p = DATA_DIR / f"{name}.yaml"
-    if not p.is_file():
-        shipped = ", ".join(sorted(x.stem for x in DATA_DIR.glob("*.yaml")))
-        raise ConfigError(f"concepts.lexicon = {str(name)!r}: not found ({p}); shipped: {shipped}")
+    p = resolve_config(name, DATA_DIR, missing=f"concepts.lexicon = {str(name)!r}: not found")
     return validate_lexicon(load_yaml(p), str(p))
 
 
@@ -197,17 +192,13 @@ def null_directions(X: np.ndarray, y: Sequence, *, n_perm: int, seed: int = 0, m
                     C: float = 1.0) -> np.ndarray:
     """(n_perm, H) unit directions fitted the same way on shuffled labels (the standardiser is
     label-free, so ``fit_direction``'s mu and sd apply to each)."""
-    from core.seeding import rng as make_rng
+    from interventions.probes import label_null
 
     yb = _binary(y)
     mu, sd = standardizer(X)
     Z = (np.asarray(X, dtype=float) - mu) / sd
-    r = make_rng(seed, 43)
-    out = []
-    for _ in range(n_perm):
-        yp = r.permutation(yb)
-        out.append(mean_diff(Z, yp) if method == "mean_diff" else _logistic(Z, yp, C))
-    return np.asarray(out)
+    return label_null(yb, lambda yp: mean_diff(Z, yp) if method == "mean_diff" else _logistic(Z, yp, C),
+                      n_perm=n_perm, seed=seed, stream=43)   # no folds: every permutation counts
 
 
 def heldout_auroc(X: np.ndarray, y: Sequence, groups: Sequence, *, n_splits: int = 5, seed: int = 0,
@@ -232,24 +223,14 @@ def heldout_auroc(X: np.ndarray, y: Sequence, groups: Sequence, *, n_splits: int
 def probe_table(X: np.ndarray, y: Sequence, groups: Sequence, *, n_perm: int, n_splits: int, seed: int,
                 method: str, C: float) -> dict[str, Any]:
     """Held-out AUROC of the direction beside its shuffled-label null (same folds)."""
-    from core.seeding import rng as make_rng
-    from interventions.probes import _folds
+    from interventions.probes import _folds, label_null, null_summary
 
     yb = _binary(y)
     folds = _folds(yb, np.asarray(groups), n_splits, seed)
     a = heldout_auroc(X, yb, groups, method=method, C=C, folds=folds)
-    r = make_rng(seed, 41)
-    null = []
-    for _ in range(n_perm):
-        yp = r.permutation(yb)
-        if any(len(np.unique(yp[tr])) < 2 for tr, _ in folds):
-            continue
-        null.append(heldout_auroc(X, yp, groups, method=method, C=C, folds=folds))
-    null = np.asarray(null)
-    q = float(np.quantile(null, 0.9)) if len(null) else np.nan
-    return {"auroc": a, "null_p90": q, "null_mean": float(null.mean()) if len(null) else np.nan,
-            "n_null": int(len(null)), "p_value": float((1 + (null >= a).sum()) / (1 + len(null))),
-            "above_null_p90": bool(len(null) and a > q), "n": int(len(yb))}
+    null = label_null(yb, lambda yp: heldout_auroc(X, yp, groups, method=method, C=C, folds=folds),
+                      n_perm=n_perm, seed=seed, folds=folds)
+    return null_summary(a, null, len(yb))
 
 
 def cluster_se(x: np.ndarray, groups: Sequence) -> float:

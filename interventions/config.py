@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 from pydantic import Field, field_validator
 
-from core.config import ConfigError, Strict, load_named, resolve_config
+from core.config import Strict, load_named, resolve_config
 from simulate.debate.config import CONFIGS_DIR as DEBATE_CONFIGS_DIR
 from simulate.debate.config import DebateConfig
 
@@ -43,14 +43,7 @@ class InfluenceConfig(DebateConfig):
 
 def resolve_config_path(config: str | Path) -> Path:
     """A path, a config shipped in ``interventions/configs``, or a shipped debate config."""
-    for where in (CONFIGS_DIR, DEBATE_CONFIGS_DIR):
-        try:
-            return resolve_config(config, where)
-        except ConfigError:
-            pass
-    shipped = ", ".join(sorted(p.stem for d in (CONFIGS_DIR, DEBATE_CONFIGS_DIR) for p in d.glob("*.yaml")))
-    raise ConfigError(f"config not found: {config} (neither a file nor a shipped influence or debate "
-                      f"config; shipped: {shipped})")
+    return resolve_config(config, (CONFIGS_DIR, DEBATE_CONFIGS_DIR))
 
 
 def load(config: str | Path, model: type = InfluenceConfig, overrides: dict[str, Any] | None = None):

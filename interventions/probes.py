@@ -12,7 +12,7 @@ because shuffled-label directions can still separate topics (peer-influence pape
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -160,23 +160,44 @@ def heldout_auroc(X: np.ndarray, y: Sequence, *, groups: Sequence | None = None,
     return float(roc_auc_score(yb, scores))
 
 
-def shuffled_null(X: np.ndarray, y: Sequence, *, groups: Sequence | None = None, n_perm: int = 100,
-                  n_splits: int = 5, seed: int = 0, C: float = 1.0) -> np.ndarray:
-    """Held-out AUROCs of the same probe refit on ``n_perm`` label permutations (same folds)."""
+STREAM_NULL = 41   # the shuffled-label null's permutations (kept stable: changing it changes every null)
+
+
+def label_null(yb: np.ndarray, refit: Callable[[np.ndarray], Any], *, n_perm: int, seed: int,
+               folds: Sequence = (), stream: int = STREAM_NULL) -> np.ndarray:
+    """The shuffled-label null, the one loop every probe's null runs: ``refit`` (score or direction)
+    on each of ``n_perm`` permutations of ``yb`` drawn in order from ``rng(seed, stream)``; a
+    permutation that leaves a training fold of ``folds`` with one class is drawn, then skipped."""
     from core.seeding import rng as make_rng
 
-    yb = _check_labels(y)
-    g = None if groups is None else np.asarray(groups)
-    folds = _folds(yb, g, n_splits, seed)
-    feats = _fold_features(np.asarray(X, dtype=float), folds)  # label-free: shared by every permutation
-    r = make_rng(seed, 41)
+    r = make_rng(seed, stream)
     out = []
     for _ in range(n_perm):
         yp = r.permutation(yb)
         if any(len(np.unique(yp[tr])) < 2 for tr, _ in folds):
             continue
-        out.append(heldout_auroc(X, yp, folds=folds, C=C, features=feats))
+        out.append(refit(yp))
     return np.asarray(out)
+
+
+def null_summary(score: float, null: np.ndarray, n: int) -> dict[str, Any]:
+    """A held-out score beside its null: the null's 90th percentile and mean, its size, the
+    permutation p-value (1 + #null >= score) / (1 + #null), and whether the score beats the p90."""
+    q = float(np.quantile(null, 0.9)) if len(null) else np.nan
+    return {"auroc": score, "null_p90": q, "null_mean": float(null.mean()) if len(null) else np.nan,
+            "n_null": int(len(null)), "p_value": float((1 + (null >= score).sum()) / (1 + len(null))),
+            "above_null_p90": bool(len(null) and score > q), "n": int(n)}
+
+
+def shuffled_null(X: np.ndarray, y: Sequence, *, groups: Sequence | None = None, n_perm: int = 100,
+                  n_splits: int = 5, seed: int = 0, C: float = 1.0) -> np.ndarray:
+    """Held-out AUROCs of the same probe refit on ``n_perm`` label permutations (same folds)."""
+    yb = _check_labels(y)
+    g = None if groups is None else np.asarray(groups)
+    folds = _folds(yb, g, n_splits, seed)
+    feats = _fold_features(np.asarray(X, dtype=float), folds)  # label-free: shared by every permutation
+    return label_null(yb, lambda yp: heldout_auroc(X, yp, folds=folds, C=C, features=feats),
+                      n_perm=n_perm, seed=seed, folds=folds)
 
 
 def probe_layers(acts: np.ndarray, y: Sequence, *, layers: Sequence[int], groups: Sequence | None = None,
@@ -188,8 +209,5 @@ def probe_layers(acts: np.ndarray, y: Sequence, *, layers: Sequence[int], groups
         X = acts[:, k, :]
         a = heldout_auroc(X, y, groups=groups, n_splits=n_splits, seed=seed, C=C)
         null = shuffled_null(X, y, groups=groups, n_perm=n_perm, n_splits=n_splits, seed=seed, C=C)
-        rows.append({"layer": int(layer), "auroc": a, "null_p90": float(np.quantile(null, 0.9)) if len(null) else np.nan,
-                     "null_mean": float(null.mean()) if len(null) else np.nan, "n_null": int(len(null)),
-                     "p_value": float((1 + (null >= a).sum()) / (1 + len(null))),
-                     "above_null_p90": bool(len(null) and a > np.quantile(null, 0.9)), "n": int(len(X))})
+        rows.append({"layer": int(layer), **null_summary(a, null, len(X))})
     return pd.DataFrame(rows)

@@ -1,4 +1,4 @@
-"""``chorus belief``: run | sweep | report | calibrate. Heavy imports (numpy-heavy modules,
+"""``chorus belief``: run | sweep | multi (built from the verb registry, ``core.verbs``) | report | calibrate | cross | correct. Heavy imports (numpy-heavy modules,
 serving, matplotlib) stay inside the commands so ``chorus --help`` stays fast."""
 from __future__ import annotations
 
@@ -7,25 +7,17 @@ from typing import List, Optional
 
 import typer
 
+from core.cliutil import add_verbs
 from core.cliutil import fail as _fail
 from core.cliutil import parse_overrides as _overrides
 from core.progress import progress
+from core.verbs import Verb, register
 from serving.profiles import DEFAULT_PROFILE
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="Bayesian belief layer (BCA): run, sweep, report, calibrate.")
 
 _SET_HELP = "Override a config field: --set n_agents=4 --set population.kappa=2 (YAML values)."
-
-
-def _progress_runner(cfg, out, sweep, source, no_plots):
-    from rich.console import Console
-
-    from simulate.belief.experiment import run_experiment
-    with progress(f"{cfg.name} ({cfg.mode})", "utterances") as update:
-        run, summary = run_experiment(cfg, out, sweep=sweep, progress=update,
-                                      make_plots=not no_plots, source=source)
-    _print_summary(Console(), run.path, summary)
 
 
 def _print_summary(console, path: Path, summary: dict) -> None:
@@ -44,37 +36,16 @@ def _print_summary(console, path: Path, summary: dict) -> None:
     console.print(f"results: [bold]{path}[/bold] (summary.json, tables/*.parquet, plots/*.png)")
 
 
-def _load(config: str, sets):
-    from simulate.belief.config import load_belief_config, resolve_config_path
-    return load_belief_config(config, _overrides(sets)), str(resolve_config_path(config))
-
-
-@app.command()
-def run(config: str = typer.Argument(..., help="Experiment config (a path or a shipped name, e.g. fj)."),
-        out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default runs/belief/NAME-TIME)."),
-        set_: Optional[List[str]] = typer.Option(None, "--set", help=_SET_HELP),
-        no_plots: bool = typer.Option(False, "--no-plots", help="Skip the figures.")) -> None:
-    """Run one condition (the config without its sweep) for every seed, in lockstep."""
-    from core.config import ConfigError
-    try:
-        cfg, src = _load(config, set_)
-        _progress_runner(cfg, out, False, src, no_plots)
-    except ConfigError as err:
-        _fail(err)
-
-
-@app.command()
-def sweep(config: str = typer.Argument(..., help="Experiment config with a sweep: section."),
-          out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default runs/belief/NAME-TIME)."),
-          set_: Optional[List[str]] = typer.Option(None, "--set", help=_SET_HELP),
-          no_plots: bool = typer.Option(False, "--no-plots", help="Skip the figures.")) -> None:
-    """Run every condition of the config's sweep grid x seeds, all in lockstep."""
-    from core.config import ConfigError
-    try:
-        cfg, src = _load(config, set_)
-        _progress_runner(cfg, out, True, src, no_plots)
-    except ConfigError as err:
-        _fail(err)
+for _name, _help, _kw in [
+        ("run", "Run one condition (the config without its sweep) for every seed, in lockstep.", {"sweep": False}),
+        ("sweep", "Run every condition of the config's sweep grid x seeds, all in lockstep.", {"sweep": True})]:
+    register(Verb("belief", _name, help=_help,
+                  config_help="Experiment config (a path or a shipped name, e.g. fj" +
+                              ("; one with a sweep: section)." if _kw["sweep"] else ")."),
+                  load="simulate.belief.config:load_belief_config", source="simulate.belief.config:resolve_config_path",
+                  run="simulate.belief.experiment:run_experiment", run_kw=_kw, check="simulate.belief.experiment:plan_engines",
+                  show=_print_summary, unit="utterances", errors=("serving.profiles:ModelError",)))
+add_verbs(app, "belief")
 
 
 @app.command()
@@ -100,25 +71,13 @@ def report(run_dir: Path = typer.Argument(..., help="A belief run directory."),
     _print_summary(Console(), run_dir, summary)
 
 
-@app.command()
-def multi(config: str = typer.Argument(..., help="Multi-concept config (a path or a shipped name, e.g. multi_fj)."),
-          out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default runs/belief/NAME-TIME)."),
-          set_: Optional[List[str]] = typer.Option(None, "--set", help=_SET_HELP),
-          no_plots: bool = typer.Option(False, "--no-plots", help="Skip the figures.")) -> None:
-    """Multi-concept identities: a Dirichlet belief per concept (K-way stances), every seed in lockstep."""
-    from rich.console import Console
-
-    from core.config import ConfigError
-    from simulate.belief.multi_config import load_multi_config, resolve_multi_config_path
-    from simulate.belief.multi_report import run_multi_experiment
-    try:
-        cfg = load_multi_config(config, _overrides(set_))
-        src = str(resolve_multi_config_path(config))
-        with progress(f"{cfg.name} ({cfg.mode}, multi-concept)", "utterances") as update:
-            run_, summary = run_multi_experiment(cfg, out, progress=update, make_plots=not no_plots, source=src)
-    except ConfigError as err:
-        _fail(err)
-    _print_summary(Console(), run_.path, summary)
+register(Verb(
+    "belief", "multi", help="Multi-concept identities: a Dirichlet belief per concept (K-way stances), every seed in lockstep.",
+    config_help="Multi-concept config (a path or a shipped name, e.g. multi_fj).",
+    load="simulate.belief.multi_config:load_multi_config", source="simulate.belief.multi_config:resolve_multi_config_path",
+    run="simulate.belief.multi_report:run_multi_experiment", show=_print_summary, unit="utterances",
+    errors=("serving.profiles:ModelError",)))
+add_verbs(app, "belief")
 
 
 @app.command()

@@ -13,9 +13,10 @@ from typing import List, Optional
 
 import typer
 
+from core.cliutil import add_verbs
 from core.cliutil import fail as _fail
 from core.cliutil import parse_overrides as _overrides
-from core.progress import progress
+from core.verbs import Option, Verb, register
 from serving.profiles import DEFAULT_PROFILE
 
 council_app = typer.Typer(no_args_is_help=True, add_completion=False,
@@ -55,36 +56,22 @@ def _print(path: Path, s: dict) -> None:
               f"summary.json, plots/*.png)")
 
 
-@council_app.command()
-def run(config: str = typer.Argument(..., help="Council config (a path or a shipped name: tiny, small, full)."),
-        out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default runs/council/NAME-TIME)."),
-        set_: Optional[List[str]] = typer.Option(None, "--set", help=_SET_HELP),
-        data: Optional[Path] = typer.Option(None, "--data", help=_DATA_HELP),
-        no_plots: bool = typer.Option(False, "--no-plots", help="Skip the figures."),
-        no_aggregate: bool = typer.Option(False, "--no-aggregate", help="Only generate (aggregate later with report).")) -> None:
-    """Deliberate in lockstep, write trace JSONL, run the LLM baselines, aggregate every trace file."""
-    from simulate.council.config import load
-    from simulate.council.experiment import run_council_experiment
-    try:
-        cfg = load(config, _with_data(set_, data))
-        with progress(cfg.name, "seat-turns") as update:
-            rundir, summary = run_council_experiment(cfg, out, progress=update, make_plots=not no_plots,
-                                                     aggregate=not no_aggregate)
-    except _errors() as err:
-        _fail(err)
-    _print(rundir.path, summary)
+def _show(console, path: Path, s: dict) -> None:
+    _print(path, s)
 
 
-@council_app.command()
-def report(run_dir: Path = typer.Argument(..., help="A council run directory."),
-           no_plots: bool = typer.Option(False, "--no-plots", help="Skip the figures.")) -> None:
-    """Re-aggregate the stored traces and recompute every table, summary.json and plot (no model calls)."""
-    from simulate.council.experiment import report as _report
-    try:
-        summary = _report(run_dir, make_plots=not no_plots)
-    except _errors() as err:
-        _fail(err)
-    _print(run_dir, summary)
+register(Verb(
+    "council", "run", help="Deliberate in lockstep, write trace JSONL, run the LLM baselines, aggregate every trace file.",
+    config_help="Council config (a path or a shipped name: tiny, small, full).",
+    load="simulate.council.config:load", run="simulate.council.experiment:run_council_experiment",
+    check="simulate.council.experiment:plan_engines", report="simulate.council.experiment:report",
+    report_command="report", show=_show, unit="seat-turns",
+    options=(Option("data", "--data", Optional[Path], None, _DATA_HELP, "config:data_dir"),
+             Option("no_aggregate", "--no-aggregate", bool, False, "Only generate (aggregate later with report).",
+                    "run:aggregate", negate=True)),
+    errors=("aggregate.errors:TraceError", "aggregate.errors:LabelError", "builtins:ValueError",
+            "serving.profiles:ModelError")))
+add_verbs(council_app, "council")
 
 
 @council_app.command()

@@ -1,4 +1,4 @@
-"""``chorus debate`` (bench | run | report | judge). ``chorus influence`` is ``interventions.cli``. Heavy
+"""``chorus debate`` (bench | run | report | judge); run and report are built from the verb registry (``core.verbs``). ``chorus influence`` is ``interventions.cli``. Heavy
 imports stay inside the commands so ``chorus --help`` stays fast."""
 from __future__ import annotations
 
@@ -8,23 +8,14 @@ from typing import List, Optional
 
 import typer
 
+from core.cliutil import add_verbs
 from core.cliutil import fail as _fail
-from core.cliutil import parse_overrides as _overrides
-from core.progress import progress
+from core.verbs import Verb, register
 from serving.profiles import DEFAULT_PROFILE, embedded_note
 
 debate_app = typer.Typer(no_args_is_help=True, add_completion=False,
                          help="Multi-agent debate vs matched reflection: bench, run, report.")
 
-_SET_HELP = "Override a config field: --set rounds=1 --set bench.limit=20 (YAML values)."
-
-
-def _with_progress(label: str, fn):
-    from rich.console import Console
-
-    with progress(label, "turns") as update:
-        res = fn(update)
-    return Console(), res
 
 
 def _fmt(v) -> str:
@@ -96,22 +87,14 @@ def bench_cmd(out: Path = typer.Option(Path("runs/bench/mad_bench.jsonl"), "--ou
         typer.echo(f"  {k}: {v}")
 
 
-@debate_app.command()
-def run(config: str = typer.Argument(..., help="Debate config (a path or a shipped name, e.g. smoke)."),
-        out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default runs/debate/NAME-TIME)."),
-        set_: Optional[List[str]] = typer.Option(None, "--set", help=_SET_HELP),
-        no_plots: bool = typer.Option(False, "--no-plots", help="Skip the figures.")) -> None:
-    """Run debate and the matched reflection control in lockstep; write tables, summary, plots."""
-    from core.config import ConfigError
-    from simulate.debate.config import DebateConfig, load
-    from simulate.debate.experiment import run_debate
-    try:
-        cfg = load(config, DebateConfig, _overrides(set_))
-        console, (rundir, summary) = _with_progress(
-            cfg.name, lambda p: run_debate(cfg, out, progress=p, make_plots=not no_plots))
-    except (ConfigError, FileNotFoundError) as err:
-        _fail(err)
-    _print_debate(console, rundir.path, summary)
+register(Verb(
+    "debate", "run", help="Run debate and the matched reflection control in lockstep; write tables, summary, plots.",
+    config_help="Debate config (a path or a shipped name, e.g. smoke).",
+    load="simulate.debate.config:load", schema="simulate.debate.config:DebateConfig",
+    run="simulate.debate.experiment:run_debate", check="simulate.debate.experiment:plan_engines",
+    report="simulate.debate.experiment:report", report_command="report", show=_print_debate, unit="turns",
+    errors=("serving.profiles:ModelError",)))
+add_verbs(debate_app, "debate")
 
 
 @debate_app.command()
@@ -137,18 +120,3 @@ def judge(run_dir: Path = typer.Argument(..., help="A debate run directory."),
     _print_debate(Console(), run_dir, summary)
     typer.echo(f"judge {info['judge_profile']} (prompt {info['prompt_name']} {info['prompt_sha256'][:12]}): "
                f"{info['counts']}; ledger {run_dir}/tables/judge_ledger.parquet")
-
-
-@debate_app.command()
-def report(run_dir: Path = typer.Argument(..., help="A debate run directory."),
-           no_plots: bool = typer.Option(False, "--no-plots", help="Skip the figures.")) -> None:
-    """Recompute summary.json and plots from a run directory's files alone."""
-    from rich.console import Console
-
-    from core.config import ConfigError
-    from simulate.debate.experiment import report as _report
-    try:
-        summary = _report(run_dir, make_plots=not no_plots)
-    except (ConfigError, FileNotFoundError) as err:
-        _fail(err)
-    _print_debate(Console(), run_dir, summary)

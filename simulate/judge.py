@@ -32,7 +32,7 @@ from typing import Any, Callable, Mapping, Sequence
 import pandas as pd
 
 from core.config import load_prompt_file
-from core.seeding import call_seed
+from core.seeding import call_seed, stable_int
 from core.runs import amends_run
 from serving.profiles import DEFAULT_PROFILE
 from simulate.debate.parse import parse_answer
@@ -95,7 +95,7 @@ def parse_verdict(reply: str | None, candidates: Sequence[str]) -> tuple[str, bo
 
 # -- the pass -------------------------------------------------------------------------------------
 def _key(s: str) -> int:
-    return int.from_bytes(hashlib.sha256(s.encode()).digest()[:4], "big") >> 1
+    return stable_int(s, bits=31)
 
 
 def judge_messages(candidates: Sequence[str], options: Sequence[str] | None, answer: str,

@@ -4,20 +4,15 @@ commands so ``chorus --help`` stays fast."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
-
 import typer
 
-from core.cliutil import fail as _fail
-from core.cliutil import parse_overrides as _overrides
-from core.progress import progress
+from core.cliutil import add_verbs
+from core.verbs import Verb, register
 
 roleplay_app = typer.Typer(no_args_is_help=True, add_completion=False,
                            help="DEBATE-style role-play groups: run both setups, evaluate against the humans.")
 sft_app = typer.Typer(no_args_is_help=True, add_completion=False,
                       help="Next-message SFT with TRL; the trained model becomes a serving profile.")
-
-_SET_HELP = "Override a config field: --set data.path=groups.jsonl --set generation.max_tokens=32 (YAML values)."
 
 
 def _fmt(v) -> str:
@@ -63,71 +58,36 @@ def print_summary(console, path: Path, s: dict) -> None:
     console.print(f"results: [bold]{path}[/bold] (summary.json, tables/*.parquet, plots/*.png)")
 
 
-@roleplay_app.command()
-def run(config: str = typer.Argument(..., help="Roleplay config (a path or a shipped name: default, smoke, topic)."),
-        out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default runs/roleplay/NAME-TIME)."),
-        set_: Optional[List[str]] = typer.Option(None, "--set", help=_SET_HELP),
-        no_plots: bool = typer.Option(False, "--no-plots", help="Skip the figures.")) -> None:
-    """Run full dynamics and next-message prediction for every model; classify; evaluate."""
-    from rich.console import Console
-
-    from core.config import ConfigError
-    from serving.profiles import ModelError
-    from serving.types import RequestError
-    from simulate.roleplay.config import RoleplayConfig, load
-    from simulate.roleplay.data import GroupFormatError
-    from simulate.roleplay.experiment import run_roleplay
-    try:
-        cfg = load(config, RoleplayConfig, _overrides(set_))
-        with progress(cfg.name, "messages") as update:
-            rundir, summary = run_roleplay(cfg, out, progress=update, make_plots=not no_plots)
-    except (ConfigError, GroupFormatError, FileNotFoundError, ModelError, RequestError) as err:
-        _fail(err)
-    print_summary(Console(), rundir.path, summary)
+_ROLEPLAY_ERRORS = ("simulate.roleplay.data:GroupFormatError", "serving.types:RequestError",
+                    "serving.profiles:ModelError")
+register(Verb(
+    "roleplay", "run", help="Run full dynamics and next-message prediction for every model; classify; evaluate.",
+    config_help="Roleplay config (a path or a shipped name: default, smoke, topic).",
+    load="simulate.roleplay.config:load", schema="simulate.roleplay.config:RoleplayConfig",
+    run="simulate.roleplay.experiment:run_roleplay", check="simulate.roleplay.experiment:plan_engines",
+    report="simulate.roleplay.experiment:report", report_command="eval", show=print_summary, unit="messages",
+    errors=_ROLEPLAY_ERRORS))
+add_verbs(roleplay_app, "roleplay")
 
 
-@roleplay_app.command("eval")
-def eval_(run_dir: Path = typer.Argument(..., help="A roleplay run directory."),
-          no_plots: bool = typer.Option(False, "--no-plots", help="Skip the figures.")) -> None:
-    """Recompute every metric, summary.json and the plots from a run directory's files."""
-    from rich.console import Console
-
-    from core.config import ConfigError
-    from simulate.roleplay.experiment import report
-    try:
-        summary = report(run_dir, make_plots=not no_plots)
-    except (ConfigError, FileNotFoundError) as err:
-        _fail(err)
-    print_summary(Console(), run_dir, summary)
-
-
-@sft_app.command()
-def train(config: str = typer.Argument(..., help="SFT config (a path or a shipped name: default, lora, smoke)."),
-          out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default runs/sft/NAME-TIME)."),
-          set_: Optional[List[str]] = typer.Option(None, "--set", help=_SET_HELP)) -> None:
-    """Build the next-message SFT set, train with TRL (LoRA optional), save a loadable model folder;
-    with ``compare:`` also run base vs SFT vs human."""
-    from rich.console import Console
-
-    from core.config import ConfigError
-    from serving.profiles import ModelError
-    from serving.types import RequestError
-    from simulate.roleplay.config import SftConfig, load
-    from simulate.roleplay.data import GroupFormatError
-    from simulate.roleplay.sft import train_sft
-    try:
-        cfg = load(config, SftConfig, _overrides(set_), part="sft")
-        with progress(cfg.name, "steps") as update:
-            rundir, s = train_sft(cfg, out, progress=update)
-    except (ConfigError, GroupFormatError, FileNotFoundError, ModelError, RequestError) as err:
-        _fail(err)
-    con = Console()
+def _show_sft(con, path: Path, s: dict) -> None:
     con.print(f"{s['n_examples']} examples ({s['filtered']}), {s['global_steps']} steps, loss "
               f"{_fmt(s['first_loss'])} -> {_fmt(s['last_loss'])}, {_fmt(s['steps_per_second'])} steps/s")
     con.print(f"model folder (use it as a profile: -m PATH or models[].profile): [bold]{s['model_path']}[/bold]")
     if s.get("registered_as"):
-        con.print(f"registered in {s['registered_as']} as {cfg.register_as}")
+        import yaml
+        name = yaml.safe_load((Path(path) / "config.yaml").read_text()).get("register_as")
+        con.print(f"registered in {s['registered_as']} as {name}")
     if s.get("compare_run"):
-        from simulate.roleplay.experiment import RunDir
+        from core.runs import RunDir
         print_summary(con, Path(s["compare_run"]), RunDir(s["compare_run"]).summary())
-    con.print(f"results: [bold]{rundir.path}[/bold] (summary.json, tables/train_log.parquet, model/)")
+    con.print(f"results: [bold]{path}[/bold] (summary.json, tables/train_log.parquet, model/)")
+
+
+register(Verb(
+    "sft", "train", help="Build the next-message SFT set, train with TRL (LoRA optional), save a loadable model "
+                         "folder; with ``compare:`` also run base vs SFT vs human.",
+    config_help="SFT config (a path or a shipped name: default, lora, smoke).",
+    load="simulate.roleplay.config:load", schema="simulate.roleplay.config:SftConfig", load_kw={"part": "sft"},
+    run="simulate.roleplay.sft:train_sft", show=_show_sft, unit="steps", plots=False, errors=_ROLEPLAY_ERRORS))
+add_verbs(sft_app, "sft")

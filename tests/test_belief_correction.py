@@ -224,9 +224,11 @@ def test_stored_json_round_trips(power3, tmp_path, monkeypatch):
         assert np.array_equal(a(grid), b(grid)), fam
     assert on_disk["n_events"] == 200 and on_disk["source_mode"] == "oracle"
     assert on_disk["versions"]["scikit-learn"] and on_disk["criterion"] == "heldout_diagonal_mse"
-    monkeypatch.setattr(cal, "FITS_DIR", tmp_path)
+    monkeypatch.setenv("CHORUS_CACHE", str(tmp_path))
+    shipped = sorted(cal.SHIPPED_FITS_DIR.rglob("*"))
     rec2 = C.fit_run(d / "cal", store=True, plot=False)
-    stored = tmp_path / "transit_priority" / "oracle-power-p3.correction.json"
+    stored = tmp_path / "fits" / "transit_priority" / "oracle-power-p3.correction.json"
+    assert sorted(cal.SHIPPED_FITS_DIR.rglob("*")) == shipped  # never written into the package
     assert str(stored) in rec2["written"]
     g, r, p = C.load_correction("stored", "transit_priority", "oracle-power-p3")
     assert p == stored and r["map"] == rec["map"]
@@ -234,7 +236,7 @@ def test_stored_json_round_trips(power3, tmp_path, monkeypatch):
 
 def test_bad_corrections_are_refused(power3, tmp_path, monkeypatch):
     d = power3[0]
-    monkeypatch.setattr(cal, "FITS_DIR", tmp_path)
+    monkeypatch.setenv("CHORUS_CACHE", str(tmp_path))
     with pytest.raises(ConfigError, match="no stored correction for model/channel 'oracle-power-p3'"):
         run_experiment(BeliefConfig(mode="oracle", oracle=POWER3, channel_correction="stored"), tmp_path / "r")
     with pytest.raises(ConfigError, match="no such correction file"):

@@ -123,13 +123,37 @@ def test_calibration_set_is_about_100_graded_items_over_every_band():
 
 
 def test_calibrate_with_fake_engine_stores_a_reusable_fit(tmp_path, monkeypatch):
-    monkeypatch.setattr(cal, "FITS_DIR", tmp_path)
+    monkeypatch.setenv("CHORUS_CACHE", str(tmp_path))
+    shipped = sorted(cal.SHIPPED_FITS_DIR.rglob("*"))
     fit, scores = cal.calibrate(FakeEngine(), "fake-model", "transit_priority", seed=0)
     assert fit["tau"] > 0 and fit["n_failed"] == scores.p_raw.isna().sum()
-    assert (tmp_path / "transit_priority" / "fake-model.json").is_file()
+    stored = tmp_path / "fits" / "transit_priority" / "fake-model.json"
+    assert stored.is_file() and fit["stored_at"] == str(stored)
     assert cal.load_fit("transit_priority", "fake-model")["tau"] == fit["tau"]
+    assert cal.find_fit("transit_priority", "fake-model") == stored
+    assert sorted(cal.SHIPPED_FITS_DIR.rglob("*")) == shipped  # nothing written into the package
     for k in ("ece_before", "ece_after", "ce_before", "ce_after"):
         assert np.isfinite(fit[k])
+
+
+def test_fits_are_written_to_the_cache_and_read_back_before_the_shipped_default(tmp_path, monkeypatch):
+    """CHORUS_CACHE holds every written fit; a run reads the cache's, else the package's shipped
+    default, and records the path it read; the package's fits folder never changes."""
+    from simulate.belief.experiment import resolve_taus
+    monkeypatch.setenv("CHORUS_CACHE", str(tmp_path))
+    before = {p: p.read_bytes() for p in cal.SHIPPED_FITS_DIR.rglob("*") if p.is_file()}
+    model, topic = "smollm2-135m-instruct", "transit_priority"
+    cfg = BeliefConfig(mode="llm", llm={"model": model})
+    conditions, _ = plan(cfg, sweep=False)
+    shipped = cal.SHIPPED_FITS_DIR / topic / f"{model}.json"
+    assert cal.find_fit(topic, model) == shipped  # nothing cached yet: the shipped default
+    assert resolve_taus(cfg, conditions)[topic]["source"] == str(shipped)
+    fit, _ = cal.calibrate(FakeEngine(), model, topic, seed=0)
+    cached = tmp_path / "fits" / topic / f"{model}.json"
+    assert fit["stored_at"] == str(cached) and cached.is_file()
+    assert cal.load_fit(topic, model)["tau"] == fit["tau"]  # a later load reads the cache's fit
+    assert resolve_taus(cfg, conditions)[topic] == {"tau": fit["tau"], "source": str(cached)}
+    assert {p: p.read_bytes() for p in cal.SHIPPED_FITS_DIR.rglob("*") if p.is_file()} == before
 
 
 def test_llm_experiment_with_fake_engine_writes_a_complete_run(tmp_path):

@@ -140,6 +140,32 @@ def test_trace_roundtrip_through_aggregate(tmp_path):
     assert cell["metrics"]["plurality"]["accuracy"] == pytest.approx(8 / 12)
 
 
+def test_council_aggregates_in_memory_as_an_aggregate_run_does(tmp_path):
+    """The council's report hands each trace file's traces to aggregate in memory: the record is the
+    one ``chorus aggregate run`` writes for the same file and settings, number for number."""
+    from aggregate.config import RunConfig
+    from aggregate.experiments import run_experiment
+    from aggregate.results import read_results
+    from aggregate.synthetic import CouncilSpec, generate_council
+    from simulate.council.config import load
+    from simulate.council.experiment import aggregate_traces
+
+    traces = generate_council(CouncilSpec(n_tasks=40, K=2, rounds=2, reliabilities=(0.8, 0.7, 0.6)), seed=3)
+    (tmp_path / "traces").mkdir()
+    dump_traces(traces, tmp_path / "traces" / "d__clean.jsonl")
+    cfg = load("tiny", {"aggregate.methods": ["plurality", "bda_per_agent"], "aggregate.n_resamples": 100})
+    mem = aggregate_traces("d__clean", load_traces(tmp_path / "traces" / "d__clean.jsonl"), cfg).record
+    a = cfg.aggregate
+    run_experiment(RunConfig(name="d__clean", seed=cfg.seed, traces="traces/d__clean.jsonl", protocol="strict",
+                             on_violation="skip", methods=a.methods, outer_folds=a.outer_folds,
+                             inner_folds=a.inner_folds, recalibrate=a.recalibrate,
+                             bootstrap={"n_resamples": 100, "reference": "plurality"}),
+                   tmp_path / "agg", config_dir=tmp_path)
+    disk = read_results(tmp_path / "agg")["cells"][0]
+    for key in ("metrics", "bootstrap", "move_inventory", "n_traces", "params"):
+        assert mem[key] == disk[key], key
+
+
 # -- adversary compliance ---------------------------------------------------------------------------
 def _adv_trace(tid, gold, moves, adversaries=("A3",)):
     return Trace.from_dict({"task_id": tid, "candidates": ["true", "false"], "gold": gold, "moves": moves,

@@ -1,10 +1,11 @@
 """One real council end to end on the embedded models (hf backend): heterogeneous seats
 (SmolLM2 x 2 personas + gemma-3-270m, a base model), 3 rounds, one stealth seat among honest ones,
-traces aggregated through aggregate/, LLM baselines with token costs; a rerun is served from
+traces aggregated through aggregate/, LLM baselines with token costs; a swapped rerun is served from
 the store."""
 from __future__ import annotations
 
 import json
+import sqlite3
 
 import pytest
 
@@ -37,21 +38,26 @@ def test_real_council_end_to_end(tmp_path, monkeypatch):
     arms = set(res["arm"])
     assert {"plurality", "verbalized", "moa_lite"} <= arms
     assert (res["tokens_per_task"] > 0).all()
-    assert (run.path / "aggregate" / "truthfulqa_claims__attack-k1" / "results.json").is_file()
+    # BDA records beside the council's tables, from traces handed over in memory (no nested run)
+    recs = json.loads((run.path / "aggregate.json").read_text())
+    assert {"plurality", "verbalized"} <= set(recs["truthfulqa_claims__attack-k1"]["metrics"])
+    assert not (run.path / "aggregate").exists()
+    assert set(run.read_table("aggregate_metrics")["cell"]) == {"truthfulqa_claims__attack-k1"}
     # the report is rebuilt from stored files alone, identically
     again = report(run.path, make_plots=False)
     assert json.dumps(again["results"], default=str) == json.dumps(summary["results"], default=str)
     turns = run.read_table("turns")
     assert set(turns["profile"]) == {"smollm2-135m-instruct", "gemma3-270m"}
-    # every call went through the store: a rerun into the same directory computes nothing new
-    run2, _ = run_council_experiment(cfg, tmp_path / "run", make_plots=False)
-    b = run2.read_table("batches")
-    assert int(b["computed_new_tokens"].sum()) == 0
     # engines held one at a time (a device plan's swap), each profile's turns of a round before the
-    # next, in a fresh directory (nothing from the store): the same traces and the same turns
+    # next, over a copy of the store in a fresh directory: the swapped run asks exactly the shared
+    # run's calls (nothing is computed) and writes the same traces and turns
+    (tmp_path / "swap").mkdir()
+    with sqlite3.connect(run.path / "calls.sqlite") as src, sqlite3.connect(tmp_path / "swap" / "calls.sqlite") as dst:
+        src.backup(dst)
     cfg3 = cfg.model_copy(update={"models": cfg.models.model_copy(update={"hold": "swap"}),
                                   "baselines": cfg.baselines.model_copy(update={"methods": []})})
     run3, _ = run_council_experiment(cfg3, tmp_path / "swap", make_plots=False, aggregate=False)
+    assert int(run3.read_table("batches")["computed_new_tokens"].sum()) == 0
     name = "traces/truthfulqa_claims__attack-k1.jsonl"
     assert (run3.path / name).read_text() == (run.path / name).read_text()
     cols = ["trace_id", "agent", "round", "attempt", "text", "answer", "legal"]

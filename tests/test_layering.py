@@ -235,6 +235,14 @@ def test_module_cycle_check_catches_a_circle(tmp_path, monkeypatch):
                                     "simulate.a -> simulate.b -> simulate.a"]
 
 
+def test_only_core_plots_imports_matplotlib():
+    """Figures are made one way, ``core.plots`` (a Figure on the Agg canvas, no pyplot)."""
+    found = [f"{p.relative_to(ROOT)}:{line}: {target}" for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))
+             if p != ROOT / "core" / "plots.py"
+             for target, _, line in _imports(p) if target.split(".")[0] == "matplotlib"]
+    assert not found, "matplotlib imported outside core/plots.py:\n" + "\n".join(found)
+
+
 if __name__ == "__main__":  # print the package graph and the module circles
     g, up, priv = scan()
     for pkg in PACKAGES:

@@ -93,7 +93,7 @@ def test_killed_council_resumes_to_identical_tables(tmp_path):
     the calls; the debate test above covers kills at several points."""
     seats = ("[{profile: smollm2-135m-instruct, persona: analyst}, {profile: smollm2-135m-instruct, persona: skeptic},"
              " {profile: smollm2-135m-instruct, persona: analyst}]")
-    args = ["council", "run", "tiny", "--set", "data.0.n=6", "--set", "rounds=1", "--set", "conditions=[{name: clean}]",
+    args = ["council", "run", "tiny", "--set", "data.0.n=4", "--set", "rounds=1", "--set", "conditions=[{name: clean}]",
             "--set", f"seats={seats}", "--set", "baselines.methods=[]", "--no-aggregate",
             "--set", "generation.max_tokens=48", "--set", "models.options={batch_size: 4}"]
     ref, out = tmp_path / "ref", tmp_path / "killed"

@@ -332,6 +332,14 @@ def held_beside(cfg: InternalsConfig, verb: str) -> dict[str, Any]:
     return {"sender": sender} if sender is not None else {}
 
 
+def plan_internals(cfg: InternalsConfig, verb: str):
+    """The device plan of an internals verb, before anything loads (``chorus influence VERB --check``):
+    the receiver on transformers, a transfer's sender beside it, one phase named after the verb."""
+    from simulate.debate.experiment import plan_engines
+    ecfg = cfg.model_copy(update={"model": cfg.model.model_copy(update={"backend": "hf"})})
+    return plan_engines(ecfg, verb, held_beside(cfg, verb))
+
+
 def _setup(cfg: InternalsConfig, verb: str, out: Path | None, engine: Any, progress: Progress | None):
     from interventions import ablations as ab
     from interventions.experiment import source_turns, start_run

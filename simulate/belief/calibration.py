@@ -3,7 +3,10 @@
 p_cal = sigmoid(logit(p) / tau); tau minimises the soft-label cross-entropy
 -[y log p + (1-y) log(1-p)] on an 80% split of the topic's labelled utterances; ECE and
 cross-entropy are reported before and after on the held-out 20%. One fit per (topic, model),
-stored under ``simulate/topics/calibration/fits/`` and reused by later runs."""
+written to the user cache, ``$CHORUS_CACHE/fits/<topic>/<model>.json`` (``CHORUS_CACHE`` defaults
+to ``~/.cache/chorus``, ``serving.profiles.cache_dir``), and reused by later runs. A run reads a
+fit from the cache first, then from the read-only defaults shipped with the package
+(``simulate/topics/calibration/fits/``); nothing is ever written into the package tree."""
 from __future__ import annotations
 
 import datetime as _dt
@@ -19,12 +22,13 @@ import yaml
 from core.config import ConfigError
 from core.seeding import call_seed, rng
 from core.stats import ece as core_ece
+from serving.profiles import cache_dir
 
 from .roles import APPRAISE, LLMAppraiser, temperature_scale
 from .topics import TOPICS_DIR, load_topic
 
 CAL_DIR = TOPICS_DIR / "calibration"
-FITS_DIR = CAL_DIR / "fits"
+SHIPPED_FITS_DIR = CAL_DIR / "fits"   # read-only defaults shipped with the package
 STREAM_SPLIT = 21
 EPS = 1e-6
 
@@ -82,13 +86,28 @@ def _safe(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
 
 
-def fit_path(topic_id: str, model: str) -> Path:
-    return FITS_DIR / topic_id / f"{_safe(model)}.json"
+def fits_dir() -> Path:
+    """Where fits are written: ``$CHORUS_CACHE/fits`` (read when called, so the variable counts)."""
+    return cache_dir() / "fits"
+
+
+def fit_path(topic_id: str, model: str, suffix: str = ".json") -> Path:
+    """Where the fit of ``model`` on ``topic_id`` is written: under ``fits_dir()``."""
+    return fits_dir() / topic_id / f"{_safe(model)}{suffix}"
+
+
+def find_fit(topic_id: str, model: str, suffix: str = ".json") -> Path | None:
+    """The fit file a run reads: the cache's, else the one shipped with the package, else None."""
+    for d in (fits_dir(), SHIPPED_FITS_DIR):
+        p = d / topic_id / f"{_safe(model)}{suffix}"
+        if p.is_file():
+            return p
+    return None
 
 
 def load_fit(topic_id: str, model: str) -> dict[str, Any] | None:
-    p = fit_path(topic_id, model)
-    return json.loads(p.read_text()) if p.is_file() else None
+    p = find_fit(topic_id, model)
+    return json.loads(p.read_text()) if p is not None else None
 
 
 def fit_from_scores(p_raw, y, seed: int = 0, val_fraction: float = 0.2) -> dict[str, Any]:

@@ -27,8 +27,9 @@ The map g itself (its families, evaluation and file form, ``CorrectionMap``) is
 The synthetic channel (``ChannelAppraiser``, ``oracle.channel`` in the config) distorts the oracle
 appraiser by a known curve, so the mechanism is testable without a model that can judge stance.
 
-Files: ``simulate/topics/calibration/fits/<topic>/<model>.correction.json`` (``stored``), and
-``RUN/correction.json`` in the run it was fitted from; a config names one with
+Files: ``$CHORUS_CACHE/fits/<topic>/<model>.correction.json`` (``stored``; read from the cache
+first, then from the defaults shipped in ``simulate/topics/calibration/fits/``, never written
+there), and ``RUN/correction.json`` in the run it was fitted from; a config names one with
 ``channel_correction: none | stored | PATH``. A corrected run logs both ``e_raw`` (the appraiser's
 evidence) and ``e`` (consumed), and its summary carries the measure of success
 (``channel_correction``: consensus vs initial mean, the transfer curve's diagonal check, kappa
@@ -256,10 +257,13 @@ def run_pairs(run_dir: str | Path, topic: str | None = None) -> tuple[pd.DataFra
     return pairs, info
 
 
+CORRECTION_SUFFIX = ".correction.json"
+
+
 def correction_path(topic: str, model: str) -> Path:
-    """Beside the temperature fit: ``fits/<topic>/<model>.correction.json``."""
-    p = calibration.fit_path(topic, model)
-    return p.with_name(p.name[: -len(".json")] + ".correction.json")
+    """Where a stored correction is written, beside the temperature fit in the user cache:
+    ``$CHORUS_CACHE/fits/<topic>/<model>.correction.json``."""
+    return calibration.fit_path(topic, model, CORRECTION_SUFFIX)
 
 
 def fit_run(run_dir: str | Path, *, model: str | None = None, topic: str | None = None,
@@ -290,12 +294,12 @@ def fit_run(run_dir: str | Path, *, model: str | None = None, topic: str | None 
 
 def load_correction(spec: str, topic: str, model: str) -> tuple[CorrectionMap, dict[str, Any], Path]:
     """Resolve ``channel_correction`` ('stored' or a path to a JSON file or a run directory)."""
-    if spec == "stored":
-        p = correction_path(topic, model)
-        if not p.is_file():
+    if spec == "stored":   # the cache's, else the package's shipped default
+        p = calibration.find_fit(topic, model, CORRECTION_SUFFIX)
+        if p is None:
             raise ConfigError(f"channel_correction = 'stored': no stored correction for model/channel "
-                              f"{model!r} on topic {topic!r} ({p}); fit one with 'chorus belief correct "
-                              f"fit RUN_DIR' on a run of that channel")
+                              f"{model!r} on topic {topic!r} ({correction_path(topic, model)}); fit one "
+                              f"with 'chorus belief correct fit RUN_DIR' on a run of that channel")
     else:
         p = Path(spec)
         if p.is_dir():

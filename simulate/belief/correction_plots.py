@@ -1,6 +1,6 @@
 """Figures of the channel correction: the fit (in the run it was fitted from) and, in a
 corrected run, the transfer curve before and after with its intervals, the applied map and the
-pliable consensus per arm. matplotlib is imported lazily (Agg)."""
+pliable consensus per arm. Figures are made by ``core.plots`` (Agg, no pyplot)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,27 +9,21 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
+from core.plots import subplots
+
 from .correction_map import CorrectionMap
 
 ARM_COLOURS = ("tab:red", "tab:green", "tab:purple", "tab:orange")
 
 
-def _plt():
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    return plt
-
-
 def fit(pairs: pd.DataFrame, rec: dict[str, Any], path: Path) -> Path:
     """(a) the logged (s, e) pairs with each candidate's transfer curve f; (b) each candidate's
     correction g with its held-out distance from the diagonal, the chosen one bold."""
-    plt = _plt()
     ok = np.isfinite(pairs.s) & np.isfinite(pairs.e)
     p = pairs[ok]
     if len(p) > 3000:
         p = p.sample(3000, random_state=0)
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(9.5, 4.3))
+    fig, (a1, a2) = subplots(1, 2, figsize=(9.5, 4.3))
     a1.scatter(p.s, p.e, s=4, alpha=0.25, color="grey", label="utterances")
     grid = np.linspace(0, 1, 401)
     for fam, c in rec["candidates"].items():
@@ -51,7 +45,6 @@ def fit(pairs: pd.DataFrame, rec: dict[str, Any], path: Path) -> Path:
     a2.set_title(f"correction g (chosen: {rec['family']})", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path
 
 
@@ -62,11 +55,10 @@ def correction(tables, derived, path: Path) -> Path | None:
     tc = derived.get("transfer_correction")
     if tc is None or tc.empty:
         return None
-    plt = _plt()
     arms = derived["correction_arms"]
     cm = derived["condition_metrics"].merge(arms, on="condition")
     degroot = cm[cm.population == "degroot"]
-    fig, axes = plt.subplots(1, 3 if len(degroot) else 2, figsize=(14 if len(degroot) else 9.5, 4.3))
+    fig, axes = subplots(1, 3 if len(degroot) else 2, figsize=(14 if len(degroot) else 9.5, 4.3))
     a1, a2 = axes[0], axes[1]
     colours = {a: ARM_COLOURS[i % len(ARM_COLOURS)] for i, a in enumerate(tc.arm.unique())}
     for (arm, ev), d in tc.groupby(["arm", "evidence"], sort=False):
@@ -111,7 +103,6 @@ def correction(tables, derived, path: Path) -> Path | None:
         a3.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path
 
 

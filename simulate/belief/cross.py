@@ -42,7 +42,6 @@ import json
 import re
 import time
 import warnings
-import zlib
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
@@ -54,7 +53,7 @@ from pydantic import Field, model_validator
 
 from core.config import ConfigError, Strict, load_config
 from core.runs import RunDir, amends_run, run_dir_path
-from core.seeding import call_seed, rng
+from core.seeding import call_seed, rng, stable_int
 from serving.spec import Backend, Dtype, ModelSpec, RoleSpec
 
 from . import analysis
@@ -209,7 +208,7 @@ class SyntheticBackend:
 
     def _gen(self, prompt: str, smp: Any) -> str:
         # the draw depends on the whole request, like a model's output (not on the seed alone)
-        key = [zlib.crc32(self.model.encode()), zlib.crc32(prompt.encode())]
+        key = [stable_int(self.model, bits=32, algo="crc32"), stable_int(prompt, bits=32, algo="crc32")]
         g = np.random.default_rng([int(smp.seed or 0), *key, int(smp.temperature * 1000)])
         props = (smp.json_schema or {}).get("properties", {})
         if "p_plus" in props:
@@ -289,7 +288,7 @@ def subsample(df: pd.DataFrame, n: int | None, seed: int, model: str) -> pd.Data
     (adding a model to the panel does not change another's sample); original order kept."""
     if n is None or len(df) <= n:
         return df
-    pick = rng(seed, STREAM_SUBSAMPLE, zlib.crc32(model.encode())).choice(len(df), n, replace=False)
+    pick = rng(seed, STREAM_SUBSAMPLE, stable_int(model, bits=32, algo="crc32")).choice(len(df), n, replace=False)
     return df.iloc[np.sort(pick)]
 
 
@@ -318,7 +317,7 @@ def generate_texts(engine: Any, rows: pd.DataFrame, gen: GeneratorCfg) -> tuple[
 def resolve_tau(cfg: CrossConfig, model: str, topic: str) -> dict[str, Any]:
     """The appraiser temperature of ``model`` on ``topic``: appraiser.tau > taus[model] > the
     stored fit > 1.0 (uncalibrated), with where it came from."""
-    from .calibration import fit_path, load_fit
+    from .calibration import find_fit, load_fit
     if cfg.appraiser.tau is not None:
         return {"tau": float(cfg.appraiser.tau), "source": "config appraiser.tau"}
     if model in cfg.taus:
@@ -326,7 +325,7 @@ def resolve_tau(cfg: CrossConfig, model: str, topic: str) -> dict[str, Any]:
     tid = load_topic(topic).id
     fit = load_fit(tid, model)
     if fit is not None:
-        return {"tau": float(fit["tau"]), "source": str(fit_path(tid, model))}
+        return {"tau": float(fit["tau"]), "source": str(find_fit(tid, model))}
     return {"tau": 1.0, "source": "uncalibrated (no stored fit)"}
 
 
@@ -785,17 +784,12 @@ def summary_rows(summary: dict) -> list[tuple[str, str, str]]:
 
 
 # -- plots -------------------------------------------------------------------------------------
-def _plt():
-    from .plots import _plt as plt_
-    return plt_()
-
-
 def plot_transfer_grid(app, tc, pairs, parts, cfg, path: Path) -> Path:
     """Rows generator, columns appraiser: each pair's utterances, binned means with intervals,
     the diagonal; the title gives the pair's bias and Pearson."""
-    plt = _plt()
+    from core.plots import subplots
     M = len(cfg.panel())
-    fig, axes = plt.subplots(M, M, figsize=(2.9 * M + 0.6, 2.7 * M + 0.4), squeeze=False, sharex=True, sharey=True)
+    fig, axes = subplots(M, M, figsize=(2.9 * M + 0.6, 2.7 * M + 0.4), squeeze=False, sharex=True, sharey=True)
     pi = pairs.set_index(["generator", "appraiser"])
     for gi, g in enumerate(cfg.panel()):
         for ai, a in enumerate(cfg.panel()):
@@ -821,16 +815,15 @@ def plot_transfer_grid(app, tc, pairs, parts, cfg, path: Path) -> Path:
     fig.suptitle("cross-appraisal transfer curves (rows: generator, columns: appraiser; red: self)", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path
 
 
 def plot_parts(app, tc, pairs, parts, cfg, path: Path) -> Path:
     """Per model, two bars: the rendering and the reading part (intervals), for the bias (top)
     and the slope (bottom); the shared part mu in each row's title."""
-    plt = _plt()
+    from core.plots import subplots
     M = len(cfg.panel())
-    fig, axes = plt.subplots(2, M, figsize=(2.4 * M + 0.8, 5.4), squeeze=False, sharey="row")
+    fig, axes = subplots(2, M, figsize=(2.4 * M + 0.8, 5.4), squeeze=False, sharey="row")
     for row, qn in enumerate(("bias", "slope")):
         d = parts[parts.quantity == qn]
         sh = d[d.part == "shared"].iloc[0]
@@ -851,19 +844,18 @@ def plot_parts(app, tc, pairs, parts, cfg, path: Path) -> Path:
     fig.suptitle(f"channel bias = mu + rendering(generator) + reading(appraiser); {what}", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path
 
 
 def plot_pair_bias(app, tc, pairs, parts, cfg, path: Path) -> Path:
     """The pair-bias matrix, each cell annotated with its value and the additive fit's residual."""
-    plt = _plt()
+    from core.plots import subplots
     M = len(cfg.panel())
     B = pairs.pivot(index="generator", columns="appraiser", values="bias").reindex(index=cfg.panel(),
                                                                                  columns=cfg.panel())
     R = pairs.pivot(index="generator", columns="appraiser", values="bias_interaction").reindex(
         index=cfg.panel(), columns=cfg.panel())
-    fig, ax = plt.subplots(figsize=(1.3 * M + 2.4, 1.1 * M + 1.6))
+    fig, ax = subplots(figsize=(1.3 * M + 2.4, 1.1 * M + 1.6))
     lim = max(float(np.nanmax(np.abs(B.to_numpy()))) if np.isfinite(B.to_numpy()).any() else 0.0, 1e-3)
     im = ax.imshow(B.to_numpy(), cmap="RdBu", vmin=-lim, vmax=lim)
     for i in range(M):
@@ -878,7 +870,6 @@ def plot_pair_bias(app, tc, pairs, parts, cfg, path: Path) -> Path:
     fig.colorbar(im, ax=ax, label="bias mean(e - s)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path
 
 

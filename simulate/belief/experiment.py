@@ -13,7 +13,7 @@ from core.config import ConfigError, load_config
 from core.runs import RunDir, amends_run, run_dir_path
 
 from . import analysis, correction, correction_plots, plots
-from .calibration import fit_path, load_fit
+from .calibration import find_fit, fit_path, load_fit
 from .config import BeliefConfig, Condition, expand
 from .engine import RunSpec, prepare, run_group
 from .roles import LLMAppraiser, LLMGenerator, LLMProbe, OracleProbe
@@ -22,6 +22,15 @@ from .topics import load_topic
 
 NOT_SWEEPABLE = ("mode", "seed", "name", "llm", "analysis", "sweep", "oracle")
 TABLES = ("events", "utterances", "beliefs", "runs", "agents", "edges", "conditions")
+
+
+def plan_engines(cfg: BeliefConfig):
+    """The device plan of an LLM-mode run (the one role "model": generator, appraiser and probe share
+    it), before it loads; None in oracle mode, which calls no model."""
+    if cfg.mode != "llm":
+        return None
+    from serving.roles import plan_roles
+    return plan_roles({"model": cfg.llm.model})
 
 
 def plan(cfg: BeliefConfig, sweep: bool) -> tuple[list[Condition], list[RunSpec]]:
@@ -57,10 +66,11 @@ def resolve_taus(cfg: BeliefConfig, conditions: list[Condition]) -> dict[str, di
         if fit is None:
             raise ConfigError(
                 f"llm.appraiser.tau = None and no stored calibration for model "
-                f"{cfg.llm.model.profile!r} on topic {t.id!r} ({fit_path(t.id, cfg.llm.model.profile)}): run "
+                f"{cfg.llm.model.profile!r} on topic {t.id!r} (none at {fit_path(t.id, cfg.llm.model.profile)} "
+                f"nor shipped with the package): run "
                 f"'chorus belief calibrate --model {cfg.llm.model.profile} --topic {t.id}' or set "
                 f"llm.appraiser.tau explicitly (1.0 = uncalibrated)")
-        out[t.id] = {"tau": float(fit["tau"]), "source": str(fit_path(t.id, cfg.llm.model.profile))}
+        out[t.id] = {"tau": float(fit["tau"]), "source": str(find_fit(t.id, cfg.llm.model.profile))}
     return out
 
 
@@ -85,8 +95,7 @@ def run_experiment(cfg: BeliefConfig, out: str | Path | None = None, *, sweep: b
     topics = {load_topic(c.config.topic).id: load_topic(c.config.topic).sha256 for c in conditions}
     owned = cfg.mode == "llm" and engine is None
     if owned:   # the one model role, planned before the run directory is made
-        from serving.roles import plan_roles
-        dplan = plan_roles({"model": cfg.llm.model})
+        dplan = plan_engines(cfg)
     run = RunDir.create(
         out, part="belief", config=cfg, seeds={"root": cfg.seed, "replicates": cfg.seed_list},
         mode=cfg.mode, sweep=sweep, source_config=source,

@@ -1,4 +1,4 @@
-"""Figures of a multi-concept run, from its tables and derived tables (matplotlib lazily, Agg)."""
+"""Figures of a multi-concept run, from its tables and derived tables (``core.plots``: Agg, no pyplot)."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -7,22 +7,17 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-
-def _plt():
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    return plt
+from core.plots import subplots
 
 
 def _concepts(derived) -> list[str]:
     return derived["concept_metrics"].concept.tolist()
 
 
-def _panels(plt, n: int, w: float = 4.6, h: float = 3.6):
+def _panels(n: int, w: float = 4.6, h: float = 3.6):
     cols = min(3, n)
     rows = int(np.ceil(n / cols))
-    fig, axes = plt.subplots(rows, cols, figsize=(w * cols, h * rows), squeeze=False)
+    fig, axes = subplots(rows, cols, figsize=(w * cols, h * rows), squeeze=False)
     for ax in axes.flat[n:]:
         ax.axis("off")
     return fig, axes.flat
@@ -31,10 +26,9 @@ def _panels(plt, n: int, w: float = 4.6, h: float = 3.6):
 def trajectories(tables, derived, path: Path) -> Path:
     """One panel per concept: mean credence per stance by round, stacked (each band a stance);
     dotted: the stacked per-stance FJ fixed-point means (uncoupled concepts)."""
-    plt = _plt()
     tr, sm = derived["trajectories"], derived["stance_metrics"]
     concepts = _concepts(derived)
-    fig, axes = _panels(plt, len(concepts))
+    fig, axes = _panels(len(concepts))
     for ax, c in zip(axes, concepts):
         d = tr[tr.concept == c].pivot_table(index="round", columns="k", values="b")
         names = sm[sm.concept == c].sort_values("k")
@@ -51,16 +45,14 @@ def trajectories(tables, derived, path: Path) -> Path:
         ax.legend(fontsize=7, loc="upper right")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path
 
 
 def variance(tables, derived, path: Path) -> Path:
     """Cross-agent variance of each stance's credence by round (mean over seeds), per concept."""
-    plt = _plt()
     tr = derived["trajectories"]
     concepts = _concepts(derived)
-    fig, axes = _panels(plt, len(concepts))
+    fig, axes = _panels(len(concepts))
     for ax, c in zip(axes, concepts):
         d = tr[tr.concept == c]
         for k, dk in d.groupby("k"):
@@ -72,21 +64,19 @@ def variance(tables, derived, path: Path) -> Path:
         ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path
 
 
 def fj(tables, derived, path: Path) -> Path | None:
     """Terminal credences (per agent and stance, mean over seeds) against the per-stance
     mean-field FJ fixed point, one panel per uncoupled concept."""
-    plt = _plt()
     bel, fp, cm = tables["beliefs"], derived["fixed_points"], derived["concept_metrics"]
     rounds = int(tables["runs"].rounds.iloc[0])
     concepts = [c for c in _concepts(derived) if fp[fp.concept == c].b_star.notna().any()]
     if not concepts:
         return None
     end = bel[bel["round"] == rounds].assign(concept=lambda x: x.concept.astype(str))
-    fig, axes = _panels(plt, len(concepts), 4.0, 3.8)
+    fig, axes = _panels(len(concepts), 4.0, 3.8)
     for ax, c in zip(axes, concepts):
         d = end[end.concept == c].merge(fp[fp.concept == c].drop(columns="concept"), on=["run", "agent", "k"])
         per = d.groupby(["agent", "k"])[["b", "b_star"]].mean().reset_index()
@@ -100,18 +90,16 @@ def fj(tables, derived, path: Path) -> Path | None:
         ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path
 
 
 def kappa_recovery(tables, derived, path: Path) -> Path | None:
     """Per concept: median kappa_hat (pooled over stances, from s) against the prescribed kappa."""
-    plt = _plt()
     kr = derived["kappa_recovery"]
     if kr.empty or kr.kappa_hat_median.isna().all():
         return None
     kr = kr.dropna(subset=["kappa_hat_median"])
-    fig, ax = plt.subplots(figsize=(4.8, 4.4))
+    fig, ax = subplots(figsize=(4.8, 4.4))
     for (c, d), mk in zip(kr.groupby("concept", sort=False), "osD^v<>ph*"):  # markers tell overlaps apart
         ax.plot(d.kappa, np.clip(d.kappa_hat_median, 1e-2, None), marker=mk, ls="-" if len(d) > 1 else "",
                 mfc="none", ms=9, label=f"{c} (K={int(d.K.iloc[0])})")
@@ -125,17 +113,15 @@ def kappa_recovery(tables, derived, path: Path) -> Path | None:
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path
 
 
 def transfer(tables, derived, path: Path) -> Path:
     """Appraised evidence against the speaker's credence, per stance of every concept."""
-    plt = _plt()
     ap = tables["appraisals"]
     ap = ap[~ap.failed].assign(concept=lambda x: x.concept.astype(str))
     concepts = _concepts(derived)
-    fig, axes = _panels(plt, len(concepts), 4.0, 3.8)
+    fig, axes = _panels(len(concepts), 4.0, 3.8)
     for ax, c in zip(axes, concepts):
         d = ap[ap.concept == c]
         if len(d) > 3000:
@@ -150,7 +136,6 @@ def transfer(tables, derived, path: Path) -> Path:
             ax.legend(fontsize=7, markerscale=3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path
 
 

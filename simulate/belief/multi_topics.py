@@ -18,7 +18,7 @@ import numpy as np
 import yaml
 from pydantic import ConfigDict, Field
 
-from core.config import ConfigError, Strict, validate
+from core.config import ConfigError, Strict, resolve_config, validate
 
 from .topics import TOPICS_DIR, Prompt
 
@@ -200,14 +200,7 @@ def check_topic(t: MultiTopic, source: str) -> None:
 
 
 def multi_topic_path(name: str | Path) -> Path:
-    p = Path(name)
-    if p.suffix in (".yaml", ".yml") and p.is_file():
-        return p
-    q = MULTI_TOPICS_DIR / f"{name}.yaml"
-    if q.is_file():
-        return q
-    raise ConfigError(f"topic = {str(name)!r}: no such multi-concept topic file (known: "
-                      f"{', '.join(list_multi_topics()) or 'none'}; in {MULTI_TOPICS_DIR})")
+    return resolve_config(name, MULTI_TOPICS_DIR, missing=f"topic = {str(name)!r}: no such multi-concept topic file")
 
 
 def list_multi_topics() -> list[str]:

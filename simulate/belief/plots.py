@@ -1,4 +1,4 @@
-"""Figures from a run's tables and derived tables (matplotlib imported lazily, Agg)."""
+"""Figures from a run's tables and derived tables (``core.plots``: Agg, no pyplot)."""
 from __future__ import annotations
 
 import textwrap
@@ -8,29 +8,23 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from core.plots import subplots
+
 MAX_PANELS = 12
 GROUP_COLOURS = {"stubborn": "tab:red", "pliable": "tab:blue", "committed": "black",
                  "free": "tab:blue", "all": "tab:blue"}
 
 
-def _plt():
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    return plt
-
-
 def trajectories(tables, derived, path: Path) -> Path:
     """One panel per condition: one line per agent (belief averaged over seeds), the
     mean-field FJ levels dotted (the initial mean dotted where no fixed point exists)."""
-    plt = _plt()
     bel, agents, cm = tables["beliefs"], tables["agents"], derived["condition_metrics"]
     fp = derived["fixed_points"].merge(tables["runs"][["run", "condition"]], on="run")
     conds = cm.condition.tolist()[:MAX_PANELS]
     # two columns of large panels: a report page shows the figure at its full width, legibly
     cols = min(2, len(conds))
     rows = int(np.ceil(len(conds) / cols))
-    fig, axes = plt.subplots(rows, cols, figsize=(5.6 * cols, 3.4 * rows), squeeze=False,
+    fig, axes = subplots(rows, cols, figsize=(5.6 * cols, 3.4 * rows), squeeze=False,
                              sharey=True)
     first_run = tables["runs"].groupby("condition").run.min()
     for ax, c in zip(axes.flat, conds):
@@ -55,14 +49,12 @@ def trajectories(tables, derived, path: Path) -> Path:
     axes[0, 0].set_ylabel("belief b (mean over seeds)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path
 
 
 def transfer(tables, derived, path: Path) -> Path:
-    plt = _plt()
     tc, ut = derived["transfer"], tables["utterances"]
-    fig, ax = plt.subplots(figsize=(4.5, 4.2))
+    fig, ax = subplots(figsize=(4.5, 4.2))
     u = ut[np.isfinite(ut.e)]
     if len(u) > 3000:
         u = u.sample(3000, random_state=0)
@@ -77,16 +69,14 @@ def transfer(tables, derived, path: Path) -> Path:
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path
 
 
 def kappa_recovery(tables, derived, path: Path) -> Path | None:
-    plt = _plt()
     kr = derived["kappa_recovery"].dropna(subset=["kappa_hat_median"])
     if kr.kappa.nunique() < 2:
         return None
-    fig, ax = plt.subplots(figsize=(4.5, 4.2))
+    fig, ax = subplots(figsize=(4.5, 4.2))
     for g, d in kr.groupby("gamma"):
         d = d.groupby("kappa").kappa_hat_median.median()
         ax.plot(d.index, np.clip(d.values, 1e-2, None), marker="o", label=f"recovered (s), gamma={g:g}")
@@ -99,16 +89,14 @@ def kappa_recovery(tables, derived, path: Path) -> Path | None:
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path
 
 
 def dose_response(tables, derived, path: Path) -> Path | None:
-    plt = _plt()
     dr = derived.get("dose_response")
     if dr is None or dr.f.nunique() < 2:
         return None
-    fig, ax = plt.subplots(figsize=(4.5, 4.2))
+    fig, ax = subplots(figsize=(4.5, 4.2))
     for (g, k), d in dr.groupby(["gamma", "kappa"]):
         d = d.sort_values("f")
         line, = ax.plot(d.f, d.late_mean, marker="o", label=f"free agents, gamma={g:g}, kappa={k:g}")
@@ -120,16 +108,14 @@ def dose_response(tables, derived, path: Path) -> Path | None:
     ax.legend(fontsize=6)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path
 
 
 def variance_vs_gamma(tables, derived, path: Path) -> Path | None:
-    plt = _plt()
     cm = derived["condition_metrics"]
     if cm.gamma.nunique() < 2:
         return None
-    fig, ax = plt.subplots(figsize=(4.5, 4.2))
+    fig, ax = subplots(figsize=(4.5, 4.2))
     for pop, d in cm.groupby("population"):
         d = d.groupby("gamma").final_variance.mean()
         ax.plot(d.index, d.values, marker="o", label=pop)
@@ -139,19 +125,17 @@ def variance_vs_gamma(tables, derived, path: Path) -> Path | None:
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path
 
 
 def probe(tables, derived, path: Path) -> Path | None:
-    plt = _plt()
     bel = tables["beliefs"]
     b = bel[np.isfinite(bel.probe)]
     if b.empty:
         return None
     if len(b) > 3000:
         b = b.sample(3000, random_state=0)
-    fig, ax = plt.subplots(figsize=(4.5, 4.2))
+    fig, ax = subplots(figsize=(4.5, 4.2))
     ax.scatter(b.b, b.probe, s=4, alpha=0.3)
     ax.plot([0, 1], [0, 1], ls="--", color="black", lw=0.8)
     ax.set_xlabel("hidden belief b")
@@ -159,7 +143,6 @@ def probe(tables, derived, path: Path) -> Path | None:
     ax.set_title("probe audit", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path
 
 
@@ -170,8 +153,7 @@ PLOTS: dict[str, Callable] = {"trajectories": trajectories, "transfer": transfer
 
 def calibration(scores: pd.DataFrame, tau: float, path: Path) -> Path:
     """Reliability of raw and calibrated p_plus against the soft labels."""
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(4.5, 4.2))
+    fig, ax = subplots(figsize=(4.5, 4.2))
     ok = np.isfinite(scores.p_raw)
     ax.scatter(scores.y[ok], scores.p_raw[ok], s=10, alpha=0.6, label="raw p_plus")
     ax.scatter(scores.y[ok], scores.p_cal[ok], s=10, alpha=0.6, label=f"calibrated (tau={tau:.2f})")
@@ -181,5 +163,4 @@ def calibration(scores: pd.DataFrame, tau: float, path: Path) -> Path:
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path

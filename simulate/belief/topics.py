@@ -10,7 +10,7 @@ import numpy as np
 import yaml
 from pydantic import field_validator
 
-from core.config import ConfigError, Strict, validate
+from core.config import ConfigError, Strict, resolve_config, validate
 
 TOPICS_DIR = Path(__file__).resolve().parent.parent / "topics"
 
@@ -88,13 +88,7 @@ class Topic(Strict):
 
 
 def topic_path(name: str | Path) -> Path:
-    p = Path(name)
-    if p.suffix in (".yaml", ".yml") and p.is_file():
-        return p
-    q = TOPICS_DIR / f"{name}.yaml"
-    if q.is_file():
-        return q
-    raise ConfigError(f"topic = {str(name)!r}: no such topic file (known: {', '.join(list_topics())})")
+    return resolve_config(name, TOPICS_DIR, missing=f"topic = {str(name)!r}: no such topic file")
 
 
 def list_topics() -> list[str]:

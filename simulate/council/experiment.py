@@ -1,12 +1,13 @@
 """``chorus council run``: tasks -> lockstep councils (clean and attacked) -> trace JSONL -> LLM
 baselines; ``report``: every table from the run directory's stored traces and baseline rows
-alone (aggregation through ``aggregate``'s own pipeline, one aggregate run per trace file).
+alone (each trace file handed to ``aggregate``'s nested CV in memory; its records beside the tables).
 
 Run directory::
 
     RUN/config.yaml, provenance.json, calls.sqlite     (every model call; reruns recompute nothing)
     RUN/traces/<dataset>__<condition>.jsonl            (spec trace format; chorus aggregate run reads it)
-    RUN/aggregate/<dataset>__<condition>/              (a complete chorus aggregate run directory)
+    RUN/aggregate.json                                 (BDA per trace file: the records of ``chorus aggregate run``)
+    RUN/tables/aggregate_{metrics,predictions,bootstrap}.parquet  (those records' metrics, per-task posteriors, CIs)
     RUN/tables/turns.parquet                           (every seat-turn request: free text, legality, tokens)
     RUN/tables/baselines.parquet                       (MoA, MoA-Lite, Self-MoA, ArgLLMs per task)
     RUN/tables/results.parquet, results.md             (every arm x dataset x condition)
@@ -167,22 +168,39 @@ def _run(cfg: CouncilConfig, run: RunDir, engines: Any, P: dict, data: list, pro
 
 
 # -- report -------------------------------------------------------------------------------------------
-def aggregate_traces(run_dir: Path, path: Path, cfg: CouncilConfig) -> dict[str, Any]:
-    """One complete ``chorus aggregate run`` over a stored trace file (abstentions are the only moves
-    STRICT rejects; ``on_violation: skip`` drops and counts them)."""
+def aggregate_traces(name: str, traces: list, cfg: CouncilConfig):
+    """BDA over one trace file's traces, in memory: ``aggregate``'s nested CV of every method with its
+    bootstrap (the record ``chorus aggregate run`` writes; abstentions are the only moves STRICT
+    rejects, and ``on_violation: skip`` drops and counts them). Returns ``aggregate``'s ``Cell``."""
     from aggregate.config import RunConfig
-    from aggregate.experiments import run_experiment
-    from aggregate.results import read_results
+    from aggregate.experiments import evaluate_run
 
     a = cfg.aggregate
-    acfg = RunConfig(name=path.stem, seed=cfg.seed, traces=str(path.resolve()), protocol="strict",
+    acfg = RunConfig(name=name, seed=cfg.seed, traces=f"traces/{name}.jsonl", protocol="strict",
                      on_violation="skip", methods=a.methods, outer_folds=a.outer_folds, inner_folds=a.inner_folds,
                      recalibrate=a.recalibrate,
                      bootstrap={"n_resamples": a.n_resamples, "reference": "plurality" if "plurality" in a.methods
                                 else a.methods[0]})
-    out = Path(run_dir) / "aggregate" / path.stem
-    run_experiment(acfg, out)
-    return read_results(out)["cells"][0]
+    return evaluate_run(acfg, traces)
+
+
+def _write_aggregates(run: RunDir, agg: dict[str, Any], make_plots: bool) -> None:
+    """The BDA records of every trace file beside the council's own tables (no nested run directory)."""
+    from aggregate.experiments import per_task
+    from aggregate.metrics import reliability_overlay
+
+    write_json(run.path / "aggregate.json", {name: c.record for name, c in agg.items()})
+    metrics, preds, boot = [], [], []
+    for name, c in agg.items():
+        metrics += [{"cell": name, "method": m, **v} for m, v in c.record["metrics"].items()]
+        preds.append(c.cv.predictions_frame().assign(cell=name))
+        boot += [{"cell": name, **b} for b in c.record["bootstrap"] or []]
+        if make_plots:
+            curves = {m: (d["confidence"], d["correct"]) for m in c.cv.methods for d in [per_task(c.cv, m)]}
+            reliability_overlay(curves, run.plot_path(f"reliability_{name}"), title=f"reliability, {name}")
+    run.write_table("aggregate_metrics", pd.DataFrame(metrics))
+    run.write_table("aggregate_predictions", pd.concat(preds, ignore_index=True) if preds else pd.DataFrame())
+    run.write_table("aggregate_bootstrap", pd.DataFrame(boot))
 
 
 def _producers(cfg: CouncilConfig, run_dir: Path, ledger: pd.DataFrame | None) -> list[str]:
@@ -222,6 +240,7 @@ def report(run_dir: str | Path, *, make_plots: bool = True, aggregate: bool = Tr
     rows: list[dict[str, Any]] = []
     cells: dict[str, Any] = {}
     loaded: dict[Path, list] = {}  # trace files read once (the clean one also serves as the control)
+    agg: dict[str, Any] = {}       # BDA per trace file (aggregate's Cell)
     for d in cfg.data:
         for c in cfg.conditions:
             path = trace_file(run.path, d.dataset, c.name)
@@ -259,7 +278,8 @@ def report(run_dir: str | Path, *, make_plots: bool = True, aggregate: bool = Tr
             council_tok = float(tok.iloc[0]) if len(tok) else math.nan
             if aggregate:
                 try:
-                    rec = aggregate_traces(run.path, path, cfg)
+                    agg[path.stem] = aggregate_traces(path.stem, traces, cfg)
+                    rec = agg[path.stem].record
                     cell["aggregate"] = {"protocol": rec["protocol"], "n_evaluated": rec["n_evaluated"]}
                     for arm, m in rec["metrics"].items():
                         rows.append({"dataset": d.dataset, "condition": c.name, "arm": arm, "reads_council": True,
@@ -284,6 +304,8 @@ def report(run_dir: str | Path, *, make_plots: bool = True, aggregate: bool = Tr
                      "accuracy_all": r.get("accuracy_all")})
     table = pd.DataFrame(rows)
     run.write_table("results", table)
+    if agg:
+        _write_aggregates(run, agg, make_plots)
     (run.path / "results.md").write_text(render_markdown(table, cells, cfg, run.provenance().get("data", {}), note=note))
     summary = {"experiment": cfg.name, "seats": [f"{a}={s.profile}/{s.persona}" for a, s in
                                                  zip(cfg.agent_names(), cfg.seats)],

@@ -1,4 +1,4 @@
-"""Figures of a council run, drawn from tables/results.parquet only (matplotlib, Agg)."""
+"""Figures of a council run, drawn from tables/results.parquet only (``core.plots``: Agg, no pyplot)."""
 from __future__ import annotations
 
 import textwrap
@@ -7,21 +7,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-
-def _plt():
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    return plt
+from core.plots import subplots
 
 
 def accuracy_bars(table: pd.DataFrame, path: Path, note: str | None = None) -> Path:
     """Accuracy of every arm, one panel per dataset, one bar per condition; ``note`` (the
     embedded-model note, ``serving.profiles.embedded_note``) under each panel's title."""
-    plt = _plt()
     dsets = list(dict.fromkeys(table["dataset"]))
     conds = list(dict.fromkeys(table["condition"]))
-    fig, axes = plt.subplots(len(dsets), 1, figsize=(9, 3.2 * len(dsets)), squeeze=False)
+    fig, axes = subplots(len(dsets), 1, figsize=(9, 3.2 * len(dsets)), squeeze=False)
     for ax, ds in zip(axes[:, 0], dsets):
         sub = table[table["dataset"] == ds]
         arms = list(dict.fromkeys(sub["arm"]))
@@ -38,14 +32,12 @@ def accuracy_bars(table: pd.DataFrame, path: Path, note: str | None = None) -> P
         ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path
 
 
 def cost_accuracy(table: pd.DataFrame, path: Path) -> Path:
     """Accuracy against token cost per task (log x), every arm and cell."""
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = subplots(figsize=(7, 4.5))
     for arm, g in table.groupby("arm", sort=False):
         tok = g["tokens_per_task"].astype(float)
         ax.scatter(tok.clip(lower=1), g["accuracy"].astype(float), label=arm, s=25)
@@ -55,5 +47,4 @@ def cost_accuracy(table: pd.DataFrame, path: Path) -> Path:
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path

@@ -15,7 +15,6 @@ finish_reason`` (``serving.Engine``; scripted engines in the tests).
 """
 from __future__ import annotations
 
-import hashlib
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -61,7 +60,8 @@ class Council:
 
 def task_key(task_id: str) -> int:
     """A stable integer per task id (seeds must not depend on list position: resumability)."""
-    return int(hashlib.sha256(task_id.encode()).hexdigest()[:7], 16)
+    from core.seeding import stable_int
+    return stable_int(task_id, bits=28)   # = int(sha256 hex[:7], 16): kept, seeds stored calls
 
 
 def seat_seed(root: int, c: Council, seat_index: int, rnd: int, attempt: int) -> int:

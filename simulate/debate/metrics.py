@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from core.seeding import rng as make_rng
+from core.seeding import stable_int
 from core.stats import benjamini_hochberg, cluster_bootstrap, permutation_pvalue
 
 
@@ -83,8 +84,7 @@ def plurality(answers: Sequence[Any], rng: np.random.Generator | None = None) ->
 
 
 def _qkey(qid: str) -> int:
-    import hashlib
-    return int.from_bytes(hashlib.sha256(qid.encode()).digest()[:4], "big") >> 1
+    return stable_int(qid, bits=31)
 
 
 def question_table(turns: pd.DataFrame, seed: int = 0) -> pd.DataFrame:

@@ -16,13 +16,12 @@ Generations cut at the token limit are kept, flagged ``truncated`` and counted.
 """
 from __future__ import annotations
 
-import hashlib
 import time
 from typing import Any, Callable, Sequence
 
 import pandas as pd
 
-from core.seeding import call_seed
+from core.seeding import call_seed, stable_int
 from simulate.debate.parse import parse_answer
 from simulate.debate.prompts import turn_messages
 from simulate.debate.questions import Item
@@ -36,7 +35,7 @@ TURN_COLUMNS = ["qid", "family", "domain", "subdomain", "agent", "round", "condi
 
 def qkey(qid: str) -> int:
     """A stable 31-bit integer key of a question id (for seed derivation)."""
-    return int.from_bytes(hashlib.sha256(qid.encode()).digest()[:4], "big") >> 1
+    return stable_int(qid, bits=31)
 
 
 def turn_seed(seed: int, qid: str, agent: int, rnd: int, condition: str) -> int:

@@ -9,7 +9,7 @@ from typing import Any, Literal, Optional
 from pydantic import Field, field_validator
 
 from core.config import Strict, load_named, resolve_config
-from serving.spec import MaxTokens, ModelSpec, Sampling
+from serving.spec import MaxTokens, ModelSpec, RoleSpec, Sampling
 
 CONFIGS_DIR = Path(__file__).resolve().parents[1] / "configs"
 RESERVED = {"human", "degroot", "classifier"}
@@ -29,12 +29,18 @@ class LabelledModel(ModelSpec):
     label: str = "base"
 
 
-class ClassifierSpec(ModelSpec):
-    """The stance classifier's role: a model spec (profile default: the first model's) and its readout."""
-    profile: Optional[str] = Field(None, description="default: the first model's profile")
+class ClassifierSpec(RoleSpec):
+    """The stance classifier's role and its readout: a field left null (profile, backend, dtype, ...)
+    comes from the first role-play model's spec (SFT: the base model's), so by default the
+    classifier is that model's engine."""
+    profile: Optional[str] = Field(None, description="null: the first model's profile")
     max_tokens: int = Field(4, ge=1)
     stance_readout: Literal["choice", "expected"] = Field(
         "choice", description="choice: the guided-choice label; expected: E[label] under the label log-probs")
+
+    def over_model(self, model: ModelSpec) -> ModelSpec:
+        """The classifier's full spec over ``model``'s (the first role-play model, or SFT's base)."""
+        return self.over(model.model_dump(include=set(ModelSpec.model_fields)), "classifier")
 
 
 class Generation(Sampling):

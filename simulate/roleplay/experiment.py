@@ -42,9 +42,7 @@ def plan_engines(cfg: RoleplayConfig):
     """The device plan: each model in its own phase (one held at a time), then the classifier."""
     from serving.roles import plan_roles
 
-    c = cfg.classifier
-    roles = {**{m.label: m for m in cfg.models}, "classifier": c.model_copy(update={"profile": c.profile or
-                                                                                   cfg.models[0].profile})}
+    roles = {**{m.label: m for m in cfg.models}, "classifier": cfg.classifier.over_model(cfg.models[0])}
     return plan_roles(roles, phase_of=lambda role: role)
 
 
@@ -118,19 +116,16 @@ def run_roleplay(cfg: RoleplayConfig, out: Path | None = None, *, progress: Prog
             del engines[spec.label]
     messages = pd.concat(frames, ignore_index=True)
     human_train = human_rows(train, mu)
-    # classifier: the first model's engine unless another profile is configured
+    # classifier: the first model's engine unless its spec asks for another
     cspec = cfg.classifier
-    cprof = cspec.profile or cfg.models[0].profile
+    cfull = cspec.over_model(cfg.models[0])
     ceng = engines.get("classifier")
     if ceng is None:
-        same = cprof == cfg.models[0].profile and not cspec.options and cspec.dtype in (None, cfg.models[0].dtype)
+        same = cfull.engine_key() == cfg.models[0].engine_key()
         if same and cfg.models[0].label in engines:
             ceng = engines[cfg.models[0].label]
-        elif same:
-            ceng = _load(cfg.models[0], run.store_path, "classifier", plan)
-            own.append(ceng)
         else:
-            ceng = _load(cspec.model_copy(update={"profile": cprof}), run.store_path, "classifier", plan)
+            ceng = _load(cfull, run.store_path, "classifier", plan)
             own.append(ceng)
     run.record_engines("classifier", ceng)
     texts = pd.concat([messages, human_train])
@@ -259,7 +254,7 @@ def report(run_dir: str | Path, *, make_plots: bool = True) -> dict[str, Any]:
     sim = json.loads((run.path / "simulation.json").read_text()) if (run.path / "simulation.json").is_file() else []
     summary["simulation"] = sim
     # the role-play models and the stance classifier (default: the first model's profile) made the numbers
-    summary["note"] = embedded_note([m.profile for m in cfg.models] + [cfg.classifier.profile])
+    summary["note"] = embedded_note([m.profile for m in cfg.models] + [cfg.classifier.over_model(cfg.models[0]).profile])
     if summary["synthetic_data"]:
         summary["data_note"] = "SYNTHETIC fixture data: not human behaviour"
     if make_plots:

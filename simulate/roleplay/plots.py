@@ -3,11 +3,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+from core.plots import subplots
 
 
 def _style(label: str) -> dict:
@@ -20,7 +18,7 @@ def _style(label: str) -> dict:
 
 def sd_trajectories(summary: dict, path: Path) -> None:
     pts = summary["points"]
-    fig, ax = plt.subplots(figsize=(6.5, 4))
+    fig, ax = subplots(figsize=(6.5, 4))
     for label, ys in summary["sd_trajectory"].items():
         ax.plot(range(len(pts)), ys, marker="o", label=label, **_style(label))
     ax.set_xticks(range(len(pts)), pts)
@@ -29,12 +27,11 @@ def sd_trajectories(summary: dict, path: Path) -> None:
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def endpoint_distributions(summary: dict, path: Path) -> None:
     d = summary["endpoint_distribution"]
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
+    fig, axes = subplots(1, 2, figsize=(10, 3.8), sharey=True)
     for ax, ch in zip(axes, ("public", "private")):
         labels = [k[: -len(ch) - 1] for k in d if k.endswith("/" + ch)]
         w = 0.8 / max(len(labels), 1)
@@ -46,11 +43,10 @@ def endpoint_distributions(summary: dict, path: Path) -> None:
     axes[1].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def convergence_bars(summary: dict, path: Path) -> None:
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
+    fig, axes = subplots(1, 2, figsize=(10, 3.8), sharey=True)
     for ax, ch in zip(axes, ("public", "private")):
         rows = [("human", summary["human"][ch]["delta_sd"])]
         rows += [(k[: -len(ch) - 1], v["delta_sd"]) for k, v in summary["cells"].items() if k.endswith("/" + ch)]
@@ -64,4 +60,3 @@ def convergence_bars(summary: dict, path: Path) -> None:
     axes[0].set_ylabel("end SD - start SD")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import copy
 import time
-import zlib
 from typing import Any, Callable
 
 import numpy as np
@@ -29,7 +28,8 @@ COLUMNS = ["source", "setup", "group_id", "topic", "truth_framed", "participant"
 
 def slot_seed(root: int, *parts: Any) -> int:
     """A per-request seed from the run seed and the slot's identity (stable across runs)."""
-    key = zlib.crc32("|".join(map(str, parts)).encode())
+    from core.seeding import stable_int
+    key = stable_int("|".join(map(str, parts)), bits=32, algo="crc32")
     return int(np.random.SeedSequence([root, key]).generate_state(1, dtype=np.uint64)[0] % (2**63))
 
 

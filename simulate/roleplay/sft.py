@@ -118,9 +118,7 @@ def _classify_unlabelled(cfg: SftConfig, examples: list[dict], P: dict, run: Run
     eng = classifier_engine
     if eng is None:
         from serving import build_engine
-        spec = cfg.classifier
-        eng = build_engine(spec.model_copy(update={"profile": spec.profile or cfg.base.profile}),
-                           store=run.store_path, role="classifier")
+        eng = build_engine(cfg.classifier.over_model(cfg.base), store=run.store_path, role="classifier")
     lab = classify_texts(eng, [(ex["topic"], ex["completion"][0]["content"]) for ex in examples if ex["label"] is None],
                          P, max_tokens=cfg.classifier.max_tokens)
     if classifier_engine is None:

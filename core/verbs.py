@@ -1,0 +1,90 @@
+"""One experiment shape: every verb chorus runs over a config is one registered ``Verb`` with the
+same few functions, named as "module:function" references and imported only when the command runs
+(so ``chorus --help`` loads no part's heavy modules):
+
+- ``load``: the config (a shipped name or a path) with ``--set`` overrides, validated, no model call;
+- ``check``: what the run would hold (its device plan) and the inputs it reads, still no model call;
+- ``run``: the run into a run directory, returning ``(RunDir, summary)``;
+- ``report``: the summary (and plots) recomputed from a run directory alone.
+
+Parts register their verbs in their CLI modules; ``core.cliutil.add_verbs`` builds every typer
+command from this registry with the shared options (CONFIG, ``--set``, ``--out``, ``--no-plots``,
+``--check``), so no command body is written twice.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+
+@dataclass(frozen=True)
+class Option:
+    """A verb's own option beyond the shared ones: ``into`` is ``config:FIELD`` (the value becomes an
+    override of FIELD, as a string) or ``run:KWARG`` (a keyword of ``run``); ``negate`` for a
+    ``--no-X`` flag whose keyword is X."""
+    name: str
+    flag: str
+    type: Any
+    default: Any
+    help: str
+    into: str
+    negate: bool = False
+
+
+@dataclass(frozen=True)
+class Verb:
+    group: str                       # the command group (``chorus GROUP NAME``)
+    name: str
+    help: str                        # the command's help text
+    config_help: str                 # the CONFIG argument's help (which shipped names exist)
+    load: str                        # (config, [schema,] overrides, **load_kw) -> typed config
+    run: str                         # (cfg, *run_args, out, progress=, make_plots=, **options) -> (RunDir, summary)
+    show: Callable[[Any, Any, dict], None]   # (console, run path, summary): what the terminal prints
+    schema: str | None = None        # the config class, for loaders that take one
+    load_kw: dict[str, Any] = field(default_factory=dict)
+    run_args: tuple[Any, ...] = ()   # e.g. the influence verb's name
+    run_kw: dict[str, Any] = field(default_factory=dict)   # fixed keywords of ``run`` (e.g. sweep=True)
+    source: str | None = None        # (config) -> the config file's path, passed to ``run`` as ``source``
+    check: str | None = None         # (cfg, *run_args) -> serving.plan.DevicePlan, no model call
+    report: str | None = None        # (run_dir, make_plots=) -> summary, from the run directory alone
+    report_command: str | None = None  # the group's command that runs ``report`` (e.g. "report", "eval")
+    unit: str = "calls"              # what the progress bar counts
+    plots: bool = True               # whether the verb draws figures (``--no-plots``)
+    options: tuple[Option, ...] = ()
+    errors: tuple[str, ...] = ()     # "module:Class" of the part's bad-input errors (exit 2)
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.group, self.name)
+
+    def load_config(self, config: str, overrides: dict[str, Any]) -> Any:
+        args = (config, resolve(self.schema)) if self.schema else (config,)
+        return resolve(self.load)(*args, overrides, **self.load_kw)
+
+    def error_types(self) -> tuple[type[BaseException], ...]:
+        return tuple(resolve(e) for e in self.errors)
+
+
+REGISTRY: dict[tuple[str, str], Verb] = {}
+
+
+def register(verb: Verb) -> Verb:
+    """Add ``verb``; a second verb under the same group and name is a programming error."""
+    if verb.key in REGISTRY and REGISTRY[verb.key] is not verb:
+        raise ValueError(f"verb {' '.join(verb.key)!r} is registered twice")
+    REGISTRY[verb.key] = verb
+    return verb
+
+
+def verbs(group: str | None = None) -> list[Verb]:
+    """The registered verbs (of ``group``), in registration order."""
+    return [v for v in REGISTRY.values() if group is None or v.group == group]
+
+
+def resolve(ref: str) -> Any:
+    """The object a "module:name" reference names (imported now)."""
+    module, _, name = ref.partition(":")
+    if not module or not name:
+        raise ValueError(f"not a 'module:name' reference: {ref!r}")
+    return getattr(importlib.import_module(module), name)
