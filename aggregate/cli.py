@@ -10,8 +10,10 @@ from typing import List, Optional
 
 import typer
 
+from core.cliutil import add_verbs
 from core.cliutil import fail as _fail
 from core.progress import progress
+from core.verbs import Option, Verb, register
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="BDA aggregation over council traces: run, sweep, verify.")
@@ -23,67 +25,30 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     return (ConfigError, TraceError, LabelError, PriorError, ValueError)
 
 
-@app.command()
-def run(config: Path = typer.Argument(..., help="YAML run config (see aggregate/configs/)."),
-        out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default runs/aggregate/NAME-run-TIME)."),
-        quiet: bool = typer.Option(False, "--quiet", help="No progress bar.")) -> None:
-    """Traces + methods -> nested-CV posteriors, metrics, bootstrap, tables, plots, one results file."""
-    from rich.console import Console
-
-    from aggregate.config import RunConfig
-    from aggregate.experiments import run_experiment
-    from core.config import load_config
-
-    try:
-        cfg = load_config(config, RunConfig)
-        from core.runs import run_dir_path
-        out = run_dir_path(out, "aggregate", f"{cfg.name}-run")
-        with progress(f"{cfg.name}: nested CV", "fold x method", enabled=not quiet) as update:
-            path = run_experiment(cfg, out, config_dir=config.parent, progress=update)
-    except _user_errors() as err:
-        _fail(str(err))
-    con = Console()
-    con.print((out / "results.md").read_text(), markup=False, highlight=False, soft_wrap=True)
-    con.print(f"[green]results:[/] {path}\n[green]run directory:[/] {out} "
-              f"(tables/, plots/, results.md, summary.json)")
+def _show(console, path: Path, summary: dict) -> None:
+    console.print((Path(path) / "results.md").read_text(), markup=False, highlight=False, soft_wrap=True)
+    console.print(f"[green]results:[/] {Path(path) / 'results.json'}\n[green]run directory:[/] {path} "
+                  f"(tables/, plots/, results.md, summary.json)")
 
 
-@app.command()
-def sweep(config: Path = typer.Argument(..., help="YAML sweep config (kind: dose_response | sleeper)."),
-          out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default runs/aggregate/NAME-sweep-TIME)."),
-          traces: Optional[Path] = typer.Option(None, "--traces", help="A council trace file (.jsonl / .jsonl.gz) to "
-                                                "corrupt instead of the config's synthetic council."),
-          set_: Optional[List[str]] = typer.Option(None, "--set", help="Override a config field: --set ks=[1] "
-                                                   "--set p_wrong=[0,0.5,1] (YAML values)."),
-          quiet: bool = typer.Option(False, "--quiet", help="No progress bar.")) -> None:
-    """Adversary sweeps over a synthetic council or a real trace file (--traces): dose-response
-    (regime x k x p_wrong) or the sleeper axis (f)."""
-    from rich.console import Console
-
-    from aggregate.config import SweepConfig
-    from aggregate.experiments import run_sweep
-    from core.cliutil import parse_overrides
-    from core.config import load_yaml, set_dotted, validate
-
-    try:
-        data = load_yaml(config)
-        for k, v in parse_overrides(set_).items():
-            set_dotted(data, k, v)
-        if traces is not None:
-            data.pop("synthetic", None)  # the trace file replaces the synthetic council
-            data["traces"] = str(traces)
-        cfg = validate(SweepConfig, data, source=str(config))
-        if cfg.traces is not None:  # relative to the working directory, else to the config's folder
-            cfg = cfg.model_copy(update={"traces": str(cfg.traces_path(config.parent).resolve())})
-        from core.runs import run_dir_path
-        out = run_dir_path(out, "aggregate", f"{cfg.name}-sweep")
-        with progress(f"{cfg.name}: sweep {cfg.kind}", "fold x method", enabled=not quiet) as update:
-            path = run_sweep(cfg, out, progress=update)
-    except _user_errors() as err:
-        _fail(str(err))
-    con = Console()
-    con.print((out / "results.md").read_text(), markup=False, highlight=False, soft_wrap=True)
-    con.print(f"[green]results:[/] {path}\n[green]run directory:[/] {out}")
+_ERRORS = ("aggregate.errors:TraceError", "aggregate.errors:LabelError", "aggregate.errors:PriorError",
+           "builtins:ValueError")
+_QUIET = Option("quiet", "--quiet", bool, False, "No progress bar.", "progress:enabled", negate=True)
+register(Verb(
+    "aggregate", "run", help="Traces + methods -> nested-CV posteriors, metrics, bootstrap, tables, plots, one results file.",
+    config_help="Run config (a path or a shipped name in aggregate/configs/, e.g. run_synthetic).",
+    load="aggregate.config:load_run_config", source="aggregate.config:config_path",
+    run="aggregate.experiments:run_to_dir", show=_show, unit="fold x method", plots=False, options=(_QUIET,),
+    errors=_ERRORS))
+register(Verb(
+    "aggregate", "sweep", help="Adversary sweeps over a synthetic council or a real trace file (--traces): "
+                               "dose-response (regime x k x p_wrong) or the sleeper axis (f).",
+    config_help="Sweep config (kind: dose_response | sleeper; a path or a shipped name, e.g. sweep_dose).",
+    load="aggregate.config:load_sweep_config", run="aggregate.experiments:sweep_to_dir", show=_show,
+    unit="fold x method", plots=False, errors=_ERRORS,
+    options=(Option("traces", "--traces", Optional[Path], None, "A council trace file (.jsonl / .jsonl.gz) to "
+                    "corrupt instead of the config's synthetic council.", "config:traces"), _QUIET)))
+add_verbs(app, "aggregate")
 
 
 @app.command()

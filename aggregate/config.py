@@ -8,7 +8,9 @@ from typing import Literal
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from aggregate.methods import check_method
-from core.config import Strict
+from core.config import Strict, load_yaml, resolve_config, set_dotted, validate
+
+CONFIGS_DIR = Path(__file__).resolve().parent / "configs"
 
 DEFAULT_METHODS = ["plurality", "verbalized", "best_member", "stacker", "gated", "ds_em",
                    "bda_shared", "bda_per_agent", "bda_confusion"]
@@ -212,3 +214,36 @@ class SweepConfig(_Common):
         if not p.is_absolute() and not p.exists() and base is not None and (base / p).exists():
             return base / p
         return p
+
+
+def _load(config: str | Path, model, overrides: dict | None):
+    """A config (a path, or a shipped name in ``aggregate/configs/``) with ``--set`` overrides; a
+    ``traces`` override (``--traces``) replaces the config's synthetic council."""
+    path = resolve_config(config, CONFIGS_DIR)
+    data = load_yaml(path)
+    over = dict(overrides or {})
+    if over.get("traces") is not None:
+        data.pop("synthetic", None)
+    for k, v in over.items():
+        set_dotted(data, k, v)
+    return validate(model, data, source=str(path)), path
+
+
+def load_run_config(config: str | Path, overrides: dict | None = None) -> "RunConfig":
+    """``chorus aggregate run``'s config (a relative ``traces`` path is read from the working
+    directory, else from the config's folder: ``RunConfig.traces_path``)."""
+    return _load(config, RunConfig, overrides)[0]
+
+
+def load_sweep_config(config: str | Path, overrides: dict | None = None) -> "SweepConfig":
+    """``chorus aggregate sweep``'s config; a relative ``traces`` path is made absolute (from the
+    working directory, else the config's folder), as the sweep records it."""
+    cfg, path = _load(config, SweepConfig, overrides)
+    if cfg.traces is not None:
+        cfg = cfg.model_copy(update={"traces": str(cfg.traces_path(path.parent).resolve())})
+    return cfg
+
+
+def config_path(config: str | Path) -> Path:
+    """The file a config name or path resolves to."""
+    return resolve_config(config, CONFIGS_DIR)

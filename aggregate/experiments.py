@@ -357,3 +357,24 @@ def _sweep_plots(run, cfg: SweepConfig, metrics: pd.DataFrame) -> None:
         line_plot(metrics, "f", "accuracy", "method", run.plot_path("sleeper"),
                   title=f"sleeper ({'synthetic' if cfg.traces is None else Path(cfg.traces).name}): "
                         "deployment accuracy vs contaminated calibration fraction f")
+
+
+# -- verbs (core.verbs): the run directory and its summary -----------------------------------------
+def run_to_dir(cfg: RunConfig, out: Path | None = None, *, progress: Progress | None = None,
+               source: str | None = None):
+    """``chorus aggregate run``: ``run_experiment`` into ``out`` (default runs/aggregate/NAME-run-TIME);
+    ``source`` is the config file, whose folder relative trace paths are read from."""
+    from core.runs import RunDir, run_dir_path
+    out = run_dir_path(out, "aggregate", f"{cfg.name}-run")
+    run_experiment(cfg, out, config_dir=Path(source).parent if source else None, progress=progress)
+    run = RunDir(out)
+    return run, run.summary()
+
+
+def sweep_to_dir(cfg: SweepConfig, out: Path | None = None, *, progress: Progress | None = None):
+    """``chorus aggregate sweep``: ``run_sweep`` into ``out`` (default runs/aggregate/NAME-sweep-TIME)."""
+    from core.runs import RunDir, run_dir_path
+    out = run_dir_path(out, "aggregate", f"{cfg.name}-sweep")
+    run_sweep(cfg, out, progress=progress)
+    run = RunDir(out)
+    return run, run.summary()

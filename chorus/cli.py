@@ -13,10 +13,10 @@ from core.cliutil import fail
 from interventions.cli import app as influence_app
 from serving.cli import generate, models_app, serve, store_app
 from serving.profiles import DEFAULT_PROFILE
-from simulate.belief_cli import app as belief_app
-from simulate.council_cli import council_app
-from simulate.debate_cli import debate_app
-from simulate.roleplay_cli import roleplay_app, sft_app
+from simulate.belief.cli import app as belief_app
+from simulate.council.cli import council_app
+from simulate.debate.cli import debate_app
+from simulate.roleplay.cli import roleplay_app, sft_app
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="chorus: self-hosted models that debate, simulate opinions and deliberate.")

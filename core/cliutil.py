@@ -72,6 +72,7 @@ def _run_command(v):
         from core.progress import progress
         from core.verbs import resolve
         run_kw: dict = dict(v.run_kw)
+        bar: dict = {}
         try:
             over = parse_overrides(kw["set_"])
             for o in v.options:
@@ -80,8 +81,8 @@ def _run_command(v):
                 if kind == "config":
                     if val is not None:
                         over[target] = str(val)
-                else:
-                    run_kw[target] = (not val) if o.negate else val
+                else:   # run: a keyword of the verb's run; progress: of the progress bar
+                    (run_kw if kind == "run" else bar)[target] = (not val) if o.negate else val
             cfg = v.load_config(kw["config"], over)
             if v.source:
                 run_kw["source"] = str(resolve(v.source)(kw["config"]))
@@ -91,7 +92,7 @@ def _run_command(v):
             label = f"{cfg.name} {v.run_args[0]}" if v.run_args else cfg.name
             if v.plots:
                 run_kw["make_plots"] = not kw["no_plots"]
-            with progress(label, v.unit) as update:
+            with progress(label, v.unit, **bar) as update:
                 rundir, summary = resolve(v.run)(cfg, *v.run_args, kw["out"], progress=update, **run_kw)
         except _bad_input(v) as err:
             fail(err)

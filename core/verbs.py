@@ -21,8 +21,9 @@ from typing import Any, Callable
 @dataclass(frozen=True)
 class Option:
     """A verb's own option beyond the shared ones: ``into`` is ``config:FIELD`` (the value becomes an
-    override of FIELD, as a string) or ``run:KWARG`` (a keyword of ``run``); ``negate`` for a
-    ``--no-X`` flag whose keyword is X."""
+    override of FIELD, as a string), ``run:KWARG`` (a keyword of ``run``) or ``progress:KWARG`` (of
+    the progress bar, e.g. ``enabled``); ``negate`` for a flag whose keyword is its opposite
+    (``--no-aggregate``: aggregate=False; ``--quiet``: enabled=False)."""
     name: str
     flag: str
     type: Any

@@ -4,7 +4,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from simulate.belief_cli import app
+from simulate.belief.cli import app
 
 runner = CliRunner()
 

@@ -16,7 +16,7 @@ from simulate.belief.config import BeliefConfig, ChannelCfg
 from simulate.belief.engine import simulate
 from simulate.belief.experiment import plan, run_experiment
 from simulate.belief.tables import events_table, utterances_table
-from simulate.belief_cli import app
+from simulate.belief.cli import app
 
 POWER3 = {"channel": {"kind": "power", "exponent": 3}}
 FAITHFUL = {"channel": {"kind": "faithful"}}

@@ -179,7 +179,7 @@ def test_bad_input_is_named(tmp_path):
 
 
 def test_command_and_report_dispatch(tmp_path):
-    from simulate.belief_cli import app
+    from simulate.belief.cli import app
     runner = CliRunner()
     out = tmp_path / "cli"
     r = runner.invoke(app, ["cross", "--synthetic", "--model", "synth-a", "--model", "synth-b", "--out", str(out),

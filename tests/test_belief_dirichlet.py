@@ -298,7 +298,7 @@ def test_shipped_multi_topics_render_without_numbers():
 
 # -- the command -------------------------------------------------------------------------------------
 def test_multi_command_then_report(tmp_path):
-    from simulate.belief_cli import app
+    from simulate.belief.cli import app
     runner = CliRunner()
     out = tmp_path / "m"
     r = runner.invoke(app, ["multi", "multi_fj", "--set", "seeds=2", "--set", "n_agents=8", "--set", "rounds=5",

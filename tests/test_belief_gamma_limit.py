@@ -51,7 +51,7 @@ def test_gamma_ablation_oracle_reports_fj_against_the_limit(tmp_path):
     from simulate.belief.config import BeliefConfig
     from simulate.belief.experiment import run_experiment
 
-    cfg = load_named("gamma_ablation", BeliefConfig, Path("simulate/configs/belief"),
+    cfg = load_named("gamma_ablation", BeliefConfig, Path("simulate/belief/configs"),
                      {"mode": "oracle", "seeds": 2, "n_agents": 8, "rounds": 30})
     _, summary = run_experiment(cfg, tmp_path / "g", sweep=True, make_plots=False)
     fj1 = [c for c in summary["conditions"] if c["gamma"] == 1.0 and c["population"] == "fj"][0]

@@ -52,7 +52,7 @@ def test_sft_without_checkpointing_is_refused_by_the_planner_naming_trainer_and_
     assert "\n" not in msg and "(device cuda:0 (test))" in msg
     assert "activations 68.0" in msg      # the estimate's components, then what fits instead
     assert msg.endswith("instead with training.gradient_checkpointing=true: 70.6 GiB; the shipped LoRA config "
-                        "(chorus sft train lora, simulate/configs/sft/lora.yaml): 25.2 GiB")
+                        "(chorus sft train lora, simulate/roleplay/configs/sft/lora.yaml): 25.2 GiB")
     assert isinstance(err.value, SftMemoryError) and isinstance(err.value, ConfigError)   # the CLI's one-line exit
 
 

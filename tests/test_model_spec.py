@@ -73,8 +73,11 @@ def test_belief_old_keys_still_load():
 
 def _shipped() -> list[tuple[str, Path]]:
     out = []
-    for d in sorted((ROOT / "simulate" / "configs").iterdir()):
-        out += [(d.name, p) for p in sorted(d.glob("*.yaml"))]
+    S = ROOT / "simulate"   # each part's configs in its own folder (role-play and SFT: one subfolder each)
+    for part, d in [("belief", S / "belief" / "configs"), ("council", S / "council" / "configs"),
+                    ("debate", S / "debate" / "configs"), ("roleplay", S / "roleplay" / "configs" / "roleplay"),
+                    ("sft", S / "roleplay" / "configs" / "sft")]:
+        out += [(part, p) for p in sorted(d.glob("*.yaml"))]
     out += [("internals" if p.stem.startswith("internals") else "influence", p)
             for p in sorted((ROOT / "interventions" / "configs").glob("*.yaml"))]
     return out

@@ -142,7 +142,7 @@ def test_paper_recipe_at_8b_fits_an_h100_only_as_shipped():
         "(8.030 B trainable; bfloat16; micro-batch 4 x 4096 tokens; gradient checkpointing off) needs an estimated "
         "132.5 GiB = weights 15.0 + gradients 15.0 + optimizer adamw_torch_fused 29.9 + activations 68.0 + loss head "
         "3.7 + overhead 1.0 GiB; instead with training.gradient_checkpointing=true: 70.6 GiB; the shipped LoRA config "
-        "(chorus sft train lora, simulate/configs/sft/lora.yaml): 25.2 GiB")
+        "(chorus sft train lora, simulate/roleplay/configs/sft/lora.yaml): 25.2 GiB")
     # on a 40 GiB card even the checkpointed full run is refused, and LoRA is what fits
     with pytest.raises(SftMemoryError, match=r"does not fit A100 \(40.0 GiB\).* needs an estimated 70.6 GiB.*"
                                              r"lora.yaml\): 25.2 GiB$"):

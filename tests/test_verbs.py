@@ -10,8 +10,8 @@ from core.verbs import REGISTRY, Verb, register, resolve, verbs
 
 runner = CliRunner()
 
-# the verbs that run a config into a run directory (aggregate joins them later)
-EXPECTED = {("debate", "run"), ("council", "run"), ("roleplay", "run"), ("sft", "train"),
+# every verb that runs a config into a run directory
+EXPECTED = {("aggregate", "run"), ("aggregate", "sweep"), ("debate", "run"), ("council", "run"), ("roleplay", "run"), ("sft", "train"),
             ("belief", "run"), ("belief", "sweep"), ("belief", "multi"),
             *(("influence", v) for v in ("readout", "ablate", "cues", "knockout", "patch", "probe", "transfer",
                                         "concepts"))}

@@ -4,13 +4,23 @@ Kept-stable entry points: ``step``, ``kappa_hat``, ``fj_fixed_point`` (numpy, br
 The engine, roles, topics and experiments live in the submodules; this package imports no
 model code.
 """
-from .core import (committed_minority_meanfield, committed_minority_product, credence, discounted_count, eta_schedule,
-                   fj_fixed_point, fj_lambda, fj_step, kappa_hat, prior_counts, stationary_point, step,
-                   step_coefficients, total_count, well_conditioned)
+import importlib
+from typing import Any
 
-__all__ = [
-    "step", "kappa_hat", "fj_fixed_point", "credence", "prior_counts", "discounted_count",
-    "total_count", "step_coefficients", "fj_step", "fj_lambda", "stationary_point",
-    "eta_schedule", "committed_minority_product", "committed_minority_meanfield",
-    "well_conditioned",
-]
+# a lazy package (PEP 562, as ``aggregate``): ``chorus --help`` mounts simulate.belief.cli without numpy
+_EXPORTS = {
+    "step": "core", "kappa_hat": "core", "fj_fixed_point": "core", "credence": "core",
+    "prior_counts": "core", "discounted_count": "core", "total_count": "core", "step_coefficients": "core",
+    "fj_step": "core", "fj_lambda": "core", "stationary_point": "core", "eta_schedule": "core",
+    "committed_minority_product": "core", "committed_minority_meanfield": "core", "well_conditioned": "core",
+}
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    mod = _EXPORTS.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'simulate.belief' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"simulate.belief.{mod}"), name)
+    globals()[name] = value
+    return value

@@ -18,7 +18,7 @@ from pydantic import Field, field_validator, model_validator
 from core.config import Strict, load_named, resolve_config, set_dotted, validate
 from serving.spec import MaxTokens, ModelSpec, Sampling, Temperature, fold_legacy
 
-CONFIGS_DIR = Path(__file__).resolve().parent.parent / "configs" / "belief"
+CONFIGS_DIR = Path(__file__).resolve().parent / "configs"
 
 
 
@@ -258,7 +258,7 @@ def _set_path(data: dict, dotted: str, value: Any) -> None:
 
 
 def resolve_config_path(name: str | Path) -> Path:
-    """A path, or the name of a shipped config in ``simulate/configs/belief/``."""
+    """A path, or the name of a shipped config in ``simulate/belief/configs/``."""
     return resolve_config(name, CONFIGS_DIR)
 
 

@@ -23,7 +23,7 @@ from serving.spec import MaxTokens, ModelSpec, Temperature, fold_legacy
 
 from .config import AnalysisCfg, GeneratorCfg, Topology
 
-CONFIGS_DIR = Path(__file__).resolve().parent.parent / "configs" / "belief"
+CONFIGS_DIR = Path(__file__).resolve().parent / "configs"
 
 
 class InitialCredences(Strict):

@@ -11,7 +11,7 @@ from pydantic import Field, field_validator, model_validator
 from core.config import Strict, load_named, resolve_config
 from serving.spec import Backend, Dtype, MaxTokens, ModelSpec, RoleSpec, Sampling, engine_conflict
 
-CONFIGS_DIR = Path(__file__).resolve().parents[1] / "configs" / "council"
+CONFIGS_DIR = Path(__file__).resolve().parent / "configs"
 BASELINES = ("moa", "moa_lite", "self_moa", "argllms")
 # bda_tempered (the seed's E.5 control, tau by CV) is in by default: the one-coin grid's b >= 0.52
 # presumes seats better than chance; with K = 4 and weak seats the untempered one-coin arms are overconfident.

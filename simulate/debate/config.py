@@ -12,7 +12,7 @@ from pydantic import Field, field_validator, model_validator
 from core.config import Strict, load_named, resolve_config
 from serving.spec import MaxTokens, ModelSpec, Sampling
 
-CONFIGS_DIR = Path(__file__).resolve().parents[1] / "configs" / "debate"
+CONFIGS_DIR = Path(__file__).resolve().parent / "configs"
 
 
 

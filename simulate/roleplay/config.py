@@ -11,7 +11,7 @@ from pydantic import Field, field_validator
 from core.config import Strict, load_named, resolve_config
 from serving.spec import MaxTokens, ModelSpec, RoleSpec, Sampling
 
-CONFIGS_DIR = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS_DIR = Path(__file__).resolve().parent / "configs"   # configs/roleplay/ and configs/sft/
 RESERVED = {"human", "degroot", "classifier"}
 
 

@@ -271,7 +271,7 @@ def check_fits(est: SftMemoryEstimate, device_gib: float, device: str, *,
                          f"estimated {est.total_gib:.1f} GiB = {est.breakdown()}" + (f"; instead {alts}" if alts else ""))
 
 
-LORA_FALLBACK = "the shipped LoRA config (chorus sft train lora, simulate/configs/sft/lora.yaml)"
+LORA_FALLBACK = "the shipped LoRA config (chorus sft train lora, simulate/roleplay/configs/sft/lora.yaml)"
 
 
 def decide(config: dict[str, Any], settings: SftSettings, device: str, device_gib: float, *,
