@@ -1,5 +1,5 @@
 """Kill-safe drivers: `chorus debate run` and `chorus council run` SIGKILLed at several points of a
-real run (while the model loads, at a third and at two thirds of the calls), then rerun with the
+real run (while the model loads, and halfway through the calls), then rerun with the
 same arguments, end with exactly the tables of an uninterrupted run, and lose no stored call."""
 from __future__ import annotations
 
@@ -40,10 +40,10 @@ def _finish(args: list[str], out: Path) -> None:
 
 def _kill_at_points(args: list[str], out: Path, n_calls: int, targets: tuple[int, ...] | None = None) -> list[int]:
     """Start the run and SIGKILL it at each target: by default while it starts (its run directory
-    exists, no call stored yet), then once a third and two thirds of the calls are stored.
+    exists, no call stored yet), then once half of the calls are stored.
     Returns the stored counts at each kill."""
     kept = []
-    for target in targets or (0, n_calls // 3, 2 * n_calls // 3):
+    for target in targets or (0, n_calls // 2):
         before = _stored(out)
         p = _start(args, out)
         deadline = time.time() + 600
