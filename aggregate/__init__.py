@@ -17,8 +17,7 @@ imported only where used.
 """
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from core.lazy import lazy_getattr
 
 # name -> submodule; imported on first access (PEP 562) so that ``import aggregate`` (done by
 # the ``chorus`` CLI on every call) stays cheap.
@@ -46,13 +45,7 @@ _EXPORTS = {
 __all__ = list(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    mod = _EXPORTS.get(name)
-    if mod is None:
-        raise AttributeError(f"module 'aggregate' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"aggregate.{mod}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, _EXPORTS, globals())
 
 
 def __dir__() -> list[str]:

@@ -4,8 +4,7 @@ Kept-stable entry points: ``step``, ``kappa_hat``, ``fj_fixed_point`` (numpy, br
 The engine, roles, topics and experiments live in the submodules; this package imports no
 model code.
 """
-import importlib
-from typing import Any
+from core.lazy import lazy_getattr
 
 # a lazy package (PEP 562, as ``aggregate``): ``chorus --help`` mounts simulate.belief.cli without numpy
 _EXPORTS = {
@@ -17,10 +16,4 @@ _EXPORTS = {
 __all__ = list(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    mod = _EXPORTS.get(name)
-    if mod is None:
-        raise AttributeError(f"module 'simulate.belief' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"simulate.belief.{mod}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, _EXPORTS, globals())
