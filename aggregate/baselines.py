@@ -1,6 +1,8 @@
 """Baselines (BDA paper §B.1), run on the same folds, label budget and tie-break discipline as BDA.
 
 * ``Plurality``: round-0 proposals; confidence = the winning fraction.
+* ``FinalPlurality``: the last round's endorsements (a debate's final majority), the same way.
+* ``VoteArm``: an independent vote arm's tallies carried in the trace (``vote_arm``), the same way.
 * ``VerbalizedVote``: round-0 proposals weighted by stated confidence; confidence = the
   winner's mean stated confidence.
 * ``BestMember``: the seat with the best round-0 accuracy on the training part.
@@ -77,6 +79,37 @@ class Plurality(Aggregator):
 
     def _proba(self, pool: Pool, idx: np.ndarray) -> np.ndarray:
         return _fractions(_vote_counts(pool, idx))
+
+
+class FinalPlurality(Aggregator):
+    """Most-endorsed answer of each trace's last round (a debate's own final majority: every seat's
+    final answer); probabilities = those shares (uniform when the last round endorses nothing)."""
+
+    supervised = False
+
+    def _fit(self, pool: Pool, idx: np.ndarray) -> None:
+        self.agents_ = pool.agents
+
+    def _proba(self, pool: Pool, idx: np.ndarray) -> np.ndarray:
+        return _fractions(pool.final_votes[np.asarray(idx)])
+
+
+class VoteArm(Aggregator):
+    """Plurality of an independent vote arm carried in each trace (``vote_arm``: {candidate: count},
+    e.g. a debate's compute-matched majority vote); probabilities = its vote shares."""
+
+    supervised = False
+
+    def _fit(self, pool: Pool, idx: np.ndarray) -> None:
+        self.agents_ = pool.agents
+
+    def _proba(self, pool: Pool, idx: np.ndarray) -> np.ndarray:
+        V = pool.arm_votes[np.asarray(idx)]
+        miss = np.flatnonzero(np.isnan(V).any(1))
+        if len(miss):
+            raise TraceError(f"vote_arm: {len(miss)} of {len(V)} traces carry no 'vote_arm' tallies "
+                             f"(e.g. task {pool.task_ids[np.asarray(idx)[miss[0]]]!r}); run the vote arm or drop the method")
+        return _fractions(V)
 
 
 class VerbalizedVote(Aggregator):

@@ -1,4 +1,4 @@
-"""``chorus aggregate``: run | sweep | verify (plus generate, check for trace files).
+"""``chorus aggregate``: run | sweep | verify (plus generate, check and flips for trace files).
 
 Heavy imports (numpy, pandas, scikit-learn, crowd-kit, matplotlib) happen inside the verbs:
 this module is imported on every ``chorus`` call.
@@ -134,3 +134,43 @@ def check(traces: Path = typer.Argument(..., help="Trace file (.jsonl / .jsonl.g
     typer.echo(json.dumps(rep.to_dict(), indent=2))
     if rep.rejected:
         raise typer.Exit(1)
+
+
+@app.command()
+def flips(traces: List[Path] = typer.Argument(..., help="Trace files (.jsonl / .jsonl.gz); labelled traces are read."),
+          b: float = typer.Option(0.58, "--b", help="The neutral prior's mean reliability (every seat the same)."),
+          s: float = typer.Option(16.0, "--s", help="The neutral prior's strength."),
+          seed: int = typer.Option(0, "--seed", help="Tie-break seed."),
+          protocol: str = typer.Option("strict", "--protocol", help="strict | general"),
+          out: Optional[Path] = typer.Option(None, "--out", help="Folder for flips.parquet, flips_by_k.json and "
+                                                                  "plots/flip_ratios.png (default: print only).")) -> None:
+    """The decision-flip diagnostic (BDA paper E.4, Fig. 6): round 0 against the full trace under a neutral
+    prior, as fixes and breaks by K."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from aggregate.flips import decision_flips, flip_summary, plot_ratios
+    from aggregate.trace import load_traces
+    from core.runs import write_json
+
+    try:
+        trs = [tr for p in traces for tr in load_traces(p)]
+        per_task = decision_flips(trs, b=b, s=s, seed=seed, protocol=protocol)
+    except _user_errors() as err:
+        _fail(str(err))
+    summ = flip_summary(per_task)
+    t = Table(title=f"decision flips, round 0 -> full trace (neutral prior b={b}, s={s}; {len(per_task)} labelled tasks)")
+    cols = ["K", "n_tasks", "changed", "fixed", "broken", "swapped", "net", "ratio", "accuracy_round0", "accuracy_full"]
+    for c in cols:
+        t.add_column(c)
+    for row in summ.to_dict("records"):
+        t.add_row(*(f"{row[c]:.3f}" if isinstance(row[c], float) else str(row[c]) for c in cols))
+    Console().print(t)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        per_task.to_parquet(out / "flips.parquet", index=False)
+        write_json(out / "flips_by_k.json", {"b": b, "s": s, "seed": seed, "protocol": protocol,
+                                             "sources": [str(p) for p in traces], "by_K": summ.to_dict("records")})
+        (out / "plots").mkdir(exist_ok=True)
+        plot_ratios(summ, out / "plots" / "flip_ratios.png")
+        typer.echo(f"results: {out} (flips.parquet, flips_by_k.json, plots/flip_ratios.png)")

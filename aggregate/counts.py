@@ -47,6 +47,10 @@ class Pool:
     r0_conf: np.ndarray  # (T, I) its stated confidence, nan if none
     gold: np.ndarray  # (T,) gold candidate index, -1 if unlabelled
     report: ProtocolReport = field(default_factory=ProtocolReport)
+    # (T, K) positive endorsements made in each trace's last round (a debate's final answers)
+    final_votes: np.ndarray | None = None
+    # (T, K) an independent vote arm's tallies carried in the trace (``vote_arm``), nan if none
+    arm_votes: np.ndarray | None = None
 
     # -- construction ------------------------------------------------------------------
     @classmethod
@@ -100,16 +104,23 @@ class Pool:
         neg = np.zeros((T, I, K), dtype=np.int32)
         r0a = np.full((T, I), -1, dtype=np.int64)
         r0c = np.full((T, I), np.nan)
+        final = np.zeros((T, K))
+        arm = np.full((T, K), np.nan)
         report = ProtocolReport()
         cand_lists: list[tuple[str, ...]] = []
         for t, tr in enumerate(traces):
             cl = shared_c if shared_c is not None else tr.candidates
             cand_lists.append(cl)
             c_index = {c: k for k, c in enumerate(cl)}
+            last = max(m.round for m in tr.moves)
+            if tr.extra.get("vote_arm") is not None:
+                arm[t] = _arm_tallies(tr, c_index)
             for en in proto.endorsements(tr, on_violation, report):
                 i, k = a_index[en.agent], c_index[en.candidate]
                 if en.sign > 0:
                     pos[t, i, k] += 1
+                    if en.round == last:
+                        final[t, k] += 1
                     # the round-0 proposal (first accepted one) feeds the vote baselines
                     if en.round == 0 and r0a[t, i] < 0 and tr.moves[en.move].force == "propose":
                         r0a[t, i] = k
@@ -121,7 +132,7 @@ class Pool:
         return cls(task_ids=tuple(tr.task_id for tr in traces),
                    question_ids=tuple(tr.qid for tr in traces), agents=agent_list,
                    candidates=cand_lists, shared_candidates=shared_c, pos=pos, neg=neg,
-                   r0_answer=r0a, r0_conf=r0c, gold=g, report=report)
+                   r0_answer=r0a, r0_conf=r0c, gold=g, report=report, final_votes=final, arm_votes=arm)
 
     # -- shape ---------------------------------------------------------------------------
     @property
@@ -216,6 +227,22 @@ class Pool:
             "e": self.e[idx].ravel(), "c": self.c[idx].ravel(), "d": self.d[idx].ravel(),
             "N": np.repeat(self.N[idx].ravel(), K), "n": self.n[idx].ravel(),
         })
+
+
+def _arm_tallies(tr: Trace, c_index: Mapping[str, int]) -> np.ndarray:
+    """A trace's ``vote_arm`` field ({candidate: count}, e.g. a debate's compute-matched vote arm)
+    as a (K,) tally; a candidate outside the task's set or a negative count is an error."""
+    votes = tr.extra["vote_arm"]
+    if not isinstance(votes, Mapping):
+        raise TraceError(f"task {tr.task_id!r}: 'vote_arm' must map candidates to counts, got {votes!r}")
+    out = np.zeros(len(c_index))
+    for cand, n in votes.items():
+        if cand not in c_index:
+            raise TraceError(f"task {tr.task_id!r}: vote_arm candidate {cand!r} is not one of {list(c_index)!r}")
+        if isinstance(n, bool) or not isinstance(n, (int, float)) or n < 0:
+            raise TraceError(f"task {tr.task_id!r}: vote_arm count for {cand!r} must be >= 0, got {n!r}")
+        out[c_index[cand]] = n
+    return out
 
 
 def _gold_indices(traces: Sequence[Trace], cand_lists, gold) -> np.ndarray:

@@ -7,13 +7,16 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping
 
 from aggregate.base import Aggregator
-from aggregate.baselines import (BestMember, DawidSkeneEM, GatedVote, IsotonicRecalibrated, LogisticStacker, Plurality,
-                                 VerbalizedVote)
+from aggregate.baselines import (BestMember, DawidSkeneEM, FinalPlurality, GatedVote, IsotonicRecalibrated,
+                                 LogisticStacker, Plurality, VerbalizedVote, VoteArm)
 from aggregate.estimators import B_GRID, KAPPA_GRID, LAMBDA_GRID, S_GRID, TAU_GRID, ConfusionBDA, OneCoinBDA
 
 #: name -> (description, factory(grids, common kwargs))
 _REGISTRY: dict[str, tuple[str, Callable[[Mapping[str, Any], dict], Aggregator]]] = {
     "plurality": ("plurality of round-0 proposals", lambda g, kw: Plurality(**kw)),
+    "final_plurality": ("plurality of the last round's endorsements (a debate's final majority)",
+                        lambda g, kw: FinalPlurality(**kw)),
+    "vote_arm": ("plurality of the trace's independent vote arm (vote_arm tallies)", lambda g, kw: VoteArm(**kw)),
     "verbalized": ("verbalized-confidence vote", lambda g, kw: VerbalizedVote(**kw)),
     "best_member": ("best member (round-0 accuracy on the training part)", lambda g, kw: BestMember(**kw)),
     "stacker": ("logistic stacker on [c_i(g), d_i(g)]",

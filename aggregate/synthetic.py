@@ -179,8 +179,11 @@ def permute_labels(traces: Sequence[Trace], seed: int = 0) -> list[Trace]:
         m = {c: tr.candidates[p] for c, p in zip(tr.candidates, perm)}
         moves = tuple(Move(mv.agent, mv.round, mv.force, None if mv.answer is None else m[mv.answer],
                            mv.target, mv.confidence, mv.text, mv.extra) for mv in tr.moves)
+        extra = dict(tr.extra)
+        if isinstance(extra.get("vote_arm"), dict):  # an external vote arm's tallies follow the relabelling
+            extra["vote_arm"] = {m.get(c, c): n for c, n in extra["vote_arm"].items()}
         out.append(Trace(tr.task_id, tr.candidates, moves, None if tr.gold is None else m[tr.gold],
-                         tr.question_id, tr.extra))
+                         tr.question_id, extra))
     return out
 
 

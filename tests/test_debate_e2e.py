@@ -118,3 +118,30 @@ def test_influence_ablate_and_cues_from_source_run(debate_run, hf_engine, tmp_pa
             assert "reasoning_share" in s
         else:
             assert "record_status_ratio" in s and "relabel_shift" in s
+
+
+def test_real_debate_read_as_council_traces(debate_run, tmp_path):
+    """``chorus debate bda`` on the embedded model's debate: every parsed turn of the labelled option
+    questions is one STRICT-legal move the aggregators read; two labelled questions cannot fill nested
+    folds, which the command says in one line (the pipeline past it: tests/test_debate_bda.py)."""
+    from typer.testing import CliRunner
+
+    from aggregate.counts import Pool
+    from aggregate.flips import decision_flips
+    from chorus.cli import app
+    from simulate.debate.bda import debate_traces, read_run
+    run, _ = debate_run
+    turns, items, votes = read_run(run.path)
+    traces, info = debate_traces(turns, items, votes=votes)
+    d = turns[(turns["condition"] == "debate") & turns["qid"].isin(["t1", "t2"])]
+    moved = sum(len(tr.moves) for tr in traces)
+    assert moved == int(d["parsed"].sum()) - info["n_turns_without_round_0"]
+    assert info["left_out"]["numeric"] == 0 and info["left_out"]["unlabelled"] == 1  # t4 never reaches the turns
+    for tr in traces:
+        assert Pool.from_traces([tr], protocol="strict", on_violation="error").report.rejected == 0
+        assert tr.gold == items[tr.task_id].reference and tr.candidates == tuple(items[tr.task_id].labels)
+    if traces:
+        assert len(decision_flips(traces)) == len(traces)
+    r = CliRunner().invoke(app, ["debate", "bda", str(run.path), "--out", str(tmp_path / "bda")])
+    assert r.exit_code == 2, r.output
+    assert (("no candidate group can be cross-validated" in r.output) if traces else ("has a parsed turn" in r.output)), r.output

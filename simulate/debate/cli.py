@@ -1,4 +1,4 @@
-"""``chorus debate`` (bench | run | report | judge); run and report are built from the verb registry (``core.verbs``). ``chorus influence`` is ``interventions.cli``. Heavy
+"""``chorus debate`` (bench | run | report | judge | bda); run and report are built from the verb registry (``core.verbs``). ``chorus influence`` is ``interventions.cli``. Heavy
 imports stay inside the commands so ``chorus --help`` stays fast."""
 from __future__ import annotations
 
@@ -51,6 +51,12 @@ def _print_debate(console, path: Path, s: dict) -> None:
                       f"cap hits {v['n_cap_hits']}; on {v.get('n_paired', 0)} common questions: " + "; ".join(
                           f"{a} acc {_fmt(m['accuracy']['estimate'])}, wrong unanimity "
                           f"{_fmt(m['wrong_unanimity']['estimate'])}" for a, m in (v.get("arms") or {}).items()))
+    for name, b in (s.get("bda") or {}).items():  # chorus debate bda: BDA over the debating agents
+        for gname, g in b["groups"].items():
+            m = g["metrics"]
+            line = ", ".join(f"{k} acc {_fmt(m[k]['accuracy'])}" for k in ("final_plurality", "plurality", "bda_per_agent")
+                             if k in m) or f"skipped: {g['skipped']}"
+            console.print(f"BDA {name}, {gname} ({g['n_traces']} questions): {line}")
     ex = s.get("exclusions", {})
     console.print(f"exclusions: {ex.get('n', 0)} {ex.get('by_reason', {})}; parse rate {_fmt(s.get('parse_rate'))}, "
                   f"truncated {s.get('n_truncated')}")
@@ -120,3 +126,56 @@ def judge(run_dir: Path = typer.Argument(..., help="A debate run directory."),
     _print_debate(Console(), run_dir, summary)
     typer.echo(f"judge {info['judge_profile']} (prompt {info['prompt_name']} {info['prompt_sha256'][:12]}): "
                f"{info['counts']}; ledger {run_dir}/tables/judge_ledger.parquet")
+
+
+@debate_app.command()
+def bda(run_dir: Path = typer.Argument(..., help="A debate run directory."),
+        condition: str = typer.Option("debate", "--condition", help="Which condition's turns become traces: debate or reflection."),
+        config: str = typer.Option("run_debate", "--config",
+                                   help="An aggregate run config (a path or a shipped name; traces are set from the run)."),
+        sets: Optional[List[str]] = typer.Option(None, "--set", help="Override a config field: key=value (repeatable)."),
+        out: Optional[Path] = typer.Option(None, "--out", help="Output folder (default RUN/bda-CONDITION)."),
+        no_plots: bool = typer.Option(False, "--no-plots", help="Skip the figures.")) -> None:
+    """BDA over a debate's agents: turns -> typed moves (simulate/debate/bda.py) -> one aggregate run per
+    candidate set (nested CV of every method, bootstrap against the debate's own final majority)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from aggregate.errors import LabelError, ProtocolError, TraceError
+    from core.cliutil import parse_overrides
+    from core.config import ConfigError
+    from simulate.debate.bda import DebateTraceError, run_bda
+    try:
+        path, s = run_bda(run_dir, condition=condition, config=config, overrides=parse_overrides(sets),
+                          out=out, make_plots=not no_plots)
+    except (ConfigError, DebateTraceError, FileNotFoundError, LabelError, ProtocolError, TraceError, ValueError) as err:
+        _fail(err)
+    console = Console()
+    console.print(f"{s['n_traces']} traces from {s['n_questions']} questions ({s['condition']}); left out "
+                  f"{s['left_out']}; unparsed turns {s['n_unparsed_turns']}, turns without a round-0 proposal "
+                  f"{s['n_turns_without_round_0']}; moves {s['moves']}")
+    for name, g in s["groups"].items():
+        if "metrics" not in g:
+            console.print(f"[yellow]{name}: {g['n_traces']} questions, skipped: {g['skipped']}[/yellow]")
+            continue
+        t = Table(title=f"{name}: {g['n_traces']} questions, {g['n_agents']} agents")
+        for col in ("method", "accuracy", "brier", "ece_ew"):
+            t.add_column(col)
+        for m, v in g["metrics"].items():
+            t.add_row(m, *(_fmt(v[k]) for k in ("accuracy", "brier", "ece_ew")))
+        console.print(t)
+    d = s.get("debate") or {}
+    if d:
+        console.print(f"the debate's own summary (all its labelled questions): initial majority "
+                      f"{_fmt(d.get('acc_initial_majority'))}, final majority {_fmt(d.get('acc_final_majority'))}, "
+                      f"wrong unanimity {_fmt(d.get('wrong_unanimity'))}")
+    note = embedded_note([_run_model(run_dir)])
+    if note:
+        console.print(f"[yellow]{note}[/yellow]", highlight=False)
+    console.print(f"results: [bold]{path}[/bold] (summary.json, mapping.json, traces/, one aggregate run per group)")
+
+
+def _run_model(run_dir: Path):
+    import json
+    p = Path(run_dir) / "summary.json"
+    return json.loads(p.read_text()).get("model") if p.is_file() else None

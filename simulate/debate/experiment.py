@@ -93,6 +93,14 @@ def run_debate(cfg: DebateConfig, out: Path | None = None, *, progress: Progress
 
 
 @amends_run
+def _bda_brief(s: dict[str, Any]) -> dict[str, Any]:
+    return {"condition": s["condition"], "n_traces": s["n_traces"], "left_out": s["left_out"],
+            "groups": {k: {"n_traces": g["n_traces"], "skipped": g.get("skipped"),
+                           "metrics": {m: {x: v[x] for x in ("accuracy", "brier", "ece_ew")}
+                                       for m, v in (g.get("metrics") or {}).items()}}
+                       for k, g in s["groups"].items()}}
+
+
 def report(run_dir: str | Path, *, make_plots: bool = True) -> dict[str, Any]:
     """summary.json and plots from RUN/config.yaml, RUN/tables/*.parquet and RUN/protocol.json."""
     from core.config import load_config
@@ -128,6 +136,9 @@ def report(run_dir: str | Path, *, make_plots: bool = True) -> dict[str, Any]:
     if (run.path / "tables" / "votes.parquet").is_file():  # the compute-matched vote arm (voting.py)
         from simulate.debate.voting import report_votes
         summary["vote"] = report_votes(run, cfg, turns, q, make_plots=make_plots)
+    bda = sorted(run.path.glob("bda-*/summary.json"))  # chorus debate bda (bda.py) wrote these inside the run
+    if bda:
+        summary["bda"] = {p.parent.name: _bda_brief(json.loads(p.read_text())) for p in bda}
     if make_plots:
         from simulate.debate import plots
         plots.by_round(summary, "unanimity_by_round", run.plot_path("unanimity_by_round"), ylabel="unanimous groups",
