@@ -80,26 +80,8 @@ def test_traces_are_strict_legal_and_name_what_they_leave_out():
 
 
 def _synthetic_debate(tmp_path, rel, n=600, rounds=2, seed=0):
-    """A finished debate run directory whose agents answer a yes/no question correctly with their planted
-    reliability in every round (independently), so each agent's share of moves consistent with gold is its
-    reliability whatever the mapping makes of a switch."""
-    from core.runs import RunDir
-    from simulate.debate.questions import write_bench
-    rng = np.random.default_rng(seed)
-    items = [_item(f"q{k:04d}", "yes" if k % 2 else "no") for k in range(n)]
-    rows = []
-    for it in items:
-        for r in range(rounds + 1):
-            for a, p in enumerate(rel):
-                right = rng.random() < p
-                ans = it.reference if right else ("no" if it.reference == "yes" else "yes")
-                rows.append({"qid": it.id, "family": it.family, "domain": "knowledge", "subdomain": "toy",
-                             "agent": a, "round": r, "condition": "debate", "shared": r == 0, "response": ans,
-                             "answer": ans, "parsed": True, "reference": it.reference})
-    run = RunDir.create(tmp_path / "debate", part="debate")
-    write_bench(items, run.path / "bench.jsonl")
-    run.write_table("turns", pd.DataFrame(rows))
-    return run.path
+    from simulate.debate.bda import synthetic_debate
+    return synthetic_debate(tmp_path / "debate", rel, n=n, rounds=rounds, seed=seed)
 
 
 def test_bda_over_a_synthetic_debate_recovers_planted_reliabilities(tmp_path):

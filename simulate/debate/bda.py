@@ -271,3 +271,33 @@ def _plot(summary: dict[str, Any], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
     fig.savefig(path)
+
+
+# -- a synthetic debate with planted reliabilities (recovery checks: tests and bench/) ------------------
+def synthetic_debate(out: str | Path, reliabilities: list[float], *, n: int = 600, rounds: int = 2, seed: int = 0) -> Path:
+    """A finished debate run directory (``bench.jsonl`` and ``tables/turns.parquet``) over ``n`` yes/no
+    questions whose agent i answers correctly with probability ``reliabilities[i]`` in every round,
+    independently: its share of moves consistent with gold is its reliability, whatever the mapping makes
+    of a switch, so BDA's fitted reliabilities must recover the planted ones."""
+    import numpy as np
+
+    from core.runs import RunDir
+    from simulate.debate.questions import validate_item, write_bench
+    rng = np.random.default_rng(seed)
+    items = [validate_item({"id": f"q{k:05d}", "domain": "knowledge", "subdomain": "synthetic", "family": f"q{k:05d}",
+                            "question": "?", "options": ["yes", "no"], "labels": ["yes", "no"],
+                            "reference": "yes" if k % 2 else "no"}) for k in range(n)]
+    right = rng.random((n, rounds + 1, len(reliabilities))) < np.asarray(reliabilities)
+    rows = []
+    for k, it in enumerate(items):
+        wrong = "no" if it.reference == "yes" else "yes"
+        for r in range(rounds + 1):
+            for a in range(len(reliabilities)):
+                ans = it.reference if right[k, r, a] else wrong
+                rows.append({"qid": it.id, "family": it.family, "domain": it.domain, "subdomain": it.subdomain,
+                             "agent": a, "round": r, "condition": "debate", "shared": r == 0, "response": ans,
+                             "answer": ans, "parsed": True, "reference": it.reference})
+    run = RunDir.create(Path(out), part="debate", seeds={"seed": seed}, synthetic={"reliabilities": list(reliabilities)})
+    write_bench(items, run.path / "bench.jsonl")
+    run.write_table("turns", pd.DataFrame(rows))
+    return run.path
