@@ -323,7 +323,7 @@ def test_two_real_servers_one_killed_mid_run(server, hf_engine, tmp_path):
         assert [o.text for o in eng.chat(chats(), temperature=0, max_tokens=24)] == ref
         assert eng.backend.sent[u2] > 0
 
-        over = {"rounds": 1, "bench.limit": 4, "generation.max_tokens": 24, "model.backend": "openai",
+        over = {"rounds": 1, "bench.limit": 2, "generation.max_tokens": 24, "model.backend": "openai",
                 "analysis.n_boot": 50, "analysis.n_perm": 50}
         one = load("smoke", DebateConfig, {**over, "model.endpoints": [u1]})
         run1, _ = run_debate(one, tmp_path / "one", make_plots=False)
