@@ -67,6 +67,7 @@ def test_traces_are_strict_legal_and_name_what_they_leave_out():
     assert info["left_out"] == {"numeric": 1, "unlabelled": 1, "no_parsed_turn": 1}
     assert info["n_unparsed_turns"] == 6 and info["vote_arm"] is True
     assert traces[0].candidates == ("yes", "no") and traces[0].gold == "yes"
+    assert traces[0].question_id == items["a"].family  # the bootstrap clusters a scenario family's variants
     assert traces[1].candidates == ("A", "B", "C") and traces[1].extra["vote_arm"] == {"B": 1}
     assert traces[0].extra["vote_arm"] == {"yes": 1, "no": 1}
     pool = Pool.from_traces(traces[:1], protocol="strict", on_violation="error")  # no move is rejected

@@ -15,7 +15,9 @@ The mapping from turns to typed moves (``MAPPING``; written into every trace and
   is no trace; numeric items (no option set) and unlabelled questions are left out and counted
   (nested cross-validation fits on gold);
 * candidates are the item's option labels, gold its reference; the compute-matched vote arm, where
-  the run has it, rides along as each trace's ``vote_arm`` tallies (its parsed samples).
+  the run has it, rides along as each trace's ``vote_arm`` tallies (its parsed samples);
+* a trace's ``question_id`` is the item's family, so variants of one scenario are one cluster in the
+  question-clustered bootstrap, as in the debate's own analysis.
 
 Every move the mapping writes is legal under the BDA paper's STRICT automaton (one move per agent
 per round, round 0 proposals only, concessions to another agent's earlier move). The pool needs one
@@ -44,6 +46,7 @@ MAPPING: dict[str, Any] = {
     "unparsed_round_0": "the agent makes no move on that question",
     "reflection": "no peer is read: every move is a propose",
     "vote_arm": "parsed compute-matched vote samples, tallied per candidate",
+    "question_id": "the item's family (the bootstrap's cluster)",
 }
 
 
@@ -120,7 +123,7 @@ def debate_traces(turns: pd.DataFrame, items: Mapping[str, Item], *, condition: 
         if qid in tallies:
             extra["vote_arm"] = {c: n for c, n in tallies[qid].items() if c in it.labels}
         out.append(Trace(task_id=str(qid), candidates=tuple(it.labels), moves=tuple(moves), gold=gold,
-                         question_id=str(qid), extra=extra))
+                         question_id=str(it.family), extra=extra))
     info = {"condition": condition, "n_questions": int(t["qid"].nunique()), "n_traces": len(out),
             "left_out": {k: int(left.get(k, 0)) for k in ("numeric", "unlabelled", "no_parsed_turn")},
             "unparsed_turns_by_round": {str(k): int(v) for k, v in sorted(unparsed.items(), key=str)
