@@ -3,7 +3,8 @@
 an assistant prefill and read the next-token log-probabilities of the option labels.
 
 * committed-at-read: among answer-changing responses (parsed answer differs from the agent's
-  own parsed previous answer), the share whose f = 0 argmax equals the eventual answer;
+  own parsed previous answer), the share whose f = 0 argmax equals the eventual answer; paired by
+  question on the questions with changes in both conditions (``paired_committed_at_read``, Table 9);
 * adoption margin: logit(peer answer) - logit(receiver's previous answer) at the readout
   (differences of option log-probs are logit differences); the peer answer is the plurality of
   the peers' previous answers that differ from the receiver's (seeded tie-break);
@@ -148,6 +149,36 @@ def committed_at_read(readouts: pd.DataFrame, *, n_boot: int = 2000, seed: int =
         est, lo, hi = cluster_bootstrap(diff, z["family"].to_numpy(), n_boot=n_boot, seed=seed, ci=ci)
         out["debate_minus_reflection_f0"] = {"delta": est, "ci_low": lo, "ci_high": hi}
     return out
+
+
+def paired_committed_at_read(readouts: pd.DataFrame, *, f: float = 0.0, n_boot: int = 2000, seed: int = 0,
+                             ci: float = 0.95) -> dict[str, Any]:
+    """The paired committed-at-read of the peer-influence paper (§C.1, Table 9): on the questions with
+    answer changes in both conditions, each question's committed-at-read share in debate minus its share in
+    reflection (among that question's answer-changing responses at fraction ``f``). Reports the share of
+    those questions where the difference favours debate (> 0; the paper's 87% / 86% / 64%), ties and the
+    reverse, the mean difference with a family-clustered bootstrap interval, and a two-sided sign test
+    over the questions that are not ties."""
+    from scipy.stats import binomtest
+
+    z = readouts[readouts["changed"] & (readouts["f"] == f)] if len(readouts) else readouts
+    rows = []
+    for qid, g in z.groupby("qid", sort=True):
+        share = {c: float((h["argmax"] == h["answer"]).mean()) for c, h in g.groupby("condition")}
+        if {"debate", "reflection"} <= set(share):
+            rows.append({"qid": qid, "family": g["family"].iloc[0], "debate": share["debate"],
+                         "reflection": share["reflection"], "difference": share["debate"] - share["reflection"]})
+    n = len(rows)
+    if not n:
+        return {"f": f, "n_questions": 0}
+    d = np.array([r["difference"] for r in rows])
+    est, lo, hi = cluster_bootstrap(lambda idx: float(d[idx].mean()), np.array([r["family"] for r in rows]),
+                                    n_boot=n_boot, seed=seed, ci=ci)
+    pos, neg = int((d > 0).sum()), int((d < 0).sum())
+    return {"f": f, "n_questions": n, "favours_debate": pos / n, "ties": float((d == 0).mean()),
+            "favours_reflection": neg / n, "mean_difference": est, "ci_low": lo, "ci_high": hi,
+            "sign_test_p": float(binomtest(pos, pos + neg).pvalue) if pos + neg else float("nan"),
+            "questions": rows}
 
 
 def message_effects(readouts: pd.DataFrame, *, n_boot: int = 2000, seed: int = 0, ci: float = 0.95) -> dict[str, Any]:
