@@ -173,7 +173,8 @@ def score_margins(engine: Any, meta: list[dict], convs: list[list[dict]]) -> pd.
 
 def effects(table: pd.DataFrame, *, baseline: str = "no_message") -> pd.DataFrame:
     """Wide per-pair margins and effects (margin - baseline margin) per intervention."""
-    w = table.pivot_table(index=["qid", "family", "subdomain"], columns="intervention", values="margin").reset_index()
+    index = [c for c in ("qid", "family", "domain", "subdomain") if c in table.columns]
+    w = table.pivot_table(index=index, columns="intervention", values="margin").reset_index()
     for c in [c for c in table["intervention"].unique() if c != baseline]:
         w[f"effect_{c}"] = w[c] - w[baseline]
     return w
@@ -195,6 +196,19 @@ def summarize_effects(w: pd.DataFrame, *, n_boot: int = 2000, seed: int = 0, ci:
     if {"effect_reasoning_only", "effect_answer_only"} <= set(w.columns):
         out["reasoning_share"] = _ratio_ci(w["effect_reasoning_only"].to_numpy(float),
                                            w["effect_answer_only"].to_numpy(float), fam, n_boot, seed, ci, share=True)
+        if "domain" in w.columns:  # seed 002 Table 10: the reasoning share by domain (knowledge / safety / values)
+            out["reasoning_share_by_domain"] = {
+                str(d): {**_ratio_ci(g["effect_reasoning_only"].to_numpy(float), g["effect_answer_only"].to_numpy(float),
+                                     g["family"].to_numpy(), n_boot, seed, ci, share=True), "n": int(len(g))}
+                for d, g in w.groupby("domain", sort=True)}
+        if "effect_full" in w.columns:  # answer-reasoning additivity: full effect against the sum of the parts
+            full = w["effect_full"].to_numpy(float)
+            parts = (w["effect_answer_only"] + w["effect_reasoning_only"]).to_numpy(float)
+            gap = full - parts
+            est, lo, hi = cluster_bootstrap(lambda idx: float(np.nanmean(gap[idx])), fam, n_boot=n_boot, seed=seed, ci=ci)
+            out["additivity"] = {"full": float(np.nanmean(full)), "answer_plus_reasoning": float(np.nanmean(parts)),
+                                 "full_minus_parts": {"mean": est, "ci_low": lo, "ci_high": hi},
+                                 "full_over_parts": _ratio_ci(full, parts, fam, n_boot, seed, ci)}
     cues = {"good_professor", "good_ordinary", "poor_professor", "poor_ordinary"}
     if cues <= set(w.columns):
         rec = ((w["good_professor"] + w["good_ordinary"]) - (w["poor_professor"] + w["poor_ordinary"])).to_numpy(float) / 2
