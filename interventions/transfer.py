@@ -459,6 +459,27 @@ def summarize(t: pd.DataFrame, *, n_boot: int, seed: int, ci: float) -> dict[str
         out["curve"].append({"arm": arm, "layer_s": int(ls), "layer_r": int(lr), "share": s, "ci_low": slo,
                              "ci_high": shi, "shift": sh, "shift_ci_low": shlo, "shift_ci_high": shhi,
                              "n": int(len(g))})
+    out["by_sender"] = by_sender(t, n_boot=n_boot, seed=seed, ci=ci)
+    return out
+
+
+def by_sender(t: pd.DataFrame, *, n_boot: int, seed: int, ci: float) -> list[dict[str, Any]]:
+    """Figure 8's reading: on labelled pairs, the margin shift toward the *sender's* answer (m_arm - m_none,
+    logits) of the transfer and message arms, split by whether the sender was right. A wrong sender's
+    state still pulling toward its answer is transfer of the sender's answer, not of the truth."""
+    from core.stats import cluster_bootstrap
+
+    if not {"reference", "peer_answer"} <= set(t.columns):
+        return []
+    lab = t[t["arm"].isin(["transfer", "message"]) & t["reference"].map(lambda r: isinstance(r, str))]
+    out = []
+    for (right, ls, lr, arm), g in lab.assign(sender_right=lab["peer_answer"] == lab["reference"]).groupby(
+            ["sender_right", "layer_s", "layer_r", "arm"], sort=True):
+        num = (g["margin"] - g["margin_none"]).to_numpy(float)
+        sh, lo, hi = cluster_bootstrap(lambda i: float(num[i].mean()), g["family"].to_numpy(), n_boot=n_boot,
+                                       seed=seed, ci=ci)
+        out.append({"sender_right": bool(right), "arm": arm, "layer_s": int(ls), "layer_r": int(lr), "shift": sh,
+                    "ci_low": lo, "ci_high": hi, "n": int(len(g))})
     return out
 
 

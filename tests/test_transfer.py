@@ -128,6 +128,12 @@ def test_share_and_summary_hand_computed():
     assert cur["transfer"]["share"] == pytest.approx(1.0 / 4.0)  # mean shift 0.5 / mean message effect 2
     assert cur["message"]["share"] == 1.0 and cur["none"]["share"] == 0.0
     assert s["message_effect"]["mean"] == 2.0 and s["sender_commits_share"] == 0.5 and s["n_pairs"] == 2
+    # Figure 8's split: pair 0's sender was right (its answer B is the reference), pair 1's was wrong
+    t = pd.DataFrame(rows).assign(peer_answer="B", reference=lambda d: np.where(d["pair"] == 0, "B", "A"))
+    by = {(b["sender_right"], b["arm"]): b for b in tr.summarize(t, n_boot=0, seed=0, ci=0.95)["by_sender"]}
+    assert by[(True, "transfer")]["shift"] == 1.0 and by[(False, "transfer")]["shift"] == 0.0
+    assert by[(True, "message")]["shift"] == 2.0 and by[(False, "message")]["shift"] == 2.0
+    assert all(b["n"] == 1 for b in by.values()) and len(by) == 4
 
 
 def test_config_errors_name_the_field():
