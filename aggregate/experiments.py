@@ -112,8 +112,28 @@ def cell_record(cell_id: str, params: dict[str, Any], traces: Sequence[Trace], p
         "n_questions": len(set(pool.question_ids)), "tasks_repeat": repeats,
         "move_inventory": move_inventory(traces), "protocol": pool.report.to_dict(),
         "n_evaluated": int(_mask(cv).sum()),
-        "metrics": cell_metrics(cv), "folds": _fold_records(cv),
+        "metrics": cell_metrics(cv), "metrics_by_seed": seed_metrics(cv, traces), "folds": _fold_records(cv),
     }
+
+
+def seed_metrics(cv: CVResult, traces: Sequence[Trace]) -> dict[str, Any] | None:
+    """BDA paper Fig. 5 / Table 6: every method's metrics in each generation seed's tasks (a trace's
+    ``gen_seed``, as live councils write it) and their mean and SD across seeds (ddof = 1); None unless
+    the traces carry at least two seeds. The folds are the cell's own: a seed's numbers are its tasks'
+    held-out predictions."""
+    seeds = np.array([tr.extra.get("gen_seed") for tr in traces], dtype=object)
+    present = sorted({s for s in seeds if s is not None}, key=str)
+    if len(present) < 2:
+        return None
+    m = _mask(cv)
+    gold = cv.pool.gold
+    by = {}
+    for sd in present:
+        sel = m & (seeds == sd)
+        by[str(sd)] = {name: summarize(cv.answer[name][sel], cv.proba[name][sel], gold[sel]) for name in cv.methods}
+    across = {name: {k: {"mean": float(np.mean(v := [by[s][name][k] for s in by])), "sd": float(np.std(v, ddof=1))}
+                     for k in ("accuracy", "ece_ew", "ece_em", "brier")} for name in cv.methods}
+    return {"seeds": by, "across_seeds": across}
 
 
 # -- run ----------------------------------------------------------------------------------------

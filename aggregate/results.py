@@ -176,8 +176,8 @@ def verify(run_dir: str | Path, *, cells: "str | int | None" = None, tolerance: 
             params = {k: v for k, v in cell["params"].items() if k != "n_calibration"}
             new = evaluate_sweep_cell(cfg, params, traces, cell["params"].get("n_calibration"), progress).record
         for key in ("n_evaluated", "K", "agents", "candidates", "n_questions", "protocol", "metrics",
-                    "folds", "bootstrap", "bootstrap_clustered"):
-            if key in cell or key in new:
+                    "metrics_by_seed", "folds", "bootstrap", "bootstrap_clustered"):
+            if key in cell or (key in new and key != "metrics_by_seed"):  # results written before it lack it
                 _compare(cid, key, cell.get(key), new.get(key), tolerance, checks)
         _check_plurality(run_dir, cell, traces, tolerance, checks)
     return checks
