@@ -106,6 +106,15 @@ def test_question_table_and_condition_metrics():
     assert deltas[("debate_wrong_unanimous", "reflection_wrong_unanimous")]["delta"] == pytest.approx(1 / 3)
     assert deltas[("debate_final_majority", "reflection_final_majority")]["delta"] == pytest.approx(-1 / 3)
     assert {c["subdomain"] for c in p["wrong_unanimity_by_subdomain"]} == {"s1", "s2"}
+    # seed 002 Fig. 11: every metric by subdomain (paired q1, q2 in s1; q3 in s2), BH over all the cells
+    cells = {(c["metric"], c["subdomain"]): c for c in p["by_subdomain"]}
+    assert {k: (c["n"], c["delta"]) for k, c in cells.items() if c["n"]} == {
+        ("unanimity_gain", "s1"): (2, 1.0), ("unanimity_gain", "s2"): (1, 0.0),
+        ("accuracy_gain", "s1"): (2, -0.5), ("accuracy_gain", "s2"): (1, 0.0),
+        ("wrong_unanimity", "s1"): (2, 0.5), ("wrong_unanimity", "s2"): (1, 0.0),
+        ("wrong_majority_lockin", "s1"): (1, 1.0)}            # only q2 starts from a wrong majority
+    assert cells[("wrong_majority_lockin", "s2")]["n"] == 0 and np.isnan(cells[("wrong_majority_lockin", "s2")]["q_bh"])
+    assert all(c["q_bh"] >= c["p_perm"] for c in p["by_subdomain"] if c["n"])
     row = q[(q["condition"] == "debate") & (q["qid"] == "q2")].iloc[0]
     assert row["plurality_0"] == "B" and row["wrong_unanimous"] and row["split_0"]
 

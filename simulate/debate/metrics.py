@@ -233,7 +233,44 @@ def paired_comparisons(q: pd.DataFrame, *, n_boot: int = 2000, n_perm: int = 200
         c["q_bh"] = float(qq)
         c["significant"] = bool(qq <= fdr_q) if np.isfinite(qq) else False
     out["wrong_unanimity_by_subdomain"] = cells
+    out["by_subdomain"] = subdomain_cells(d, r, R, n_perm=n_perm, seed=seed, fdr_q=fdr_q)
     return out
+
+
+#: seed 002 §C.3 / Fig. 11: debate - reflection by subdomain (indicator per question; None = not in the cell)
+SUBDOMAIN_METRICS = {
+    "unanimity_gain": lambda q, R: q[f"unanimous_{R}"].astype(float),
+    "accuracy_gain": lambda q, R: q[f"majority_correct_{R}"].astype(float),
+    "wrong_unanimity": lambda q, R: q["wrong_unanimous"].astype(float),
+    # among questions whose round-0 majority was wrong (the same questions in both conditions: round 0 is
+    # shared), ending unanimous on a wrong answer
+    "wrong_majority_lockin": lambda q, R: q["wrong_unanimous"].astype(float).where(q["majority_correct_0"] == False),  # noqa: E712
+}
+
+
+def subdomain_cells(d: pd.DataFrame, r: pd.DataFrame, R: int, *, n_perm: int = 2000, seed: int = 0,
+                    fdr_q: float = 0.05) -> list[dict[str, Any]]:
+    """Per (metric, subdomain): debate and reflection means on the paired questions, the delta, a
+    family-clustered permutation p-value, and Benjamini-Hochberg q over every cell of every metric (one
+    family of tests: the multiplicity control of Fig. 11)."""
+    fam = d["family"].to_numpy()
+    cells = []
+    for metric, f in SUBDOMAIN_METRICS.items():
+        a_all, b_all = f(d, R).to_numpy(float), f(r, R).to_numpy(float)
+        for sub, idx in d.groupby("subdomain").indices.items():
+            keep = idx[np.isfinite(a_all[idx]) & np.isfinite(b_all[idx])]
+            a, b = a_all[keep], b_all[keep]
+            cells.append({"metric": metric, "subdomain": sub, "n": int(len(keep)),
+                          "debate": float(a.mean()) if len(keep) else float("nan"),
+                          "reflection": float(b.mean()) if len(keep) else float("nan"),
+                          "delta": float((a - b).mean()) if len(keep) else float("nan"),
+                          "p_perm": permutation_pvalue(a, b, fam[keep], n_perm=n_perm, seed=seed)
+                          if len(keep) else float("nan")})
+    qv = benjamini_hochberg([c["p_perm"] for c in cells])
+    for c, qq in zip(cells, qv):
+        c["q_bh"] = float(qq)
+        c["significant"] = bool(qq <= fdr_q) if np.isfinite(qq) else False
+    return cells
 
 
 def collective_summary(turns: pd.DataFrame, *, seed: int = 0, n_boot: int = 2000, n_perm: int = 2000,
