@@ -115,6 +115,14 @@ def test_question_table_and_condition_metrics():
         ("wrong_majority_lockin", "s1"): (1, 1.0)}            # only q2 starts from a wrong majority
     assert cells[("wrong_majority_lockin", "s2")]["n"] == 0 and np.isnan(cells[("wrong_majority_lockin", "s2")]["q_bh"])
     assert all(c["q_bh"] >= c["p_perm"] for c in p["by_subdomain"] if c["n"])
+    # seed 002 §A.8: q5 (unlabelled) is reported apart; debate: A, B, B -> B, B, B
+    sd = s["stance_dynamics"]
+    u = sd["unlabelled"]["debate"]
+    assert u["n_questions"] == 1 and u["final_distribution"] == {"B": 1.0}
+    assert u["persistence"] == pytest.approx(2 / 3) and u["n_steps"] == 3
+    assert {(t["from"], t["to"]): t["n"] for t in u["transitions"]} == {("A", "B"): 1, ("B", "B"): 2}
+    assert sd["unlabelled"]["reflection"]["persistence"] == 1.0
+    assert sd["labelled"]["debate"]["n_questions"] == 4 and "q5" not in set(turns[turns["reference"].notna()]["qid"])
     row = q[(q["condition"] == "debate") & (q["qid"] == "q2")].iloc[0]
     assert row["plurality_0"] == "B" and row["wrong_unanimous"] and row["split_0"]
 

@@ -282,4 +282,32 @@ def collective_summary(turns: pd.DataFrame, *, seed: int = 0, n_boot: int = 2000
         summary["conditions"][cond] = condition_metrics(q, turns, cond)
     if {"debate", "reflection"} <= set(turns["condition"].unique()):
         summary["paired"] = paired_comparisons(q, n_boot=n_boot, n_perm=n_perm, seed=seed, ci=ci, fdr_q=fdr_q)
+    summary["stance_dynamics"] = stance_dynamics(turns)
     return summary, q
+
+
+def stance_dynamics(turns: pd.DataFrame) -> dict[str, Any]:
+    """Seed 002 §A.8: labelled and unlabelled questions reported apart (agreement on an unlabelled
+    question is never correctness). Per group and condition: questions, the final round's answer
+    distribution, persistence (the share of an agent's consecutive parsed answers that stay the same)
+    and the round-to-round transition counts between answer labels."""
+    out: dict[str, Any] = {}
+    if not len(turns):
+        return out
+    lab = turns["reference"].map(lambda x: x is not None and x == x) if "reference" in turns else \
+        pd.Series(False, index=turns.index)
+    for group, sel in (("labelled", lab), ("unlabelled", ~lab)):
+        g_all = turns[sel]
+        for cond, g in g_all.groupby("condition", sort=True):
+            ans = g[g["answer"].map(lambda x: isinstance(x, str))].sort_values(["qid", "agent", "round"])
+            prev = ans.groupby(["qid", "agent"])["answer"].shift()
+            step = ans.assign(prev=prev)[prev.notna() & (ans["round"] == ans.groupby(["qid", "agent"])["round"].shift() + 1)]
+            last = ans[ans["round"] == g["round"].max()]
+            trans = step.groupby(["prev", "answer"]).size()
+            out.setdefault(group, {})[cond] = {
+                "n_questions": int(g["qid"].nunique()),
+                "final_distribution": {k: float(v) for k, v in last["answer"].value_counts(normalize=True).sort_index().items()},
+                "persistence": float((step["prev"] == step["answer"]).mean()) if len(step) else float("nan"),
+                "n_steps": int(len(step)),
+                "transitions": [{"from": a, "to": b, "n": int(n)} for (a, b), n in trans.items()]}
+    return out
