@@ -174,3 +174,52 @@ def flips(traces: List[Path] = typer.Argument(..., help="Trace files (.jsonl / .
         (out / "plots").mkdir(exist_ok=True)
         plot_ratios(summ, out / "plots" / "flip_ratios.png")
         typer.echo(f"results: {out} (flips.parquet, flips_by_k.json, plots/flip_ratios.png)")
+
+
+@app.command()
+def lodo(sets: List[str] = typer.Argument(..., help="NAME=FILE trace sets (two or more), e.g. truthfulqa=RUN/traces/a.jsonl."),
+         methods: str = typer.Option("plurality,best_member,ds_em,bda_shared,bda_per_agent,bda_confusion", "--methods",
+                                     help="Methods, comma-separated (aggregate method names)."),
+         seed: int = typer.Option(0, "--seed"),
+         inner_folds: int = typer.Option(5, "--inner-folds"),
+         outer_folds: int = typer.Option(5, "--outer-folds", help="Folds of the in-domain comparison."),
+         protocol: str = typer.Option("strict", "--protocol", help="strict | general"),
+         out: Optional[Path] = typer.Option(None, "--out", help="Folder for lodo.parquet and lodo.json.")) -> None:
+    """Leave-one-dataset-out transfer (BDA paper E.2 / E.4): fit on every set but one, predict the one left
+    out, beside the in-domain nested CV of that set."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from aggregate.lodo import leave_one_dataset_out, transfer_gap
+    from aggregate.methods import check_method
+    from aggregate.trace import load_traces
+    from core.runs import write_json
+
+    try:
+        named = {}
+        for s in sets:
+            name, sep, path = s.partition("=")
+            if not sep or not name or not path:
+                raise ValueError(f"a trace set is NAME=FILE, got {s!r}")
+            named[name] = load_traces(path)
+        ms = [check_method(m.strip()) for m in methods.split(",") if m.strip()]
+        table = leave_one_dataset_out(named, ms, seed=seed, inner_folds=inner_folds, outer_folds=outer_folds,
+                                      protocol=protocol)
+    except _user_errors() as err:
+        _fail(str(err))
+    gap = transfer_gap(table)
+    t = Table(title="leave-one-dataset-out: accuracy under transfer vs in domain")
+    for c in ("held_out", "method", "transfer", "in_domain", "gap"):
+        t.add_column(c)
+    for row in gap.to_dict("records"):
+        t.add_row(str(row["held_out"]), str(row["method"]),
+                  *(f"{row[c]:.3f}" for c in ("transfer", "in_domain", "gap")))
+    Console().print(t)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        table.to_parquet(out / "lodo.parquet", index=False)
+        write_json(out / "lodo.json", {"sets": {k: str(v) for k, v in zip(named, [s.partition("=")[2] for s in sets])},
+                                       "methods": ms, "seed": seed, "inner_folds": inner_folds,
+                                       "outer_folds": outer_folds, "protocol": protocol,
+                                       "rows": table.to_dict("records")})
+        typer.echo(f"results: {out} (lodo.parquet, lodo.json)")
