@@ -223,3 +223,51 @@ def lodo(sets: List[str] = typer.Argument(..., help="NAME=FILE trace sets (two o
                                        "outer_folds": outer_folds, "protocol": protocol,
                                        "rows": table.to_dict("records")})
         typer.echo(f"results: {out} (lodo.parquet, lodo.json)")
+
+
+@app.command()
+def labels(traces: Path = typer.Argument(..., help="A labelled trace file (.jsonl / .jsonl.gz)."),
+           budgets: str = typer.Option("10,20,50,100", "--budgets", help="Label budgets, comma-separated."),
+           seeds: str = typer.Option("0,1,2", "--seeds", help="Calibration draws, comma-separated."),
+           methods: str = typer.Option("best_member,stacker,gated,bda_shared,bda_per_agent,bda_confusion,plurality",
+                                       "--methods", help="Methods, comma-separated."),
+           protocol: str = typer.Option("strict", "--protocol", help="strict | general"),
+           out: Optional[Path] = typer.Option(None, "--out", help="Folder for labels.parquet, labels.json and "
+                                                                   "plots/label_efficiency.png.")) -> None:
+    """Label efficiency (BDA paper E.6, Table 11): every method fitted on n labelled tasks, scored on the
+    disjoint rest, over seeds."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from aggregate.label_efficiency import efficiency_curve, label_efficiency, plot_curve
+    from aggregate.methods import check_method
+    from aggregate.trace import load_traces
+    from core.runs import write_json
+
+    try:
+        try:
+            ns = [int(x) for x in budgets.split(",") if x.strip()]
+            sds = [int(x) for x in seeds.split(",") if x.strip()]
+        except ValueError:
+            raise ValueError(f"--budgets and --seeds take integers, comma-separated; got {budgets!r}, {seeds!r}") from None
+        ms = [check_method(m.strip()) for m in methods.split(",") if m.strip()]
+        table = label_efficiency(load_traces(traces), ms, ns, seeds=sds, protocol=protocol)
+    except _user_errors() as err:
+        _fail(str(err))
+    curve = efficiency_curve(table)
+    t = Table(title=f"label efficiency: hold-out accuracy, mean +- SD over {len(sds)} seeds")
+    t.add_column("method")
+    for n in ns:
+        t.add_column(f"n={n}")
+    for m in ms:
+        c = curve[curve["method"] == m].set_index("budget")
+        t.add_row(m, *(f"{c.at[n, 'mean']:.3f} +- {c.at[n, 'sd']:.3f}" for n in ns))
+    Console().print(t)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        table.to_parquet(out / "labels.parquet", index=False)
+        write_json(out / "labels.json", {"traces": str(traces), "budgets": ns, "seeds": sds, "methods": ms,
+                                         "protocol": protocol, "curve": curve.to_dict("records")})
+        (out / "plots").mkdir(exist_ok=True)
+        plot_curve(curve, out / "plots" / "label_efficiency.png")
+        typer.echo(f"results: {out} (labels.parquet, labels.json, plots/label_efficiency.png)")
