@@ -49,6 +49,8 @@ class Pool:
     report: ProtocolReport = field(default_factory=ProtocolReport)
     # (T, K) positive endorsements made in each trace's last round (a debate's final answers)
     final_votes: np.ndarray | None = None
+    # (T, I, K) positive endorsements by propose / vote moves only (the reliability-estimator ablation)
+    prop_pos: np.ndarray | None = None
     # (T, K) an independent vote arm's tallies carried in the trace (``vote_arm``), nan if none
     arm_votes: np.ndarray | None = None
 
@@ -105,6 +107,7 @@ class Pool:
         r0a = np.full((T, I), -1, dtype=np.int64)
         r0c = np.full((T, I), np.nan)
         final = np.zeros((T, K))
+        prop = np.zeros((T, I, K), dtype=np.int32)
         arm = np.full((T, K), np.nan)
         report = ProtocolReport()
         cand_lists: list[tuple[str, ...]] = []
@@ -121,6 +124,8 @@ class Pool:
                     pos[t, i, k] += 1
                     if en.round == last:
                         final[t, k] += 1
+                    if tr.moves[en.move].force in ("propose", "vote"):
+                        prop[t, i, k] += 1
                     # the round-0 proposal (first accepted one) feeds the vote baselines
                     if en.round == 0 and r0a[t, i] < 0 and tr.moves[en.move].force == "propose":
                         r0a[t, i] = k
@@ -132,7 +137,7 @@ class Pool:
         return cls(task_ids=tuple(tr.task_id for tr in traces),
                    question_ids=tuple(tr.qid for tr in traces), agents=agent_list,
                    candidates=cand_lists, shared_candidates=shared_c, pos=pos, neg=neg,
-                   r0_answer=r0a, r0_conf=r0c, gold=g, report=report, final_votes=final, arm_votes=arm)
+                   r0_answer=r0a, r0_conf=r0c, gold=g, report=report, final_votes=final, arm_votes=arm, prop_pos=prop)
 
     # -- shape ---------------------------------------------------------------------------
     @property

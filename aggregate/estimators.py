@@ -19,7 +19,8 @@ from aggregate.confusion import (confusion_counts, confusion_grid_brier, confusi
                                  label_prior)
 from aggregate.counts import Pool
 from aggregate.metrics import brier_sum_logits
-from aggregate.posterior import MU_CLIP, beta_params, one_coin_grid_logits, per_agent_mu, reliabilities, softmax
+from aggregate.posterior import (MU_CLIP, RELIABILITY_BASES, beta_params, one_coin_grid_logits, per_agent_mu,
+                                 reliabilities, softmax)
 from aggregate.selection import argmin_random
 
 B_GRID = (0.52, 0.55, 0.58, 0.60)
@@ -38,7 +39,9 @@ class OneCoinBDA(Aggregator):
     ``prior="shared"``: the kappa = 0 slice, (mu = b, s) by inner CV. ``tau_grid`` other than
     (1,) adds a temperature on the joint likelihood (the tempered one-coin control of BDA paper §E.5).
     ``hyperparams`` (a dict b/kappa/s/tau) skips the inner CV. ``candidate_prior``: uniform
-    (None) or a probability vector over the shared candidates.
+    (None) or a probability vector over the shared candidates. ``reliability``: what r_i is read from
+    (``all`` informative moves, the paper's estimator; ``proposals`` only; ``round0`` proposals only:
+    BDA paper Table 7's estimator ablation).
 
     Fitted: ``reliabilities_`` (Series agent -> r_i), ``mu_``, ``weights_`` (log-odds w_i),
     ``priors_`` ({agent: (alpha, beta)}), ``hyperparams_``, ``cv_results_`` (grid + Brier).
@@ -48,12 +51,15 @@ class OneCoinBDA(Aggregator):
                  kappa_grid: Sequence[float] = KAPPA_GRID, s_grid: Sequence[float] = S_GRID,
                  tau_grid: Sequence[float] = (1.0,), hyperparams: dict[str, float] | None = None,
                  mu_clip: float = MU_CLIP, candidate_prior: Sequence[float] | None = None,
-                 inner_folds: int = 5, random_state: int = 0, protocol: str = "strict",
+                 reliability: str = "all", inner_folds: int = 5, random_state: int = 0, protocol: str = "strict",
                  on_violation: str = "error"):
         super().__init__(inner_folds=inner_folds, random_state=random_state, protocol=protocol,
                          on_violation=on_violation)
         if prior not in ("per_agent", "shared"):
             raise ValueError(f"prior must be 'per_agent' or 'shared', got {prior!r}")
+        if reliability not in RELIABILITY_BASES:
+            raise ValueError(f"reliability must be one of {RELIABILITY_BASES}, got {reliability!r}")
+        self.reliability = reliability
         for name, grid in (("b_grid", b_grid), ("s_grid", s_grid), ("tau_grid", tau_grid)):
             if len(grid) == 0 or any(not np.isfinite(v) or v <= 0 for v in grid):
                 raise ValueError(f"{name} must hold positive numbers, got {list(grid)!r}")
@@ -111,7 +117,7 @@ class OneCoinBDA(Aggregator):
             grid = self.grid()
             scores = np.zeros(len(grid))
             for tr, va in self._inner(pool, idx):
-                r = reliabilities(pool, tr)
+                r = reliabilities(pool, tr, self.reliability)
                 alpha, beta, tau = self._grid_params(r, grid)
                 logits = one_coin_grid_logits(pool, va, alpha, beta, tau, lp)
                 scores += brier_sum_logits(logits, pool.gold[va])
@@ -122,7 +128,7 @@ class OneCoinBDA(Aggregator):
         self.hyperparams_ = {k: float(v) for k, v in hp.items() if k in ("b", "kappa", "s", "tau")}
         if self.prior == "shared":
             self.hyperparams_["kappa"] = 0.0
-        r = reliabilities(pool, idx)
+        r = reliabilities(pool, idx, self.reliability)
         mu = per_agent_mu(r, self.hyperparams_["b"], self.hyperparams_["kappa"], self.mu_clip)
         alpha, beta = beta_params(mu, self.hyperparams_["s"])
         self._alpha, self._beta = alpha, beta

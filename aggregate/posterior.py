@@ -21,15 +21,32 @@ MU_CLIP = 0.01  # mu_i is clipped into [MU_CLIP, 1 - MU_CLIP] ("away from the en
 
 
 # -- priors -------------------------------------------------------------------------------
-def reliabilities(pool: Pool, idx: np.ndarray) -> np.ndarray:
+#: what r_i is estimated from (BDA paper Table 7's reliability-estimator ablation)
+RELIABILITY_BASES = ("all", "proposals", "round0")
+
+
+def reliabilities(pool: Pool, idx: np.ndarray, basis: str = "all") -> np.ndarray:
     """r_i: the fraction of agent i's informative moves (all rounds) consistent with gold,
     over the labelled tasks ``idx``. An agent with no informative move there gets the mean
-    of the others (so it sits at the centre of Eq. 3); all-silent pools give 1/K."""
+    of the others (so it sits at the centre of Eq. 3); all-silent pools give 1/K.
+    ``basis="proposals"``: its propose / vote moves only (the share naming gold);
+    ``basis="round0"``: its round-0 proposals only."""
     idx = np.asarray(idx)
     g = pool.gold[idx]
-    cons = pool.c[idx, :, :][np.arange(len(idx)), :, g]  # (n, I) c_i(gold)
-    num = cons.sum(0).astype(float)
-    den = pool.N[idx].sum(0).astype(float)
+    if basis == "all":
+        cons = pool.c[idx, :, :][np.arange(len(idx)), :, g]  # (n, I) c_i(gold)
+        num = cons.sum(0).astype(float)
+        den = pool.N[idx].sum(0).astype(float)
+    elif basis == "proposals":
+        P = pool.prop_pos[idx]
+        num = P[np.arange(len(idx)), :, g].sum(0).astype(float)
+        den = P.sum(-1).sum(0).astype(float)
+    elif basis == "round0":
+        a = pool.r0_answer[idx]
+        num = ((a == g[:, None]) & (a >= 0)).sum(0).astype(float)
+        den = (a >= 0).sum(0).astype(float)
+    else:
+        raise ValueError(f"reliability basis must be one of {RELIABILITY_BASES}, got {basis!r}")
     with np.errstate(invalid="ignore", divide="ignore"):
         r = num / den
     bad = ~np.isfinite(r)
