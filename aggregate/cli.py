@@ -271,3 +271,20 @@ def labels(traces: Path = typer.Argument(..., help="A labelled trace file (.json
         (out / "plots").mkdir(exist_ok=True)
         plot_curve(curve, out / "plots" / "label_efficiency.png")
         typer.echo(f"results: {out} (labels.parquet, labels.json, plots/label_efficiency.png)")
+
+
+@app.command()
+def contagion(traces: List[Path] = typer.Argument(..., help="Attacked trace files that name their adversarial seats."),
+              protocol: str = typer.Option("strict", "--protocol", help="strict | general")) -> None:
+    """Contagion under attack (BDA paper G / F.14): genuine seats flipped by the coalition and the effective
+    corrupted fraction against the nominal one."""
+    import json
+
+    from aggregate.contagion import contagion_summary
+    from aggregate.trace import load_traces
+
+    try:
+        out = {str(p): contagion_summary(load_traces(p), protocol) for p in traces}
+    except _user_errors() as err:
+        _fail(str(err))
+    typer.echo(json.dumps(out, indent=2))
