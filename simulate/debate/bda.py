@@ -56,8 +56,7 @@ class DebateTraceError(ValueError):
 
 def question_moves(turns: pd.DataFrame, *, peers_visible: bool) -> tuple[list[Move], Counter]:
     """One question's turns (one condition) -> its moves, and the unparsed turns per round."""
-    agents = sorted(int(a) for a in turns["agent"].unique())
-    name = {a: f"A{k + 1}" for k, a in enumerate(agents)}
+    name = {int(a): f"A{int(a) + 1}" for a in turns["agent"].unique()}  # agent i is seat A(i+1) in every question
     moves: list[Move] = []
     unparsed: Counter = Counter()
     latest: dict[int, str] = {}  # agent -> its latest parsed answer
