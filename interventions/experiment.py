@@ -92,7 +92,8 @@ def run_influence(cfg: InfluenceConfig, verb: str, out: Path | None = None, *, p
             summary["committed_at_read"] = ro.committed_at_read(table, n_boot=a.n_boot, seed=cfg.seed, ci=a.ci)
             if 0.0 in cfg.readout.fractions:  # seed 002 Table 9: paired by question, both conditions changed
                 paired = ro.paired_committed_at_read(table, n_boot=a.n_boot, seed=cfg.seed, ci=a.ci)
-                run.write_table("committed_paired", pd.DataFrame(paired.pop("questions", [])))
+                run.write_table("committed_paired", pd.DataFrame(paired.pop("questions", []), columns=[
+                    "qid", "family", "debate", "reflection", "difference"]))
                 summary["committed_at_read"]["paired_f0"] = paired
             summary["message_effect_round1"] = ro.message_effects(table, n_boot=a.n_boot, seed=cfg.seed, ci=a.ci)
             if make_plots:

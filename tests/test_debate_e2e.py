@@ -145,3 +145,19 @@ def test_real_debate_read_as_council_traces(debate_run, tmp_path):
     r = CliRunner().invoke(app, ["debate", "bda", str(run.path), "--out", str(tmp_path / "bda")])
     assert r.exit_code == 2, r.output
     assert (("no candidate group can be cross-validated" in r.output) if traces else ("has a parsed turn" in r.output)), r.output
+
+
+def test_readout_summary_pairs_committed_at_read_by_question(debate_run, hf_engine, tmp_path):
+    """``chorus influence readout`` on the embedded model's debate: the paired committed-at-read of
+    Table 9 sits in the summary beside the pooled rate, its per-question rows in a table."""
+    from interventions.experiment import run_influence
+    from interventions.readout import paired_committed_at_read
+    run, _ = debate_run
+    cfg = InfluenceConfig(name="e2e", source_run=str(run.path), model={"backend": "hf"},
+                          readout={"fractions": [0.0]}, analysis={"n_boot": 30, "n_perm": 30})
+    r, s = run_influence(cfg, "readout", tmp_path / "readout", engine=hf_engine, make_plots=False)
+    table = r.read_table("readouts")
+    want = paired_committed_at_read(table, n_boot=30, seed=cfg.seed)
+    got = s["committed_at_read"]["paired_f0"]
+    assert got["n_questions"] == want["n_questions"] == len(r.read_table("committed_paired"))
+    assert json.dumps({k: v for k, v in want.items() if k != "questions"}, sort_keys=True) == json.dumps(got, sort_keys=True)
