@@ -46,9 +46,9 @@ def leave_one_dataset_out(sets: Mapping[str, Sequence[Trace]], methods: Sequence
         if in_domain:
             _, cv_in = run_cell(list(test), methods, grids=grids or {}, protocol=protocol, on_violation=on_violation,
                                 seed=seed, outer_folds=outer_folds, inner_folds=inner_folds)
+            n_in = round(sum(f["n_train"] for f in cv_in.fitted) / len(cv_in.fitted))  # mean training part of the folds
             for m, v in cell_metrics(cv_in).items():
-                rows.append({"held_out": held, "n_train": int(len(test) * (outer_folds - 1) / outer_folds),
-                             "method": m, "evaluation": "in_domain", **v})
+                rows.append({"held_out": held, "n_train": n_in, "method": m, "evaluation": "in_domain", **v})
     return pd.DataFrame(rows)
 
 
