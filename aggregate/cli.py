@@ -196,12 +196,12 @@ def lodo(sets: List[str] = typer.Argument(..., help="NAME=FILE trace sets (two o
     from core.runs import write_json
 
     try:
-        named = {}
+        paths, named = {}, {}
         for s in sets:
             name, sep, path = s.partition("=")
             if not sep or not name or not path:
                 raise ValueError(f"a trace set is NAME=FILE, got {s!r}")
-            named[name] = load_traces(path)
+            paths[name], named[name] = path, load_traces(path)
         ms = [check_method(m.strip()) for m in methods.split(",") if m.strip()]
         table = leave_one_dataset_out(named, ms, seed=seed, inner_folds=inner_folds, outer_folds=outer_folds,
                                       protocol=protocol)
@@ -218,7 +218,7 @@ def lodo(sets: List[str] = typer.Argument(..., help="NAME=FILE trace sets (two o
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         table.to_parquet(out / "lodo.parquet", index=False)
-        write_json(out / "lodo.json", {"sets": {k: str(v) for k, v in zip(named, [s.partition("=")[2] for s in sets])},
+        write_json(out / "lodo.json", {"sets": paths,
                                        "methods": ms, "seed": seed, "inner_folds": inner_folds,
                                        "outer_folds": outer_folds, "protocol": protocol,
                                        "rows": table.to_dict("records")})

@@ -5,8 +5,8 @@ Beta(b s, (1 - b) s): the per-agent prior with kappa = 0, so nothing is fitted a
 read): once on its round-0 moves only, once on the full trace. A task whose decision changes is a
 *fix* (round 0 wrong, full trace right), a *break* (round 0 right, full trace wrong) or a *swap*
 (wrong to another wrong, K > 2). Counted per K with the fix / break ratio (the paper: binary
-185:168, 1.10; PubMedQA 48:40, 1.20; MMLU 82:51, 1.61). Ties are broken by a seeded draw per
-task, the same draw for both decisions, so a tie that persists is never counted as a flip.
+185:168, 1.10; PubMedQA 48:40, 1.20; MMLU 82:51, 1.61). Ties are broken by seeded draws, the
+same draws for both decisions, so a tie that persists is never counted as a flip.
 """
 from __future__ import annotations
 
@@ -18,18 +18,12 @@ import pandas as pd
 from aggregate.counts import Pool
 from aggregate.errors import TraceError
 from aggregate.posterior import beta_params, one_coin_proba
-from aggregate.selection import TIE_TOL
+from aggregate.selection import argmax_random
 from aggregate.trace import Trace
 from core.seeding import rng as make_rng
 
 NEUTRAL_B = 0.58  # the base of the BDA paper's fixed prior (b, kappa, s) = (0.58, 2, 16), kappa set to 0
 NEUTRAL_S = 16.0
-
-
-def _decide(P: np.ndarray, u: np.ndarray) -> np.ndarray:
-    """Row-wise argmax with ties (within TIE_TOL) broken by the fixed uniforms ``u``."""
-    tied = P >= P.max(axis=1, keepdims=True) - TIE_TOL
-    return np.where(tied, u, -1.0).argmax(axis=1)
 
 
 def decision_flips(traces: Sequence[Trace], *, b: float = NEUTRAL_B, s: float = NEUTRAL_S, seed: int = 0,
@@ -50,8 +44,8 @@ def decision_flips(traces: Sequence[Trace], *, b: float = NEUTRAL_B, s: float = 
         alpha, beta = beta_params(np.full(full.I, b), s)
         idx = np.arange(full.T)
         p_full, p_r0 = one_coin_proba(full, idx, alpha, beta), one_coin_proba(first, idx, alpha, beta)
-        u = np.stack([make_rng(seed, 17, k).random(K) for k in range(full.T)])  # one draw per task, both decisions
-        a_full, a_r0 = _decide(p_full, u), _decide(p_r0, u)
+        # two identically seeded streams: both decisions see the same tie-break draws
+        a_full, a_r0 = argmax_random(p_full, make_rng(seed, 17, K)), argmax_random(p_r0, make_rng(seed, 17, K))
         g = full.gold
         ok0, ok1 = a_r0 == g, a_full == g
         kind = np.where(a_r0 == a_full, "none", np.where(ok1, "fix", np.where(ok0, "break", "swap")))
