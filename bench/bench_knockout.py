@@ -79,7 +79,7 @@ def main() -> None:
     from interventions import knockout as ko
     from interventions.internals import experiment as ix
     from interventions.internals.config import KnockoutSpec
-    from interventions.readout import option_strings
+    from simulate.debate.forced_choice import option_strings
     from serving import load_engine
     from simulate.debate.prompts import load_prompts
 

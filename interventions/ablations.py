@@ -33,7 +33,7 @@ import pandas as pd
 
 from core.seeding import rng as make_rng
 from core.stats import cluster_bootstrap, ratio_ci
-from interventions.readout import forced_choice
+from simulate.debate.forced_choice import forced_choice
 from simulate.debate.prompts import debate_messages, labels_text, peer_block, readout_prefill, reflection_messages
 from simulate.debate.questions import Item
 

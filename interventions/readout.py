@@ -25,6 +25,7 @@ import pandas as pd
 
 from core.seeding import rng as make_rng
 from core.stats import cluster_bootstrap
+from simulate.debate.forced_choice import forced_choice
 from simulate.debate.prompts import readout_prefill, turn_messages
 from simulate.debate.questions import Item
 
@@ -38,32 +39,6 @@ def partial_rationale(tokenizer: Any, text: str, f: float) -> str:
     ids = tokenizer(text, add_special_tokens=False).input_ids
     k = int(round(f * len(ids)))
     return tokenizer.decode(ids[:k], skip_special_tokens=True) if k < len(ids) else text
-
-
-def option_strings(labels: Sequence[str]) -> list[str]:
-    """The labels as the model writes them after the cue ("Answer:" -> " A")."""
-    return [" " + lab for lab in labels]
-
-
-def forced_choice(engine: Any, conversations: Sequence[list[dict]], labels: Sequence[Sequence[str]],
-                  progress: Any = None, chunk: int = 64) -> list[dict[str, float]]:
-    """Option-label log-probs after each conversation's prefill, batched per label set (in chunks,
-    so that ``progress(total, k)`` advances)."""
-    out: list[dict[str, float] | None] = [None] * len(conversations)
-    groups: dict[tuple, list[int]] = {}
-    for i, labs in enumerate(labels):
-        groups.setdefault(tuple(labs), []).append(i)
-    if progress:
-        progress(len(conversations), 0)
-    for labs, idx_all in groups.items():
-        for c0 in range(0, len(idx_all), chunk):
-            idx = idx_all[c0:c0 + chunk]
-            lps = engine.option_logprobs([conversations[i] for i in idx], option_strings(labs))
-            for i, d in zip(idx, lps):
-                out[i] = {lab: float(d[" " + lab]) for lab in labs}
-            if progress:
-                progress(len(conversations), len(idx))
-    return out  # type: ignore[return-value]
 
 
 def peer_target(prev_answers: Sequence[Any], agent: int, rng: np.random.Generator) -> Any:

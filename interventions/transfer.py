@@ -384,7 +384,7 @@ def run_pairs(sender: Any, receiver: Any, items: dict, pairs: Sequence[dict], P:
     """Table rows per pair, layer pair and arm (margin toward the sender's answer, share). The
     message arm is the receiver's ordinary readout (engine store); the others go through
     ``receiver.cached("transfer", ...)`` keyed on both models, the contexts, layers, site and map."""
-    from interventions.readout import forced_choice, option_strings
+    from simulate.debate.forced_choice import forced_choice, option_strings
 
     maps = maps or {}
     ctxs = [contexts(items[p["qid"]], p["own_text"], p["peer_text"], P,

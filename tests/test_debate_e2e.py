@@ -3,6 +3,7 @@ noise). Small: 3 questions x 3 agents x 1 round, short generations, hf backend."
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from interventions.config import InfluenceConfig
@@ -161,3 +162,35 @@ def test_readout_summary_pairs_committed_at_read_by_question(debate_run, hf_engi
     got = s["committed_at_read"]["paired_f0"]
     assert got["n_questions"] == want["n_questions"] == len(r.read_table("committed_paired"))
     assert json.dumps({k: v for k, v in want.items() if k != "questions"}, sort_keys=True) == json.dumps(got, sort_keys=True)
+
+
+def test_real_debate_read_by_the_belief_layer(debate_run, hf_engine):
+    """``chorus debate belief`` on the embedded model's debate (plumbing: SmolLM2-135M numbers are noise):
+    every reading is the forced choice of its conversation, every heard turn of the two-option questions is
+    appraised once by the belief layer's appraiser, and the debate's report carries the table. Last in this
+    file: it writes RUN/belief inside the shared run."""
+    from simulate.debate.config import BeliefReadConfig
+    from simulate.debate.experiment import report
+    from simulate.debate.stubbornness import READ, reading_jobs, run_belief
+    run, _ = debate_run
+    out, s = run_belief(run.path, BeliefReadConfig(n_boot=20), engine=hf_engine)
+    assert out == run.path / "belief"
+    c = s["counts"]
+    assert c["stance_questions"] == 2 and c["left_out"] == {"numeric": 0, "not_two_options": 1}
+    readings = pd.read_parquet(out / "tables" / "readings.parquet")
+    items = {q: validate_item(x) for x in ITEMS for q in [x["id"]] if q in ("t2", "t3")}
+    keys, convs = reading_jobs(items, run.read_table("turns").query("qid in ['t2', 't3']"), load_prompts())
+    k = next(i for i, x in enumerate(keys) if x["f"] == READ and x["condition"] == "debate")
+    labs = items[keys[k]["qid"]].labels
+    lp = hf_engine.option_logprobs([convs[k]], [" " + x for x in labs])[0]
+    row = readings[(readings["qid"] == keys[k]["qid"]) & (readings["condition"] == "debate") & (readings["f"] == READ)
+                   & (readings["agent"] == keys[k]["agent"]) & (readings["round"] == keys[k]["round"])]
+    # float32 in a padded batch vs alone: equal to ~1e-6
+    assert float(row["b"].iloc[0]) == pytest.approx(1 / (1 + np.exp(lp[" " + labs[1]] - lp[" " + labs[0]])), abs=1e-4)
+    ev = pd.read_parquet(out / "tables" / "evidence.parquet")
+    assert len(ev) == 2 * 3 and c["heard_turns"] == 6  # round 0 of two questions, three speakers
+    ok = np.isfinite(ev["e"])
+    assert ((ev["e"][ok] >= 0) & (ev["e"][ok] <= 1)).all() and ev["error"][~ok].map(bool).all()
+    assert [r["agent"] for r in s["agents"]] == ["A1", "A2", "A3", "all"] and "kappa_placebo" in s["agents"][0]
+    assert (out / "plots" / "belief.png").is_file()
+    assert [r["agent"] for r in report(run.path, make_plots=False)["belief"]["agents"]] == ["A1", "A2", "A3", "all"]

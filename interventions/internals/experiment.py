@@ -150,7 +150,7 @@ def knockout_conditions(eng: Any, spec) -> tuple[list[dict], dict]:
 def run_knockout_pairs(eng: Any, ctxs: list[dict], conds: list[dict], progress: Progress | None = None) -> pd.DataFrame:
     """Margins with the message, without it, and with each knockout condition."""
     from interventions import knockout as ko
-    from interventions.readout import forced_choice, option_strings
+    from simulate.debate.forced_choice import forced_choice, option_strings
 
     full = forced_choice(eng, [c["full"] for c in ctxs], [c["meta"]["labels"] for c in ctxs])
     none = forced_choice(eng, [c["none"] for c in ctxs], [c["meta"]["labels"] for c in ctxs])

@@ -12,6 +12,7 @@ _EXPORTS = {
     "prior_counts": "core", "discounted_count": "core", "total_count": "core", "step_coefficients": "core",
     "fj_step": "core", "fj_lambda": "core", "stationary_point": "core", "eta_schedule": "core",
     "committed_minority_product": "core", "committed_minority_meanfield": "core", "well_conditioned": "core",
+    "credence_after": "core", "kappa_hat_cumulative": "core",
 }
 __all__ = list(_EXPORTS)
 

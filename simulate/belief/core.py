@@ -13,7 +13,7 @@ __all__ = [
     "step", "credence", "prior_counts", "discounted_count", "total_count", "step_coefficients",
     "fj_step", "fj_lambda", "stationary_point", "fj_fixed_point", "eta_schedule",
     "committed_minority_product", "committed_minority_meanfield", "kappa_hat",
-    "well_conditioned", "check_gamma", "check_kappa",
+    "well_conditioned", "check_gamma", "check_kappa", "credence_after", "kappa_hat_cumulative",
 ]
 
 
@@ -181,3 +181,22 @@ def kappa_hat(b, b_next, s, b0, m, gamma=0.7, w=1.0):
 def well_conditioned(s, b, threshold=0.05):
     """Events worth inverting: |s - b| > threshold (the seed's conditioning filter)."""
     return np.abs(np.asarray(s, dtype=float) - np.asarray(b, dtype=float)) > threshold
+
+
+def credence_after(kappa, b0, A, M):
+    """The credence after a sequence of updates from the prior, in closed form:
+    b = (kappa*b0 + A) / (kappa + M), with A = sum_k gamma^lag_k w e_k and M = sum_k gamma^lag_k w
+    (``lag_k``: how many updates came after the k-th). A and M do not depend on kappa, which is why a
+    belief read only now and then (a debater's, once per round) still inverts to kappa exactly."""
+    kappa = np.asarray(kappa, dtype=float)
+    return (kappa * np.asarray(b0, dtype=float) + A) / (kappa + M)
+
+
+def kappa_hat_cumulative(b, b0, A, M):
+    """kappa from one belief reading after a sequence of updates (``credence_after`` solved for kappa):
+    kappa_hat = (A - b*M) / (b - b0); +inf where the belief has not moved (b = b0: a committed agent).
+    With one update from the prior it is ``kappa_hat`` at b = b0, m = 0."""
+    b = np.asarray(b, dtype=float)
+    den = b - np.asarray(b0, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(den == 0, np.inf, (A - b * M) / np.where(den == 0, 1.0, den))

@@ -1,4 +1,4 @@
-"""``chorus debate`` (bench | run | report | judge | bda); run and report are built from the verb registry (``core.verbs``). ``chorus influence`` is ``interventions.cli``. Heavy
+"""``chorus debate`` (bench | run | report | judge | bda | belief); run and report are built from the verb registry (``core.verbs``). ``chorus influence`` is ``interventions.cli``. Heavy
 imports stay inside the commands so ``chorus --help`` stays fast."""
 from __future__ import annotations
 
@@ -57,6 +57,10 @@ def _print_debate(console, path: Path, s: dict) -> None:
             line = ", ".join(f"{k} acc {_fmt(m[k]['accuracy'])}" for k in ("final_plurality", "plurality", "bda_per_agent")
                              if k in m) or f"skipped: {g['skipped']}"
             console.print(f"BDA {name}, {gname} ({g['n_traces']} questions): {line}")
+    b = s.get("belief")  # chorus debate belief: the belief layer over the debating agents
+    if b:
+        console.print(f"belief layer ({b['reading']} readings, appraiser {b['appraiser']}, gamma {b['gamma']}): " + "; ".join(
+            f"{r['agent']} kappa {_fmt(r['kappa'])} (placebo {_fmt(r.get('kappa_placebo'))})" for r in b["agents"]))
     ex = s.get("exclusions", {})
     console.print(f"exclusions: {ex.get('n', 0)} {ex.get('by_reason', {})}; parse rate {_fmt(s.get('parse_rate'))}, "
                   f"truncated {s.get('n_truncated')}")
@@ -173,6 +177,62 @@ def bda(run_dir: Path = typer.Argument(..., help="A debate run directory."),
     if note:
         console.print(f"[yellow]{note}[/yellow]", highlight=False)
     console.print(f"results: [bold]{path}[/bold] (summary.json, mapping.json, traces/, one aggregate run per group)")
+
+
+@debate_app.command()
+def belief(run_dir: Path = typer.Argument(..., help="A debate run directory."),
+           config: Optional[Path] = typer.Option(None, "--config", help="A belief-reading config (YAML; default: the defaults)."),
+           sets: Optional[List[str]] = typer.Option(None, "--set", help="Override a config field: key=value (repeatable)."),
+           out: Optional[Path] = typer.Option(None, "--out", help="Output run directory (default RUN/belief)."),
+           no_plots: bool = typer.Option(False, "--no-plots", help="Skip the figures.")) -> None:
+    """The belief layer over a debate (simulate/debate/stubbornness.py): forced-choice readings of every agent,
+    the appraiser's e of every heard turn -> each agent's kappa (closed form and a joint kappa-gamma fit, with
+    family-bootstrap intervals) beside the reflection placebo and drift, and the channel audit."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from core.cliutil import parse_overrides
+    from core.config import ConfigError, load_named
+    from serving.profiles import ModelError
+    from simulate.debate.config import CONFIGS_DIR, BeliefReadConfig
+    from simulate.debate.stubbornness import BeliefReadError, run_belief
+    try:
+        over = parse_overrides(sets)
+        if config is not None:
+            cfg = load_named(config, BeliefReadConfig, CONFIGS_DIR, over)
+        else:
+            from core.config import set_dotted, validate
+            data: dict = {}
+            for k, v in over.items():
+                set_dotted(data, k, v)
+            cfg = validate(BeliefReadConfig, data, source="--set")
+        path, s = run_belief(run_dir, cfg, out=out, make_plots=not no_plots)
+    except (BeliefReadError, ConfigError, FileNotFoundError, ModelError, ValueError) as err:
+        _fail(err)
+    console = Console()
+    c = s["counts"]
+    console.print(f"{c['stance_questions']} of {c['questions']} questions have a stance axis (left out {c['left_out']}); "
+                  f"{c['heard_turns']} heard turns ({c['unparsed_turns']} turns unparsed, {c['no_evidence']} without "
+                  f"evidence {c['appraisal_errors'] or ''}); {c['observations']} readings, {c['retained']} well conditioned")
+    t = Table(title=f"stubbornness of {s.get('model') or 'the agents'} in debate (reading {s['reading']}, "
+                    f"appraiser {s['appraiser']}, gamma {s['gamma']})")
+    for col in ("agent", "kappa [CI]", "fit kappa, gamma", "round 1", "placebo", "drift deb / refl"):
+        t.add_column(col)
+
+    def ci(r, k):
+        return f"{_fmt(r.get(k))} [{_fmt(r.get(k + '_lo'))}, {_fmt(r.get(k + '_hi'))}]"
+    for r in s["agents"]:
+        t.add_row(r["agent"], ci(r, "kappa"), f"{_fmt(r.get('kappa_fit'))}, {_fmt(r.get('gamma_fit'))}",
+                  _fmt(r.get("kappa_round1")), _fmt(r.get("kappa_placebo")),
+                  f"{_fmt(r.get('drift_debate'))} / {_fmt(r.get('drift_reflection'))}")
+    console.print(t)
+    a = s["audit"]
+    console.print(f"channel audit: Pearson(s, e) {_fmt(a['pearson_s_e'])} over {a['n']} turns; reading vs stated answer "
+                  f"r {_fmt(a['reading_stated']['pearson'])} (n {a['reading_stated']['n']})")
+    note = embedded_note([s.get("model"), s.get("appraiser")])
+    if note:
+        console.print(f"[yellow]{note}[/yellow]", highlight=False)
+    console.print(f"results: [bold]{path}[/bold] (summary.json, tables/agents.parquet, tables/observations.parquet, plots/belief.png)")
 
 
 def _run_model(run_dir: Path):

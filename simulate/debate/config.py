@@ -87,3 +87,27 @@ def resolve_config_path(config: str | Path) -> Path:
 
 def load(config: str | Path, model: type, overrides: dict[str, Any] | None = None):
     return load_named(config, model, CONFIGS_DIR, overrides)
+
+
+class BeliefReadConfig(Strict):
+    """``chorus debate belief``: a debate run read by the belief layer (``stubbornness.py``)."""
+    name: str = "debate-belief"
+    reading: Literal["probe", "planted"] = Field(
+        "probe", description="belief readings: the debaters' forced-choice probe (a model call), or the "
+                             "latent beliefs a synthetic run planted (tables/beliefs.parquet)")
+    appraiser: Literal["model", "oracle"] = Field(
+        "model", description="evidence e: the belief layer's appraiser reads each turn, or e = the "
+                             "speaker's reading (oracle: no call, mechanism only)")
+    appraiser_model: Optional[ModelSpec] = Field(
+        None, description="the appraiser's model (default: the debate's own)")
+    appraiser_prompts: str = "stance_appraiser_v1"
+    tau: float = Field(1.0, gt=0.0, description="appraiser temperature scaling p_cal = sigmoid(logit(p)/tau); 1 = raw")
+    gamma: float = Field(0.7, gt=0.0, le=1.0, description="forgetting of the closed-form kappa inversion")
+    fit_gamma: bool = Field(True, description="also fit (kappa, gamma) jointly by least squares")
+    w: float = Field(1.0, gt=0.0, description="evidence weight of one heard turn")
+    kappa_filter: float = Field(0.05, ge=0.0, lt=1.0, description="invert only where |mean heard e - b0| > this")
+    reflection: bool = Field(True, description="require the reflection control (the drift and placebo kappa)")
+    bins: int = Field(10, ge=2, description="transfer-curve bins of the channel audit")
+    n_boot: int = Field(500, ge=0)
+    ci: float = Field(0.95, gt=0.0, lt=1.0)
+    seed: int = Field(0, ge=0)

@@ -92,7 +92,6 @@ def run_debate(cfg: DebateConfig, out: Path | None = None, *, progress: Progress
     return run, summary
 
 
-@amends_run
 def _bda_brief(s: dict[str, Any]) -> dict[str, Any]:
     return {"condition": s["condition"], "n_traces": s["n_traces"], "left_out": s["left_out"],
             "groups": {k: {"n_traces": g["n_traces"], "skipped": g.get("skipped"),
@@ -101,6 +100,16 @@ def _bda_brief(s: dict[str, Any]) -> dict[str, Any]:
                        for k, g in s["groups"].items()}}
 
 
+def _belief_brief(s: dict[str, Any]) -> dict[str, Any]:
+    keep = ("agent", "kappa", "kappa_lo", "kappa_hi", "kappa_fit", "gamma_fit", "kappa_round1", "kappa_placebo",
+            "drift_debate", "drift_reflection", "retained")
+    return {"model": s.get("model"), "reading": s["reading"], "appraiser": s["appraiser"], "gamma": s["gamma"],
+            "counts": s["counts"], "audit": {"pearson_s_e": s["audit"]["pearson_s_e"], "n": s["audit"]["n"],
+                                             "reading_stated": s["audit"]["reading_stated"]},
+            "agents": [{k: r.get(k) for k in keep} for r in s["agents"]]}
+
+
+@amends_run
 def report(run_dir: str | Path, *, make_plots: bool = True) -> dict[str, Any]:
     """summary.json and plots from RUN/config.yaml, RUN/tables/*.parquet and RUN/protocol.json."""
     from core.config import load_config
@@ -139,6 +148,8 @@ def report(run_dir: str | Path, *, make_plots: bool = True) -> dict[str, Any]:
     bda = sorted(run.path.glob("bda-*/summary.json"))  # chorus debate bda (bda.py) wrote these inside the run
     if bda:
         summary["bda"] = {p.parent.name: _bda_brief(json.loads(p.read_text())) for p in bda}
+    if (run.path / "belief" / "summary.json").is_file():  # chorus debate belief (stubbornness.py) wrote it inside the run
+        summary["belief"] = _belief_brief(json.loads((run.path / "belief" / "summary.json").read_text()))
     if make_plots:
         from simulate.debate import plots
         plots.by_round(summary, "unanimity_by_round", run.plot_path("unanimity_by_round"), ylabel="unanimous groups",
