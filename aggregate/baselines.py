@@ -413,13 +413,13 @@ class DawidSkeneEM(Aggregator):
 
 class IsotonicRecalibrated(Aggregator):
     """Leak-free isotonic recalibration of ``base``: out-of-fold confidences from ``n_folds``
-    folds of the training part (the base refitted on each inner training part, so no label
+    folds of the training part (default: the run's inner folds, so ``inner_folds`` sets both) (the base refitted on each inner training part, so no label
     scores its own calibration) fit an ``IsotonicRegression`` of correctness on confidence;
     the base is then refitted on the whole training part and its decided answer keeps its
     place while its confidence is mapped (the other candidates share the remaining mass in
     proportion)."""
 
-    def __init__(self, base: Aggregator, *, n_folds: int = 5, inner_folds: int = 5,
+    def __init__(self, base: Aggregator, *, n_folds: int | None = None, inner_folds: int = 5,
                  random_state: int = 0, protocol: str = "strict", on_violation: str = "error"):
         super().__init__(inner_folds=inner_folds, random_state=random_state, protocol=protocol,
                          on_violation=on_violation)
@@ -437,7 +437,7 @@ class IsotonicRecalibrated(Aggregator):
         pos = pd.Series(np.arange(len(idx)), index=idx)
         # the recalibration folds: the same stratified split as every arm's inner folds
         saved = self.inner_folds
-        self.inner_folds = self.n_folds
+        self.inner_folds = self.n_folds or saved
         folds = self._inner(pool, idx)
         self.inner_folds = saved
         for j, (tr, va) in enumerate(folds):

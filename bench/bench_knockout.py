@@ -5,13 +5,16 @@
     .venv/bin/python bench/bench_knockout.py --source-run runs/debate/X   # contexts from a debate run
     .venv/bin/python bench/bench_knockout.py --profile /models/llama --dtype bfloat16   # a GPU (its default)
 
-(1) Cost of a knocked-out forward pass relative to a plain forward pass on the same batch:
-    plain (the hf backend's own forward), knockout in all layers through the AttentionInterface
-    function, and knockout by editing the attention mask through nnsight (full logits, compared
-    with a plain full-logit forward). Interleaved repeats, medians. Also checks that the two
-    knockout routes agree bitwise.
+(1) Cost of a knocked-out forward pass relative to a plain forward pass on the same batch (last
+    position, as readouts run): plain (the hf backend's own forward), knockout in all layers by
+    each route (``knockout.route``: nnsight edits of the attention modules' mask inputs, or the
+    registered AttentionInterface function), and the shared-prefix sweep path (one context under
+    every single-layer condition) by each route. Interleaved repeats, medians; the routes must
+    agree bitwise. ``nnsight_vs_interface`` is the ratio the default route is chosen by (nnsight
+    unless it is above 1.1x; at the 8B architecture's widths: ``--profile`` a ``chorus models
+    dummy llama-3.1-8b-instruct --layers 2`` folder).
 (2) Wall time of a full single-layer + cumulative sweep over all layers (queries "after") plus
-    the two all-layer variants on ``--contexts`` contexts, no call store.
+    the two all-layer variants on ``--contexts`` contexts, no call store, by ``--route``.
 Contexts: by default synthetic single-peer debate prompts built from the bench questions (own
 answer and a disagreeing peer, ~60 tokens each), so no generation is needed; with
 ``--source-run`` the round-0 pairs of a debate run. The dtype is the engine's default (float32 on
@@ -69,6 +72,7 @@ def main() -> None:
     ap.add_argument("--profile", default="smollm2-135m-instruct")
     ap.add_argument("--source-run", default=None, help="a debate run directory (default: synthetic contexts)")
     ap.add_argument("--skip-sweep", action="store_true")
+    ap.add_argument("--route", default="nnsight", choices=["nnsight", "interface"], help="the route of the sweep (2)")
     ap.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"],
                     help="the engine's dtype (default: float32 on a CPU, bfloat16 on a GPU)")
     ap.add_argument("--out", type=Path, default=None, help="write the JSON result here")
@@ -107,19 +111,17 @@ def main() -> None:
     def plain_last():
         be._last_logprobs(seqs)
 
-    def ko_last():
-        ko._forward(be, lm, ko_rows, seqs, readout, keep_last=True)
+    def route_last(route):
+        return lambda: ko._forward(be, lm, ko_rows, seqs, readout, keep_last=True, route=route)
 
-    def plain_full():
-        ids, mask = be._pad(seqs)
-        with torch.inference_mode():
-            be._forward(ids, mask)
+    one = rows[0]  # the sweep path: one context under every single-layer condition, prefix cache shared
+    sweep_rows = [ko.Row(one.prompt, one.options, one.span, frozenset([L]), "after") for L in lm.maskable]
 
-    def nnsight_full():
-        ko.nnsight_logits(eng, ko_rows)
+    def route_sweep(route):
+        return lambda: ko.run_rows_shared_prefix(eng, sweep_rows, route)
 
-    fns = {"plain": plain_last, "knockout_interface": ko_last, "plain_full_logits": plain_full,
-           "knockout_nnsight": nnsight_full}
+    fns = {"plain": plain_last, "knockout_interface": route_last("interface"), "knockout_nnsight": route_last("nnsight"),
+           "sweep_interface": route_sweep("interface"), "sweep_nnsight": route_sweep("nnsight")}
     for f in fns.values():  # warm-up (nnsight builds its wrapper once)
         f()
     times: dict[str, list[float]] = {k: [] for k in fns}
@@ -134,13 +136,15 @@ def main() -> None:
     res["forward_s_median"] = med
     res["forward_s_all"] = times
     res["ratio_interface_vs_plain"] = med["knockout_interface"] / med["plain"]
-    res["ratio_nnsight_vs_plain_full"] = med["knockout_nnsight"] / med["plain_full_logits"]
-    a_lp = ko._forward(be, lm, ko_rows, seqs, readout, keep_last=False)
-    n_lp = torch.log_softmax(ko.nnsight_logits(eng, ko_rows).float(), dim=-1)
-    res["routes_bitwise_equal"] = bool(torch.equal(a_lp, n_lp))
+    res["ratio_nnsight_vs_plain"] = med["knockout_nnsight"] / med["plain"]
+    res["nnsight_vs_interface"] = med["knockout_nnsight"] / med["knockout_interface"]
+    res["sweep_nnsight_vs_interface"] = med["sweep_nnsight"] / med["sweep_interface"]
+    a_lp, n_lp = route_last("interface")(), route_last("nnsight")()
+    res["routes_bitwise_equal"] = bool(torch.equal(a_lp, n_lp)) and \
+        ko.run_rows_shared_prefix(eng, sweep_rows, "interface") == ko.run_rows_shared_prefix(eng, sweep_rows, "nnsight")
     res["routes_max_abs_diff"] = float((a_lp.float() - n_lp.float().to(a_lp.device)).abs().max())
-    print(json.dumps({k: res[k] for k in ("dtype", "forward_s_median", "ratio_interface_vs_plain",
-                                          "ratio_nnsight_vs_plain_full", "routes_bitwise_equal",
+    print(json.dumps({k: res[k] for k in ("dtype", "forward_s_median", "ratio_interface_vs_plain", "ratio_nnsight_vs_plain",
+                                          "nnsight_vs_interface", "sweep_nnsight_vs_interface", "routes_bitwise_equal",
                                           "routes_max_abs_diff")}, indent=2))
 
     # (2) full sweep
@@ -149,10 +153,10 @@ def main() -> None:
         conds, _ = ix.knockout_conditions(eng, KnockoutSpec(queries=["after", "decision"], sweep_queries=["after"]))
         eng.store = None
         t0 = time.perf_counter()
-        table = ix.run_knockout_pairs(eng, sc, conds)
+        table = ix.run_knockout_pairs(eng, sc, conds, route=a.route)
         wall = time.perf_counter() - t0
         s = ix.summarize_knockout(table, n_boot=200, seed=0, ci=0.95)
-        res["sweep"] = {"contexts": len(sc), "conditions": len(conds), "forward_rows": len(sc) * len(conds),
+        res["sweep"] = {"route": a.route, "contexts": len(sc), "conditions": len(conds), "forward_rows": len(sc) * len(conds),
                         "wall_s": wall, "s_per_context": wall / len(sc),
                         "prompt_tokens_mean": float(statistics.mean(len(eng.render(c["full"]).ids) for c in sc)),
                         "all_layers": s.get("all_layers"), "message_effect": s.get("message_effect"),

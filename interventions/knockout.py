@@ -1,12 +1,18 @@
 """Attention knockout: cut every attention edge from chosen query positions to the tokens of one
 message, in chosen layers, and read the same forced-choice option log-probs as the engine.
 
-Main route: a custom attention function registered with transformers' ``AttentionInterface``
-(and the matching ``AttentionMaskInterface`` entry, without which the function receives no
-mask). It wraps the model's own sdpa (or eager) attention and, for the layers and batch rows
-being knocked out, removes the blocked (query, key) edges from the mask it is handed. Measured
-here at ~1.0x the cost of a plain forward and bitwise equal to editing the mask through nnsight
-(``nnsight_logits`` below, kept as the cross-check the tests and the benchmark run).
+Two routes apply the same edit (``edit_mask``: the blocked (query, key) edges removed from the
+mask the attention is handed), chosen per call (``route``; per run ``knockout.route``):
+
+* ``nnsight`` (the default): inside one nnsight trace, each chosen layer's attention module gets
+  its ``attention_mask`` input edited (``_run_nnsight``);
+* ``interface``: a custom attention function registered with transformers' ``AttentionInterface``
+  (and the matching ``AttentionMaskInterface`` entry, without which the function receives no
+  mask) wraps the model's own sdpa (or eager) attention and edits the mask for the layers and
+  batch rows being knocked out.
+
+They are bitwise equal (tests/test_knockout.py, on every family); ``bench/bench_knockout.py``
+times both against a plain forward. A run's cross-check recomputes some contexts by the other route.
 
 Readouts mirror the hf backend exactly (same rendering, option tokenisation, left padding,
 position ids, micro-batching), so ``block_message=None`` is the engine's own readout.
@@ -27,8 +33,11 @@ from interventions.spans import Span, SpanError, message_token_span
 KO_SDPA = "chorus_knockout"
 KO_EAGER = "chorus_knockout_eager"
 QUERIES = ("after", "decision")
+ROUTES = ("nnsight", "interface")
+DEFAULT_ROUTE = "nnsight"  # the route the users named; bench/bench_knockout.py --routes measures both
 
-__all__ = ["option_logprobs", "plan", "Row", "run_rows", "prepare_rows", "installed", "nnsight_logits",
+__all__ = ["option_logprobs", "plan", "Row", "run_rows", "run_rows_shared_prefix", "prepare_rows", "installed",
+           "ROUTES", "DEFAULT_ROUTE", "nnsight_model", "envoy_layers", "layer_map",
            "FamilyError", "LayerError", "SpanError", "KnockoutError"]
 
 
@@ -188,45 +197,91 @@ def _blocked_edges(torch, rows: Sequence[Row], seqs: Sequence[list[int]], T: int
     return blk
 
 
+def _check_route(route: str) -> None:
+    if route not in ROUTES:
+        raise ValueError(f"knockout route must be one of {ROUTES}, got {route!r}")
+
+
+def _layer_rows(torch, lm: LayerMap, rows: Sequence[Row], active: Sequence[int], device) -> dict[int, Any]:
+    """layer -> (B,) bool: the rows knocked out in that layer."""
+    out: dict[int, Any] = {}
+    for layer in sorted(set().union(*(rows[r].layers for r in active))):
+        out[layer] = torch.tensor([layer in row.layers and r in active for r, row in enumerate(rows)],
+                                  dtype=torch.bool).to(device)
+    return out
+
+
 def _forward(be, lm: LayerMap, rows: Sequence[Row], seqs: Sequence[list[int]], readout: Sequence[tuple[int, int]],
-             keep_last: bool):
+             keep_last: bool, route: str = "interface"):
     """One padded forward of ``seqs`` with the rows' knockouts; returns log-softmax logits
-    (B, 1, V) when ``keep_last`` else (B, T, V), exactly as the hf backend computes them."""
-    global _STATE
+    (B, 1, V) when ``keep_last`` else (B, T, V), exactly as the hf backend computes them. ``route``:
+    the knockout applied by the registered attention function, or by nnsight edits of each
+    attention module's mask input (the same edit, bitwise equal results)."""
     torch = be.torch
     ids, mask = be._pad(list(seqs))
     T = ids.shape[1]
     active = [r for r, row in enumerate(rows) if row.span is not None and not row.span.empty and row.layers]
-    state = None
-    if active:
-        blocked = _blocked_edges(torch, rows, seqs, T, readout).to(ids.device)
-        per_layer: dict[int, Any] = {}
-        for layer in sorted(set().union(*(rows[r].layers for r in active))):
-            sel = torch.tensor([layer in row.layers and r in active for r, row in enumerate(rows)], dtype=torch.bool)
-            per_layer[id(lm.attention[layer])] = sel.to(ids.device)
-        state = _State(blocked, per_layer)
+    blocked = _blocked_edges(torch, rows, seqs, T, readout).to(ids.device) if active else None
+    sel = _layer_rows(torch, lm, rows, active, ids.device) if active else {}
     pos = (mask.cumsum(-1) - 1).clamp(min=0)  # left padding must not shift positions
+    kw = {"input_ids": ids, "attention_mask": mask, "position_ids": pos, "use_cache": False}
+    if keep_last:
+        kw["logits_to_keep"] = 1
+    logits = _run(be, lm, kw, blocked, sel, route)
+    if keep_last:
+        logits = logits[:, -1:]
+    with torch.inference_mode():
+        return torch.log_softmax(logits.float(), dim=-1)
+
+
+def _run(be, lm: LayerMap, kw: dict, blocked, sel: dict[int, Any], route: str):
+    """The model's logits on ``kw`` with ``blocked`` (B, Q, KV) edges cut in the rows ``sel[layer]``
+    of each layer, by ``route``."""
+    global _STATE
+    torch = be.torch
+    if route == "nnsight" and sel:
+        return _run_nnsight(be, lm, kw, blocked, sel)
+    state = _State(blocked, {id(lm.attention[layer]): rows for layer, rows in sel.items()}) if sel else None
     with torch.inference_mode(), installed(be.model):
         _STATE = state
         try:
-            if keep_last:
-                logits = be.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False,
-                                  logits_to_keep=1).logits[:, -1:]
-            else:
-                logits = be.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False).logits
+            logits = be.model(**kw).logits
         finally:
             _STATE = None
-        lp = torch.log_softmax(logits.float(), dim=-1)
     if state is not None and len(state.hits) != len(state.rows):
         missed = [i for i, m in lm.attention.items() if id(m) in state.rows and id(m) not in state.hits]
         raise KnockoutError(f"attention of layer(s) {missed} did not run through the knockout function "
                             f"({lm.model_type}: does its attention module use transformers' AttentionInterface?)")
-    return lp
+    return logits
 
 
-def run_rows(engine: Any, rows: Sequence[Row]) -> list[list[float]]:
-    """Option log-probs of every row, with its knockout. Micro-batched like the hf backend
-    (longest first, same batch size and token budget), so a plain row equals the engine's value."""
+def _run_nnsight(be, lm: LayerMap, kw: dict, blocked, sel: dict[int, Any]):
+    """The nnsight route: inside one trace, each chosen layer's attention module gets its
+    ``attention_mask`` input with the blocked edges removed (``edit_mask``, as the attention
+    function does), layers in forward order (nnsight requires it)."""
+    torch = be.torch
+    nm = _nnsight_model(be.model, be.tokenizer)
+    env = envoy_layers(nm, lm)
+    additive = be.model.config._attn_implementation == "eager"
+    q_len = kw["input_ids"].shape[1]
+    with torch.inference_mode():
+        with nm.trace(**kw):
+            for layer in sorted(sel):
+                att = getattr(env[layer], lm.attn_name)
+                args, akw = att.inputs
+                akw = dict(akw)
+                m = akw.get("attention_mask")
+                kv_len = blocked.shape[-1]
+                akw["attention_mask"] = edit_mask(m, blocked & sel[layer][:, None, None], q_len, kv_len, additive=additive)
+                att.inputs = (args, akw)
+            logits = nm.output.logits.save()
+    return logits
+
+
+def run_rows(engine: Any, rows: Sequence[Row], route: str = DEFAULT_ROUTE) -> list[list[float]]:
+    """Option log-probs of every row, with its knockout (by ``route``). Micro-batched like the hf
+    backend (longest first, same batch size and token budget), so a plain row equals the engine's value."""
+    _check_route(route)
     be = _backend(engine)
     lm = layer_map(engine)
     for row in rows:
@@ -243,7 +298,7 @@ def run_rows(engine: Any, rows: Sequence[Row]) -> list[list[float]]:
         for batch in be._batches(order, lengths):
             brows = [rows[i] for i in batch]
             lp = _forward(be, lm, brows, [r.prompt for r in brows],
-                          [(len(r.prompt) - 1, len(r.prompt)) for r in brows], keep_last=True).cpu()
+                          [(len(r.prompt) - 1, len(r.prompt)) for r in brows], keep_last=True, route=route).cpu()
             for k, i in enumerate(batch):
                 for j, o in enumerate(rows[i].options):
                     out[i][j] = float(lp[k, -1, o[0]])
@@ -257,7 +312,7 @@ def run_rows(engine: Any, rows: Sequence[Row]) -> list[list[float]]:
         bseqs = [seqs[j] for j in batch]
         readout = [(len(rows[i].prompt) - 1, len(rows[i].prompt) - 1 + len(rows[i].options[k]))
                    for i, k in (pairs[j] for j in batch)]
-        logp = _forward(be, lm, brows, bseqs, readout, keep_last=False)
+        logp = _forward(be, lm, brows, bseqs, readout, keep_last=False, route=route)
         T = logp.shape[1]
         for r, j in enumerate(batch):
             i, k = pairs[j]
@@ -269,23 +324,24 @@ def run_rows(engine: Any, rows: Sequence[Row]) -> list[list[float]]:
     return out
 
 
-def run_rows_shared_prefix(engine: Any, rows: Sequence[Row]) -> list[list[float]]:
+def run_rows_shared_prefix(engine: Any, rows: Sequence[Row], route: str = DEFAULT_ROUTE) -> list[list[float]]:
     """``run_rows`` for sweeps: rows that share a prompt (one context under many knockout
     conditions) reuse one KV cache of the tokens no knockout can change (everything before the
     first blocked query: up to the span's end for "after", up to the readout for "decision")
     and recompute only the rest. Single-token options; all-attention models without sliding
     windows (a recurrent or sliding-window cache does not keep every key): otherwise it falls
     back to ``run_rows``. Agrees with
-    ``run_rows`` to float32 rounding (different matmul shapes), not bitwise."""
+    ``run_rows`` to float32 rounding (different matmul shapes), not bitwise; the two routes agree
+    with each other bitwise here too."""
     import copy
 
-    global _STATE
+    _check_route(route)
     be = _backend(engine)
     lm = layer_map(engine)
     sliding = "sliding_attention" in (getattr(be.model.config, "layer_types", None) or [])
     if lm.unmaskable or sliding or not all(len(o) == 1 for r in rows for o in r.options) or \
             any(r.span is None or r.span.empty for r in rows):
-        return run_rows(engine, rows)
+        return run_rows(engine, rows, route)
     for row in rows:
         _check_queries(row.queries)
         bad = [x for x in row.layers if x not in lm.attention]
@@ -302,6 +358,7 @@ def run_rows_shared_prefix(engine: Any, rows: Sequence[Row]) -> list[list[float]
         cut = min(rows[i].span.end if rows[i].queries == "after" else T - 1 for i in idx)
         with torch.inference_mode(), installed(be.model):
             pre = be.model(input_ids=torch.tensor([prompt[:cut]], device=dev), use_cache=True).past_key_values
+        with torch.inference_mode():
             for a in range(0, len(idx), be.batch_size):
                 chunk = idx[a:a + be.batch_size]
                 B, Q = len(chunk), T - cut
@@ -313,20 +370,13 @@ def run_rows_shared_prefix(engine: Any, rows: Sequence[Row]) -> list[list[float]
                     if rows[i].layers:
                         q0 = sp.end - cut if rows[i].queries == "after" else T - 1 - cut
                         blocked[r, q0:, sp.start:sp.end] = True
-                per_layer = {}
-                for layer in sorted(set().union(*(rows[i].layers for i in chunk))):
-                    per_layer[id(lm.attention[layer])] = torch.tensor([layer in rows[i].layers for i in chunk]).to(dev)
-                state = _State(blocked.to(dev), per_layer)
+                sel = {layer: torch.tensor([layer in rows[i].layers for i in chunk]).to(dev)
+                       for layer in sorted(set().union(*(rows[i].layers for i in chunk)))}
                 ids = torch.tensor([list(prompt[cut:])] * B, device=dev)
-                _STATE = state
-                try:
-                    logits = be.model(input_ids=ids, attention_mask=torch.ones(B, T, dtype=torch.long, device=dev),
-                                      position_ids=torch.arange(cut, T, device=dev)[None].expand(B, -1),
-                                      past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1]
-                finally:
-                    _STATE = None
-                if len(state.hits) != len(state.rows):
-                    raise KnockoutError(f"{lm.model_type}: some attention modules bypassed the knockout function")
+                kw = {"input_ids": ids, "attention_mask": torch.ones(B, T, dtype=torch.long, device=dev),
+                      "position_ids": torch.arange(cut, T, device=dev)[None].expand(B, -1),
+                      "past_key_values": cache, "use_cache": True, "logits_to_keep": 1}
+                logits = _run(be, lm, kw, blocked.to(dev), sel, route)[:, -1]
                 lp = torch.log_softmax(logits.float(), dim=-1).cpu()
                 for r, i in enumerate(chunk):
                     for j, o in enumerate(rows[i].options):
@@ -365,15 +415,18 @@ def prepare_rows(engine: Any, conversations: Sequence[list[dict]], options: Sequ
 
 
 def option_logprobs(engine: Any, conversations: Sequence[list[dict]], options: Sequence[str], block_message: Any,
-                    layers: Any = "all", queries: str = "after") -> list[dict[str, float]]:
+                    layers: Any = "all", queries: str = "after", route: str = DEFAULT_ROUTE) -> list[dict[str, float]]:
     """The engine's forced-choice readout with attention from the chosen query positions
     (``"after"``: every position after the blocked span; ``"decision"``: the readout position(s)
     only) to the content tokens of message ``block_message`` blocked in ``layers`` (``"all"``, an
     int or a list of ints). ``block_message`` may also be ``(index, start, end)``: a character
     range of that message's content (one peer's text inside a shared message). ``None`` gives the
     plain readout, the serving layer's own. Requested layers that are recurrent (hybrid models)
-    cannot be masked: a warning names them (``plan`` returns them)."""
+    cannot be masked: a warning names them (``plan`` returns them). ``route``: ``"nnsight"`` (edits of
+    each attention module's mask input in an nnsight trace) or ``"interface"`` (the registered
+    attention function); bitwise equal."""
     _check_queries(queries)
+    _check_route(route)
     if block_message is None:
         return engine.option_logprobs(conversations, options)
     _backend(engine)
@@ -387,11 +440,11 @@ def option_logprobs(engine: Any, conversations: Sequence[list[dict]], options: S
     rows = prepare_rows(engine, conversations, options, block_message)
     for r in rows:
         r.layers, r.queries = frozenset(p["masked"]), queries
-    lps = run_rows(engine, rows)
+    lps = run_rows(engine, rows, route)
     return [dict(zip(options, v)) for v in lps]
 
 
-# -- nnsight cross-check ---------------------------------------------------------------------
+# -- the nnsight route's model wrapper ---------------------------------------------------------
 def _nnsight_model(model: Any, tokenizer: Any):
     nm = getattr(model, "_chorus_nnsight", None)
     if nm is None:
@@ -401,39 +454,16 @@ def _nnsight_model(model: Any, tokenizer: Any):
     return nm
 
 
+def nnsight_model(engine: Any):
+    """The nnsight wrapper of an hf engine's model (built once, kept on the model): what a trace of
+    your own runs on (``interventions/nnsight_recipe.py``)."""
+    be = _backend(engine)
+    return _nnsight_model(be.model, engine.tokenizer)
+
+
 def envoy_layers(nm: Any, lm: LayerMap):
+    """The decoder layers of an nnsight model, by the layer map's path (index them by layer number)."""
     obj = nm
     for part in lm.layers_path.split("."):
         obj = getattr(obj, part)
     return obj
-
-
-def nnsight_logits(engine: Any, rows: Sequence[Row]):
-    """Full-sequence logits (B, T, V) of ``rows`` (plain prompts, left-padded) with each row's
-    knockout applied by editing the ``attention_mask`` input of the attention modules through
-    nnsight. The cross-check for the AttentionInterface route (slower: 1.3-2.4x measured)."""
-    import torch
-
-    be = _backend(engine)
-    lm = layer_map(engine)
-    nm = _nnsight_model(be.model, engine.tokenizer)
-    seqs = [r.prompt for r in rows]
-    ids, mask = be._pad(seqs)
-    T = ids.shape[1]
-    blocked = _blocked_edges(torch, rows, seqs, T, [(len(s) - 1, len(s)) for s in seqs]).to(ids.device)
-    pos = (mask.cumsum(-1) - 1).clamp(min=0)
-    layers = sorted(set().union(*(r.layers for r in rows))) if rows else []
-    sel = {l: torch.tensor([l in r.layers and r.span is not None and not r.span.empty for r in rows]).to(ids.device)
-           for l in layers}
-    env_layers = envoy_layers(nm, lm)
-    with torch.inference_mode():
-        with nm.trace(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False):
-            for l in layers:  # forward order (nnsight requires it)
-                att = getattr(env_layers[l], lm.attn_name)
-                args, kw = att.inputs
-                kw = dict(kw)
-                kw["attention_mask"] = edit_mask(kw.get("attention_mask"), blocked & sel[l][:, None, None], T, T,
-                                                 additive=be.model.config._attn_implementation == "eager")
-                att.inputs = (args, kw)
-            logits = nm.output.logits.save()
-    return logits

@@ -193,4 +193,10 @@ def test_real_debate_read_by_the_belief_layer(debate_run, hf_engine):
     assert ((ev["e"][ok] >= 0) & (ev["e"][ok] <= 1)).all() and ev["error"][~ok].map(bool).all()
     assert [r["agent"] for r in s["agents"]] == ["A1", "A2", "A3", "all"] and "kappa_placebo" in s["agents"][0]
     assert (out / "plots" / "belief.png").is_file()
-    assert [r["agent"] for r in report(run.path, make_plots=False)["belief"]["agents"]] == ["A1", "A2", "A3", "all"]
+    from simulate.debate.bda import DebateTraceError, run_bda
+    with pytest.raises(DebateTraceError, match="cross-validated|has a parsed turn"):  # too few questions
+        run_bda(run.path, make_plots=False)
+    rep = report(run.path, make_plots=False)  # the report reads both inside the run
+    assert [r["agent"] for r in rep["belief"]["agents"]] == ["A1", "A2", "A3", "all"]
+    if (run.path / "bda-debate" / "summary.json").is_file():  # the skipped groups' summary stays in the run
+        assert all(g["skipped"] for g in rep["bda"]["bda-debate"]["groups"].values())

@@ -133,17 +133,6 @@ def test_hybrid_reports_unmaskable_layers_and_leaks(tiny):
     assert (a[:, -1] - b[:, -1]).abs().max() > 1e-5
 
 
-@pytest.mark.parametrize("family", ["llama", "gemma3", "qwen3_5"])
-def test_interface_route_equals_nnsight_mask_edits(tiny, family):
-    eng = tiny(family)
-    convs = [conversation(), conversation(question="Q? A. x B. y")]  # different lengths: left padding
-    rows = ko.prepare_rows(eng, convs, OPTS, [target(c) for c in convs])
-    for r, layers in zip(rows, [ko.layer_map(eng).maskable, ko.layer_map(eng).maskable[-1:]]):
-        r.layers = frozenset(layers)
-    via_nnsight = torch.log_softmax(ko.nnsight_logits(eng, rows).float(), dim=-1)
-    assert torch.equal(via_nnsight, _full_logprobs(eng, rows))
-
-
 def test_decision_only_and_batch_invariance(tiny):
     eng = tiny("llama")
     convs = [conversation(), conversation(question="A much longer question here? A. one B. two " * 3)]
@@ -308,3 +297,42 @@ def test_cli_bad_config_fails_before_any_model_call(tmp_path):
                                        "--set", "model.backend=openai"])
         assert res.exit_code == 2 and "backend: hf" in res.output, res.output
         assert not (tmp_path / verb).exists()
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3", "gemma3", "gemma4", "qwen3_5"])
+def test_nnsight_and_interface_routes_bitwise_equal(tiny, family):
+    """The two knockout routes (``knockout.route``) give the same floats: single-token readouts, the
+    shared-prefix sweep and multi-token options, one layer, every layer and none, both query sets."""
+    eng = tiny(family)
+    lm = ko.layer_map(eng)
+    convs = [conversation(), conversation(question="Q? A. x B. y")]  # different lengths: left padding
+    rows = [ko.Row(b.prompt, b.options, b.span, frozenset(layers), q)
+            for b in ko.prepare_rows(eng, convs, OPTS, [target(c) for c in convs])
+            for layers in ([lm.maskable[0]], lm.maskable, []) for q in ko.QUERIES]
+    assert ko.run_rows(eng, rows, "nnsight") == ko.run_rows(eng, rows, "interface")
+    assert ko.run_rows_shared_prefix(eng, rows, "nnsight") == ko.run_rows_shared_prefix(eng, rows, "interface")
+    multi = ko.prepare_rows(eng, convs, [" Paris", " Rome is"], [target(c) for c in convs])
+    for r in multi:
+        r.layers = frozenset(lm.maskable)
+    assert ko.run_rows(eng, multi, "nnsight") == ko.run_rows(eng, multi, "interface")
+    with pytest.raises(ValueError, match="route must be one of"):
+        ko.run_rows(eng, rows, "hooks")
+
+
+def test_nnsight_recipe_runs_on_the_embedded_model(hf_engine):
+    """interventions/nnsight_recipe.py: with no layer chosen the trace is the engine's readout; mean-ablating
+    the peer's residual in every layer moves it."""
+    from interventions.nnsight_recipe import mean_ablate
+    none = mean_ablate(hf_engine, layers=[])
+    assert none["span_tokens"] > 5
+    for o, v in none["plain"].items():
+        assert none["mean_ablated"][o] == pytest.approx(v, abs=1e-4)
+    every = mean_ablate(hf_engine)
+    assert max(abs(every["mean_ablated"][o] - v) for o, v in every["plain"].items()) > 1e-3
+    assert every["attention_knockout"] == ko.option_logprobs(hf_engine, *_recipe_args(), layers="all", route="interface")[0]
+
+
+def _recipe_args():
+    from interventions.nnsight_recipe import context
+    conv, block, opts = context()
+    return [conv], opts, block

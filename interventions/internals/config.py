@@ -24,6 +24,12 @@ class KnockoutSpec(Strict):
     layers: Layers = Field("all", description="layers of the sweeps (start layers of the cumulative sweep)")
     block: Literal["peer_block", "peer_text"] = Field(
         "peer_block", description="peer_block: the quoted response with its name line; peer_text: the text only")
+    route: Literal["nnsight", "interface"] = Field(
+        "nnsight", description="nnsight: edit each attention module's mask input inside an nnsight trace; interface: "
+                               "a registered transformers attention function (bitwise equal; bench/bench_knockout.py)")
+    cross_check: int = Field(2, ge=0, description="contexts whose every condition is recomputed by the other route; "
+                                                   "the run fails on a difference above cross_check_tol")
+    cross_check_tol: float = Field(1e-4, ge=0.0, description="largest tolerated |log-prob difference| between the routes")
 
     @field_validator("queries", "sweep_queries")
     @classmethod

@@ -147,8 +147,12 @@ def knockout_conditions(eng: Any, spec) -> tuple[list[dict], dict]:
     return conds, info
 
 
-def run_knockout_pairs(eng: Any, ctxs: list[dict], conds: list[dict], progress: Progress | None = None) -> pd.DataFrame:
-    """Margins with the message, without it, and with each knockout condition."""
+def run_knockout_pairs(eng: Any, ctxs: list[dict], conds: list[dict], progress: Progress | None = None, *,
+                       route: str = "nnsight", cross_check: int = 0, tol: float = 1e-4, seed: int = 0,
+                       info: dict | None = None) -> pd.DataFrame:
+    """Margins with the message, without it, and with each knockout condition, knocked out by ``route``.
+    ``cross_check``: that many contexts (seeded) have every condition recomputed by the other route, and a
+    difference above ``tol`` fails the run (``KnockoutError``); ``info`` receives the route and the check."""
     from interventions import knockout as ko
     from simulate.debate.forced_choice import forced_choice, option_strings
 
@@ -164,6 +168,7 @@ def run_knockout_pairs(eng: Any, ctxs: list[dict], conds: list[dict], progress: 
         by_labels.setdefault(tuple(c["meta"]["labels"]), []).append(i)
     results: dict[tuple[int, int], dict] = {}
     span_tokens: dict[int, int] = {}
+    checked: list[tuple] = []  # one entry per context: what the cross-check may recompute
     for labs, idx in by_labels.items():
         opts = option_strings(labs)
         base = ko.prepare_rows(eng, [ctxs[i]["full"] for i in idx], opts, [ctxs[i]["block"] for i in idx])
@@ -173,21 +178,24 @@ def run_knockout_pairs(eng: Any, ctxs: list[dict], conds: list[dict], progress: 
         for j, i in enumerate(idx):  # context-major: one context's conditions share a prefix cache
             for k, cond in enumerate(todo_conds):
                 reqs.append({"messages": ctxs[i]["full"], "options": opts, "block": list(ctxs[i]["block"]),
-                             "layers": cond["layers"], "queries": cond["queries"]})
+                             "layers": cond["layers"], "queries": cond["queries"], "route": route})
                 jobs.append((i, k, j))
+
+        def context_rows(chunk: list[int], jobs=jobs, base=base) -> list:  # bound now: the cross-check calls it later
+            rws = []
+            for t in chunk:
+                i, k, j = jobs[t]
+                b = base[j]
+                rws.append(ko.Row(b.prompt, b.options, b.span, frozenset(todo_conds[k]["layers"]), todo_conds[k]["queries"]))
+            return rws
+
+        step = max(len(todo_conds), 1)  # one context per chunk: its conditions share the prefix cache
 
         def compute(todo: list[int]) -> list[dict]:
             out = []
-            step = max(len(todo_conds), 1)  # about one context per chunk; progress as chunks finish
             for a in range(0, len(todo), step):
                 chunk = todo[a:a + step]
-                rws = []
-                for t in chunk:
-                    i, k, j = jobs[t]
-                    b = base[j]
-                    rws.append(ko.Row(b.prompt, b.options, b.span, frozenset(todo_conds[k]["layers"]),
-                                      todo_conds[k]["queries"]))
-                for v in ko.run_rows_shared_prefix(eng, rws):
+                for v in ko.run_rows_shared_prefix(eng, context_rows(chunk), route):
                     out.append({"logprobs": dict(zip(opts, v))})
                 if progress:
                     progress(total, len(chunk))
@@ -195,6 +203,11 @@ def run_knockout_pairs(eng: Any, ctxs: list[dict], conds: list[dict], progress: 
         res = eng.cached("knockout", reqs, compute)
         for (i, k, j), r in zip(jobs, res):
             results[(i, k)] = r["logprobs"]
+        checked.extend((labs, opts, list(range(a, min(a + step, len(jobs)))), context_rows, jobs, res)
+                       for a in range(0, len(jobs), step))
+    check = _cross_check(eng, checked, route, cross_check, tol, seed) if todo_conds else {"contexts": 0}
+    if info is not None:
+        info.update(knockout_route=route, cross_check=check)
     for i, c in enumerate(ctxs):
         m = c["meta"]
         lp_full = {" " + k: v for k, v in full[i].items()}
@@ -209,6 +222,29 @@ def run_knockout_pairs(eng: Any, ctxs: list[dict], conds: list[dict], progress: 
                          "block_message": c["block"][0], "block_start": c["block"][1], "block_end": c["block"][2],
                          "span_tokens": span_tokens[i]})
     return pd.DataFrame(rows)
+
+
+def _cross_check(eng: Any, contexts: list[tuple], route: str, n: int, tol: float, seed: int) -> dict[str, Any]:
+    """Recompute ``n`` seeded contexts' conditions by the other route, exactly as the run computed them
+    (the same rows in one shared-prefix call); a difference above ``tol`` is a ``KnockoutError``."""
+    from core.seeding import rng as make_rng
+    from interventions import knockout as ko
+    other = "interface" if route == "nnsight" else "nnsight"
+    if n == 0 or not contexts:
+        return {"contexts": 0, "other_route": other}
+    pick = sorted(make_rng(seed, 41).choice(len(contexts), size=min(n, len(contexts)), replace=False).tolist())
+    worst, rows = 0.0, 0
+    for c in pick:
+        labs, opts, chunk, context_rows, jobs, res = contexts[c]
+        again = ko.run_rows_shared_prefix(eng, context_rows(chunk), other)
+        for t, v in zip(chunk, again):
+            got = [res[t]["logprobs"][o] for o in opts]
+            worst = max(worst, max(abs(x - y) for x, y in zip(got, v)))
+            rows += 1
+        if worst > tol:
+            raise ko.KnockoutError(f"knockout cross-check: routes {route} and {other} differ by {worst:.3g} in log-prob "
+                                   f"on context {c} (tolerance {tol}); set knockout.route={other} or report this")
+    return {"contexts": len(pick), "rows": rows, "other_route": other, "max_abs_diff": worst, "tolerance": tol}
 
 
 def summarize_knockout(t: pd.DataFrame, *, n_boot: int, seed: int, ci: float) -> dict[str, Any]:
@@ -364,11 +400,14 @@ def run_internals(cfg: InternalsConfig, verb: str, out: Path | None = None, *, p
     info: dict[str, Any] = {"n_pairs": len(pairs)}
     if verb == "knockout":
         conds, plan = knockout_conditions(eng, cfg.knockout)
-        info.update(plan)
+        info.update(plan, knockout_route=cfg.knockout.route)
+        run.update_provenance(knockout_route=cfg.knockout.route)
         info["skipped_conditions"] = [c for c in conds if not c["layers"]]
         if pairs:
             ctxs = knockout_contexts(items, pairs, P, block=cfg.knockout.block)
-            run.write_table("knockout", run_knockout_pairs(eng, ctxs, conds, progress))
+            k = cfg.knockout
+            run.write_table("knockout", run_knockout_pairs(eng, ctxs, conds, progress, route=k.route, cross_check=k.cross_check,
+                                                           tol=k.cross_check_tol, seed=cfg.seed, info=info))
     elif verb == "patch":
         from interventions.knockout import layer_map
         info["n_layers"] = layer_map(eng).n_layers

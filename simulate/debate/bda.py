@@ -176,7 +176,11 @@ def _feasible(traces: list[Trace], cfg: Any) -> None:
     from aggregate.selection import outer_splits, stratified_splits
     pool = Pool.from_traces(traces, protocol=cfg.protocol, on_violation=cfg.on_violation)
     for tr, _ in outer_splits(pool, cfg.outer_folds, cfg.seed):
-        stratified_splits(pool.gold[np.asarray(tr)], cfg.inner_folds, 0, f"inner folds of {len(tr)} training tasks")
+        gold = pool.gold[np.asarray(tr)]
+        for itr, _ in stratified_splits(gold, cfg.inner_folds, 0, f"inner folds of {len(tr)} training tasks"):
+            if cfg.recalibrated():  # isotonic recalibration folds the inner training part once more
+                stratified_splits(gold[np.asarray(itr)], cfg.inner_folds, 0,
+                                  f"recalibration folds of {len(itr)} inner training tasks (or set recalibrate=[])")
 
 
 def _config(config: str | Path, name: str, traces: Path, overrides: Mapping[str, Any] | None, vote_arm: bool):

@@ -227,7 +227,8 @@ def belief(run_dir: Path = typer.Argument(..., help="A debate run directory."),
                   f"{_fmt(r.get('drift_debate'))} / {_fmt(r.get('drift_reflection'))}")
     console.print(t)
     a = s["audit"]
-    console.print(f"channel audit: Pearson(s, e) {_fmt(a['pearson_s_e'])} over {a['n']} turns; reading vs stated answer "
+    const = " (the appraiser returned one value for every turn: undefined)" if a.get("e_distinct") == 1 else ""
+    console.print(f"channel audit: Pearson(s, e) {_fmt(a['pearson_s_e'])} over {a['n']} turns{const}; reading vs stated answer "
                   f"r {_fmt(a['reading_stated']['pearson'])} (n {a['reading_stated']['n']})")
     note = embedded_note([s.get("model"), s.get("appraiser")])
     if note:

@@ -354,7 +354,9 @@ def channel_audit(readings: pd.DataFrame, evidence: pd.DataFrame, cfg: BeliefRea
                             zip(evidence["qid"], evidence["round"], evidence["agent"])])
     ut = ut[np.isfinite(ut["s"])]
     said = ut[[isinstance(a, str) for a in ut["answer"]]]
-    return {"n": int(np.isfinite(ut["e"]).sum()), "pearson_s_e": pearson(ut["s"], ut["e"]),
+    fin = ut["e"][np.isfinite(ut["e"])]
+    return {"n": int(len(fin)), "pearson_s_e": pearson(ut["s"], ut["e"]),
+            "e_distinct": int(fin.nunique()),  # 1: a constant channel, Pearson undefined
             "transfer_curve": transfer_curve(ut[["s", "e"]], cfg.bins).to_dict("records"),
             "reading_stated": {"n": int(len(said)),
                                "pearson": pearson(said["s"], (said["answer"] == said["plus"]).astype(float))}}
