@@ -246,6 +246,8 @@ def _check_runs(cfg, hf_engine, tmp_path):
     assert {c["kind"] for c in s["curves"]} == {"all", "single", "cumulative"}
     assert (run.path / "plots" / "knockout_curves.png").is_file()
     assert json.loads((run.path / "summary.json").read_text())["all_layers"]["after"]["n"] == 3
+    assert s["knockout_route"] == "nnsight" and json.loads((run.path / "provenance.json").read_text())["knockout_route"] == "nnsight"
+    assert s["cross_check"]["contexts"] == 2 and s["cross_check"]["max_abs_diff"] == 0.0  # the routes agree bitwise
     assert report(run.path)["all_layers"] == s["all_layers"]  # the report is rebuilt from the files alone
     before = hf_engine.model_calls
     run_internals(cfg, "knockout", tmp_path / "ko", engine=hf_engine)  # resumable: all from the store
@@ -336,3 +338,21 @@ def _recipe_args():
     from interventions.nnsight_recipe import context
     conv, block, opts = context()
     return [conv], opts, block
+
+
+def test_cross_check_fails_the_run_on_a_route_disagreement(tiny, monkeypatch):
+    """A context recomputed by the other route that differs beyond the tolerance is one KnockoutError
+    naming both routes (the disagreement is made by a double: the routes themselves agree)."""
+    from interventions.internals.experiment import _cross_check
+    eng = tiny("llama")
+    b = ko.prepare_rows(eng, [conversation()], OPTS, [target(conversation())])[0]
+    rows = [ko.Row(b.prompt, b.options, b.span, frozenset([0]), "after")]
+    got = ko.run_rows_shared_prefix(eng, rows, "nnsight")
+    res = [{"logprobs": dict(zip(OPTS, got[0]))}]
+    ctx = [(("A", "B"), OPTS, [0], lambda chunk: rows, None, res)]
+    ok = _cross_check(eng, ctx, "nnsight", 1, 1e-4, 0)
+    assert ok["max_abs_diff"] == 0.0 and ok["other_route"] == "interface" and ok["rows"] == 1
+    real = ko.run_rows_shared_prefix
+    monkeypatch.setattr(ko, "run_rows_shared_prefix", lambda e, r, route: [[v + 0.01 for v in x] for x in real(e, r, route)])
+    with pytest.raises(ko.KnockoutError, match="routes nnsight and interface differ by 0.01"):
+        _cross_check(eng, ctx, "nnsight", 1, 1e-4, 0)
