@@ -150,7 +150,7 @@ class Row:
     queries: str = "after"
 
 
-def _backend(engine: Any):
+def hf_backend(engine: Any):
     be = getattr(engine, "backend", None)
     if be is None or getattr(be, "name", None) != "hf" or getattr(be, "model", None) is None:
         raise KnockoutError(f"knockout needs the transformers backend (backend='hf'); this engine runs "
@@ -227,14 +227,14 @@ def _forward(be, lm: LayerMap, rows: Sequence[Row], seqs: Sequence[list[int]], r
     kw = {"input_ids": ids, "attention_mask": mask, "position_ids": pos, "use_cache": False}
     if keep_last:
         kw["logits_to_keep"] = 1
-    logits = _run(be, lm, kw, blocked, sel, route)
+    logits = run_forward(be, lm, kw, blocked, sel, route)
     if keep_last:
         logits = logits[:, -1:]
     with torch.inference_mode():
         return torch.log_softmax(logits.float(), dim=-1)
 
 
-def _run(be, lm: LayerMap, kw: dict, blocked, sel: dict[int, Any], route: str):
+def run_forward(be, lm: LayerMap, kw: dict, blocked, sel: dict[int, Any], route: str):
     """The model's logits on ``kw`` with ``blocked`` (B, Q, KV) edges cut in the rows ``sel[layer]``
     of each layer, by ``route``."""
     global _STATE
@@ -282,7 +282,7 @@ def run_rows(engine: Any, rows: Sequence[Row], route: str = DEFAULT_ROUTE) -> li
     """Option log-probs of every row, with its knockout (by ``route``). Micro-batched like the hf
     backend (longest first, same batch size and token budget), so a plain row equals the engine's value."""
     _check_route(route)
-    be = _backend(engine)
+    be = hf_backend(engine)
     lm = layer_map(engine)
     for row in rows:
         _check_queries(row.queries)
@@ -336,7 +336,7 @@ def run_rows_shared_prefix(engine: Any, rows: Sequence[Row], route: str = DEFAUL
     import copy
 
     _check_route(route)
-    be = _backend(engine)
+    be = hf_backend(engine)
     lm = layer_map(engine)
     sliding = "sliding_attention" in (getattr(be.model.config, "layer_types", None) or [])
     if lm.unmaskable or sliding or not all(len(o) == 1 for r in rows for o in r.options) or \
@@ -376,7 +376,7 @@ def run_rows_shared_prefix(engine: Any, rows: Sequence[Row], route: str = DEFAUL
                 kw = {"input_ids": ids, "attention_mask": torch.ones(B, T, dtype=torch.long, device=dev),
                       "position_ids": torch.arange(cut, T, device=dev)[None].expand(B, -1),
                       "past_key_values": cache, "use_cache": True, "logits_to_keep": 1}
-                logits = _run(be, lm, kw, blocked.to(dev), sel, route)[:, -1]
+                logits = run_forward(be, lm, kw, blocked.to(dev), sel, route)[:, -1]
                 lp = torch.log_softmax(logits.float(), dim=-1).cpu()
                 for r, i in enumerate(chunk):
                     for j, o in enumerate(rows[i].options):
@@ -429,7 +429,7 @@ def option_logprobs(engine: Any, conversations: Sequence[list[dict]], options: S
     _check_route(route)
     if block_message is None:
         return engine.option_logprobs(conversations, options)
-    _backend(engine)
+    hf_backend(engine)
     p = plan(engine, layers)
     if p["unmaskable"]:
         if not p["masked"]:
@@ -457,7 +457,7 @@ def _nnsight_model(model: Any, tokenizer: Any):
 def nnsight_model(engine: Any):
     """The nnsight wrapper of an hf engine's model (built once, kept on the model): what a trace of
     your own runs on (``interventions/nnsight_recipe.py``)."""
-    be = _backend(engine)
+    be = hf_backend(engine)
     return _nnsight_model(be.model, engine.tokenizer)
 
 

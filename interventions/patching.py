@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from interventions.knockout import _backend, _nnsight_model, envoy_layers, layer_map
+from interventions.knockout import hf_backend, _nnsight_model, envoy_layers, layer_map
 
 
 class PatchError(ValueError):
@@ -43,7 +43,7 @@ def interchange(engine: Any, x_ids: Sequence[int], y_ids: Sequence[int], positio
     import nnsight
     import torch
 
-    be = _backend(engine)
+    be = hf_backend(engine)
     lm = layer_map(engine)
     layers = list(range(lm.n_layers)) if layers == "all" else [int(x) for x in layers]
     _check(engine, x_ids, y_ids, positions, layers)

@@ -36,10 +36,10 @@ def span_means(engine: Any, conversations: Sequence[list[dict]], spans: Sequence
     import nnsight
     import torch
 
-    from interventions.knockout import _backend, _nnsight_model, envoy_layers, layer_map
+    from interventions.knockout import hf_backend, _nnsight_model, envoy_layers, layer_map
     from serving.types import validate_conversations
 
-    be = _backend(engine)
+    be = hf_backend(engine)
     lm = layer_map(engine)
     layers = list(range(lm.n_layers)) if layers == "all" else [int(x) for x in layers]
     bad = [x for x in layers if not 0 <= x < lm.n_layers]

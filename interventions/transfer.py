@@ -42,7 +42,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from interventions.knockout import _backend, _nnsight_model, envoy_layers, layer_map
+from interventions.knockout import hf_backend, _nnsight_model, envoy_layers, layer_map
 
 ARMS = ("transfer", "elsewhere", "scrambled", "message", "none")
 SITES = ("readout", "anchor")
@@ -57,7 +57,7 @@ class TransferError(ValueError):
 # -- models ------------------------------------------------------------------------------------
 def model_info(engine: Any) -> dict[str, Any]:
     """name, decoder layers and residual width of an hf engine."""
-    _backend(engine)
+    hf_backend(engine)
     lm = layer_map(engine)
     cfg = engine.model.config
     cfg = getattr(cfg, "text_config", None) or cfg
@@ -171,7 +171,7 @@ def read_states(engine: Any, ids: Sequence[int], layers: Sequence[int], position
     import nnsight
     import torch
 
-    be = _backend(engine)
+    be = hf_backend(engine)
     lm = layer_map(engine)
     nm = _nnsight_model(be.model, engine.tokenizer)
     env = envoy_layers(nm, lm)
@@ -200,7 +200,7 @@ def write_and_read(engine: Any, ids: Sequence[int], writes: Sequence[Sequence[tu
     ``writes[i]``. Rows are copies of one context, so positions need no alignment."""
     import torch
 
-    be = _backend(engine)
+    be = hf_backend(engine)
     lm = layer_map(engine)
     nm = _nnsight_model(be.model, engine.tokenizer)
     env = envoy_layers(nm, lm)

@@ -1,0 +1,110 @@
+"""Knockout that lasts through generation: an agent's reply written with attention from chosen query
+positions to one message cut in chosen layers, at every decode step.
+
+The queries blocked are those of ``knockout.QUERIES``, carried into the reply: ``"after"`` cuts every
+prompt position after the message and every generated position; ``"decision"`` cuts the last prompt
+position (where the reply starts) and every generated position. The edit is the readouts' own
+(``knockout.edit_mask`` through either route); with the KV cache each decode step's one query row is
+cut from the message's keys, so greedy decoding with the cache equals step-by-step recomputation
+without it under the same knockout (``use_cache=False``: the reference, tests/test_knockout_generate.py).
+Sliding-window layers keep only the window's keys in the cache, so those models are recomputed
+without a cache (``use_cache="auto"``). Greedy only: a knockout's effect on a sampled reply would be
+mixed with the sampling noise.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from interventions import knockout as ko
+from interventions.families import LayerError
+from interventions.spans import SpanError, message_token_span
+
+
+@dataclass
+class Reply:
+    """A greedy reply: its new token ids, text, and the log-prob of each chosen token."""
+    ids: list[int]
+    text: str
+    logprobs: list[float] = field(default_factory=list)
+    finish_reason: str = "stop"
+    cached: bool = True
+
+
+def _blocked(torch, q0: int, q1: int, T: int, span, first_query: int):
+    """(1, q1 - q0, T) bool: queries q0..q1-1 (absolute) at or after ``first_query`` cut from the span."""
+    blk = torch.zeros(1, q1 - q0, T, dtype=torch.bool)
+    lo = max(first_query, q0) - q0
+    if lo < q1 - q0:
+        blk[0, lo:, span.start:span.end] = True
+    return blk
+
+
+def greedy(engine: Any, conversation: list[dict], block_message: Any, *, layers: Any = "all", queries: str = "after",
+           max_new_tokens: int = 64, route: str = ko.DEFAULT_ROUTE, use_cache: bool | str = "auto") -> Reply:
+    """The reply ``engine`` writes greedily to ``conversation`` with attention from the blocked queries to
+    ``block_message`` (a message index or (index, start, end), as ``knockout.option_logprobs``) cut in
+    ``layers``; ``block_message=None`` or no layer: the plain greedy reply."""
+    import torch
+
+    if queries not in ko.QUERIES:
+        raise ValueError(f"queries must be one of {ko.QUERIES}, got {queries!r}")
+    if route not in ko.ROUTES:
+        raise ValueError(f"knockout route must be one of {ko.ROUTES}, got {route!r}")
+    be = ko.hf_backend(engine)
+    lm = ko.layer_map(engine)
+    p = engine.render(conversation)
+    engine._check_len(0, p, max_new_tokens)
+    span = None
+    masked: list[int] = []
+    if block_message is not None:
+        span = message_token_span(engine.tokenizer, p.text, p.ids, conversation, block_message)
+        if span.empty:
+            raise SpanError(f"block target {block_message!r} covers no token of the prompt")
+        plan = ko.plan(engine, layers)
+        if plan["unmaskable"] and not plan["masked"]:
+            raise LayerError(f"none of the requested layers {plan['unmaskable']} can be masked: they are recurrent "
+                             f"({plan['model_type']})")
+        masked = plan["masked"]
+    T0 = len(p.ids)
+    first = (span.end if queries == "after" else T0 - 1) if span is not None else T0 + max_new_tokens
+    sliding = "sliding_attention" in (getattr(be.model.config, "layer_types", None) or [])
+    cache = (not sliding) if use_cache == "auto" else bool(use_cache)
+    dev = next(be.model.parameters()).device
+    sel = {layer: torch.ones(1, dtype=torch.bool, device=dev) for layer in masked}
+    ids = list(p.ids)
+    out = Reply(ids=[], text="", cached=cache)
+    past = None
+    for step in range(max_new_tokens):
+        T = len(ids)
+        if cache:
+            q0 = 0 if past is None else T - 1
+            from transformers import DynamicCache
+            past = past if past is not None else DynamicCache(config=be.model.config)
+            kw = {"input_ids": torch.tensor([ids[q0:]], device=dev),
+                  "attention_mask": torch.ones(1, T, dtype=torch.long, device=dev),
+                  "position_ids": torch.arange(q0, T, device=dev)[None], "past_key_values": past,
+                  "use_cache": True, "logits_to_keep": 1}
+        else:
+            q0 = 0
+            kw = {"input_ids": torch.tensor([ids], device=dev), "attention_mask": torch.ones(1, T, dtype=torch.long, device=dev),
+                  "position_ids": torch.arange(T, device=dev)[None], "use_cache": False, "logits_to_keep": 1}
+        blocked = _blocked(torch, q0, T, T, span, first).to(dev) if span is not None and sel else None
+        logits = ko.run_forward(be, lm, kw, blocked, sel if blocked is not None and blocked.any() else {}, route)
+        with torch.inference_mode():
+            lp = torch.log_softmax(logits[0, -1].float(), dim=-1)
+        nxt = int(torch.argmax(lp))
+        if nxt in be.eos_ids:
+            break
+        out.ids.append(nxt)
+        out.logprobs.append(float(lp[nxt]))
+        ids.append(nxt)
+    else:
+        out.finish_reason = "length"
+    out.text = engine.tokenizer.decode(out.ids, skip_special_tokens=True)
+    return out
+
+
+def greedy_many(engine: Any, conversations: Sequence[list[dict]], blocks: Sequence[Any], **kw: Any) -> list[Reply]:
+    """``greedy`` for each (conversation, block) pair, in order."""
+    return [greedy(engine, c, b, **kw) for c, b in zip(conversations, blocks)]
