@@ -150,7 +150,7 @@ def judge(name: str, result: dict | None) -> list[str]:
             if not (isinstance(r.get("ratio"), (int, float)) and math.isfinite(r["ratio"])):
                 bad.append(f"no finite throughput ratio at {r.get('requests')} requests")
     elif name == "knockout":
-        for k in ("ratio_interface_vs_plain", "ratio_nnsight_vs_plain_full"):
+        for k in ("ratio_interface_vs_plain", "ratio_nnsight_vs_plain", "nnsight_vs_interface"):
             if not (isinstance(result.get(k), (int, float)) and math.isfinite(result[k])):
                 bad.append(f"{k} missing or not finite")
         if result.get("dtype") == "float32" and result.get("routes_bitwise_equal") is False:

@@ -181,7 +181,7 @@ def test_user_check_judges_the_step_json():
     row = {"backend": "vllm", "requests": 8, "new_tokens_chorus": 2048, "new_tokens_raw": 1990, "ratio": 0.97}
     assert "unequal work at 8 requests" in gc.judge("serving", {"gpu_llama8b": [row]})[0]
     assert gc.judge("serving", {"gpu_llama8b": [{**row, "new_tokens_raw": 2048}]}) == []
-    ko = {"ratio_interface_vs_plain": 1.0, "ratio_nnsight_vs_plain_full": 1.5, "routes_bitwise_equal": False}
+    ko = {"ratio_interface_vs_plain": 1.0, "ratio_nnsight_vs_plain": 1.5, "nnsight_vs_interface": 1.5, "routes_bitwise_equal": False}
     assert gc.judge("knockout", {**ko, "dtype": "bfloat16"}) == []  # bf16: compared by its largest difference
     assert gc.judge("knockout", {**ko, "dtype": "float32"})
     assert gc.judge("debate-600", {"questions": 4, "lockstep": {"new_tokens": 0, "excluded": 0}})
