@@ -41,10 +41,13 @@ def _blocked(torch, q0: int, q1: int, T: int, span, first_query: int):
 
 
 def greedy(engine: Any, conversation: list[dict], block_message: Any, *, layers: Any = "all", queries: str = "after",
-           max_new_tokens: int = 64, route: str = ko.DEFAULT_ROUTE, use_cache: bool | str = "auto") -> Reply:
-    """The reply ``engine`` writes greedily to ``conversation`` with attention from the blocked queries to
+           max_new_tokens: int = 64, route: str = ko.DEFAULT_ROUTE, use_cache: bool | str = "auto",
+           temperature: float = 0.0, top_p: float = 1.0, seed: int | None = None) -> Reply:
+    """The reply ``engine`` writes to ``conversation`` with attention from the blocked queries to
     ``block_message`` (a message index or (index, start, end), as ``knockout.option_logprobs``) cut in
-    ``layers``; ``block_message=None`` or no layer: the plain greedy reply."""
+    ``layers``; ``block_message=None`` or no layer: the plain reply. Greedy at ``temperature`` 0; above it,
+    sampled with the hf backend's own seeded processors (``seed``: the request seed), so the plain reply
+    is the engine's ``chat`` reply with that seed."""
     import torch
 
     if queries not in ko.QUERIES:
@@ -75,6 +78,10 @@ def greedy(engine: Any, conversation: list[dict], block_message: Any, *, layers:
     ids = list(p.ids)
     out = Reply(ids=[], text="", cached=cache)
     past = None
+    procs = []
+    if temperature > 0:
+        from serving.backends.hf import sampling_processors
+        procs = sampling_processors(temperature, top_p, [seed])
     for step in range(max_new_tokens):
         T = len(ids)
         if cache:
@@ -92,8 +99,11 @@ def greedy(engine: Any, conversation: list[dict], block_message: Any, *, layers:
         blocked = _blocked(torch, q0, T, T, span, first).to(dev) if span is not None and sel else None
         logits = ko.run_forward(be, lm, kw, blocked, sel if blocked is not None and blocked.any() else {}, route)
         with torch.inference_mode():
-            lp = torch.log_softmax(logits[0, -1].float(), dim=-1)
-        nxt = int(torch.argmax(lp))
+            scores = logits[:, -1].float()
+            lp = torch.log_softmax(scores[0], dim=-1)
+            for f in procs:  # the backend's order: temperature, nucleus, the seeded draw
+                scores = f(torch.tensor([ids], device=dev), scores)
+        nxt = int(torch.argmax(scores[0]))
         if nxt in be.eos_ids:
             break
         out.ids.append(nxt)

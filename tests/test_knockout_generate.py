@@ -1,4 +1,4 @@
-"""Knockout through generation (interventions/knockout_generate.py): greedy decoding with the KV cache
+"""Knockout through generation (interventions/knockout_generate.py): decoding with the KV cache
 equals step-by-step recomputation without it under the same knockout, on every family and both routes;
 no knockout is the plain greedy reply; a message cut in every layer stops mattering to the reply."""
 import pytest
@@ -67,3 +67,13 @@ def test_embedded_model_reply_under_knockout(hf_engine):
     a = greedy(hf_engine, c, _target(c), max_new_tokens=12)
     b = greedy(hf_engine, c, _target(c), max_new_tokens=12, use_cache=False)
     assert a.ids == b.ids
+
+
+def test_sampled_plain_reply_is_the_engines_reply(hf_engine):
+    """Above temperature 0 the loop samples with the backend's own seeded processors: with no knockout it
+    writes the engine's ``chat`` reply for the same seed (what a counterfactual replay's factual side needs)."""
+    c = _conv()
+    for seed in (1, 2):
+        mine = greedy(hf_engine, c, None, max_new_tokens=16, temperature=0.7, seed=seed)
+        ref = hf_engine.chat([c], temperature=0.7, max_tokens=16, seed=seed)[0]
+        assert mine.text == ref.text

@@ -131,7 +131,6 @@ class HFBackend:
     def _generate_batch(self, prompts: list[list[int]], samplings: list[Sampling], index: list[int]) -> Finished:
         torch = self.torch
         from transformers import GenerationConfig, LogitsProcessorList
-        from transformers.generation.logits_process import TemperatureLogitsWarper, TopPLogitsWarper
 
         s = samplings[0]
         procs: list[Any] = []
@@ -140,10 +139,7 @@ class HFBackend:
             compiled = g.for_schema(s.json_schema) if s.json_schema is not None else g.for_choices(s.choices)
             procs.append(g.processor([compiled] * len(prompts)))
         if not s.greedy:
-            procs.append(TemperatureLogitsWarper(s.temperature))
-            if s.top_p < 1:
-                procs.append(TopPLogitsWarper(s.top_p))
-            procs.append(_SeededSampler([x.seed for x in samplings]))
+            procs.extend(sampling_processors(s.temperature, s.top_p, [x.seed for x in samplings]))
         ids, mask = self._pad(prompts)
         gen = GenerationConfig(max_new_tokens=s.max_tokens, do_sample=False, pad_token_id=self.pad_id,
                                eos_token_id=self.eos_ids, stop_strings=list(s.stop) or None)
@@ -229,6 +225,18 @@ class HFBackend:
                 model.__dict__.pop(attr, None)
             del model
             free_device_memory()
+
+
+def sampling_processors(temperature: float, top_p: float, seeds: list[int | None]) -> list[Any]:
+    """The logits processors of seeded sampling, one row per seed: temperature, nucleus, then each row's
+    own draw as logits that greedy decoding picks. Any decoding loop that applies them to each step's
+    last-position float32 logits samples exactly as this backend's ``generate`` does."""
+    from transformers.generation.logits_process import TemperatureLogitsWarper, TopPLogitsWarper
+    procs: list[Any] = [TemperatureLogitsWarper(temperature)]
+    if top_p < 1:
+        procs.append(TopPLogitsWarper(top_p))
+    procs.append(_SeededSampler(seeds))
+    return procs
 
 
 class _SeededSampler:
