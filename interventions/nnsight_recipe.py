@@ -64,10 +64,10 @@ def mean_ablate(engine: Any, layers: Sequence[int] | None = None) -> dict[str, A
 
 
 def main() -> None:
-    from serving import load_engine
+    from serving import build_engine
     from serving.profiles import DEFAULT_PROFILE, embedded_note
 
-    eng = load_engine(DEFAULT_PROFILE, "hf", dtype="float32")
+    eng = build_engine({"profile": DEFAULT_PROFILE, "backend": "hf", "dtype": "float32"})
     r = mean_ablate(eng)
     print(f"peer span: {r['span_tokens']} tokens; layers {r['layers'][0]}..{r['layers'][-1]}")
     for k in ("plain", "mean_ablated", "attention_knockout"):
