@@ -18,7 +18,10 @@ Readouts mirror the hf backend exactly (same rendering, option tokenisation, lef
 position ids, micro-batching), so ``block_message=None`` is the engine's own readout.
 
 Hybrid models: layers whose token mixer is recurrent (Gated DeltaNet, Mamba, ...) cannot be
-masked; they are reported (``plan``) and left alone, never silently counted as knocked out.
+masked; they are reported (``plan``) and left alone, never silently counted as knocked out. Their
+recurrent route is cut separately (``mixer="recurrent"`` or ``"both"``; a row's ``recurrent``
+layers): ``interventions/recurrent.py`` severs the message's writes to the state the blocked
+queries read, under either route.
 """
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from interventions.families import FamilyError, LayerError, LayerMap, discover
+from interventions.recurrent import MIXERS, RecurrentError, severed
 from interventions.spans import Span, SpanError, message_token_span
 
 KO_SDPA = "chorus_knockout"
@@ -38,7 +42,7 @@ DEFAULT_ROUTE = "nnsight"  # the route the users named; bench/bench_knockout.py 
 
 __all__ = ["option_logprobs", "plan", "Row", "run_rows", "run_rows_shared_prefix", "prepare_rows", "installed",
            "ROUTES", "DEFAULT_ROUTE", "nnsight_model", "envoy_layers", "layer_map",
-           "FamilyError", "LayerError", "SpanError", "KnockoutError"]
+           "MIXERS", "FamilyError", "LayerError", "SpanError", "KnockoutError", "RecurrentError"]
 
 
 class KnockoutError(RuntimeError):
@@ -142,12 +146,18 @@ class installed:
 @dataclass
 class Row:
     """One readout: prompt token ids, option token ids, the span to block (None: plain), the
-    decoder layers to knock out and the query positions (after | decision)."""
+    decoder layers whose attention is knocked out, the query positions (after | decision) and the
+    recurrent layers whose state the span does not write (hybrid models)."""
     prompt: list[int]
     options: list[list[int]]
     span: Span | None = None
     layers: frozenset = frozenset()
     queries: str = "after"
+    recurrent: frozenset = frozenset()
+
+    @property
+    def cuts(self) -> bool:
+        return self.span is not None and not self.span.empty and bool(self.layers or self.recurrent)
 
 
 def hf_backend(engine: Any):
@@ -167,12 +177,25 @@ def layer_map(engine_or_model: Any) -> LayerMap:
     return lm
 
 
-def plan(engine: Any, layers: Any = "all") -> dict[str, Any]:
-    """Which requested layers will be masked and which cannot be (recurrent mixers)."""
+def plan(engine: Any, layers: Any = "all", mixer: str = "attention") -> dict[str, Any]:
+    """Which requested layers will be masked and which cannot be (recurrent mixers); with ``mixer``
+    ``"recurrent"`` or ``"both"``, the recurrent layers whose state is cut (``recurrent``), and with
+    ``"recurrent"`` no attention layer is masked."""
+    if mixer not in MIXERS:
+        raise ValueError(f"mixer must be one of {MIXERS}, got {mixer!r}")
     lm = layer_map(engine)
     masked, unmaskable = lm.resolve(layers)
-    return {"model_type": lm.model_type, "n_layers": lm.n_layers, "masked": masked, "unmaskable": unmaskable,
-            "recurrent_layers": list(lm.unmaskable)}
+    rec: list[int] = []
+    if mixer != "attention":
+        from interventions.recurrent import supported
+        supported(lm)
+        rec = unmaskable
+        if not rec:
+            raise LayerError(f"none of the requested layers {masked} is recurrent ({lm.model_type}: recurrent "
+                             f"layers {lm.unmaskable})")
+    return {"model_type": lm.model_type, "n_layers": lm.n_layers, "mixer": mixer,
+            "masked": masked if mixer != "recurrent" else [], "unmaskable": unmaskable if mixer == "attention" else [],
+            "recurrent": rec, "recurrent_layers": list(lm.unmaskable)}
 
 
 def _check_queries(queries: str) -> None:
@@ -185,7 +208,7 @@ def _blocked_edges(torch, rows: Sequence[Row], seqs: Sequence[list[int]], T: int
     B = len(rows)
     blk = torch.zeros(B, T, T, dtype=torch.bool)
     for r, (row, seq) in enumerate(zip(rows, seqs)):
-        if row.span is None or row.span.empty or not row.layers:
+        if not row.cuts:
             continue
         off = T - len(seq)
         s, e = row.span.start + off, row.span.end + off
@@ -202,11 +225,13 @@ def _check_route(route: str) -> None:
         raise ValueError(f"knockout route must be one of {ROUTES}, got {route!r}")
 
 
-def _layer_rows(torch, lm: LayerMap, rows: Sequence[Row], active: Sequence[int], device) -> dict[int, Any]:
-    """layer -> (B,) bool: the rows knocked out in that layer."""
+def _layer_rows(torch, lm: LayerMap, rows: Sequence[Row], active: Sequence[int], device,
+                field: str = "layers") -> dict[int, Any]:
+    """layer -> (B,) bool: the rows knocked out in that layer (``field``: the attention ``layers``
+    or the ``recurrent`` ones)."""
     out: dict[int, Any] = {}
-    for layer in sorted(set().union(*(rows[r].layers for r in active))):
-        out[layer] = torch.tensor([layer in row.layers and r in active for r, row in enumerate(rows)],
+    for layer in sorted(set().union(*(getattr(rows[r], field) for r in active))):
+        out[layer] = torch.tensor([layer in getattr(row, field) and r in active for r, row in enumerate(rows)],
                                   dtype=torch.bool).to(device)
     return out
 
@@ -220,23 +245,31 @@ def _forward(be, lm: LayerMap, rows: Sequence[Row], seqs: Sequence[list[int]], r
     torch = be.torch
     ids, mask = be._pad(list(seqs))
     T = ids.shape[1]
-    active = [r for r, row in enumerate(rows) if row.span is not None and not row.span.empty and row.layers]
+    active = [r for r, row in enumerate(rows) if row.cuts]
     blocked = _blocked_edges(torch, rows, seqs, T, readout).to(ids.device) if active else None
     sel = _layer_rows(torch, lm, rows, active, ids.device) if active else {}
+    rec = _layer_rows(torch, lm, rows, active, ids.device, "recurrent") if active else {}
     pos = (mask.cumsum(-1) - 1).clamp(min=0)  # left padding must not shift positions
     kw = {"input_ids": ids, "attention_mask": mask, "position_ids": pos, "use_cache": False}
     if keep_last:
         kw["logits_to_keep"] = 1
-    logits = run_forward(be, lm, kw, blocked, sel, route)
+    logits = run_forward(be, lm, kw, blocked, sel, route, rec)
     if keep_last:
         logits = logits[:, -1:]
     with torch.inference_mode():
         return torch.log_softmax(logits.float(), dim=-1)
 
 
-def run_forward(be, lm: LayerMap, kw: dict, blocked, sel: dict[int, Any], route: str):
+def run_forward(be, lm: LayerMap, kw: dict, blocked, sel: dict[int, Any], route: str,
+                recurrent: dict[int, Any] | None = None):
     """The model's logits on ``kw`` with ``blocked`` (B, Q, KV) edges cut in the rows ``sel[layer]``
-    of each layer, by ``route``."""
+    of each attention layer, by ``route``, and the rows ``recurrent[layer]`` of each recurrent layer
+    reading a state the blocked keys did not write (``recurrent.severed``, under either route)."""
+    with severed(lm, blocked, recurrent or {}):
+        return _run_attention(be, lm, kw, blocked, sel, route)
+
+
+def _run_attention(be, lm: LayerMap, kw: dict, blocked, sel: dict[int, Any], route: str):
     global _STATE
     torch = be.torch
     if route == "nnsight" and sel:
@@ -284,12 +317,7 @@ def run_rows(engine: Any, rows: Sequence[Row], route: str = DEFAULT_ROUTE) -> li
     _check_route(route)
     be = hf_backend(engine)
     lm = layer_map(engine)
-    for row in rows:
-        _check_queries(row.queries)
-        bad = [x for x in row.layers if x not in lm.attention]
-        if bad:
-            raise LayerError(f"layer(s) {sorted(bad)} cannot be masked ({lm.model_type}: recurrent layers "
-                             f"{lm.unmaskable})")
+    _check_rows(lm, rows)
     torch = be.torch
     out: list[list[float]] = [[0.0] * len(r.options) for r in rows]
     if all(len(o) == 1 for r in rows for o in r.options):
@@ -324,6 +352,23 @@ def run_rows(engine: Any, rows: Sequence[Row], route: str = DEFAULT_ROUTE) -> li
     return out
 
 
+def _check_rows(lm: LayerMap, rows: Sequence[Row]) -> None:
+    """Every row's query variant, attention layers and recurrent layers are ones this model has."""
+    for row in rows:
+        _check_queries(row.queries)
+        bad = [x for x in row.layers if x not in lm.attention]
+        if bad:
+            raise LayerError(f"layer(s) {sorted(bad)} cannot be masked ({lm.model_type}: recurrent layers "
+                             f"{lm.unmaskable})")
+        if row.recurrent:
+            from interventions.recurrent import supported
+            supported(lm)
+            bad = [x for x in row.recurrent if x not in lm.unmaskable]
+            if bad:
+                raise LayerError(f"layer(s) {sorted(bad)} are not recurrent ({lm.model_type}: recurrent layers "
+                                 f"{lm.unmaskable})")
+
+
 def run_rows_shared_prefix(engine: Any, rows: Sequence[Row], route: str = DEFAULT_ROUTE) -> list[list[float]]:
     """``run_rows`` for sweeps: rows that share a prompt (one context under many knockout
     conditions) reuse one KV cache of the tokens no knockout can change (everything before the
@@ -342,11 +387,7 @@ def run_rows_shared_prefix(engine: Any, rows: Sequence[Row], route: str = DEFAUL
     if lm.unmaskable or sliding or not all(len(o) == 1 for r in rows for o in r.options) or \
             any(r.span is None or r.span.empty for r in rows):
         return run_rows(engine, rows, route)
-    for row in rows:
-        _check_queries(row.queries)
-        bad = [x for x in row.layers if x not in lm.attention]
-        if bad:
-            raise LayerError(f"layer(s) {sorted(bad)} cannot be masked ({lm.model_type})")
+    _check_rows(lm, rows)
     torch = be.torch
     dev = next(be.model.parameters()).device
     groups: dict[tuple, list[int]] = {}
@@ -415,7 +456,8 @@ def prepare_rows(engine: Any, conversations: Sequence[list[dict]], options: Sequ
 
 
 def option_logprobs(engine: Any, conversations: Sequence[list[dict]], options: Sequence[str], block_message: Any,
-                    layers: Any = "all", queries: str = "after", route: str = DEFAULT_ROUTE) -> list[dict[str, float]]:
+                    layers: Any = "all", queries: str = "after", route: str = DEFAULT_ROUTE,
+                    mixer: str = "attention") -> list[dict[str, float]]:
     """The engine's forced-choice readout with attention from the chosen query positions
     (``"after"``: every position after the blocked span; ``"decision"``: the readout position(s)
     only) to the content tokens of message ``block_message`` blocked in ``layers`` (``"all"``, an
@@ -424,13 +466,15 @@ def option_logprobs(engine: Any, conversations: Sequence[list[dict]], options: S
     plain readout, the serving layer's own. Requested layers that are recurrent (hybrid models)
     cannot be masked: a warning names them (``plan`` returns them). ``route``: ``"nnsight"`` (edits of
     each attention module's mask input in an nnsight trace) or ``"interface"`` (the registered
-    attention function); bitwise equal."""
+    attention function); bitwise equal. ``mixer``: ``"attention"`` (the default), ``"recurrent"``
+    (the requested recurrent layers' state and convolution, ``interventions/recurrent.py``) or
+    ``"both"``."""
     _check_queries(queries)
     _check_route(route)
     if block_message is None:
         return engine.option_logprobs(conversations, options)
     hf_backend(engine)
-    p = plan(engine, layers)
+    p = plan(engine, layers, mixer)
     if p["unmaskable"]:
         if not p["masked"]:
             raise LayerError(f"none of the requested layers {p['unmaskable']} can be masked: they are recurrent "
@@ -439,7 +483,7 @@ def option_logprobs(engine: Any, conversations: Sequence[list[dict]], options: S
                       f"knocked out in {p['masked']} only", stacklevel=2)
     rows = prepare_rows(engine, conversations, options, block_message)
     for r in rows:
-        r.layers, r.queries = frozenset(p["masked"]), queries
+        r.layers, r.queries, r.recurrent = frozenset(p["masked"]), queries, frozenset(p["recurrent"])
     lps = run_rows(engine, rows, route)
     return [dict(zip(options, v)) for v in lps]
 

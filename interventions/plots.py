@@ -49,23 +49,27 @@ def effect_bars(eff: dict[str, Any], path: Path, *, title: str) -> Path:
 
 
 def knockout_curves(summary: dict, path: Path) -> Path:
-    """Share of the message effect removed: single layers and cumulative (L..last)."""
+    """Share of the message effect removed: single layers and cumulative (L..last), per token mixer cut."""
     fig = _fig(10, 4)
     unm = set(summary.get("unmaskable_layers") or [])
+    mixers = sorted({r.get("mixer", "attention") for r in summary["curves"]},
+                    key=lambda m: ("attention", "recurrent", "both").index(m))
+    colors = {"attention": ("C0", "C2"), "recurrent": ("C1", "C4"), "both": ("C3", "C5")}
+    alls = summary.get("all_layers_by_mixer") or {"attention": summary.get("all_layers") or {}}
     for k, kind in enumerate(("single", "cumulative")):
         ax = fig.add_subplot(1, 2, k + 1)
-        for q, style in (("after", "o-"), ("decision", "s--")):
-            c = sorted((r for r in summary["curves"] if r["kind"] == kind and r["queries"] == q),
-                       key=lambda r: r["layer"])
-            if not c:
-                continue
-            x = [r["layer"] for r in c]
-            ax.plot(x, [r["share_removed"] for r in c], style, ms=3, label=f"queries: {q}")
-            ax.fill_between(x, [r["ci_low"] for r in c], [r["ci_high"] for r in c], alpha=0.15)
-        for q, color in (("after", "C2"), ("decision", "C3")):
-            a = (summary.get("all_layers") or {}).get(q)
-            if a:
-                ax.axhline(a["share_removed"], ls=":", lw=1.2, color=color, label=f"all layers, queries: {q}")
+        for mixer in mixers:
+            tag = "" if mixers == ["attention"] else f"{mixer}, "
+            for (q, style), color in zip((("after", "o-"), ("decision", "s--")), colors[mixer]):
+                c = sorted((r for r in summary["curves"] if r["kind"] == kind and r["queries"] == q
+                            and r.get("mixer", "attention") == mixer), key=lambda r: r["layer"])
+                if c:
+                    x = [r["layer"] for r in c]
+                    ax.plot(x, [r["share_removed"] for r in c], style, ms=3, color=color, label=f"{tag}queries: {q}")
+                    ax.fill_between(x, [r["ci_low"] for r in c], [r["ci_high"] for r in c], alpha=0.15, color=color)
+                a = (alls.get(mixer) or {}).get(q)
+                if a:
+                    ax.axhline(a["share_removed"], ls=":", lw=1.2, color=color, label=f"{tag}all layers, queries: {q}")
         for L in sorted(unm):
             ax.axvline(L, color="0.85", lw=2, zorder=0)
         ax.axhline(1.0, color="0.5", lw=0.8)
@@ -75,13 +79,42 @@ def knockout_curves(summary: dict, path: Path) -> Path:
             ax.set_ylim(max(-2.0, min(-0.25, min(pts) - 0.1)), min(3.0, max(1.25, max(pts) + 0.1)))
         ax.set_xlabel("layer" if kind == "single" else "first blocked layer (L..last)")
         ax.set_ylabel("share of the peer effect removed")
-        ax.set_title(f"{kind} knockout" + (" (grey: recurrent, unmaskable)" if unm else ""), fontsize=9)
-        ax.legend(fontsize=7)
-    fig.suptitle(f"{summary.get('model')}: attention knockout ({summary.get('n_pairs')} pairs); >100% = all",
-                 fontsize=10)
+        ax.set_title(f"{kind} knockout" + (" (grey: recurrent layers)" if unm else ""), fontsize=9)
+        ax.legend(fontsize=6)
+    what = "attention knockout" if mixers == ["attention"] else f"knockout by mixer ({', '.join(mixers)})"
+    fig.suptitle(f"{summary.get('model')}: {what} ({summary.get('n_pairs')} pairs); >100% = all", fontsize=10)
     fig.tight_layout()
     fig.savefig(path)
     return path
+
+
+def knockout_mixers(summary: dict, path: Path) -> Path:
+    """All layers cut: the share of the peer effect removed by attention only, the recurrent route
+    only, and both (bars with intervals), per query variant; the dotted line is 1 - attention, the
+    recurrent share the paper infers from the remainder."""
+    ms = summary["mixer_shares"]
+    fig = _fig(4.0 * len(ms), 3.6)
+    for k, (q, rec) in enumerate(sorted(ms.items())):
+        ax = fig.add_subplot(1, len(ms), k + 1)
+        names = [m for m in ("attention", "recurrent", "both", "interaction") if m in rec]
+        y = [rec[m]["share_removed"] for m in names]
+        err = [[max(0.0, v - rec[m]["ci_low"]) for m, v in zip(names, y)],
+               [max(0.0, rec[m]["ci_high"] - v) for m, v in zip(names, y)]]
+        ax.bar(range(len(names)), y, yerr=err, capsize=3, color=["C0", "C1", "C3", "0.6"][:len(names)])
+        if "recurrent_inferred" in rec:
+            ax.axhline(rec["recurrent_inferred"], ls=":", color="C1", lw=1.2, label="1 - attention (inferred)")
+            ax.legend(fontsize=7)
+        ax.axhline(1.0, color="0.5", lw=0.8)
+        ax.axhline(0.0, color="k", lw=0.8)
+        ax.set_xticks(range(len(names)))
+        ax.set_xticklabels(names, fontsize=8)
+        ax.set_ylabel("share of the peer effect removed")
+        ax.set_title(f"all layers, queries: {q} (n = {rec['n']})", fontsize=9)
+    fig.suptitle(f"{summary.get('model')}: which route carries the peer message", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path)
+    return path
+
 
 def patch_curve(summary: dict, path: Path) -> Path:
     fig = _fig(6.0, 4.0)

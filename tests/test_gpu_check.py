@@ -50,7 +50,8 @@ SITE_HIDE = textwrap.dedent(f"""
 # the modules the bare check runs through (its steps import these, lazily)
 BARE_MODULES = ["bench.gpu_check_bare", "chorus.rehearse", "serving", "serving.dummy", "serving.memory",
                 "serving.device", "serving.backends.hf", "serving.backends.grammar", "serving.structured",
-                "interventions.knockout", "interventions.patching", "interventions.probes", "nnsight", "xgrammar",
+                "interventions.knockout", "interventions.knockout_generate", "interventions.patching",
+                "interventions.probes", "nnsight", "xgrammar",
                 "xgrammar.contrib.hf", "peft", "jsonschema", "psutil"]
 OWN = {"bench", "chorus", "core", "serving", "interventions", "simulate", "aggregate", "_recorder", "gpu_check_bare"}
 
@@ -150,12 +151,16 @@ def test_bare_check_runs_at_tiny_size_on_cpu_without_vllm(tmp_path):
     assert rep["tiny"] is True and rep["device"]["torch"] and rep["versions"]["nnsight"]
     steps = {s["step"]: s for s in rep["steps"]}
     assert list(steps) == ["build", "hf.load", "hf.chat", "hf.json_schema", "hf.choice", "hf.option_logprobs",
-                           "hf.knockout", "hf.patch", "hf.probe", "knockout.cost", "hf.close", "sft.lora_step",
-                           "memory.cycle", "memory.plan"]
+                           "hf.knockout", "hf.patch", "hf.probe", "knockout.cost", "knockout.routes",
+                           "knockout.generate", "hf.close", "sft.lora_step", "memory.cycle", "memory.plan"]
     bad = {k: s.get("error") for k, s in steps.items() if s["status"] != "pass"}
     assert not bad, bad
     assert all(s["seconds"] >= 0 and s["peak_rss_gib"] > 0 for s in steps.values())
     assert steps["sft.lora_step"]["detail"]["lora_b_abs_sum"] > 0
+    routes = steps["knockout.routes"]["detail"]
+    assert routes["short"]["bitwise_equal"] and routes["long"]["bitwise_equal"]  # float32 here: the routes agree
+    gen = steps["knockout.generate"]["detail"]
+    assert gen["same_reply"] and gen["cut_changed_reply"]  # float32: cached equals recomputed
     assert steps["memory.plan"]["detail"]["plan"]["mode"] in ("share", "swap")
     assert steps["memory.cycle"]["detail"]["checked"] is False  # no CUDA here: reported, not compared
     assert rep["counts"] == {"pass": len(steps), "fail": 0, "skipped": 0}

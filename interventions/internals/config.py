@@ -30,12 +30,17 @@ class KnockoutSpec(Strict):
     cross_check: int = Field(2, ge=0, description="contexts whose every condition is recomputed by the other route; "
                                                    "the run fails on a difference above cross_check_tol")
     cross_check_tol: float = Field(1e-4, ge=0.0, description="largest tolerated |log-prob difference| between the routes")
+    mixers: list[Literal["attention", "recurrent", "both"]] = Field(
+        ["attention"], min_length=1,
+        description="which token mixers of each condition's layers are cut: attention (the mask), recurrent (the "
+                    "Gated DeltaNet state and convolution of a hybrid model's recurrent layers, "
+                    "interventions/recurrent.py), both; each mixer is its own set of conditions")
 
-    @field_validator("queries", "sweep_queries")
+    @field_validator("queries", "sweep_queries", "mixers")
     @classmethod
     def _uniq(cls, v):
         if len(set(v)) != len(v):
-            raise ValueError(f"repeated query variant in {v}")
+            raise ValueError(f"repeated entry in {v}")
         return v
 
 

@@ -121,29 +121,37 @@ def _margin(lp: dict, m: dict) -> float:
 
 
 def knockout_conditions(eng: Any, spec) -> tuple[list[dict], dict]:
-    """(conditions, plan): every layer set the sweep runs, with the layers it could not mask."""
+    """(conditions, plan): every layer set the sweep runs, per token mixer cut (``spec.mixers``):
+    the attention layers masked (``layers``), the recurrent layers severed (``recurrent``), and the
+    requested layers neither cuts (``unmaskable``)."""
     from interventions.knockout import layer_map
+    from interventions.recurrent import supported
 
     lm = layer_map(eng)
     n = lm.n_layers
     sweep_layers = list(range(n)) if spec.layers == "all" else [int(x) for x in spec.layers]
     lm.resolve(sweep_layers)  # range check, naming the valid range
+    mixers = list(getattr(spec, "mixers", ["attention"]))
+    if any(m != "attention" for m in mixers):
+        supported(lm)  # one line: no recurrent layers, or a family chorus cannot cut
     conds = []
 
-    def add(kind, layer, q, req):
-        masked = [x for x in req if x in lm.attention]
-        conds.append({"kind": kind, "layer": layer, "queries": q, "layers": masked,
-                      "unmaskable": [x for x in req if x not in lm.attention]})
-    for q in spec.queries:
-        add("all", -1, q, list(range(n)))
-    for q in spec.sweep_queries:
-        for L in sweep_layers:
-            if spec.single:
-                add("single", L, q, [L])
-            if spec.cumulative:
-                add("cumulative", L, q, list(range(L, n)))
+    def add(kind, layer, q, req, mixer):
+        att = [x for x in req if x in lm.attention] if mixer != "recurrent" else []
+        rec = [x for x in req if x not in lm.attention] if mixer != "attention" else []
+        conds.append({"kind": kind, "layer": layer, "queries": q, "mixer": mixer, "layers": att, "recurrent": rec,
+                      "unmaskable": [x for x in req if x not in att and x not in rec]})
+    for mixer in mixers:
+        for q in spec.queries:
+            add("all", -1, q, list(range(n)), mixer)
+        for q in spec.sweep_queries:
+            for L in sweep_layers:
+                if spec.single:
+                    add("single", L, q, [L], mixer)
+                if spec.cumulative:
+                    add("cumulative", L, q, list(range(L, n)), mixer)
     info = {"model_type": lm.model_type, "n_layers": n, "masked_layers": lm.maskable,
-            "unmaskable_layers": list(lm.unmaskable)}
+            "unmaskable_layers": list(lm.unmaskable), "mixers": mixers}
     return conds, info
 
 
@@ -158,7 +166,7 @@ def run_knockout_pairs(eng: Any, ctxs: list[dict], conds: list[dict], progress: 
 
     full = forced_choice(eng, [c["full"] for c in ctxs], [c["meta"]["labels"] for c in ctxs])
     none = forced_choice(eng, [c["none"] for c in ctxs], [c["meta"]["labels"] for c in ctxs])
-    todo_conds = [c for c in conds if c["layers"]]
+    todo_conds = [c for c in conds if c["layers"] or c.get("recurrent")]
     total = len(ctxs) * len(todo_conds)
     if progress:
         progress(total, 0)
@@ -177,8 +185,11 @@ def run_knockout_pairs(eng: Any, ctxs: list[dict], conds: list[dict], progress: 
         reqs, jobs = [], []
         for j, i in enumerate(idx):  # context-major: one context's conditions share a prefix cache
             for k, cond in enumerate(todo_conds):
-                reqs.append({"messages": ctxs[i]["full"], "options": opts, "block": list(ctxs[i]["block"]),
-                             "layers": cond["layers"], "queries": cond["queries"], "route": route})
+                req = {"messages": ctxs[i]["full"], "options": opts, "block": list(ctxs[i]["block"]),
+                       "layers": cond["layers"], "queries": cond["queries"], "route": route}
+                if cond.get("recurrent"):  # only then: attention-only calls keep the keys stored runs have
+                    req["recurrent"] = cond["recurrent"]
+                reqs.append(req)
                 jobs.append((i, k, j))
 
         def context_rows(chunk: list[int], jobs=jobs, base=base) -> list:  # bound now: the cross-check calls it later
@@ -186,7 +197,9 @@ def run_knockout_pairs(eng: Any, ctxs: list[dict], conds: list[dict], progress: 
             for t in chunk:
                 i, k, j = jobs[t]
                 b = base[j]
-                rws.append(ko.Row(b.prompt, b.options, b.span, frozenset(todo_conds[k]["layers"]), todo_conds[k]["queries"]))
+                c = todo_conds[k]
+                rws.append(ko.Row(b.prompt, b.options, b.span, frozenset(c["layers"]), c["queries"],
+                                  frozenset(c.get("recurrent", ()))))
             return rws
 
         step = max(len(todo_conds), 1)  # one context per chunk: its conditions share the prefix cache
@@ -216,7 +229,8 @@ def run_knockout_pairs(eng: Any, ctxs: list[dict], conds: list[dict], progress: 
         for k, cond in enumerate(todo_conds):
             lp = results[(i, k)]
             rows.append({**{x: y for x, y in m.items() if x != "labels"}, "kind": cond["kind"], "layer": cond["layer"],
-                         "queries": cond["queries"], "n_masked": len(cond["layers"]),
+                         "queries": cond["queries"], "mixer": cond.get("mixer", "attention"),
+                         "n_masked": len(cond["layers"]), "n_recurrent": len(cond.get("recurrent", ())),
                          "unmaskable": ",".join(map(str, cond["unmaskable"])),
                          "margin_full": m_full, "margin_no_message": m_no, "margin_knockout": _margin(lp, m),
                          "block_message": c["block"][0], "block_start": c["block"][1], "block_end": c["block"][2],
@@ -257,18 +271,57 @@ def summarize_knockout(t: pd.DataFrame, *, n_boot: int, seed: int, ci: float) ->
     est, lo, hi = cluster_bootstrap(lambda i: float(eff[i].mean()), fam, n_boot=n_boot, seed=seed, ci=ci)
     out["n_pairs"] = int(len(one))
     out["message_effect"] = {"mean": est, "ci_low": lo, "ci_high": hi}
-    for (kind, layer, q), g in t.groupby(["kind", "layer", "queries"], sort=True):
+    if "mixer" not in t.columns:  # runs made before recurrent knockout cut attention only
+        t = t.assign(mixer="attention", n_recurrent=0)
+    for (mixer, kind, layer, q), g in t.groupby(["mixer", "kind", "layer", "queries"], sort=True):
         g = g.sort_values("qid")
         num = (g["margin_full"] - g["margin_knockout"]).to_numpy(float)
         den = (g["margin_full"] - g["margin_no_message"]).to_numpy(float)
         s, slo, shi = ratio_ci(num, den, g["family"].to_numpy(), n_boot=n_boot, seed=seed, ci=ci)
-        rec = {"kind": kind, "layer": int(layer), "queries": q, "share_removed": s, "ci_low": slo, "ci_high": shi,
-               "reading": "all of the effect" if np.isfinite(s) and s >= 1 else None,
+        rec = {"kind": kind, "layer": int(layer), "queries": q, "mixer": mixer, "share_removed": s, "ci_low": slo,
+               "ci_high": shi, "reading": "all of the effect" if np.isfinite(s) and s >= 1 else None,
                "margin_knockout": float(g["margin_knockout"].mean()), "n_masked": int(g["n_masked"].iloc[0]),
-               "unmaskable": g["unmaskable"].iloc[0], "n": int(len(g))}
+               "n_recurrent": int(g["n_recurrent"].iloc[0]), "unmaskable": g["unmaskable"].iloc[0], "n": int(len(g))}
         out["curves"].append(rec)
         if kind == "all":
-            out.setdefault("all_layers", {})[q] = rec
+            out.setdefault("all_layers_by_mixer", {}).setdefault(mixer, {})[q] = rec
+            if mixer == "attention":
+                out.setdefault("all_layers", {})[q] = rec
+    by = out.get("all_layers_by_mixer", {})
+    if len(by) > 1:
+        out["mixer_shares"] = mixer_shares(t, n_boot=n_boot, seed=seed, ci=ci)
+    return out
+
+
+def mixer_shares(t: pd.DataFrame, *, n_boot: int, seed: int, ci: float) -> dict[str, Any]:
+    """The peer-influence paper's architecture question, per query variant, on the all-layers
+    conditions of one run: the share of the peer effect removed by cutting attention only, the
+    recurrent route only, and both, and what neither single cut explains (``both - attention -
+    recurrent``: the routes' overlap when negative, their interplay when positive), each a ratio of
+    means over pairs with a family-clustered interval. The paper infers the recurrent share as
+    ``1 - attention``; here it is measured (``recurrent``) beside that inference."""
+    out: dict[str, Any] = {}
+    a = t[t["kind"] == "all"]
+    for q, g in a.groupby("queries", sort=True):
+        wide = g.pivot_table(index=["qid", "family"], columns="mixer", values="margin_knockout", aggfunc="first")
+        base = g.drop_duplicates("qid").set_index("qid")
+        wide = wide.reset_index()
+        full = base.loc[wide["qid"], "margin_full"].to_numpy(float)
+        none = base.loc[wide["qid"], "margin_no_message"].to_numpy(float)
+        fam = wide["family"].to_numpy()
+        den = full - none
+        rec: dict[str, Any] = {"n": int(len(wide))}
+        for m in ("attention", "recurrent", "both"):
+            if m in wide:
+                s, lo, hi = ratio_ci(full - wide[m].to_numpy(float), den, fam, n_boot=n_boot, seed=seed, ci=ci)
+                rec[m] = {"share_removed": s, "ci_low": lo, "ci_high": hi}
+        if all(m in wide for m in ("attention", "recurrent", "both")):
+            num = wide["attention"].to_numpy(float) + wide["recurrent"].to_numpy(float) - wide["both"].to_numpy(float) - full
+            s, lo, hi = ratio_ci(num, den, fam, n_boot=n_boot, seed=seed, ci=ci)
+            rec["interaction"] = {"share_removed": s, "ci_low": lo, "ci_high": hi}
+        if "attention" in rec:
+            rec["recurrent_inferred"] = 1.0 - rec["attention"]["share_removed"]
+        out[q] = rec
     return out
 
 
@@ -382,6 +435,8 @@ def _setup(cfg: InternalsConfig, verb: str, out: Path | None, engine: Any, progr
 
     # internals need the weights: transformers; planned (device_plan in provenance) before it loads
     run, engine, P = start_run(cfg, verb, out, engine, backend="hf", roles=held_beside(cfg, verb))
+    if verb == "knockout":  # a layer set or mixer this model cannot cut fails before any generation
+        knockout_conditions(engine, cfg.knockout)
     turns, items = source_turns(cfg, run, engine, 0, progress)
     pairs = ab.select_pairs(items, turns, seed=cfg.seed, max_pairs=cfg.interventions.max_pairs,
                             require_disagreement=cfg.interventions.require_disagreement)
@@ -473,6 +528,8 @@ def report(run_dir: str | Path, verb: str | None = None, *, make_plots: bool = T
         summary.update(summarize_knockout(t, n_boot=a.n_boot, seed=cfg.seed, ci=a.ci))
         if make_plots and summary.get("curves"):
             ip.knockout_curves(summary, run.plot_path("knockout_curves"))
+        if make_plots and summary.get("mixer_shares"):
+            ip.knockout_mixers(summary, run.plot_path("knockout_mixers"))
     elif verb == "patch":
         summary.update(summarize_patch(t, n_boot=a.n_boot, seed=cfg.seed, ci=a.ci))
         if make_plots and summary.get("curve"):
