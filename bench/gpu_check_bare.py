@@ -236,6 +236,13 @@ def _build(m: Model) -> dict[str, Any]:
             "memory": m.mem["before_load"]}
 
 
+def _distinct(chats: list[list[dict]]) -> list[list[dict]]:
+    """The chats made pairwise distinct (a case number after the question, outside the peer's span):
+    the engine computes identical requests once, so repeated chats would time a plain pass over fewer
+    rows than the knockout's."""
+    return [[{**c[0], "content": f"{c[0]['content']}\n(case {k + 1})"}] for k, c in enumerate(chats)]
+
+
 def _knockout_cost(r: Any) -> dict[str, Any]:
     """Knockout in every maskable layer against the plain readout, same batch, interleaved medians."""
     import statistics
@@ -244,7 +251,7 @@ def _knockout_cost(r: Any) -> dict[str, Any]:
     from chorus.rehearse import KO_CHAT, OPTIONS, PEER
     from interventions import knockout
     eng = r.engine("hf")
-    chats = KO_CHAT * 4
+    chats = _distinct(KO_CHAT * 4)
     start = KO_CHAT[0][0]["content"].index(PEER)
     target = (0, start, start + len(PEER))
     plain = lambda: knockout.option_logprobs(eng, chats, OPTIONS, None)
@@ -271,7 +278,7 @@ def _long_chats(n: int, words: int) -> tuple[list[list[dict]], tuple[int, int, i
                     * max(1, words // 16))
     peer = f"{PEER} {body}"
     chats = []
-    for c in (KO_CHAT * n)[:n]:
+    for c in _distinct((KO_CHAT * n)[:n]):
         text = c[0]["content"].replace(PEER, peer)
         chats.append([{"role": "user", "content": text}])
     start = chats[0][0]["content"].index(peer)
@@ -290,7 +297,7 @@ def _knockout_routes(r: Any, tiny: bool) -> dict[str, Any]:
     from interventions import knockout
     eng = r.engine("hf")
     start = KO_CHAT[0][0]["content"].index(PEER)
-    cases = {"short": (KO_CHAT * 4, (0, start, start + len(PEER))),
+    cases = {"short": (_distinct(KO_CHAT * 4), (0, start, start + len(PEER))),
              "long": _long_chats(2 if tiny else 8, 48 if tiny else 1200)}
     out: dict[str, Any] = {"tol": 1e-4}
     worst = 0.0

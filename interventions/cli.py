@@ -1,17 +1,21 @@
 """``chorus influence``: readout | ablate | cues (behaviour: forced-choice readouts, message
-ablations, source cues) and knockout | patch | probe | concepts | transfer (inside the model:
-attention knockout, residual interchange, probes, concept directions, latent state transfer).
+ablations, source cues), knockout | patch | probe | concepts | transfer (inside the model:
+attention knockout, residual interchange, probes, concept directions, latent state transfer) and
+counterfactual (a stored debate replayed with one agent's attention to one peer cut).
 Heavy imports stay inside the commands so ``chorus --help`` stays fast."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
+
 import typer
 
 from core.cliutil import add_verbs
 from core.verbs import Verb, register
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
-                  help="Peer influence: readout, ablate, cues, knockout, patch, probe, concepts, transfer.")
+                  help="Peer influence: readout, ablate, cues, knockout, patch, probe, concepts, transfer, "
+                       "counterfactual.")
 
 _CFG_HELP = "Influence config (a path or a shipped name, e.g. influence_smoke, internals_smoke)."
 
@@ -48,12 +52,13 @@ for _verb, _help in [
                   errors=("serving.profiles:ModelError",)))
 
 # inside the model: the internals config, transformers
-_INTERNALS_ERRORS = ("serving.profiles:ModelError", "interventions.families:FamilyError", "interventions.families:LayerError",
-                     "interventions.spans:SpanError", "interventions.patching:PatchError",
+_INTERNALS_ERRORS = ("serving.profiles:ModelError", "interventions.families:FamilyError",
+                     "interventions.families:LayerError", "interventions.spans:SpanError",
+                     "interventions.recurrent:RecurrentError", "interventions.patching:PatchError",
                      "interventions.probes:ProbeError", "interventions.transfer:TransferError")
 for _verb, _help in [
-        ("knockout", "Attention knockout of the peer message: all layers, single layers, cumulative; share of the "
-                     "effect removed."),
+        ("knockout", "Knockout of the peer message: all layers, single layers, cumulative; share of the effect "
+                     "removed (knockout.mixers: attention, and on hybrid models the recurrent route, or both)."),
         ("patch", "Residual interchange at the source-cue positions (cue X into cue Y), layer by layer."),
         ("probe", "Logistic probes per layer with held-out AUROC beside the shuffled-label null (90th percentile)."),
         ("transfer", "Latent state transfer: a sender's residual state written into the receiver (controls: "
@@ -66,3 +71,56 @@ for _verb, _help in [
                   unit="readouts", errors=_INTERNALS_ERRORS))
 
 add_verbs(app, "influence")
+
+
+@app.command("counterfactual")
+def counterfactual(run_dir: Path = typer.Argument(..., help="A debate run directory (chorus debate run)."),
+                   receiver: int = typer.Option(0, "--receiver", help="the agent whose attention is cut (0-based)"),
+                   peer: int = typer.Option(1, "--peer", help="the peer it does not attend to (0-based)"),
+                   round_: int = typer.Option(1, "--round", help="the round replayed with the cut (1..rounds)"),
+                   layers: str = typer.Option("all", "--layers", help="all, a band A-B, or a list 3,4,7"),
+                   queries: str = typer.Option("after", "--queries", help="after | decision"),
+                   route: str = typer.Option("nnsight", "--route", help="nnsight | interface (bitwise equal)"),
+                   max_questions: Optional[int] = typer.Option(None, "--max-questions", help="the first N questions only"),
+                   out: Optional[Path] = typer.Option(None, "--out",
+                                                      help="output run directory (default RUN/counterfactual-...)"),
+                   no_plots: bool = typer.Option(False, "--no-plots", help="Skip the figures.")) -> None:
+    """What a stored debate would have become had one agent not attended to one peer at one round:
+    that reply regenerated with the peer's message cut in the chosen layers (same seed), the rest of the
+    debate continued normally; factual, replay (nothing cut) and cut compared per question."""
+    from rich.console import Console
+
+    from core.cliutil import fail
+    from core.config import ConfigError, validate
+    from core.progress import progress
+    from interventions.counterfactual import CounterfactualConfig, CounterfactualError, parse_layers, run_counterfactual
+    from interventions.families import FamilyError, LayerError
+    from interventions.knockout import KnockoutError
+    from interventions.spans import SpanError
+    from serving.profiles import ModelError
+    try:
+        cfg = validate(CounterfactualConfig, {"receiver": receiver, "peer": peer, "round": round_,
+                                              "layers": parse_layers(layers), "queries": queries, "route": route,
+                                              "max_questions": max_questions}, source="options")
+        with progress("counterfactual", "replies") as update:
+            path, s = run_counterfactual(run_dir, cfg, out=out, make_plots=not no_plots, progress=update)
+    except (CounterfactualError, ConfigError, FileNotFoundError, ModelError, FamilyError, LayerError, SpanError,
+            KnockoutError) as err:
+        fail(err)
+    con = Console()
+    rep = s["replay_equals_factual"]
+    con.print(f"{s['n_questions']} questions; agent {s['receiver']} cut from agent {s['peer']} at round {s['round']} "
+              f"in layers {s['masked_layers'] if s['layers'] != 'all' else 'all'} (queries {s['queries']}); the replay "
+              f"equals the stored debate on {rep['questions']} of {rep['of']}", highlight=False)
+    for arm, m in s["arms"].items():
+        con.print(f"  {arm:<8} final-majority acc {m['majority_correct_final']:.3f}  unanimous {m['unanimous_final']:.3f}  "
+                  f"wrong unanimity {m['wrong_unanimous']:.3f}  receiver took the peer's answer: at the round "
+                  f"{m['adopted_at_round']:.3f}, at the end {m['adopted_final']:.3f}", highlight=False)
+    con.print(f"changed by the cut (vs replay): final majority {s['changed']['final_majority_cut_vs_replay']}, "
+              f"receiver's final answer {s['changed']['receiver_final_cut_vs_replay']}", highlight=False)
+    from serving.profiles import embedded_note
+    note = embedded_note([s.get("model")])
+    if note:
+        con.print(f"[yellow]{note}[/yellow]", highlight=False)
+    con.print(f"results: [bold]{path}[/bold] (summary.json, tables/turns.parquet, tables/questions.parquet, "
+              f"plots/counterfactual.png); chorus debate report {run_dir} shows it beside the debate")

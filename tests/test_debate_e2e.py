@@ -200,3 +200,19 @@ def test_real_debate_read_by_the_belief_layer(debate_run, hf_engine):
     assert [r["agent"] for r in rep["belief"]["agents"]] == ["A1", "A2", "A3", "all"]
     if (run.path / "bda-debate" / "summary.json").is_file():  # the skipped groups' summary stays in the run
         assert all(g["skipped"] for g in rep["bda"]["bda-debate"]["groups"].values())
+
+
+def test_real_debate_counterfactual_replays_exactly(debate_run, hf_engine):
+    """``chorus influence counterfactual`` on the embedded model's debate (plumbing): agent 0's round-1
+    reply regenerated with its attention to agent 1's response cut in every layer; with nothing cut the
+    replay is the stored debate, token for token (the engine's own seeded sampler)."""
+    from interventions.counterfactual import CounterfactualConfig, run_counterfactual
+    from simulate.debate.experiment import report
+    run, _ = debate_run
+    path, s = run_counterfactual(run.path, CounterfactualConfig(receiver=0, peer=1, round=1, n_boot=20),
+                                 engine=hf_engine)
+    assert s["n_questions"] == 3 and s["replay_equals_factual"]["all"]
+    t = pd.read_parquet(path / "tables" / "turns.parquet")
+    cut = t[(t["condition"] == "cut") & (t["round"] == 1) & (t["agent"] == 0)]
+    assert len(cut) == 3 and cut["response"].map(len).gt(0).all()
+    assert set(report(run.path, make_plots=False)["counterfactual"]) == {"counterfactual-a0-p1-r1"}

@@ -61,6 +61,14 @@ def _print_debate(console, path: Path, s: dict) -> None:
     if b:
         console.print(f"belief layer ({b['reading']} readings, appraiser {b['appraiser']}, gamma {b['gamma']}): " + "; ".join(
             f"{r['agent']} kappa {_fmt(r['kappa'])} (placebo {_fmt(r.get('kappa_placebo'))})" for r in b["agents"]))
+    for name, c in (s.get("counterfactual") or {}).items():  # chorus influence counterfactual RUN
+        arms = c["arms"]
+        console.print(f"{name} ({c['n_questions']} questions; replay = stored debate on "
+                      f"{c['replay_equals_factual']['questions']} of {c['replay_equals_factual']['of']}): " + "; ".join(
+                          f"{a} final-majority acc {_fmt(m['majority_correct_final'])}, unanimous "
+                          f"{_fmt(m['unanimous_final'])}, wrong unanimity {_fmt(m['wrong_unanimous'])}"
+                          for a, m in arms.items()) + f"; final majorities changed by the cut: "
+                      f"{c['changed']['final_majority_cut_vs_replay']}")
     ex = s.get("exclusions", {})
     console.print(f"exclusions: {ex.get('n', 0)} {ex.get('by_reason', {})}; parse rate {_fmt(s.get('parse_rate'))}, "
                   f"truncated {s.get('n_truncated')}")

@@ -109,6 +109,12 @@ def _belief_brief(s: dict[str, Any]) -> dict[str, Any]:
             "agents": [{k: r.get(k) for k in keep} for r in s["agents"]]}
 
 
+def _counterfactual_brief(s: dict[str, Any]) -> dict[str, Any]:
+    keep = ("receiver", "peer", "round", "layers", "queries", "route", "n_questions", "changed", "replay_equals_factual")
+    return {**{k: s.get(k) for k in keep},
+            "arms": {a: {k: v for k, v in m.items() if k != "unanimity_by_round"} for a, m in s["arms"].items()}}
+
+
 @amends_run
 def report(run_dir: str | Path, *, make_plots: bool = True) -> dict[str, Any]:
     """summary.json and plots from RUN/config.yaml, RUN/tables/*.parquet and RUN/protocol.json."""
@@ -150,6 +156,17 @@ def report(run_dir: str | Path, *, make_plots: bool = True) -> dict[str, Any]:
         summary["bda"] = {p.parent.name: _bda_brief(json.loads(p.read_text())) for p in bda}
     if (run.path / "belief" / "summary.json").is_file():  # chorus debate belief (stubbornness.py) wrote it inside the run
         summary["belief"] = _belief_brief(json.loads((run.path / "belief" / "summary.json").read_text()))
+    cfs = sorted(run.path.glob("counterfactual-*/summary.json"))  # chorus influence counterfactual wrote these
+    if cfs:
+        summary["counterfactual"], rows = {}, []
+        for p in cfs:
+            cs = json.loads(p.read_text())
+            summary["counterfactual"][p.parent.name] = _counterfactual_brief(cs)
+            rows += [{"counterfactual": p.parent.name, **d} for d in cs["deltas"]]
+            if make_plots:
+                from simulate.debate import plots
+                plots.counterfactual(cs, run.plot_path(p.parent.name))
+        run.write_table("counterfactual", pd.DataFrame(rows))
     if make_plots:
         from simulate.debate import plots
         plots.by_round(summary, "unanimity_by_round", run.plot_path("unanimity_by_round"), ylabel="unanimous groups",

@@ -13,6 +13,11 @@ so results do not depend on batching, and the call store makes reruns free.
 Exclusions are counted, never silent: numeric items (no option set), and a question whose
 prompt for any agent would not fit the context window (from that round on, per condition).
 Generations cut at the token limit are kept, flagged ``truncated`` and counted.
+
+A run can also continue a stored debate from a later round (``start``: the round and every agent's
+responses before it), with some replies fixed in advance (``given``): a counterfactual replay
+(``interventions/counterfactual.py``) swaps one agent's reply at one round and lets the rest unfold
+under the same seeds.
 """
 from __future__ import annotations
 
@@ -49,10 +54,18 @@ def _fits(engine: Any, messages: list[dict], max_tokens: int) -> bool:
 def run_protocol(engine: Any, items: Sequence[Item], *, agents: int = 3, rounds: int = 3,
                  conditions: Sequence[str] = ("debate", "reflection"), temperature: float = 0.7,
                  top_p: float = 1.0, max_tokens: int = 2048, seed: int = 0, prompts: dict,
-                 progress: Callable[[int, int], None] | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
+                 progress: Callable[[int, int], None] | None = None,
+                 start: tuple[int, dict[str, list[str]]] | None = None,
+                 given: Callable[[str, Item, int, int, list[dict], int], Any] | None = None,
+                 ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Run debate and/or reflection on ``items``. Returns (turns table, info) where info has
     exclusions, batch sizes, token counts and wall time. ``progress(total, k)``: called once
-    with k = 0 to announce the total, then with the number of turns just finished."""
+    with k = 0 to announce the total, then with the number of turns just finished.
+
+    ``start = (r0, prev)``: begin at round r0 >= 1 of every condition, from ``prev`` (question id ->
+    every agent's response at round r0 - 1; questions missing there are not played); the table then
+    holds rounds r0.. only. ``given(condition, item, agent, round, messages, seed)``: a reply fixed in
+    advance (anything with a ``Completion``'s fields), or None to generate it."""
     P = prompts
     excluded: list[dict[str, Any]] = []
     scorable = []
@@ -62,17 +75,24 @@ def run_protocol(engine: Any, items: Sequence[Item], *, agents: int = 3, rounds:
         else:
             scorable.append(it)
     conds = list(conditions)
+    r0 = 0
     active = {c: [it for it in scorable] for c in conds}
     prev: dict[str, dict[str, list[str]]] = {c: {} for c in conds}
+    if start is not None:
+        r0, before = start
+        if r0 < 1:
+            raise ValueError(f"start round must be >= 1 (round 0 is shared), got {r0}")
+        active = {c: [it for it in scorable if it.id in before] for c in conds}
+        prev = {c: {q: list(v) for q, v in before.items()} for c in conds}
     rows: list[dict[str, Any]] = []
-    total = len(scorable) * agents * (1 + rounds * len(conds))
+    total = len(active[conds[0]]) * agents * ((1 if r0 == 0 else 0) + (rounds - max(r0, 1) + 1) * len(conds))
     if progress:
         progress(total, 0)
     batches = []
     t_start = time.perf_counter()
     gen_tokens = 0
     model_s = 0.0
-    for r in range(rounds + 1):
+    for r in range(r0, rounds + 1):
         jobs: list[tuple[str, Item, int, list[dict]]] = []  # (condition, item, agent, messages)
         groups = [("shared", active[conds[0]])] if r == 0 else [(c, active[c]) for c in conds]
         for cond, its in groups:
@@ -100,8 +120,15 @@ def run_protocol(engine: Any, items: Sequence[Item], *, agents: int = 3, rounds:
                 progress(total, k)
 
         t0 = time.perf_counter()
-        outs = engine.chat([m for *_, m in jobs], temperature=temperature, top_p=top_p, max_tokens=max_tokens,
-                           seed=seeds, progress=_prog)
+        fixed = [given(cond, it, a, r, m, s) if given else None for (cond, it, a, m), s in zip(jobs, seeds)]
+        todo = [k for k, f in enumerate(fixed) if f is None]
+        outs = list(fixed)
+        if todo:
+            for k, o in zip(todo, engine.chat([jobs[k][3] for k in todo], temperature=temperature, top_p=top_p,
+                                              max_tokens=max_tokens, seed=[seeds[k] for k in todo], progress=_prog)):
+                outs[k] = o
+        if progress and len(todo) < len(jobs):
+            progress(total, len(jobs) - len(todo))
         dt = time.perf_counter() - t0
         model_s += dt
         new_tok = sum(o.completion_tokens for o in outs if not o.cached)
