@@ -64,3 +64,27 @@ def write_result(path, res: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(res, indent=2, default=float))
     print(f"-> {path}")
+
+
+def interleaved_medians(fns: dict, repeats: int = 3, *, warmup: bool = True) -> tuple[dict, dict]:
+    """Time each callable of ``fns`` ``repeats`` times, interleaved (a slow spell of the machine hits every
+    one alike), each pass ended by a device synchronisation where a GPU is used (kernels run
+    asynchronously); ``warmup`` runs each once first. Returns (median seconds, every time) by name."""
+    import statistics
+    try:
+        import torch
+        sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+    except ImportError:
+        sync = lambda: None  # noqa: E731
+    if warmup:
+        for f in fns.values():
+            f()
+    times: dict = {k: [] for k in fns}
+    for _ in range(repeats):
+        for k, f in fns.items():
+            sync()
+            t0 = time.perf_counter()
+            f()
+            sync()
+            times[k].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) for k, v in times.items()}, times

@@ -35,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from _recorder import machine, write_result  # noqa: E402  (bench/ is the script directory)
+from _recorder import interleaved_medians, machine, write_result  # noqa: E402  (bench/ is the script directory)
 
 
 def synthetic_pairs(n: int) -> tuple[dict, list[dict]]:
@@ -90,7 +90,6 @@ def main() -> None:
     from serving.engine import default_dtype
 
     eng = load_engine(a.profile, "hf", dtype=a.dtype or default_dtype())
-    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
     P = load_prompts()
     n_needed = max(a.contexts, a.batch)
     items, pairs = run_pairs(a.source_run, n_needed) if a.source_run else synthetic_pairs(n_needed)
@@ -122,17 +121,7 @@ def main() -> None:
 
     fns = {"plain": plain_last, "knockout_interface": route_last("interface"), "knockout_nnsight": route_last("nnsight"),
            "sweep_interface": route_sweep("interface"), "sweep_nnsight": route_sweep("nnsight")}
-    for f in fns.values():  # warm-up (nnsight builds its wrapper once)
-        f()
-    times: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(a.repeats):
-        for k, f in fns.items():
-            sync()
-            t0 = time.perf_counter()
-            f()
-            sync()
-            times[k].append(time.perf_counter() - t0)
-    med = {k: statistics.median(v) for k, v in times.items()}
+    med, times = interleaved_medians(fns, a.repeats)  # the warm-up builds nnsight's wrapper once
     res["forward_s_median"] = med
     res["forward_s_all"] = times
     res["ratio_interface_vs_plain"] = med["knockout_interface"] / med["plain"]

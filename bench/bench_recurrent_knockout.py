@@ -24,7 +24,6 @@ import argparse
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -50,11 +49,11 @@ def contexts(eng: Any, n: int, words: int) -> tuple[list[list[dict]], list[tuple
 
 def measure(eng: Any, n: int = 8, words: int = 300, repeats: int = 3) -> dict[str, Any]:
     import torch
+    from _recorder import interleaved_medians
 
     from interventions import knockout as ko
     from interventions import recurrent as rc
 
-    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
     be, lm = eng.backend, ko.layer_map(eng)
     rc.supported(lm)
     convs, blocks = contexts(eng, n, words)
@@ -71,17 +70,7 @@ def measure(eng: Any, n: int = 8, words: int = 300, repeats: int = 3) -> dict[st
         return ko._forward(be, lm, rows, [r.prompt for r in rows], readout, keep_last=True)[:, -1]
 
     fns = {"plain": lambda: last(base), **{m: (lambda m=m: last(rows_of(m))) for m in cuts}}
-    for f in fns.values():  # warm-up
-        f()
-    times: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(repeats):
-        for k, f in fns.items():
-            sync()
-            t0 = time.perf_counter()
-            f()
-            sync()
-            times[k].append(time.perf_counter() - t0)
-    med = {k: statistics.median(v) for k, v in times.items()}
+    med, _ = interleaved_medians(fns, repeats)
     out: dict[str, Any] = {"model_type": lm.model_type, "n_layers": lm.n_layers, "recurrent_layers": len(lm.unmaskable),
                            "dtype": eng.dtype, "rows": len(base), "prompt_tokens_mean": statistics.mean(map(len, seqs)),
                            "span_tokens_mean": statistics.mean(len(r.span) for r in base),

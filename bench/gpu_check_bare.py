@@ -245,8 +245,9 @@ def _distinct(chats: list[list[dict]]) -> list[list[dict]]:
 
 def _knockout_cost(r: Any) -> dict[str, Any]:
     """Knockout in every maskable layer against the plain readout, same batch, interleaved medians."""
-    import statistics
     import warnings
+
+    from _recorder import interleaved_medians
 
     from chorus.rehearse import KO_CHAT, OPTIONS, PEER
     from interventions import knockout
@@ -256,16 +257,9 @@ def _knockout_cost(r: Any) -> dict[str, Any]:
     target = (0, start, start + len(PEER))
     plain = lambda: knockout.option_logprobs(eng, chats, OPTIONS, None)
     ko = lambda: knockout.option_logprobs(eng, chats, OPTIONS, target, layers="all", queries="after")
-    times: dict[str, list[float]] = {"plain": [], "knockout": []}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a hybrid names its recurrent layers once per call
-        plain(), ko()  # warm-up
-        for _ in range(3):
-            for k, f in (("plain", plain), ("knockout", ko)):
-                t0 = time.perf_counter()
-                f()  # returns floats: the device has finished
-                times[k].append(time.perf_counter() - t0)
-    med = {k: statistics.median(v) for k, v in times.items()}
+        med, _ = interleaved_medians({"plain": plain, "knockout": ko})
     return {"rows": len(chats), "plain_s": round(med["plain"], 4), "knockout_s": round(med["knockout"], 4),
             "ratio_knockout_vs_plain": round(med["knockout"] / med["plain"], 3), "dtype": eng.dtype}
 
@@ -290,8 +284,9 @@ def _knockout_routes(r: Any, tiny: bool) -> dict[str, Any]:
     registered attention function, every maskable layer cut, on short and debate-length peer
     messages; the largest log-prob difference between the routes (a run's cross-check fails above
     its ``cross_check_tol``, 1e-4 by default) and each route's seconds, interleaved medians."""
-    import statistics
     import warnings
+
+    from _recorder import interleaved_medians
 
     from chorus.rehearse import CheckFailed, KO_CHAT, OPTIONS, PEER
     from interventions import knockout
@@ -311,13 +306,7 @@ def _knockout_routes(r: Any, tiny: bool) -> dict[str, Any]:
             res = {k: g() for k, g in f.items()}  # warm-up, and the values compared
             diff = max(abs(a[o] - b[o]) for a, b in zip(res["nnsight"], res["interface"]) for o in OPTIONS)
             moved = max(abs(a[o] - b[o]) for a, b in zip(res["nnsight"], res["plain"]) for o in OPTIONS)
-            times: dict[str, list[float]] = {k: [] for k in f}
-            for _ in range(3):
-                for k, g in f.items():
-                    t0 = time.perf_counter()
-                    g()
-                    times[k].append(time.perf_counter() - t0)
-            med = {k: statistics.median(v) for k, v in times.items()}
+            med, _ = interleaved_medians(f, warmup=False)  # warmed up above
             out[name] = {"rows": len(chats), "prompt_tokens": len(eng.render(chats[0]).ids),
                          "max_abs_diff_routes": diff, "bitwise_equal": diff == 0.0, "max_shift_vs_plain": moved,
                          **{f"{k}_s": round(v, 4) for k, v in med.items()},
