@@ -139,8 +139,7 @@ def run_counterfactual(run_dir: str | Path, cfg: CounterfactualConfig | None = N
     src = Path(run_dir)
     deb, items, dcfg, R = _source(src, cfg)
     hist = _history(deb, cfg.round)
-    qids = [q for q in dict.fromkeys(deb.sort_values(["qid"])["qid"]) if q in hist]
-    qids = sorted(qids)[:cfg.max_questions] if cfg.max_questions else sorted(qids)
+    qids = sorted(hist)[:cfg.max_questions]  # None: all
     if not qids:
         raise CounterfactualError(f"{src}: no question was debated through round {cfg.round}")
     P = load_prompts(dcfg.prompts)
@@ -208,15 +207,15 @@ def run_counterfactual(run_dir: str | Path, cfg: CounterfactualConfig | None = N
                      "batches": inf["batches"], "excluded": inf["excluded"]}
     turns = pd.concat([arms[a][TURN_COLUMNS] for a in ARMS], ignore_index=True)
     run.write_table("turns", turns)
-    summary = summarize(turns, cfg, R=R, seed=dcfg.seed)
+    q = question_arms(turns, cfg, R, dcfg.seed)
+    run.write_table("questions", q)
+    summary = summarize(turns, q, cfg, seed=dcfg.seed)
     summary.update(source_run=str(src.resolve()), model=dcfg.model.profile, receiver=cfg.receiver, peer=cfg.peer,
                    round=cfg.round, rounds=R, layers=cfg.layers, masked_layers=plan["masked"],
                    unmaskable_layers=plan["unmaskable"], queries=cfg.queries, route=cfg.route,
                    cost={"receiver_replies": gen,
                          **{arm: {k: v for k, v in d.items() if k != "excluded"} for arm, d in info.items()}},
                    excluded={arm: d["excluded"] for arm, d in info.items()})
-    q = question_arms(turns, cfg, R, dcfg.seed)
-    run.write_table("questions", q)
     run.write_summary(summary)
     if make_plots:
         from simulate.debate.plots import counterfactual as plot_counterfactual
@@ -294,13 +293,14 @@ def question_arms(turns: pd.DataFrame, cfg: CounterfactualConfig, R: int, seed: 
 METRICS = ("majority_correct_final", "unanimous_final", "wrong_unanimous", "adopted_at_round", "adopted_final")
 
 
-def summarize(turns: pd.DataFrame, cfg: CounterfactualConfig, *, R: int, seed: int) -> dict[str, Any]:
-    """Per arm: the means of ``METRICS`` over the questions where each is defined; the paired deltas
-    (cut - replay, cut - factual, replay - factual) with family-clustered bootstrap intervals; how
-    many final majorities and receiver answers the cut changed; and whether the replay reproduced the
-    stored debate (every turn's text at every round from ``cfg.round`` on)."""
+def summarize(turns: pd.DataFrame, q: pd.DataFrame, cfg: CounterfactualConfig, seed: int = 0) -> dict[str, Any]:
+    """From the arms' turns and their question table (``question_arms``): per arm, the means of
+    ``METRICS`` over the questions where each is defined; the paired deltas (cut - replay, cut -
+    factual, replay - factual) with family-clustered bootstrap intervals; how many final majorities
+    and receiver answers the cut changed; and whether the replay reproduced the stored debate (every
+    turn's text at every round from ``cfg.round`` on)."""
     from core.stats import cluster_bootstrap
-    q = question_arms(turns, cfg, R, seed)
+    R = int(q["final_round"].max())
     w = {a: q[q["arm"] == a].set_index("qid").sort_index() for a in ARMS}
     qids = w["factual"].index
     fam = w["factual"]["family"].to_numpy()

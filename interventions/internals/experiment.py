@@ -131,7 +131,7 @@ def knockout_conditions(eng: Any, spec) -> tuple[list[dict], dict]:
     n = lm.n_layers
     sweep_layers = list(range(n)) if spec.layers == "all" else [int(x) for x in spec.layers]
     lm.resolve(sweep_layers)  # range check, naming the valid range
-    mixers = list(getattr(spec, "mixers", ["attention"]))
+    mixers = list(spec.mixers)
     if any(m != "attention" for m in mixers):
         supported(lm)  # one line: no recurrent layers, or a family chorus cannot cut
     conds = []
