@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from interventions.families import FamilyError, LayerError, LayerMap, discover
-from interventions.recurrent import MIXERS, RecurrentError, severed
+from interventions.recurrent import MIXERS, RecurrentError, severed, supported
 from interventions.spans import Span, SpanError, message_token_span
 
 KO_SDPA = "chorus_knockout"
@@ -187,7 +187,6 @@ def plan(engine: Any, layers: Any = "all", mixer: str = "attention") -> dict[str
     masked, unmaskable = lm.resolve(layers)
     rec: list[int] = []
     if mixer != "attention":
-        from interventions.recurrent import supported
         supported(lm)
         rec = unmaskable
         if not rec:
@@ -361,7 +360,6 @@ def _check_rows(lm: LayerMap, rows: Sequence[Row]) -> None:
             raise LayerError(f"layer(s) {sorted(bad)} cannot be masked ({lm.model_type}: recurrent layers "
                              f"{lm.unmaskable})")
         if row.recurrent:
-            from interventions.recurrent import supported
             supported(lm)
             bad = [x for x in row.recurrent if x not in lm.unmaskable]
             if bad:
