@@ -122,9 +122,32 @@ def test_kappa_sweep_recovers_rank_and_values_in_oracle():
                        sweep={"population.kappa": [0.5, 2, 8, 32]})
     conds, specs = _specs(cfg)
     tabs = all_tables(simulate(specs, cfg.seed), conds)
-    h = analyse(tabs, cfg)[0]["headline"]
+    summary, derived = analyse(tabs, cfg)
+    h = summary["headline"]
     assert h["kappa_spearman"] == pytest.approx(1.0)
     assert h["kappa_median_rel_error"] < 1e-8
+    # Table 2's caption: the rank is recovered in every seed alone, and the interval holds the exact value
+    by_seed = derived["kappa_recovery_by_seed"]
+    assert list(by_seed.seed) == [0, 1] and (by_seed.levels == 4).all()
+    assert h["kappa_spearman_seeds"] == 2 and h["kappa_spearman_every_seed_one"] and h["kappa_spearman_by_seed_min"] == 1.0
+    kr = derived["kappa_recovery"]
+    assert np.allclose(kr.kappa_hat_ci_low, kr.kappa, rtol=1e-8) and np.allclose(kr.kappa_hat_ci_high, kr.kappa, rtol=1e-8)
+
+
+def test_recovery_by_seed_and_the_median_interval_by_hand():
+    from simulate.belief.analysis import median_interval, recovery_by_seed, seed_headline
+    # seed 0 recovers the order of three levels, seed 1 reverses two of them; NaN estimates are dropped
+    t = recovery_by_seed([0, 0, 0, 1, 1, 1, 1], [1, 2, 4, 1, 2, 4, 4], [1.0, 2.0, 4.0, 3.0, 2.0, 5.0, np.nan])
+    assert list(t.seed) == [0, 1] and list(t.levels) == [3, 3]
+    assert t.spearman[0] == pytest.approx(1.0) and t.spearman[1] == pytest.approx(0.5)
+    assert t.median_rel_error[0] == 0.0 and t.median_rel_error[1] == pytest.approx(0.25)  # |3-1|/1, 0, |5-4|/4
+    assert seed_headline(t) == {"kappa_spearman_seeds": 2, "kappa_spearman_by_seed_min": pytest.approx(0.5),
+                                "kappa_spearman_every_seed_one": False}
+    # one value per cluster, all equal: the interval is that value; no resamples: NaN
+    assert median_interval([2.0, 2.0, 2.0], [0, 1, 2], n_boot=200, seed=0, ci=0.9) == (2.0, 2.0)
+    lo, hi = median_interval([1.0, 2.0, 3.0, 10.0], [0, 0, 1, 1], n_boot=500, seed=0, ci=0.9)
+    assert 1.0 <= lo <= 2.5 <= hi <= 10.0
+    assert all(np.isnan(median_interval([1.0], [0], n_boot=0, seed=0, ci=0.9)))
 
 
 def test_graph_kinds_and_connectivity():

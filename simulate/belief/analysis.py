@@ -28,6 +28,44 @@ def pearson(x, y) -> float:
     return float(np.corrcoef(x[ok], y[ok])[0, 1])
 
 
+def median_interval(values, clusters, *, n_boot: int, seed: int, ci: float) -> tuple[float, float]:
+    """The ``ci`` interval of the median of ``values`` (the retained kappa_hat of one prescribed
+    kappa) under a bootstrap that resamples whole ``clusters`` (runs: a run's events share its
+    agents and its history); NaN where there is nothing to resample."""
+    from core.stats import cluster_bootstrap
+    v = np.asarray(values, dtype=float)
+    if not len(v) or n_boot == 0:
+        return float("nan"), float("nan")
+    _, lo, hi = cluster_bootstrap(lambda i: float(np.median(v[i])), np.asarray(clusters), n_boot=n_boot,
+                                  seed=seed, ci=ci)
+    return float(lo), float(hi)
+
+
+def recovery_by_seed(seed, kappa, k_hat) -> pd.DataFrame:
+    """Table 2's caption (the belief-layer paper): per replicate seed, the median kappa_hat of each
+    prescribed kappa (NaN estimates dropped) and the Spearman correlation over the levels, beside the
+    median relative error. Pass the retained events of one gamma (and one concept)."""
+    df = pd.DataFrame({"seed": np.asarray(seed), "kappa": np.asarray(kappa, float),
+                       "k": np.asarray(k_hat, float)})
+    df = df[np.isfinite(df.k)]
+    rows = []
+    for s, d in df.groupby("seed", sort=True):
+        lv = d.groupby("kappa").k.median()
+        rel = (lv - lv.index.to_numpy()).abs() / lv.index.to_numpy()
+        rows.append({"seed": int(s), "levels": int(len(lv)),
+                     "spearman": spearman(lv.index, lv.values) if len(lv) >= 3 else float("nan"),
+                     "median_rel_error": float(rel.median()) if len(rel) else float("nan")})
+    return pd.DataFrame(rows, columns=["seed", "levels", "spearman", "median_rel_error"])
+
+
+def seed_headline(by_seed: pd.DataFrame) -> dict[str, Any]:
+    """The per-seed recovery in three numbers: how many seeds have a rank correlation, its smallest
+    value, and whether every one is 1."""
+    sp = by_seed["spearman"].dropna() if len(by_seed) else pd.Series(dtype=float)
+    return {"kappa_spearman_seeds": int(len(sp)), "kappa_spearman_by_seed_min": float(sp.min()) if len(sp) else None,
+            "kappa_spearman_every_seed_one": bool(len(sp) and np.allclose(sp, 1.0)) if len(sp) else None}
+
+
 def spearman(x, y) -> float:
     from scipy.stats import spearmanr
     x = np.asarray(x, dtype=float)
@@ -177,9 +215,9 @@ def _reference(bstar: pd.DataFrame, runs: pd.Series) -> str | None:
     return "+".join(refs) if refs else None
 
 
-def kappa_recovery(tables: dict[str, pd.DataFrame], cfg: BeliefConfig) -> pd.DataFrame:
-    """Per (condition, prescribed kappa): kappa_hat from s on well-conditioned events
-    (|s-b| > filter), and the exactness check with e."""
+def _kappa_events(tables: dict[str, pd.DataFrame], cfg: BeliefConfig) -> pd.DataFrame:
+    """Per listener event with a finite kappa: kappa_hat from s and from e, whether each is well
+    conditioned (|x - b| > filter), and the event's run, seed and gamma."""
     ev, runs = tables["events"], tables["runs"]
     thr = cfg.analysis.kappa_filter
     ev = ev[np.isfinite(ev.kappa.to_numpy())]
@@ -192,20 +230,39 @@ def kappa_recovery(tables: dict[str, pd.DataFrame], cfg: BeliefConfig) -> pd.Dat
     keep_s = core.well_conditioned(s, b, thr) & np.isfinite(k_s)
     keep_e = core.well_conditioned(e, b, thr) & np.isfinite(k_e)
     kappa = ev.kappa.to_numpy()
-    df = pd.DataFrame({"condition": ev.condition.to_numpy(), "kappa": kappa, "k_s": k_s,
-                       "keep_s": keep_s, "k_e": k_e, "keep_e": keep_e,
-                       "rel_e": np.abs(k_e - kappa) / kappa})
+    return pd.DataFrame({"condition": ev.condition.to_numpy(), "run": ev.run.to_numpy(),
+                         "seed": runs.set_index("run").seed.reindex(ev.run).to_numpy(), "gamma": gamma,
+                         "kappa": kappa, "k_s": k_s, "keep_s": keep_s, "k_e": k_e, "keep_e": keep_e,
+                         "rel_e": np.abs(k_e - kappa) / kappa})
+
+
+def kappa_recovery(tables: dict[str, pd.DataFrame], cfg: BeliefConfig) -> pd.DataFrame:
+    """Per (condition, prescribed kappa): kappa_hat from s on well-conditioned events
+    (|s-b| > filter), its median with a run-clustered bootstrap interval, and the exactness check
+    with e."""
+    df = _kappa_events(tables, cfg)
+    a = cfg.analysis
     rows = []
     for (cond, kap), d in df.groupby(["condition", "kappa"], sort=True):
         ks = d.k_s[d.keep_s]
-        rows.append({"condition": int(cond), "kappa": float(kap),
-                     "gamma": float(runs[runs.condition == cond].gamma.iloc[0]),
+        lo, hi = median_interval(ks, d.run[d.keep_s], n_boot=a.n_boot, seed=cfg.seed, ci=a.ci)
+        rows.append({"condition": int(cond), "kappa": float(kap), "gamma": float(d.gamma.iloc[0]),
                      "events": int(len(d)), "retained": float(d.keep_s.mean()),
                      "kappa_hat_median": float(ks.median()) if len(ks) else float("nan"),
                      "kappa_hat_iqr": float(ks.quantile(.75) - ks.quantile(.25)) if len(ks) else float("nan"),
+                     "kappa_hat_ci_low": lo, "kappa_hat_ci_high": hi,
                      "rel_error": float(abs(ks.median() - kap) / kap) if len(ks) else float("nan"),
                      "exact_max_rel_error": float(d.rel_e[d.keep_e].max()) if d.keep_e.any() else float("nan")})
     return pd.DataFrame(rows)
+
+
+def kappa_recovery_by_seed(tables: dict[str, pd.DataFrame], cfg: BeliefConfig) -> pd.DataFrame:
+    """``recovery_by_seed`` per gamma: each replicate seed's rank recovery over the kappa levels."""
+    df = _kappa_events(tables, cfg)
+    df = df[df.keep_s]
+    parts = [recovery_by_seed(d.seed, d.kappa, d.k_s).assign(gamma=float(g)) for g, d in df.groupby("gamma")]
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
+        columns=["seed", "levels", "spearman", "median_rel_error", "gamma"])
 
 
 def transfer_curve(ut: pd.DataFrame, bins: int) -> pd.DataFrame:
@@ -276,6 +333,7 @@ def analyse(tables: dict[str, pd.DataFrame], cfg: BeliefConfig,
     bstar = fixed_points(tables)
     cm = condition_metrics(tables, cfg, bstar)
     kr = kappa_recovery(tables, cfg)
+    ks = kappa_recovery_by_seed(tables, cfg)
     tc = transfer_curve(tables["utterances"], cfg.analysis.transfer_bins)
     dr, fams = dose_response(cm, tables["runs"], cfg.analysis.tipping_ratio)
     ut, bel = tables["utterances"], tables["beliefs"]
@@ -316,6 +374,7 @@ def analyse(tables: dict[str, pd.DataFrame], cfg: BeliefConfig,
         "kappa_mean_rel_error": float(rel.mean()) if len(rel) else None,
         "kappa_exact_max_rel_error": float(kr.exact_max_rel_error.max()) if len(kr) else None,
         "kappa_retained": float(krg.retained.mean()) if len(krg) else None,
+        **seed_headline(ks[ks.gamma == g0] if len(ks) else ks),
     }
     summary = {
         "experiment": cfg.name, "mode": cfg.mode,
@@ -323,12 +382,13 @@ def analyse(tables: dict[str, pd.DataFrame], cfg: BeliefConfig,
         "conditions_n": int(len(cm)), "runs": int(len(tables["runs"])),
         "events": int(len(tables["events"])), "utterances": int(len(ut)),
         "headline": {k: _nan_to_none(v) for k, v in headline.items()},
-        "conditions": records(cm), "kappa_recovery": records(kr),
+        "conditions": records(cm), "kappa_recovery": records(kr), "kappa_recovery_by_seed": records(ks),
         "committed_families": [{k: _nan_to_none(v) for k, v in f.items()} for f in fams],
         "dose_response": records(dr) if len(dr) else [],
         "transfer": records(tc),
     }
-    derived = {"condition_metrics": cm, "kappa_recovery": kr, "transfer": tc, "fixed_points": bstar}
+    derived = {"condition_metrics": cm, "kappa_recovery": kr, "kappa_recovery_by_seed": ks, "transfer": tc,
+               "fixed_points": bstar}
     if len(dr):
         derived["dose_response"] = dr
     return summary, derived

@@ -157,6 +157,9 @@ class AnalysisCfg(Strict):
     diagonal_tolerance: float = Field(0.01, ge=0.0, description="channel correction: a transfer-curve "
                                       "bin is on the diagonal if its 95% interval of mean(e - s), "
                                       "widened by this, covers 0")
+    n_boot: int = Field(1000, ge=0, description="run-clustered bootstrap resamples of the recovered kappa's "
+                                                "interval (0: none)")
+    ci: float = Field(0.95, gt=0.0, lt=1.0, description="level of the recovered kappa's interval")
 
 
 class ChannelCfg(Strict):

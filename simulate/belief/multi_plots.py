@@ -101,8 +101,11 @@ def kappa_recovery(tables, derived, path: Path) -> Path | None:
     kr = kr.dropna(subset=["kappa_hat_median"])
     fig, ax = subplots(figsize=(4.8, 4.4))
     for (c, d), mk in zip(kr.groupby("concept", sort=False), "osD^v<>ph*"):  # markers tell overlaps apart
-        ax.plot(d.kappa, np.clip(d.kappa_hat_median, 1e-2, None), marker=mk, ls="-" if len(d) > 1 else "",
-                mfc="none", ms=9, label=f"{c} (K={int(d.K.iloc[0])})")
+        line, = ax.plot(d.kappa, np.clip(d.kappa_hat_median, 1e-2, None), marker=mk, ls="-" if len(d) > 1 else "",
+                        mfc="none", ms=9, label=f"{c} (K={int(d.K.iloc[0])})")
+        if d.kappa_hat_ci_low.notna().any():  # run-clustered bootstrap interval of the median
+            ax.vlines(d.kappa, np.clip(d.kappa_hat_ci_low, 1e-2, None), np.clip(d.kappa_hat_ci_high, 1e-2, None),
+                      color=line.get_color(), lw=2, alpha=0.5)
     lo, hi = kr.kappa.min() / 1.5, kr.kappa.max() * 1.5
     ax.plot([lo, hi], [lo, hi], ls="--", color="black", lw=0.8, label="prescribed")
     ax.set_xscale("log")

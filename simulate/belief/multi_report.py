@@ -24,7 +24,7 @@ from core.config import ConfigError, load_config
 from core.runs import RunDir, amends_run, run_dir_path
 
 from . import dirichlet
-from .analysis import pearson, r2_no_intercept, records
+from .analysis import median_interval, pearson, r2_no_intercept, records, recovery_by_seed, seed_headline
 from .multi import all_tables, plan, prepare, run_multi
 from .multi_config import MultiBeliefConfig
 from .multi_roles import MultiLLMAppraiser
@@ -32,7 +32,7 @@ from .roles import LLMGenerator
 
 KIND = "multi"
 KAPPA_COLUMNS = ["concept", "K", "kappa", "gamma", "events", "retained", "kappa_hat_median", "kappa_hat_iqr",
-                 "kappa_hat_coord_median", "rel_error", "exact_max_rel_error"]
+                 "kappa_hat_ci_low", "kappa_hat_ci_high", "kappa_hat_coord_median", "rel_error", "exact_max_rel_error"]
 TABLES = ("events", "appraisals", "utterances", "beliefs", "agents", "edges", "runs", "concepts")
 
 
@@ -199,12 +199,16 @@ def concept_metrics(tables: dict[str, pd.DataFrame], cfg: MultiBeliefConfig,
     return pd.DataFrame(crow), pd.DataFrame(srow)
 
 
-def kappa_recovery(tables: dict[str, pd.DataFrame], cfg: MultiBeliefConfig) -> pd.DataFrame:
+def kappa_recovery(tables: dict[str, pd.DataFrame], cfg: MultiBeliefConfig,
+                   by_seed: list[pd.DataFrame] | None = None) -> pd.DataFrame:
     """Per (concept, prescribed kappa): kappa_hat from s per stance coordinate and pooled (least
-    squares over the well-conditioned coordinates |s_k - b_k| > filter), and the exactness check
-    with the consumed e (max relative error over coordinates and pooled)."""
+    squares over the well-conditioned coordinates |s_k - b_k| > filter), the pooled median with a
+    run-clustered bootstrap interval, and the exactness check with the consumed e (max relative
+    error over coordinates and pooled). ``by_seed`` (a list) receives each concept's per-seed rank
+    recovery (``analysis.recovery_by_seed``)."""
     ev, concepts = tables["events"], tables["concepts"]
     thr = cfg.analysis.kappa_filter
+    an = cfg.analysis
     rows = []
     for _, cc in concepts.iterrows():
         d = ev[(ev.concept == cc.concept) & np.isfinite(ev.kappa)]
@@ -220,9 +224,14 @@ def kappa_recovery(tables: dict[str, pd.DataFrame], cfg: MultiBeliefConfig) -> p
         keep_e = dirichlet.well_conditioned(e, b, thr) & np.isfinite(k_e)
         pool_s = dirichlet.kappa_hat_pooled(b, b1, s, b0, m, g, w, mask=keep_s)
         pool_e = dirichlet.kappa_hat_pooled(b, b1, e, b0, m, g, w, mask=keep_e)
+        run = first.run.to_numpy()
+        if by_seed is not None:
+            by_seed.append(recovery_by_seed(first.seed, kap, pool_s).assign(concept=cc.concept, gamma=g))
         for kv in np.unique(kap):
             sel = kap == kv
-            ps = pool_s[sel][np.isfinite(pool_s[sel])]
+            fin = np.isfinite(pool_s[sel])
+            ps = pool_s[sel][fin]
+            lo, hi = median_interval(ps, run[sel][fin], n_boot=an.n_boot, seed=cfg.seed, ci=an.ci)
             cs = k_s[sel][keep_s[sel]]
             rel_e = np.concatenate([np.abs(k_e[sel][keep_e[sel]] - kv) / kv,
                                     np.abs(pool_e[sel][np.isfinite(pool_e[sel])] - kv) / kv])
@@ -230,6 +239,7 @@ def kappa_recovery(tables: dict[str, pd.DataFrame], cfg: MultiBeliefConfig) -> p
                          "events": int(sel.sum()), "retained": float(np.isfinite(pool_s[sel]).mean()),
                          "kappa_hat_median": float(np.median(ps)) if len(ps) else float("nan"),
                          "kappa_hat_iqr": float(np.subtract(*np.percentile(ps, [75, 25]))) if len(ps) else float("nan"),
+                         "kappa_hat_ci_low": lo, "kappa_hat_ci_high": hi,
                          "kappa_hat_coord_median": float(np.median(cs)) if len(cs) else float("nan"),
                          "rel_error": float(abs(np.median(ps) - kv) / kv) if len(ps) else float("nan"),
                          "exact_max_rel_error": float(rel_e.max()) if len(rel_e) else float("nan")})
@@ -262,7 +272,10 @@ def analyse(tables: dict[str, pd.DataFrame], cfg: MultiBeliefConfig,
     prov = provenance or {}
     bstar = fixed_points(tables)
     cm, sm = concept_metrics(tables, cfg, bstar)
-    kr = kappa_recovery(tables, cfg)
+    parts: list[pd.DataFrame] = []
+    kr = kappa_recovery(tables, cfg, parts)
+    ks = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
+        columns=["seed", "levels", "spearman", "median_rel_error", "concept", "gamma"])
     tr = trajectories(tables)
     ap = tables["appraisals"]
     a0 = ap[ap.k == 0]
@@ -276,7 +289,8 @@ def analyse(tables: dict[str, pd.DataFrame], cfg: MultiBeliefConfig,
         kc = kr[kr.concept == r.concept]
         headline.update({f"{r.concept}.final_variance": r.final_variance, f"{r.concept}.persists": r.persists,
                          f"{r.concept}.max_landing_shift": r.max_landing_shift, f"{r.concept}.fj_r2": r.fj_r2,
-                         f"{r.concept}.kappa_median_rel_error": float(kc.rel_error.median()) if len(kc) else None})
+                         f"{r.concept}.kappa_median_rel_error": float(kc.rel_error.median()) if len(kc) else None,
+                         **{f"{r.concept}.{k}": v for k, v in seed_headline(ks[ks.concept == r.concept]).items()}})
     summary = {
         "experiment": cfg.name, "mode": cfg.mode, "kind": KIND, "topic": cfg.topic,
         "model": prov.get("model") if cfg.mode == "llm" else None,
@@ -285,8 +299,10 @@ def analyse(tables: dict[str, pd.DataFrame], cfg: MultiBeliefConfig,
         "utterances": len(tables["utterances"]),
         "headline": {k: _clean(v) for k, v in headline.items()},
         "concepts": records(cm), "stances": records(sm), "kappa_recovery": records(kr),
+        "kappa_recovery_by_seed": records(ks),
     }
-    derived = {"concept_metrics": cm, "stance_metrics": sm, "kappa_recovery": kr, "fixed_points": bstar,
+    derived = {"concept_metrics": cm, "stance_metrics": sm, "kappa_recovery": kr, "kappa_recovery_by_seed": ks,
+               "fixed_points": bstar,
                "trajectories": tr}
     return summary, derived
 

@@ -78,8 +78,12 @@ def kappa_recovery(tables, derived, path: Path) -> Path | None:
         return None
     fig, ax = subplots(figsize=(4.5, 4.2))
     for g, d in kr.groupby("gamma"):
-        d = d.groupby("kappa").kappa_hat_median.median()
-        ax.plot(d.index, np.clip(d.values, 1e-2, None), marker="o", label=f"recovered (s), gamma={g:g}")
+        by = d.groupby("kappa")
+        m = by.kappa_hat_median.median()
+        line, = ax.plot(m.index, np.clip(m.values, 1e-2, None), marker="o", label=f"recovered (s), gamma={g:g}")
+        if "kappa_hat_ci_low" in d and d.kappa_hat_ci_low.notna().any():  # run-clustered bootstrap interval
+            ax.fill_between(m.index, np.clip(by.kappa_hat_ci_low.median().values, 1e-2, None),
+                            np.clip(by.kappa_hat_ci_high.median().values, 1e-2, None), color=line.get_color(), alpha=0.2)
     lo, hi = kr.kappa.min() / 1.5, kr.kappa.max() * 1.5
     ax.plot([lo, hi], [lo, hi], ls="--", color="black", lw=0.8, label="prescribed")
     ax.set_xscale("log")
