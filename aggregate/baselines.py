@@ -309,26 +309,22 @@ def one_coin_em_step(votes: np.ndarray, P: np.ndarray) -> np.ndarray:
     M: prior = mean of P over tasks (floored at 1e-10); skill s_w = mean of P[t, y_tw] over the
     worker's votes; error rates e_w(z, y) = s_w if z == y else (1 - s_w) / (L - 1), clipped into
     [1e-10, 1 - 1e-10]. E: P'[t, z] ∝ prior[z] * prod_w e_w(z, y_tw)."""
+    from aggregate.spectral import one_coin_posterior
     T, L = P.shape
     has = votes >= 0
     y = np.where(has, votes, 0)
     rows = np.arange(T)[:, None]
     skill = (P[rows, y] * has).sum(0) / np.maximum(has.sum(0), 1)
     prior = np.maximum(P.mean(0), _DS_EPS)
-    hit = np.log(np.clip(skill, _DS_EPS, 1 - _DS_EPS))  # (W,)
-    miss = np.log(np.clip((1 - skill) / (L - 1), _DS_EPS, 1 - _DS_EPS))
-    # log-likelihood: every vote adds miss to all labels, and hit - miss to the label it names
-    logp = np.log(prior)[None, :] + (has * miss).sum(1)[:, None]
-    np.add.at(logp, (np.nonzero(has)[0], y[has]), (hit - miss)[np.nonzero(has)[1]])
-    logp -= logp.max(1, keepdims=True)
-    out = np.exp(logp)
-    return out / out.sum(1, keepdims=True)
+    return one_coin_posterior(votes, skill, prior)
 
 
 class DawidSkeneEM(Aggregator):
     """crowd-kit's ``OneCoinDawidSkene`` (majority-vote initialised EM) on the round-0 votes
     of the pool it predicts (no labels), run on to its fixed point. Tasks without votes get a
-    uniform posterior; labels nobody voted for get probability 0.
+    uniform posterior; labels nobody voted for get probability 0. ``init="spectral"`` starts the
+    same EM from the one-coin spectral estimate of the seats' accuracies instead
+    (``aggregate.spectral.spectral_skills``; the BDA paper's App. F.10 arm), without crowd-kit.
 
     crowd-kit stops when its evidence lower bound gains less than ``tol`` in a step; that
     quantity is not monotone along its iterations, so it can stop with posteriors up to ~0.07
@@ -340,11 +336,14 @@ class DawidSkeneEM(Aggregator):
 
     supervised = False
 
-    def __init__(self, *, n_iter: int = 100, tol: float = 1e-5, posterior_tol: float = 1e-10,
-                 max_em_steps: int = 10_000, inner_folds: int = 5, random_state: int = 0,
-                 protocol: str = "strict", on_violation: str = "error"):
+    def __init__(self, *, init: str = "majority", n_iter: int = 100, tol: float = 1e-5,
+                 posterior_tol: float = 1e-10, max_em_steps: int = 10_000, inner_folds: int = 5,
+                 random_state: int = 0, protocol: str = "strict", on_violation: str = "error"):
         super().__init__(inner_folds=inner_folds, random_state=random_state, protocol=protocol,
                          on_violation=on_violation)
+        if init not in ("majority", "spectral"):
+            raise ValueError(f"DawidSkeneEM init must be 'majority' or 'spectral', got {init!r}")
+        self.init = init
         self.n_iter = n_iter
         self.tol = tol
         self.posterior_tol = posterior_tol
@@ -379,6 +378,22 @@ class DawidSkeneEM(Aggregator):
                 return pd.DataFrame(P, index=tasks, columns=labels), step, True
         return pd.DataFrame(P, index=tasks, columns=labels), self.max_em_steps, False
 
+    def spectral_start(self, data: pd.DataFrame) -> pd.DataFrame:
+        """Posteriors (crowd-kit's layout) of the E-step at the spectral skill estimate, uniform prior."""
+        from aggregate.spectral import one_coin_posterior, spectral_skills
+        labels = sorted(data["label"].unique())
+        tasks = pd.Index(sorted(data["task"].unique()))
+        workers = pd.Index(sorted(data["worker"].unique()))
+        if len(labels) < 2:
+            return pd.DataFrame(1.0, index=tasks, columns=labels)
+        V = np.full((len(tasks), len(workers)), -1, dtype=int)
+        V[tasks.get_indexer(data["task"]), workers.get_indexer(data["worker"])] = \
+            pd.Index(labels).get_indexer(data["label"])
+        skill = spectral_skills(V, len(labels))
+        self.init_skills_ = pd.Series(skill, index=list(workers), name="init_skill")
+        return pd.DataFrame(one_coin_posterior(V, skill, np.full(len(labels), 1.0 / len(labels))),
+                            index=tasks, columns=labels)
+
     def _proba(self, pool: Pool, idx: np.ndarray) -> np.ndarray:
         from crowdkit.aggregation import OneCoinDawidSkene
 
@@ -388,11 +403,14 @@ class DawidSkeneEM(Aggregator):
         P = np.full((len(idx), K), 1.0 / K)
         if len(data) == 0:
             return P
-        with warnings.catch_warnings():  # crowd-kit 1.4 trips pandas 3 deprecation warnings
-            warnings.simplefilter("ignore", DeprecationWarning)
-            warnings.simplefilter("ignore", FutureWarning)
-            ds = OneCoinDawidSkene(n_iter=self.n_iter, tol=self.tol).fit(data)
-        probas, self.em_steps_, self.em_converged_ = self.converge(data, ds.probas_)
+        if self.init == "spectral":
+            start = self.spectral_start(data)
+        else:
+            with warnings.catch_warnings():  # crowd-kit 1.4 trips pandas 3 deprecation warnings
+                warnings.simplefilter("ignore", DeprecationWarning)
+                warnings.simplefilter("ignore", FutureWarning)
+                start = OneCoinDawidSkene(n_iter=self.n_iter, tol=self.tol).fit(data).probas_
+        probas, self.em_steps_, self.em_converged_ = self.converge(data, start)
         probas = probas.reindex(columns=range(K), fill_value=0.0).fillna(0.0)
         # the skills at the fixed point (the M-step of its posteriors)
         got = probas.to_numpy()[pd.Index(probas.index).get_indexer(data["task"]), data["label"].to_numpy()]

@@ -24,6 +24,8 @@ _REGISTRY: dict[str, tuple[str, Callable[[Mapping[str, Any], dict], Aggregator]]
     "gated": ("gated vote (seats above 1/K)", lambda g, kw: GatedVote(**kw)),
     "ds_em": ("one-coin Dawid-Skene EM on round-0 votes (crowd-kit, unsupervised)",
               lambda g, kw: DawidSkeneEM(**kw)),
+    "ds_em_spectral": ("one-coin Dawid-Skene EM on round-0 votes from a spectral start (unsupervised, App. F.10)",
+                       lambda g, kw: DawidSkeneEM(init="spectral", **kw)),
     "bda_shared": ("BDA one-coin, shared prior",
                    lambda g, kw: OneCoinBDA("shared", b_grid=g.get("b", B_GRID), s_grid=g.get("s", S_GRID), **kw)),
     "bda_per_agent": ("BDA one-coin, per-agent prior",
