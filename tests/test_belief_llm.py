@@ -199,3 +199,18 @@ def test_real_model_end_to_end(tmp_path, hf_engine):
     kh = kappa_hat(ev.b_before, ev.b_after, ev.e, ev.b0, ev.m, 0.7, 1.0)
     assert np.allclose(kh[k], 2.0, rtol=1e-6)
     assert summary["stats"]["model_calls"]["generator"] == 12
+    # Tables 2 and 3 across models (chorus belief models): this run beside an oracle kappa sweep
+    from simulate.belief.analysis import pearson
+    from simulate.belief.models_table import TableError, models_tables, wide_table3
+    ocfg = BeliefConfig(name="ok", n_agents=6, rounds=4, seeds=2, population={"kind": "uniform"},
+                        sweep={"population.kappa": [0.5, 2, 8]})
+    orun, _ = run_experiment(ocfg, tmp_path / "oracle", make_plots=False, sweep=True)
+    t2, t3, src = models_tables([run.path, orun.path])
+    assert list(t2.columns) == ["smollm2-135m-instruct", "oracle"]
+    np.testing.assert_equal(t2.at["channel_pearson", "smollm2-135m-instruct"], pearson(ut.s, ut.e))  # pooled (NaN-safe)
+    assert t2.at["kappa_spearman", "oracle"] == 1.0 and t2.at["kappa_spearman_every_seed_one", "oracle"]
+    assert src["oracle"]["kappa_spearman"] == str(orun.path)
+    w = wide_table3(t3)
+    assert list(w.loc["oracle"]) == [0.5, 2.0, 8.0]
+    with pytest.raises(TableError, match="not a belief run directory"):
+        models_tables([tmp_path])

@@ -1,4 +1,4 @@
-"""``chorus belief``: run | sweep | multi (built from the verb registry, ``core.verbs``) | report | calibrate | cross | correct. Heavy imports (numpy-heavy modules,
+"""``chorus belief``: run | sweep | multi (built from the verb registry, ``core.verbs``) | report | calibrate | cross | correct | models. Heavy imports (numpy-heavy modules,
 serving, matplotlib) stay inside the commands so ``chorus --help`` stays fast."""
 from __future__ import annotations
 
@@ -233,3 +233,46 @@ def correct_fit(run_dir: Path = typer.Argument(..., help="A belief run directory
                       "range: the channel carries almost no stance signal and its inverse is arbitrary")
     for p in rec["written"]:
         console.print(f"written: [bold]{p}[/bold]")
+
+
+@app.command()
+def models(runs: List[Path] = typer.Argument(..., help="Belief run directories of one or more models (e.g. each "
+                                                        "model's regimes, committed and kappa_recovery sweeps)."),
+           out: Optional[Path] = typer.Option(None, "--out", help="Folder for models.json, table2.csv and table3.csv "
+                                                                   "(default: print only).")) -> None:
+    """The belief-layer paper's Tables 2 and 3 across models: the headline metrics (channel alignment, regimes,
+    kappa recovery, probe audit) with one column per model, and each model's recovered kappa per prescribed kappa."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from core.config import ConfigError
+    from core.runs import write_json
+    from simulate.belief.models_table import TableError, fmt, models_tables, wide_table3
+    try:
+        t2, t3, sources = models_tables([str(p) for p in runs])
+    except (TableError, ConfigError, FileNotFoundError) as err:
+        _fail(err)
+    con = Console()
+    t = Table(title=f"Table 2 across models ({len(runs)} runs)")
+    t.add_column("metric")
+    for m in t2.columns:
+        t.add_column(str(m))
+    for k, row in t2.iterrows():
+        t.add_row(str(k), *(fmt(v) for v in row))
+    con.print(t)
+    w = wide_table3(t3)
+    if len(w):
+        t = Table(title="Table 3: median recovered kappa per prescribed kappa")
+        t.add_column("model")
+        for c in w.columns:
+            t.add_column(c)
+        for m, row in w.iterrows():
+            t.add_row(str(m), *(fmt(v) for v in row))
+        con.print(t)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        t2.to_csv(out / "table2.csv")
+        t3.to_csv(out / "table3.csv", index=False)
+        write_json(out / "models.json", {"runs": [str(p) for p in runs], "table2": t2.to_dict(),
+                                         "table3": t3.to_dict("records"), "sources": sources})
+        con.print(f"results: [bold]{out}[/bold] (models.json, table2.csv, table3.csv)")
