@@ -14,8 +14,10 @@ Three arms per question, all with the debate's seeds:
 * ``replay``: the same procedure with nothing cut. With the engine that generated the debate (hf,
   same model and dtype) it reproduces the stored debate exactly: its reply at round ``round`` is the
   engine's own seeded reply, and every later call is found in the run's call store (free);
-  ``replay_equals_factual`` counts the questions where it does. A debate generated on vLLM replays
-  on transformers' sampler instead, so the comparison that always holds is cut against replay;
+  ``replay_equals_factual`` counts the questions where it does. That is exact in float32; in bf16 on
+  a GPU the replayed reply (one sequence, KV cache) and the stored one (a padded batch) can round
+  apart, and a debate generated on vLLM replays on transformers' sampler, so the comparison that
+  always holds is cut against replay;
 * ``cut``: the knockout.
 
 Per arm: the questions' final majority accuracy, unanimity, wrong unanimity, the receiver's final

@@ -7,6 +7,9 @@ position (where the reply starts) and every generated position. The edit is the 
 (``knockout.edit_mask`` through either route); with the KV cache each decode step's one query row is
 cut from the message's keys, so greedy decoding with the cache equals step-by-step recomputation
 without it under the same knockout (``use_cache=False``: the reference, tests/test_knockout_generate.py).
+That equality is a float32 one: in bf16 on a GPU the cached and recomputed kernels round differently
+and the two greedy replies part after some tokens (the bare GPU check's ``knockout.generate`` step,
+bench/results/gpu-check-bare-h200.json; in float32 there they were the same tokens).
 Sliding-window layers keep only the window's keys in the cache, so those models are recomputed
 without a cache (``use_cache="auto"``). Greedy only: a knockout's effect on a sampled reply would be
 mixed with the sampling noise.
