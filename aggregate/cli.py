@@ -219,6 +219,54 @@ def switch(traces: List[Path] = typer.Argument(..., help="Trace files (.jsonl / 
 
 
 @app.command()
+def truncation(traces: List[Path] = typer.Argument(..., help="Trace files (.jsonl / .jsonl.gz), attacked or not."),
+               methods: str = typer.Option("plurality,stacker,bda_per_agent,bda_confusion", "--methods",
+                                           help="Methods, comma-separated."),
+               seed: int = typer.Option(0, "--seed"),
+               outer_folds: int = typer.Option(5, "--outer-folds"),
+               inner_folds: int = typer.Option(5, "--inner-folds"),
+               n_boot: int = typer.Option(2000, "--n-boot", help="Paired bootstrap resamples."),
+               protocol: str = typer.Option("strict", "--protocol", help="strict | general"),
+               out: Optional[Path] = typer.Option(None, "--out", help="Folder for truncation.parquet, "
+                                                                       "truncation_deltas.parquet and truncation.json.")) -> None:
+    """Round-0-truncated against full-trace aggregation (BDA paper Table 14): each basis its own leak-free
+    nested CV on the same folds; per method, full - round0 with a question-clustered paired interval."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from aggregate.methods import check_method
+    from aggregate.trace import load_traces
+    from aggregate.truncation import truncation_table
+    from core.runs import write_json
+
+    try:
+        ms = [check_method(m.strip()) for m in methods.split(",") if m.strip()]
+        trs = [tr for p in traces for tr in load_traces(p)]
+        metrics, deltas = truncation_table(trs, ms, outer_folds=outer_folds, inner_folds=inner_folds, seed=seed,
+                                           protocol=protocol, n_boot=n_boot)
+    except _user_errors() as err:
+        _fail(str(err))
+    t = Table(title=f"round 0 against the full trace ({len(trs)} traces, nested CV per basis)")
+    for c in ("method", "acc round0", "acc full", "delta [CI]", "brier round0", "brier full"):
+        t.add_column(c)
+    for m in ms:
+        r0 = metrics[(metrics.basis == "round0") & (metrics.method == m)].iloc[0]
+        fu = metrics[(metrics.basis == "full") & (metrics.method == m)].iloc[0]
+        d = deltas[(deltas.method == m) & (deltas.metric == "accuracy")].iloc[0]
+        t.add_row(m, f"{r0.accuracy:.3f}", f"{fu.accuracy:.3f}", f"{d.delta:+.3f} [{d.ci_low:+.3f}, {d.ci_high:+.3f}]",
+                  f"{r0.brier:.3f}", f"{fu.brier:.3f}")
+    Console().print(t)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        metrics.to_parquet(out / "truncation.parquet", index=False)
+        deltas.to_parquet(out / "truncation_deltas.parquet", index=False)
+        write_json(out / "truncation.json", {"sources": [str(p) for p in traces], "methods": ms, "seed": seed,
+                                             "outer_folds": outer_folds, "inner_folds": inner_folds,
+                                             "metrics": metrics.to_dict("records"), "deltas": deltas.to_dict("records")})
+        typer.echo(f"results: {out} (truncation.parquet, truncation_deltas.parquet, truncation.json)")
+
+
+@app.command()
 def lodo(sets: List[str] = typer.Argument(..., help="NAME=FILE trace sets (two or more), e.g. truthfulqa=RUN/traces/a.jsonl."),
          methods: str = typer.Option("plurality,best_member,ds_em,bda_shared,bda_per_agent,bda_confusion", "--methods",
                                      help="Methods, comma-separated (aggregate method names)."),
