@@ -31,12 +31,14 @@ def gib(arch: str, dtype: str = "bfloat16") -> float:
     return Dims.from_config(published_config(arch)).n_params() * BYTES[dtype] / GIB
 
 
-def council(device: float) -> dict:
-    """The BDA paper's open-weight council: three seats of different families on vLLM; the
-    synthesizer is seat A1's model (one engine); the judge runs after, in its own phase."""
-    needs = [Need(f"A{i + 1}", a, "vllm", "bfloat16", gib(a), phase="council") for i, a in enumerate(SEATS)]
-    needs.append(Need("synthesizer", SEATS[0], "vllm", "bfloat16", gib(SEATS[0]), phase="council"))
-    needs.append(Need("judge", SEATS[0], "vllm", "bfloat16", gib(SEATS[0]), phase="judge"))
+def council(device: float, config: str = "open_weight") -> dict:
+    """The BDA paper's open-weight council as the shipped config ``simulate/council/configs/open_weight.yaml``
+    declares it: every role the run uses (seats, the baselines' synthesizer, Self-MoA and ArgLLMs on seat
+    A1's engine) in one phase, the judge after, in its own; roles of one profile share an engine."""
+    from simulate.council.config import load as load_council
+    cfg = load_council(config)
+    needs = [Need(role, s.profile, s.backend, s.dtype, gib(s.profile), phase="judge" if role == "judge" else "council")
+             for role, s in cfg.roles().items()]
     return plan_devices(needs, device).to_dict()
 
 

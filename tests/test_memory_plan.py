@@ -122,3 +122,25 @@ def test_pool_sleeps_vllm_before_the_transformers_copy_and_releases_it_on_wake(m
         assert not [k for k in se._POOL if k[2] == "hf"]
         assert se.pool_plans()[EMBEDDED]["mode"] == "swap" and se.pool_plans()[EMBEDDED]["vllm"]["sleep"]
     assert se.pool_plans() == {}
+
+
+def test_shipped_open_weight_council_fits_one_80gb_card():
+    """The BDA paper's open-weight council (simulate/council/configs/open_weight.yaml, App. H's counterpart
+    with the three paper models chorus profiles) as bench/plan_paper.py plans it from the config's own
+    roles: the three seat engines share one 80 GB card, the judge after them in its own phase."""
+    import importlib.util
+
+    from conftest import ROOT
+    from simulate.council.config import load
+    cfg = load("open_weight")
+    assert [s.profile for s in cfg.seats] == ["llama-3.1-8b-instruct", "qwen3.5-9b", "gemma-4-e4b-it"]
+    assert {s.backend for s in cfg.roles().values()} == {"vllm"}
+    spec = importlib.util.spec_from_file_location("plan_paper", ROOT / "bench" / "plan_paper.py")
+    pp = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(pp)
+    plan = pp.council(79.1)
+    assert plan["mode"] == "share"
+    council = next(p for p in plan["phases"] if p["name"] == "council")
+    assert sorted(e["profile"] for e in council["engines"]) == sorted(s.profile for s in cfg.seats)
+    assert sum(e["gpu_memory_utilization"] for e in council["engines"]) <= 0.9 + 1e-9
+    assert [list(e["roles"]) for p in plan["phases"] if p["name"] == "judge" for e in p["engines"]] == [["judge"]]
