@@ -25,6 +25,19 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     return (ConfigError, TraceError, LabelError, PriorError, ValueError)
 
 
+# options several commands share, declared once
+_PROTOCOL = typer.Option("strict", "--protocol", help="strict | general")
+_SEED = typer.Option(0, "--seed")
+_OUTER = typer.Option(5, "--outer-folds")
+_INNER = typer.Option(5, "--inner-folds")
+
+
+def _load_all(paths: List[Path]) -> list:
+    """Every trace of every file, in order."""
+    from aggregate.trace import load_traces
+    return [tr for p in paths for tr in load_traces(p)]
+
+
 def _show(console, path: Path, summary: dict) -> None:
     console.print((Path(path) / "results.md").read_text(), markup=False, highlight=False, soft_wrap=True)
     console.print(f"[green]results:[/] {Path(path) / 'results.json'}\n[green]run directory:[/] {path} "
@@ -119,7 +132,7 @@ def generate(out: Path = typer.Option(..., "--out", help="Trace file to write (.
 
 @app.command()
 def check(traces: Path = typer.Argument(..., help="Trace file (.jsonl / .jsonl.gz)."),
-          protocol: str = typer.Option("strict", "--protocol", help="strict | general")) -> None:
+          protocol: str = _PROTOCOL) -> None:
     """Validate a trace file and run the protocol automaton; report rejected moves (exit 1 if any)."""
     import json
 
@@ -141,7 +154,7 @@ def flips(traces: List[Path] = typer.Argument(..., help="Trace files (.jsonl / .
           b: float = typer.Option(0.58, "--b", help="The neutral prior's mean reliability (every seat the same)."),
           s: float = typer.Option(16.0, "--s", help="The neutral prior's strength."),
           seed: int = typer.Option(0, "--seed", help="Tie-break seed."),
-          protocol: str = typer.Option("strict", "--protocol", help="strict | general"),
+          protocol: str = _PROTOCOL,
           out: Optional[Path] = typer.Option(None, "--out", help="Folder for flips.parquet, flips_by_k.json and "
                                                                   "plots/flip_ratios.png (default: print only).")) -> None:
     """The decision-flip diagnostic (BDA paper E.4, Fig. 6): round 0 against the full trace under a neutral
@@ -150,11 +163,10 @@ def flips(traces: List[Path] = typer.Argument(..., help="Trace files (.jsonl / .
     from rich.table import Table
 
     from aggregate.flips import decision_flips, flip_summary, plot_ratios
-    from aggregate.trace import load_traces
     from core.runs import write_json
 
     try:
-        trs = [tr for p in traces for tr in load_traces(p)]
+        trs = _load_all(traces)
         per_task = decision_flips(trs, b=b, s=s, seed=seed, protocol=protocol)
     except _user_errors() as err:
         _fail(str(err))
@@ -180,10 +192,8 @@ def flips(traces: List[Path] = typer.Argument(..., help="Trace files (.jsonl / .
 def switch(traces: List[Path] = typer.Argument(..., help="Trace files (.jsonl / .jsonl.gz); labelled K = 2 traces are read."),
            methods: str = typer.Option("bda_per_agent,plurality", "--methods",
                                        help="Arms compared under nested CV, comma-separated."),
-           seed: int = typer.Option(0, "--seed"),
-           outer_folds: int = typer.Option(5, "--outer-folds"),
-           inner_folds: int = typer.Option(5, "--inner-folds"),
-           protocol: str = typer.Option("strict", "--protocol", help="strict | general"),
+           seed: int = _SEED, outer_folds: int = _OUTER, inner_folds: int = _INNER,
+           protocol: str = _PROTOCOL,
            out: Optional[Path] = typer.Option(None, "--out", help="Folder for switch.json, switch.parquet and "
                                                                    "plots/label_switching.png (default: print only).")) -> None:
     """The K = 2 label-switching demonstration (BDA paper App. F.10): unsupervised Dawid-Skene, majority- and
@@ -192,11 +202,10 @@ def switch(traces: List[Path] = typer.Argument(..., help="Trace files (.jsonl / 
     from rich.table import Table
 
     from aggregate.label_switching import demonstrate, plot, table
-    from aggregate.trace import load_traces
     from core.runs import write_json
 
     try:
-        trs = [tr for p in traces for tr in load_traces(p)]
+        trs = _load_all(traces)
         res = demonstrate(trs, compared=[m.strip() for m in methods.split(",") if m.strip()], seed=seed,
                           outer_folds=outer_folds, inner_folds=inner_folds, protocol=protocol)
     except _user_errors() as err:
@@ -222,11 +231,9 @@ def switch(traces: List[Path] = typer.Argument(..., help="Trace files (.jsonl / 
 def truncation(traces: List[Path] = typer.Argument(..., help="Trace files (.jsonl / .jsonl.gz), attacked or not."),
                methods: str = typer.Option("plurality,stacker,bda_per_agent,bda_confusion", "--methods",
                                            help="Methods, comma-separated."),
-               seed: int = typer.Option(0, "--seed"),
-               outer_folds: int = typer.Option(5, "--outer-folds"),
-               inner_folds: int = typer.Option(5, "--inner-folds"),
+               seed: int = _SEED, outer_folds: int = _OUTER, inner_folds: int = _INNER,
                n_boot: int = typer.Option(2000, "--n-boot", help="Paired bootstrap resamples."),
-               protocol: str = typer.Option("strict", "--protocol", help="strict | general"),
+               protocol: str = _PROTOCOL,
                out: Optional[Path] = typer.Option(None, "--out", help="Folder for truncation.parquet, "
                                                                        "truncation_deltas.parquet and truncation.json.")) -> None:
     """Round-0-truncated against full-trace aggregation (BDA paper Table 14): each basis its own leak-free
@@ -235,13 +242,12 @@ def truncation(traces: List[Path] = typer.Argument(..., help="Trace files (.json
     from rich.table import Table
 
     from aggregate.methods import check_method
-    from aggregate.trace import load_traces
     from aggregate.truncation import truncation_table
     from core.runs import write_json
 
     try:
         ms = [check_method(m.strip()) for m in methods.split(",") if m.strip()]
-        trs = [tr for p in traces for tr in load_traces(p)]
+        trs = _load_all(traces)
         metrics, deltas = truncation_table(trs, ms, outer_folds=outer_folds, inner_folds=inner_folds, seed=seed,
                                            protocol=protocol, n_boot=n_boot)
     except _user_errors() as err:
@@ -270,10 +276,9 @@ def truncation(traces: List[Path] = typer.Argument(..., help="Trace files (.json
 def lodo(sets: List[str] = typer.Argument(..., help="NAME=FILE trace sets (two or more), e.g. truthfulqa=RUN/traces/a.jsonl."),
          methods: str = typer.Option("plurality,best_member,ds_em,bda_shared,bda_per_agent,bda_confusion", "--methods",
                                      help="Methods, comma-separated (aggregate method names)."),
-         seed: int = typer.Option(0, "--seed"),
-         inner_folds: int = typer.Option(5, "--inner-folds"),
+         seed: int = _SEED, inner_folds: int = _INNER,
          outer_folds: int = typer.Option(5, "--outer-folds", help="Folds of the in-domain comparison."),
-         protocol: str = typer.Option("strict", "--protocol", help="strict | general"),
+         protocol: str = _PROTOCOL,
          out: Optional[Path] = typer.Option(None, "--out", help="Folder for lodo.parquet and lodo.json.")) -> None:
     """Leave-one-dataset-out transfer (BDA paper E.2 / E.4): fit on every set but one, predict the one left
     out, beside the in-domain nested CV of that set."""
@@ -321,7 +326,7 @@ def labels(traces: Path = typer.Argument(..., help="A labelled trace file (.json
            seeds: str = typer.Option("0,1,2", "--seeds", help="Calibration draws, comma-separated."),
            methods: str = typer.Option("best_member,stacker,gated,bda_shared,bda_per_agent,bda_confusion,plurality",
                                        "--methods", help="Methods, comma-separated."),
-           protocol: str = typer.Option("strict", "--protocol", help="strict | general"),
+           protocol: str = _PROTOCOL,
            out: Optional[Path] = typer.Option(None, "--out", help="Folder for labels.parquet, labels.json and "
                                                                    "plots/label_efficiency.png.")) -> None:
     """Label efficiency (BDA paper E.6, Table 11): every method fitted on n labelled tasks, scored on the
@@ -365,7 +370,7 @@ def labels(traces: Path = typer.Argument(..., help="A labelled trace file (.json
 
 @app.command()
 def contagion(traces: List[Path] = typer.Argument(..., help="Attacked trace files that name their adversarial seats."),
-              protocol: str = typer.Option("strict", "--protocol", help="strict | general")) -> None:
+              protocol: str = _PROTOCOL) -> None:
     """Contagion under attack (BDA paper G / F.14): genuine seats flipped by the coalition and the effective
     corrupted fraction against the nominal one."""
     import json
