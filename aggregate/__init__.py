@@ -38,6 +38,7 @@ _EXPORTS = {
     "paired_bootstrap": "metrics", "reliability_table": "metrics",
     "Adversary": "synthetic", "CouncilSpec": "synthetic", "generate_council": "synthetic",
     "sleeper_traces": "synthetic", "permute_labels": "synthetic", "truncate_traces": "synthetic",
+    "RowDriftDetector": "drift", "StreamCounts": "drift", "Policy": "policy_shift", "shift_table": "policy_shift",
     "TraceError": "errors", "ProtocolError": "errors", "LabelError": "errors",
     "PriorError": "errors", "VerifyError": "errors",
 }

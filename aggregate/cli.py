@@ -115,7 +115,8 @@ def generate(out: Path = typer.Option(..., "--out", help="Trace file to write (.
              adversary: Optional[str] = typer.Option(None, "--adversary", help="persistent | rotating"),
              k: int = typer.Option(1, "--k", help="Adversarial seats."),
              p_wrong: float = typer.Option(1.0, "--p-wrong"),
-             seed: int = typer.Option(0, "--seed")) -> None:
+             seed: int = typer.Option(0, "--seed"),
+             prefix: str = typer.Option("syn", "--prefix", help="Task-id prefix (disjoint sets for lodo / transfer).")) -> None:
     """Write a synthetic council trace file (the trace JSONL of ``aggregate.trace``)."""
     from aggregate.synthetic import Adversary, CouncilSpec, generate_council
     from aggregate.trace import dump_traces
@@ -124,7 +125,7 @@ def generate(out: Path = typer.Option(..., "--out", help="Trace file to write (.
         spec = CouncilSpec(n_tasks=n_tasks, K=K, rounds=rounds,
                            reliabilities=tuple(float(x) for x in reliabilities.split(",")))
         adv = Adversary(kind=adversary, k=k, p_wrong=p_wrong) if adversary else None
-        dump_traces(generate_council(spec, adversary=adv, seed=seed), out)
+        dump_traces(generate_council(spec, adversary=adv, seed=seed, prefix=prefix), out)
     except _user_errors() as err:
         _fail(str(err))
     typer.echo(f"wrote {n_tasks} traces to {out}")
@@ -383,3 +384,234 @@ def contagion(traces: List[Path] = typer.Argument(..., help="Attacked trace file
     except _user_errors() as err:
         _fail(str(err))
     typer.echo(json.dumps(out, indent=2))
+
+
+@app.command("keys")
+def keys_ablation(traces: List[Path] = typer.Argument(..., help="Labelled trace files (.jsonl / .jsonl.gz), read as one pool."),
+                  b: float = typer.Option(0.58, "--b", help="The granularity half's fixed prior: mean reliability."),
+                  kappa: float = typer.Option(2.0, "--kappa", help="The fixed prior's spread of the key reliabilities."),
+                  s: float = typer.Option(16.0, "--s", help="The fixed prior's strength."),
+                  seed: int = _SEED, outer_folds: int = _OUTER, inner_folds: int = _INNER,
+                  protocol: str = _PROTOCOL,
+                  out: Optional[Path] = typer.Option(None, "--out", help="Folder for keys.parquet, keys.json and "
+                                                                          "plots/keys.png (default: print only).")) -> None:
+    """Table 7 (BDA paper E.2) in one command: reliability-key granularity (shared, agent, agent x round,
+    agent x force) under a fixed prior, and the reliability estimator (all moves, proposals, round 0) by inner
+    CV, every arm on the same nested-CV outer folds."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from aggregate.granularity import ablation_table, plot
+    from core.runs import write_json
+
+    try:
+        trs = _load_all(traces)
+        tab = ablation_table(trs, prior={"b": b, "kappa": kappa, "s": s}, outer_folds=outer_folds,
+                             inner_folds=inner_folds, seed=seed, protocol=protocol)
+    except _user_errors() as err:
+        _fail(str(err))
+    t = Table(title=f"Table 7: reliability key (fixed prior b={b}, kappa={kappa}, s={s}) and estimator (inner CV); "
+                    f"{len(trs)} traces, {outer_folds} outer folds")
+    cols = {"half": "half", "arm": "arm", "n_seats": "seats", "moves_per_seat": "moves/seat", "accuracy": "acc",
+            "brier": "Brier", "ece_ew": "ECE ew", "ece_em": "ECE em"}
+    for c in cols.values():
+        t.add_column(c)
+    for row in tab.to_dict("records"):
+        t.add_row(*(f"{row[c]:.{1 if c == 'moves_per_seat' else 4}f}" if isinstance(row[c], float) else str(row[c])
+                    for c in cols))
+    Console().print(t)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        tab.to_parquet(out / "keys.parquet", index=False)
+        write_json(out / "keys.json", {"sources": [str(p) for p in traces], "n_traces": len(trs),
+                                       "fixed_prior": {"b": b, "kappa": kappa, "s": s}, "seed": seed,
+                                       "outer_folds": outer_folds, "inner_folds": inner_folds, "protocol": protocol,
+                                       "rows": tab.to_dict("records")})
+        (out / "plots").mkdir(exist_ok=True)
+        plot(tab, out / "plots" / "keys.png")
+        typer.echo(f"results: {out} (keys.parquet, keys.json, plots/keys.png)")
+
+
+# -- policy shift and row drift (BDA paper §8 / App. F): aggregate/policy_shift.py, aggregate/drift.py --------
+_SHIFT_K = typer.Option(2, "--k", help="Coalition seats (the last k of the council).")
+_SHIFT_P = typer.Option(1.0, "--p-wrong", help="Share of the coalition's informative moves flipped.")
+
+
+@app.command()
+def shift(traces: List[Path] = typer.Argument(..., help="Clean labelled trace files sharing one candidate list."),
+          methods: str = typer.Option("plurality,bda_per_agent,bda_confusion,stacker", "--methods",
+                                      help="Methods, comma-separated."),
+          kinds: Optional[str] = typer.Option(None, "--kinds", help="Shifts, comma-separated: permute (K >= 3), "
+                                                                    "classes, honest, sleeper (default: all that exist at K)."),
+          n_calibration: int = typer.Option(200, "--n-calibration", help="Calibration window (whole questions)."),
+          k: int = _SHIFT_K, p_wrong: float = _SHIFT_P, seed: int = _SEED, inner_folds: int = _INNER,
+          protocol: str = _PROTOCOL,
+          out: Optional[Path] = typer.Option(None, "--out", help="Folder for shift.json, shift.parquet and "
+                                                                 "plots/policy_shift.png.")) -> None:
+    """Policy shift (BDA paper §8 / App. F): every method fitted on the old policy's calibration window, scored
+    on the same deployment tasks without and with the coalition's policy shift."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from aggregate.methods import check_method
+    from aggregate.policy_shift import before_after, coalition, plot, shift_table
+    from core.runs import write_json
+
+    try:
+        ms = [check_method(m.strip()) for m in methods.split(",") if m.strip()]
+        trs = _load_all(traces)
+        ks = None if kinds is None else [x.strip() for x in kinds.split(",") if x.strip()]
+        adv = coalition(trs, k=k, p_wrong=p_wrong)
+        tab = shift_table(trs, ms, kinds=ks, adversary=adv, n_calibration=n_calibration, seed=seed,
+                          protocol=protocol, inner_folds=inner_folds)
+    except _user_errors() as err:
+        _fail(str(err))
+    ba = before_after(tab)
+    t = Table(title=f"policy shift: deployment accuracy without / with the shift (coalition {list(adv.seats)}, "
+                    f"p_wrong={p_wrong}; calibration {int(tab.n_calibration.iloc[0])} tasks; edge = vs bda_per_agent)")
+    cols = ["kind", "method", "acc_no_shift", "acc_shift", "delta_acc", "edge_no_shift", "edge_shift", "brier_no_shift",
+            "brier_shift"]
+    for c in cols:
+        t.add_column(c)
+    for row in ba.to_dict("records"):
+        t.add_row(*(f"{row[c]:+.3f}" if c.startswith(("delta", "edge")) else f"{row[c]:.3f}"
+                    if isinstance(row[c], float) else str(row[c]) for c in cols))
+    Console().print(t)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        tab.to_parquet(out / "shift.parquet", index=False)
+        write_json(out / "shift.json", {"sources": [str(p) for p in traces], "methods": ms, "seed": seed,
+                                        "coalition": list(adv.seats), "p_wrong": p_wrong, "protocol": protocol,
+                                        "inner_folds": inner_folds, "rows": tab.to_dict("records"),
+                                        "before_after": ba.to_dict("records")})
+        (out / "plots").mkdir(exist_ok=True)
+        plot(tab, out / "plots" / "policy_shift.png")
+        typer.echo(f"results: {out} (shift.json, shift.parquet, plots/policy_shift.png)")
+
+
+@app.command()
+def drift(traces: List[Path] = typer.Argument(..., help="Labelled trace files, read in order as one stream."),
+          window: int = typer.Option(..., "--window", help="Tasks per window W; the first W are the reference."),
+          shift_kind: Optional[str] = typer.Option(None, "--shift", help="Plant a policy shift in the (clean) stream: "
+                                                                         "permute | classes | honest | sleeper."),
+          shift_at: Optional[int] = typer.Option(None, "--shift-at", help="First task under the new policy "
+                                                                          "(default: the middle of the stream)."),
+          k: int = _SHIFT_K, p_wrong: float = _SHIFT_P,
+          lam: float = typer.Option(1.0, "--lam", help="Fixed Dirichlet concentration of the window rows."),
+          factor: float = typer.Option(2.0, "--factor", help="Alarm when drift > factor x noise floor."),
+          n_boot: int = typer.Option(200, "--n-boot", help="Bootstrap pairs behind the noise floor."),
+          seed: int = _SEED, protocol: str = _PROTOCOL,
+          out: Optional[Path] = typer.Option(None, "--out", help="Folder for drift.json, drift.parquet and "
+                                                                 "plots/drift.png.")) -> None:
+    """Row drift (BDA paper §8 / App. F): confusion rows refitted on a sliding window against the reference
+    window; alarm at drift above factor x the bootstrap noise floor."""
+    import numpy as np
+    import pandas as pd
+
+    from aggregate.counts import Pool
+    from aggregate.drift import (RowDriftDetector, StreamCounts, alarm_delay, first_alarm, plot_drift,
+                                 shifted_fraction)
+    from aggregate.policy_shift import coalition, shifted_stream
+    from core.runs import write_json
+
+    try:
+        trs = _load_all(traces)
+        det = RowDriftDetector(window, lam=lam, factor=factor, n_boot=n_boot, seed=seed)
+        adv = None
+        if shift_kind is not None:
+            at = len(trs) // 2 if shift_at is None else shift_at
+            adv = coalition(trs, k=k, p_wrong=p_wrong)
+            trs = shifted_stream(trs, shift_kind, at, adv, seed=seed, protocol=protocol)
+        elif shift_at is not None:
+            raise ValueError(f"--shift-at={shift_at} plants nothing without --shift")
+        pool = Pool.from_traces(trs, protocol=protocol)
+        s = StreamCounts.from_pool(pool)
+        d = det.fit(s).drift(s)
+    except _user_errors() as err:
+        _fail(str(err))
+    t_al = first_alarm(d, det.threshold_)
+    res = {"sources": [str(p) for p in traces], "n_tasks": s.T, "window": window, "lam": lam, "factor": factor,
+           "n_boot": n_boot, "seed": seed, "protocol": protocol, "distance": "max over seats of the mean over rows "
+           "of the total-variation distance", "noise_floor": det.noise_floor_, "threshold": det.threshold_,
+           "null_drift_sd": float(det.null_drifts_.std(ddof=1)), "reference_class_counts": det.class_counts_,
+           "max_drift": float(np.nanmax(d)), "first_alarm": t_al,
+           "first_alarm_task": None if t_al is None else pool.task_ids[t_al],
+           "windows_monitored": int(np.isfinite(d).sum()), "windows_alarmed": int((d > det.threshold_).sum())}
+    if shift_kind is not None:
+        delay = alarm_delay(t_al, at, window)
+        res.update(shift=shift_kind, shift_at=at, coalition=list(adv.seats), p_wrong=p_wrong, alarm_delay=delay,
+                   alarm_before_shift=delay is not None and delay <= 0)
+    typer.echo(f"row drift, W={window}: noise floor {det.noise_floor_:.4f}, alarm line {det.threshold_:.4f}, "
+               f"max drift {res['max_drift']:.4f}; first alarm: "
+               + ("none" if t_al is None else f"task {t_al} ({res['first_alarm_task']})")
+               + ("" if shift_kind is None else f"; planted {shift_kind} at {at}, alarm delay "
+                  + ("none" if res["alarm_delay"] is None else f"{res['alarm_delay']:.3f} of a window")))
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        frame = pd.DataFrame({"t": np.arange(s.T), "task_id": list(pool.task_ids), "drift": d,
+                              "alarm": d > det.threshold_})
+        if shift_kind is not None:
+            frame["shifted_fraction"] = shifted_fraction(frame["t"].to_numpy(), at, window)
+        frame.to_parquet(out / "drift.parquet", index=False)
+        write_json(out / "drift.json", res)
+        (out / "plots").mkdir(exist_ok=True)
+        plot_drift(d, det.threshold_, det.noise_floor_, out / "plots" / "drift.png", window=window,
+                   shift_at=None if shift_kind is None else at, alarm=t_al)
+        typer.echo(f"results: {out} (drift.json, drift.parquet, plots/drift.png)")
+
+
+@app.command()
+def transfer(sources: List[str] = typer.Argument(..., help="NAME=FILE source trace sets (one K), e.g. "
+                                                          "truthfulqa=RUN/traces/a.jsonl."),
+             target: str = typer.Option(..., "--target", help="NAME=FILE: the trace set predicted, of another K "
+                                                             "(e.g. pubmedqa=RUN/traces/p.jsonl)."),
+             methods: str = typer.Option("plurality,best_member,ds_em,bda_shared,bda_per_agent,bda_tempered,bda_confusion",
+                                         "--methods", help="Methods, comma-separated (aggregate method names)."),
+             seed: int = _SEED, inner_folds: int = _INNER,
+             outer_folds: int = typer.Option(5, "--outer-folds", help="Folds of the target's in-domain comparison."),
+             protocol: str = _PROTOCOL,
+             out: Optional[Path] = typer.Option(None, "--out", help="Folder for transfer.parquet and transfer.json.")) -> None:
+    """Cross-domain transfer (BDA paper E.2 / E.4): fit on the pooled sources, predict a target of another K, beside
+    the target's in-domain nested CV; methods that cannot cross K (the confusion model) are skipped with the reason."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from aggregate.methods import check_method
+    from aggregate.trace import load_traces
+    from aggregate.transfer import cross_domain_transfer, table_records, transfer_summary
+    from core.runs import write_json
+
+    def named(spec: str, what: str) -> tuple[str, str]:
+        name, sep, path = spec.partition("=")
+        if not sep or not name or not path:
+            raise ValueError(f"{what} is NAME=FILE, got {spec!r}")
+        return name, path
+
+    try:
+        paths = dict(named(s, "a source trace set") for s in sources)
+        tname, tpath = named(target, "--target")
+        ms = [check_method(m.strip()) for m in methods.split(",") if m.strip()]
+        table = cross_domain_transfer({n: load_traces(p) for n, p in paths.items()}, load_traces(tpath), ms,
+                                      target_name=tname, seed=seed, inner_folds=inner_folds, outer_folds=outer_folds,
+                                      protocol=protocol)
+    except _user_errors() as err:
+        _fail(str(err))
+    summ = transfer_summary(table)
+    t = Table(title=f"transfer {'+'.join(paths)} (K={table['K_sources'].iloc[0]}) -> {tname} "
+                    f"(K={table['K_target'].iloc[0]}), beside {tname}'s in-domain nested CV")
+    cols = [c for m in ("accuracy", "ece_ew", "brier") for c in (f"{m}_transfer", f"{m}_in_domain")]
+    t.add_column("method")
+    for c in cols:
+        t.add_column(c.replace("_in_domain", " in").replace("_transfer", " tr"))
+    for row in summ.to_dict("records"):
+        t.add_row(str(row["method"]), *("skipped" if row.get(c) != row.get(c) else f"{row[c]:.3f}" for c in cols))
+    Console().print(t)
+    for row in table[table["skipped"].astype(bool)].to_dict("records"):
+        typer.echo(f"skipped {row['method']}: {row['reason']}")
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        table.to_parquet(out / "transfer.parquet", index=False)
+        write_json(out / "transfer.json", {"sources": paths, "target": {tname: tpath}, "methods": ms, "seed": seed,
+                                           "inner_folds": inner_folds, "outer_folds": outer_folds, "protocol": protocol,
+                                           "rows": table_records(table)})
+        typer.echo(f"results: {out} (transfer.parquet, transfer.json)")

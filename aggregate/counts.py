@@ -25,7 +25,7 @@ import pandas as pd
 
 from aggregate.errors import LabelError, TraceError
 from aggregate.moves import OnViolation, Protocol, ProtocolReport, get_protocol
-from aggregate.trace import Trace
+from aggregate.trace import FORCES, Trace
 
 
 def natural_key(s: str) -> tuple:
@@ -53,6 +53,9 @@ class Pool:
     prop_pos: np.ndarray | None = None
     # (T, K) an independent vote arm's tallies carried in the trace (``vote_arm``), nan if none
     arm_votes: np.ndarray | None = None
+    # (E, 6) every accepted endorsement as (task, agent, candidate, sign, round, force index into
+    # trace.FORCES): what finer reliability keys re-tally (``aggregate.keys``)
+    endorsements: np.ndarray | None = None
 
     # -- construction ------------------------------------------------------------------
     @classmethod
@@ -110,6 +113,7 @@ class Pool:
         prop = np.zeros((T, I, K), dtype=np.int32)
         arm = np.full((T, K), np.nan)
         report = ProtocolReport()
+        ends: list[tuple[int, int, int, int, int, int]] = []
         cand_lists: list[tuple[str, ...]] = []
         for t, tr in enumerate(traces):
             cl = shared_c if shared_c is not None else tr.candidates
@@ -120,6 +124,7 @@ class Pool:
                 arm[t] = _arm_tallies(tr, c_index)
             for en in proto.endorsements(tr, on_violation, report):
                 i, k = a_index[en.agent], c_index[en.candidate]
+                ends.append((t, i, k, en.sign, en.round, FORCES.index(tr.moves[en.move].force)))
                 if en.sign > 0:
                     pos[t, i, k] += 1
                     if en.round == last:
@@ -137,7 +142,8 @@ class Pool:
         return cls(task_ids=tuple(tr.task_id for tr in traces),
                    question_ids=tuple(tr.qid for tr in traces), agents=agent_list,
                    candidates=cand_lists, shared_candidates=shared_c, pos=pos, neg=neg,
-                   r0_answer=r0a, r0_conf=r0c, gold=g, report=report, final_votes=final, arm_votes=arm, prop_pos=prop)
+                   r0_answer=r0a, r0_conf=r0c, gold=g, report=report, final_votes=final, arm_votes=arm, prop_pos=prop,
+                   endorsements=np.array(ends, dtype=np.int64).reshape(-1, 6))
 
     # -- shape ---------------------------------------------------------------------------
     @property

@@ -18,6 +18,7 @@ from aggregate.base import Aggregator
 from aggregate.confusion import (confusion_counts, confusion_grid_brier, confusion_log_rows, confusion_logits,
                                  label_prior)
 from aggregate.counts import Pool
+from aggregate.keys import check_key, keyed_pool
 from aggregate.metrics import brier_sum_logits
 from aggregate.posterior import (MU_CLIP, RELIABILITY_BASES, beta_params, one_coin_grid_logits, per_agent_mu,
                                  reliabilities, softmax)
@@ -41,7 +42,11 @@ class OneCoinBDA(Aggregator):
     ``hyperparams`` (a dict b/kappa/s/tau) skips the inner CV. ``candidate_prior``: uniform
     (None) or a probability vector over the shared candidates. ``reliability``: what r_i is read from
     (``all`` informative moves, the paper's estimator; ``proposals`` only; ``round0`` proposals only:
-    BDA paper Table 7's estimator ablation).
+    BDA paper Table 7's estimator ablation). ``key``: which moves share one reliability (``agent``, the
+    paper's; ``shared``, ``agent_round``, ``agent_force``: ``aggregate.keys``, Table 7's granularity
+    ablation); a finer key's pseudo-seats are one-coin seats of their own (r, mu, weight each), and
+    ``reliabilities_`` / ``priors_`` are indexed by them (``seats_``). A pseudo-seat the fit never saw
+    gets mu = b at prediction.
 
     Fitted: ``reliabilities_`` (Series agent -> r_i), ``mu_``, ``weights_`` (log-odds w_i),
     ``priors_`` ({agent: (alpha, beta)}), ``hyperparams_``, ``cv_results_`` (grid + Brier).
@@ -52,7 +57,7 @@ class OneCoinBDA(Aggregator):
                  tau_grid: Sequence[float] = (1.0,), hyperparams: dict[str, float] | None = None,
                  mu_clip: float = MU_CLIP, candidate_prior: Sequence[float] | None = None,
                  reliability: str = "all", inner_folds: int = 5, random_state: int = 0, protocol: str = "strict",
-                 on_violation: str = "error"):
+                 on_violation: str = "error", key: str = "agent"):
         super().__init__(inner_folds=inner_folds, random_state=random_state, protocol=protocol,
                          on_violation=on_violation)
         if prior not in ("per_agent", "shared"):
@@ -60,6 +65,9 @@ class OneCoinBDA(Aggregator):
         if reliability not in RELIABILITY_BASES:
             raise ValueError(f"reliability must be one of {RELIABILITY_BASES}, got {reliability!r}")
         self.reliability = reliability
+        self.key = check_key(key)
+        if key != "agent" and reliability == "round0":  # round-0 votes are per seat, not per pseudo-seat
+            raise ValueError(f"reliability='round0' needs key='agent', got key={key!r}")
         for name, grid in (("b_grid", b_grid), ("s_grid", s_grid), ("tau_grid", tau_grid)):
             if len(grid) == 0 or any(not np.isfinite(v) or v <= 0 for v in grid):
                 raise ValueError(f"{name} must hold positive numbers, got {list(grid)!r}")
@@ -102,6 +110,8 @@ class OneCoinBDA(Aggregator):
     def _fit(self, pool: Pool, idx: np.ndarray) -> None:
         idx = np.asarray(idx)
         self.agents_ = pool.agents
+        pool = keyed_pool(pool, self.key)
+        self.seats_ = pool.agents
         lp = self._log_prior(pool.K)
         if self.hyperparams is not None:
             hp = dict(self.hyperparams)
@@ -139,7 +149,14 @@ class OneCoinBDA(Aggregator):
         self.priors_ = {a: (float(al), float(be)) for a, al, be in zip(ag, alpha, beta)}
 
     def _proba(self, pool: Pool, idx: np.ndarray) -> np.ndarray:
-        return softmax(one_coin_grid_logits(pool, idx, self._alpha[None], self._beta[None],
+        pool = keyed_pool(pool, self.key)
+        alpha, beta = self._alpha, self._beta
+        if pool.agents != self.seats_:  # other pseudo-seats than fitted (fit / predict on new traces)
+            mu0 = float(np.clip(self.hyperparams_["b"], self.mu_clip, 1.0 - self.mu_clip))
+            a0, b0 = beta_params(mu0, self.hyperparams_["s"])
+            fitted = dict(zip(self.seats_, zip(self._alpha, self._beta)))
+            alpha, beta = (np.array([fitted.get(a, (a0, b0))[j] for a in pool.agents], float) for j in (0, 1))
+        return softmax(one_coin_grid_logits(pool, idx, alpha[None], beta[None],
                                             self.hyperparams_["tau"], self._log_prior(pool.K))[0])
 
     def fitted_summary(self) -> dict[str, Any]:

@@ -17,6 +17,7 @@ import pandas as pd
 
 from aggregate.config import RunConfig, SweepConfig
 from aggregate.counts import Pool
+from aggregate.errors import TraceError
 from aggregate.methods import make_method
 from aggregate.metrics import brier_per_task, paired_bootstrap, summarize
 from aggregate.selection import KEY_BOOT, CVResult, fit_predict_split, nested_cv, seed_int
@@ -65,12 +66,29 @@ def per_task(cv: CVResult, name: str) -> dict[str, np.ndarray]:
 
 
 def cell_bootstrap(cv: CVResult, pairs: Sequence[tuple[str, str]], *, n_resamples: int, seed: int,
-                   metrics: Sequence[str], ci: float, clustered: bool) -> list[dict[str, Any]]:
+                   metrics: Sequence[str], ci: float, clustered: bool,
+                   seeds: np.ndarray | None = None) -> list[dict[str, Any]]:
+    """The paired bootstrap over tasks, questions (``clustered``) or, with ``seeds`` (one generation seed
+    per trace of the pool), generation seeds x questions (``core.stats.paired_bootstrap``). The
+    seed-clustered variant draws its questions from the question-clustered variant's stream."""
     data = {name: per_task(cv, name) for name in cv.methods}
     clusters = np.asarray(cv.pool.question_ids)[_mask(cv)] if clustered else None
     df = paired_bootstrap(data, pairs, metrics=metrics, clusters=clusters, n_resamples=n_resamples,
-                          seed=seed_int(seed, KEY_BOOT, int(clustered)), ci=ci)
+                          seed=seed_int(seed, KEY_BOOT, int(clustered)), ci=ci,
+                          seeds=None if seeds is None else np.asarray(seeds, dtype=object)[_mask(cv)])
     return df.to_dict(orient="records")
+
+
+def generation_seeds(traces: Sequence[Trace]) -> np.ndarray | None:
+    """Every trace's ``gen_seed`` when all carry one and there are at least two; else None (no
+    seed-clustered bootstrap: a trace without a seed has no seed cluster to go to)."""
+    seeds = [tr.extra.get("gen_seed") for tr in traces]
+    for tr, s in zip(traces, seeds):
+        if s is not None and (isinstance(s, bool) or not isinstance(s, (int, str))):
+            raise TraceError(f"task {tr.task_id!r}: gen_seed must be an integer or a string, got {s!r}")
+    if any(s is None for s in seeds) or len({str(s) for s in seeds}) < 2:
+        return None
+    return np.asarray(seeds, dtype=object)
 
 
 def run_cell(traces: Sequence[Trace], method_names: Sequence[str], *, grids: dict, protocol: str,
@@ -159,6 +177,7 @@ def prepare_traces(cfg: RunConfig, config_dir: Path | None = None) -> list[Trace
 
 def evaluate_run(cfg: RunConfig, traces: Sequence[Trace], progress: Progress | None = None,
                  bootstrap: bool = True) -> Cell:
+    seeds = generation_seeds(traces)  # checked before the work: >= 2 seeds add the seed-clustered bootstrap
     pool, cv = run_cell(traces, cfg.all_methods(), grids=cfg.grids.as_dict(), protocol=cfg.protocol,
                         on_violation=cfg.on_violation, seed=cfg.seed, outer_folds=cfg.outer_folds,
                         inner_folds=cfg.inner_folds, label_budget=cfg.label_budget, progress=progress)
@@ -167,7 +186,7 @@ def evaluate_run(cfg: RunConfig, traces: Sequence[Trace], progress: Progress | N
     rec = cell_record("main", params, traces, pool, cv, "traces/main.jsonl.gz")
     bs = cfg.bootstrap
     if not bootstrap:
-        rec["bootstrap"] = rec["bootstrap_clustered"] = None
+        rec["bootstrap"] = rec["bootstrap_clustered"] = rec["bootstrap_seed_clustered"] = None
         return Cell(rec, pool, cv)
     pairs = [tuple(p) for p in bs.pairs] if bs.pairs else \
         [(m, bs.reference) for m in cfg.all_methods() if m != bs.reference]
@@ -176,6 +195,10 @@ def evaluate_run(cfg: RunConfig, traces: Sequence[Trace], progress: Progress | N
     rec["bootstrap_clustered"] = cell_bootstrap(cv, pairs, n_resamples=bs.n_resamples, seed=cfg.seed,
                                                 metrics=bs.metrics, ci=bs.ci, clustered=True) \
         if rec["tasks_repeat"] else None
+    # >= 2 generation seeds: seeds x questions resampled (the BDA paper §7)
+    rec["bootstrap_seed_clustered"] = None if seeds is None else \
+        cell_bootstrap(cv, pairs, n_resamples=bs.n_resamples, seed=cfg.seed, metrics=bs.metrics, ci=bs.ci,
+                       clustered=True, seeds=seeds)
     return Cell(rec, pool, cv)
 
 

@@ -40,6 +40,12 @@ _REGISTRY: dict[str, tuple[str, Callable[[Mapping[str, Any], dict], Aggregator]]
                        lambda g, kw: OneCoinBDA("per_agent", b_grid=g.get("b", B_GRID),
                                                 kappa_grid=g.get("kappa", KAPPA_GRID), s_grid=g.get("s", S_GRID),
                                                 reliability="round0", **kw)),
+    **{f"bda_key_{k}": (f"BDA one-coin, per-agent prior over the '{k}' reliability key (Table 7 granularity; "
+                        f"aggregate.keys)",
+                        lambda g, kw, k=k: OneCoinBDA("per_agent", b_grid=g.get("b", B_GRID),
+                                                      kappa_grid=g.get("kappa", KAPPA_GRID), s_grid=g.get("s", S_GRID),
+                                                      key=k, **kw))
+       for k in ("shared", "agent_round", "agent_force")},
     "bda_tempered": ("BDA one-coin, per-agent prior, CV temperature (BDA paper §E.5 control)",
                      lambda g, kw: OneCoinBDA("per_agent", b_grid=g.get("b", B_GRID),
                                               kappa_grid=g.get("kappa", KAPPA_GRID),

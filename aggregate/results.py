@@ -172,12 +172,14 @@ def verify(run_dir: str | Path, *, cells: "str | int | None" = None, tolerance: 
             new = evaluate_run(cfg, traces, progress, bootstrap=bootstrap).record
             if not bootstrap:  # not recomputed: not compared
                 new["bootstrap"], new["bootstrap_clustered"] = cell["bootstrap"], cell["bootstrap_clustered"]
+                new["bootstrap_seed_clustered"] = cell.get("bootstrap_seed_clustered")
         else:
             params = {k: v for k, v in cell["params"].items() if k != "n_calibration"}
             new = evaluate_sweep_cell(cfg, params, traces, cell["params"].get("n_calibration"), progress).record
         for key in ("n_evaluated", "K", "agents", "candidates", "n_questions", "protocol", "metrics",
-                    "metrics_by_seed", "folds", "bootstrap", "bootstrap_clustered"):
-            if key in cell or (key in new and key != "metrics_by_seed"):  # results written before it lack it
+                    "metrics_by_seed", "folds", "bootstrap", "bootstrap_clustered", "bootstrap_seed_clustered"):
+            # results written before them lack the per-seed metrics and the seed-clustered bootstrap
+            if key in cell or (key in new and key not in ("metrics_by_seed", "bootstrap_seed_clustered")):
                 _compare(cid, key, cell.get(key), new.get(key), tolerance, checks)
         _check_plurality(run_dir, cell, traces, tolerance, checks)
     return checks

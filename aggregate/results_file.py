@@ -68,12 +68,17 @@ def render_markdown(results: dict[str, Any]) -> str:
         out.append(_table(["method"] + [h for _, h in METRIC_COLS],
                           [[m] + [v[k] for k, _ in METRIC_COLS] for m, v in c["metrics"].items()]))
         for key, title in (("bootstrap", "Paired bootstrap"),
-                           ("bootstrap_clustered", "Question-clustered paired bootstrap")):
+                           ("bootstrap_clustered", "Question-clustered paired bootstrap"),
+                           ("bootstrap_seed_clustered", "Seed-clustered paired bootstrap")):
             rows = c.get(key)
             if not rows:
                 continue
             n = rows[0]["n_resamples"]
             out += ["", f"## {title} ({n} resamples; delta = A - B; p_win = P(A better))", ""]
+            if key == "bootstrap_seed_clustered":
+                out += [f"Two-way: each resample draws the {rows[0]['n_seeds']} generation seeds and the "
+                        f"{rows[0]['n_clusters']} questions with replacement; a task weighs (its seed's draws) x "
+                        f"(its question's draws).", ""]
             out.append(_table(["A", "B", "metric", "delta", "CI low", "CI high", "p_win"],
                               [[r["a"], r["b"], r["metric"], r["delta"], r["ci_low"], r["ci_high"],
                                 r["p_win"]] for r in rows]))
@@ -83,7 +88,8 @@ def render_markdown(results: dict[str, Any]) -> str:
             out += ["", "## Hyperparameters chosen per outer fold (inner CV on Brier)", ""]
             out.append(_table(["method", "fold"] + [k[3:] for k in keys],
                               [[r["method"], r["fold"]] + [r.get(k) for k in keys] for r in hp_rows]))
-        rel = [r for r in c["folds"] if any(k.startswith("r[") for k in r)
+        # per-seat rows only (a finer reliability key's r are per pseudo-seat: in results.json, not here)
+        rel = [r for r in c["folds"] if any(f"r[{a}]" in r for a in c["agents"])
                and not r["method"].endswith("+iso")]
         if rel:
             agents = c["agents"]

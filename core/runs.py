@@ -141,7 +141,8 @@ class RecordError(ConfigError):
     """A finished run's files are not the ones it wrote: changed or missing, named."""
 
 
-def _sha256(p: Path) -> str:
+def file_sha256(p: Path) -> str:
+    """A file's sha256, read in blocks (run records, campaign stores)."""
     import hashlib
 
     h = hashlib.sha256()
@@ -162,7 +163,7 @@ def record_files(path: str | Path) -> dict[str, str]:
         if not p.is_file() or p.name.startswith("calls.sqlite") or p.name in (".lock", MANIFEST, "report.html") \
                 or p.name.endswith(".tmp") or rel.split("/")[0] == "logs":
             continue
-        out[rel] = _sha256(p)
+        out[rel] = file_sha256(p)
     return out
 
 

@@ -6,7 +6,8 @@
   ablation shares) are built on it.
 * ``paired_bootstrap``: the same resampling, vectorised through per-cluster sufficient
   statistics for accuracy / Brier / ECE deltas between methods (10,000 resamples of many
-  method pairs in seconds), every pair on the same resamples.
+  method pairs in seconds), every pair on the same resamples. With ``seeds`` (generation seeds crossed
+  with questions) it is the seed-clustered variant: seeds and questions resampled, two-way.
 * ``bootstrap_ci``: a mean's percentile CI over independent units (``scipy.stats.bootstrap``).
 * ``permutation_pvalue`` (cluster sign flips), ``benjamini_hochberg`` (scipy).
 * ``ece`` and ``reliability_table`` (equal-width or equal-mass bins; soft labels allowed).
@@ -139,7 +140,7 @@ def bootstrap_ci(values: Iterable[float], *, n_boot: int = 2000, ci: float = 0.9
 def paired_bootstrap(per_method: Mapping[str, Mapping[str, np.ndarray]],
                      pairs: Sequence[tuple[str, str]], *, metrics: Sequence[str] = ("accuracy", "brier", "ece_ew"),
                      clusters: np.ndarray | None = None, n_resamples: int = 10_000, seed: int = 0,
-                     ci: float = 0.95, chunk: int = 500) -> pd.DataFrame:
+                     ci: float = 0.95, chunk: int = 500, seeds: np.ndarray | None = None) -> pd.DataFrame:
     """Paired bootstrap of metric deltas (A - B) for each (A, B) in ``pairs``.
 
     ``per_method[m]`` holds per-task arrays ``correct``, ``confidence`` and ``brier``. Every
@@ -147,6 +148,22 @@ def paired_bootstrap(per_method: Mapping[str, Mapping[str, np.ndarray]],
     clusters are resampled (the question-clustered variant). Returns one row per pair and
     metric: observed delta, CI bounds, p_win (fraction of resamples in which A is strictly
     better than B: higher accuracy, lower Brier / ECE) and p_tie.
+
+    ``seeds`` (one generation seed per task; the seed-clustered variant): each resample draws the S
+    seeds with replacement and, independently, the question clusters with replacement, and a task weighs
+    (draws of its seed) x (draws of its question). This is the hierarchical bootstrap (seeds, then
+    questions) for the design councils write, where every question is asked under every seed (crossed,
+    not nested): the drawn questions are the same for every drawn seed, so a question's outcomes under
+    the several seeds stay together (as in the question-clustered variant) and a seed's shift over all
+    its questions is resampled too (the two-way "pigeonhole" bootstrap, Owen 2007, Ann. Appl. Stat.).
+    It is conservative: the seed and question main effects are resampled as by their one-way bootstraps,
+    but the product weights also re-weigh the seed x question noise, so even when seeds carry no effect
+    its intervals are wider than the question-clustered ones (the more so the fewer the seeds). Resampling questions independently within each drawn seed would split a
+    question's copies across seeds and understate the question-level variance. The question draws use
+    the same stream as without ``seeds``, so with one seed, or with seeds whose tasks are identical
+    copies, the result equals the question-clustered one exactly. A resample whose drawn seeds hold none
+    of its drawn questions (possible only when questions are not crossed with seeds) is dropped.
+    Rows then also carry ``seed_clustered`` and ``n_seeds``.
     """
     methods = sorted({m for p in pairs for m in p})
     for m in methods:
@@ -161,6 +178,15 @@ def paired_bootstrap(per_method: Mapping[str, Mapping[str, np.ndarray]],
     else:
         _, cid = np.unique(np.asarray(clusters), return_inverse=True)
     C = int(cid.max()) + 1
+    n_q, cell_q, cell_s, n_s = C, None, None, 0  # the question draw; with seeds the statistics are per cell
+    if seeds is not None:
+        seeds = np.asarray(seeds)
+        if len(seeds) != n:
+            raise ValueError(f"bootstrap: seeds has {len(seeds)} entries for {n} tasks")
+        _, sid = np.unique(seeds.astype(str), return_inverse=True)
+        n_s = int(sid.max()) + 1
+        cells, cid = np.unique(cid * n_s + sid, return_inverse=True)  # (question, seed) cells
+        cell_q, cell_s, C = cells // n_s, cells % n_s, len(cells)
     nb = 10
     # per-cluster sufficient statistics, one column block per method
     cols: list[np.ndarray] = [np.bincount(cid, minlength=C).astype(float)]
@@ -184,18 +210,24 @@ def paired_bootstrap(per_method: Mapping[str, Mapping[str, np.ndarray]],
     def stat(X: np.ndarray, m: str, metric: str) -> np.ndarray:
         block = X[..., layout[(m, metric)]]
         cnt = X[..., 0]
-        if metric == "ece_ew":
-            return np.abs(block).sum(-1) / cnt
-        return block[..., 0] / cnt
+        with np.errstate(invalid="ignore", divide="ignore"):  # an empty seed-clustered resample: NaN, dropped
+            if metric == "ece_ew":
+                return np.abs(block).sum(-1) / cnt
+            return block[..., 0] / cnt
 
     observed = S.sum(0)
     rng = make_rng(seed)
+    rng_s = make_rng(seed, 17)  # the seed draws: a stream apart, so the question draws stay the same
     deltas = {(a, b, mt): [] for a, b in pairs for mt in metrics}
     done = 0
     while done < n_resamples:
         r = min(chunk, n_resamples - done)
-        draw = rng.integers(0, C, size=(r, C))
-        W = np.bincount((np.arange(r)[:, None] * C + draw).ravel(), minlength=r * C).reshape(r, C)
+        draw = rng.integers(0, n_q, size=(r, n_q))
+        W = np.bincount((np.arange(r)[:, None] * n_q + draw).ravel(), minlength=r * n_q).reshape(r, n_q)
+        if cell_q is not None:  # a cell weighs (its question's draws) x (its seed's draws)
+            ds = rng_s.integers(0, n_s, size=(r, n_s))
+            Ws = np.bincount((np.arange(r)[:, None] * n_s + ds).ravel(), minlength=r * n_s).reshape(r, n_s)
+            W = W[:, cell_q] * Ws[:, cell_s]
         X = W.astype(float) @ S  # (r, F)
         for a, b in pairs:
             for mt in metrics:
@@ -206,13 +238,15 @@ def paired_bootstrap(per_method: Mapping[str, Mapping[str, np.ndarray]],
     for a, b in pairs:
         for mt in metrics:
             dd = np.concatenate(deltas[(a, b, mt)])
+            if cell_q is not None:
+                dd = dd[np.isfinite(dd)]
             obs = float(stat(observed, a, mt) - stat(observed, b, mt))
             better = dd < 0 if LOWER_IS_BETTER[mt] else dd > 0
             rows.append({"a": a, "b": b, "metric": mt, "delta": obs,
                          "ci_low": float(np.quantile(dd, lo_q)), "ci_high": float(np.quantile(dd, hi_q)),
                          "p_win": float(better.mean()), "p_tie": float((dd == 0).mean()),
                          "n_resamples": int(n_resamples), "clustered": clusters is not None,
-                         "n_clusters": C})
+                         "n_clusters": n_q, **({"seed_clustered": True, "n_seeds": n_s} if n_s else {})})
     return pd.DataFrame(rows)
 
 

@@ -214,3 +214,16 @@ def test_real_model_end_to_end(tmp_path, hf_engine):
     assert list(w.loc["oracle"]) == [0.5, 2.0, 8.0]
     with pytest.raises(TableError, match="not a belief run directory"):
         models_tables([tmp_path])
+    # the paper report over both runs (chorus belief paper): one numbers file, the paper's order,
+    # every section present or naming the run that makes it
+    from simulate.belief.paper import PaperError, build_paper
+    md = build_paper([run.path, orun.path], tmp_path / "paper").read_text()
+    numbers = json.loads((tmp_path / "paper" / "numbers.json").read_text())
+    t2 = {r["metric"]: r for r in numbers["sections"]["table2_models"]["table"]}
+    assert t2["kappa_spearman"]["oracle"] == 1.0 and "smollm2-135m-instruct" in t2["runs"]
+    heads = [h for h in md.splitlines() if h.startswith("## ")]
+    assert [h.split(":")[0] for h in heads] == ["## Figure 2", "## §5.1 / Figure 5", "## Table 1", "## Figure 3 / Appendix A",
+                                                "## Table 2", "## Table 3", "## Appendix B", "## Appendix C", "## Appendix C"]
+    assert "chorus belief calibrate --model PROFILE" in md and "chorus belief sweep kappa_recovery" in md
+    with pytest.raises(PaperError, match="not a run directory"):
+        build_paper([tmp_path / "nope"], tmp_path / "p2")

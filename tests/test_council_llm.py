@@ -70,3 +70,20 @@ def test_real_council_end_to_end(tmp_path, monkeypatch):
     loads = prov["models"]["loads"]  # at most one load per profile per round (a seat left with no turn loads nothing)
     assert loads[:2] == ["smollm2-135m-instruct", "gemma3-270m"] and len(loads) <= 6
     assert all(a != b for a, b in zip(loads, loads[1:]))
+    # the campaign over this real run (BDA paper D.7): the numbers file from its stored traces, the drift
+    # guard re-deriving it, the paper report with every section rendered or naming what it lacks
+    from simulate.council.campaign import CampaignConfig, build_campaign, verify_campaign
+    from simulate.council.paper import render_paper
+    camp = tmp_path / "campaign"
+    build_campaign(CampaignConfig(inputs=[str(run.path)], methods=["plurality", "verbalized"], n_resamples=100,
+                                  outer_folds=2, inner_folds=2, sections=["inventory", "cells", "baselines", "contagion"]),
+                   camp)
+    numbers = json.loads((camp / "numbers.json").read_text())
+    inv = numbers["sections"]["inventory"]["cells"]["council-tiny/truthfulqa_claims/attack-k1"]
+    assert inv["n_traces"] == 4 and inv["adversaries"] == ["A3"]
+    assert inv["moves_by_force"] == summary["cells"]["truthfulqa_claims__attack-k1"]["moves_by_force"]
+    assert "moa_lite" in numbers["sections"]["baselines"]["cells"]["council-tiny/truthfulqa_claims/attack-k1"]
+    n_checked, bad, _ = verify_campaign(camp)
+    assert not bad and n_checked > 20
+    md = render_paper(camp).read_text()
+    assert "## Table 1" in md and "## Appendix D.7" in md and "*Missing:*" in md

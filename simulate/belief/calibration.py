@@ -82,6 +82,19 @@ def split(n: int, seed: int, val_fraction: float = 0.2) -> tuple[np.ndarray, np.
     return np.sort(perm[n_val:]), np.sort(perm[:n_val])
 
 
+MIN_TRAIN, MIN_VAL = 5, 2   # the fewest items each side of the split that a fit of tau accepts
+
+
+def min_labelled(val_fraction: float = 0.2) -> int:
+    """The fewest labelled items whose split leaves MIN_TRAIN to fit and MIN_VAL to evaluate."""
+    n = MIN_TRAIN + MIN_VAL
+    while True:
+        n_val = int(round(val_fraction * n))   # as split() sizes it
+        if n - n_val >= MIN_TRAIN and n_val >= MIN_VAL:
+            return n
+        n += 1
+
+
 def _safe(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
 
@@ -117,7 +130,7 @@ def fit_from_scores(p_raw, y, seed: int = 0, val_fraction: float = 0.2) -> dict[
     tr, va = split(len(y), seed, val_fraction)
     ok = np.isfinite(p_raw)
     tr, va = tr[ok[tr]], va[ok[va]]
-    if len(tr) < 5 or len(va) < 2:
+    if len(tr) < MIN_TRAIN or len(va) < MIN_VAL:
         raise RuntimeError(f"too few valid appraisals to fit tau ({ok.sum()} of {len(y)})")
     tau = fit_tau(p_raw[tr], y[tr])
     cal = temperature_scale(p_raw, tau)
@@ -139,16 +152,18 @@ def fit_from_scores(p_raw, y, seed: int = 0, val_fraction: float = 0.2) -> dict[
 
 def calibrate(engine: Any, model: str, topic_id: str = "transit_priority", seed: int = 0,
               appraiser_kwargs: dict[str, Any] | None = None, store: bool = True,
-              ) -> tuple[dict[str, Any], pd.DataFrame]:
-    """Appraise the topic's labelled set with ``engine``, fit tau, optionally store the fit."""
+              labels: pd.DataFrame | None = None) -> tuple[dict[str, Any], pd.DataFrame]:
+    """Appraise the topic's labelled set (or ``labels``: ``id``, ``text``, ``y``, e.g. a filled-in
+    labelset CSV, ``labelset.read_labels_csv``) with ``engine``, fit tau, optionally store the fit."""
     topic = load_topic(topic_id)
-    labels = load_labels(topic.id)
+    labels = load_labels(topic.id) if labels is None else labels
     app = LLMAppraiser(engine, **(appraiser_kwargs or {}))
     convs = [topic.appraiser_messages(t) for t in labels.text]
     p, attempts, errors = app.read(convs, lambda i, a: call_seed(seed, i, APPRAISE, a))
     fit = fit_from_scores(p, labels.y.to_numpy(), seed=seed)
     fit.update({"model": model, "topic": topic.id, "topic_sha256": topic.sha256,
                 "labels_sha256": labels.attrs["sha256"],
+                "labels_source": labels.attrs.get("source", str(labels_path(topic.id))),
                 "engine": getattr(engine, "identity", None),
                 "fitted": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")})
     scores = labels.assign(p_raw=p, attempts=attempts, error=errors,

@@ -1,4 +1,4 @@
-"""``chorus belief``: run | sweep | multi (built from the verb registry, ``core.verbs``) | report | calibrate | cross | correct | models. Heavy imports (numpy-heavy modules,
+"""``chorus belief``: run | sweep | multi (built from the verb registry, ``core.verbs``) | report | calibrate | labelset | cross | correct | models. Heavy imports (numpy-heavy modules,
 serving, matplotlib) stay inside the commands so ``chorus --help`` stays fast."""
 from __future__ import annotations
 
@@ -83,10 +83,15 @@ add_verbs(app, "belief")
 @app.command()
 def calibrate(model: str = typer.Option(DEFAULT_PROFILE, "--model", help="Model profile."),
               backend: str = typer.Option("auto", "--backend", help="hf | vllm | openai | auto."),
-              topic: str = typer.Option("transit_priority", "--topic", help="Topic with a labelled set."),
+              topic: Optional[str] = typer.Option(None, "--topic", help="Topic with a labelled set (default: "
+                                                  "transit_priority, or the --labels file's topic)."),
               seed: int = typer.Option(0, "--seed", help="Split and request seed."),
               out: Optional[Path] = typer.Option(None, "--out", help="Run directory for the scores and plot."),
-              no_store: bool = typer.Option(False, "--no-store", help="Do not store the fit for reuse.")) -> None:
+              no_store: bool = typer.Option(False, "--no-store", help="Do not store the fit for reuse."),
+              labels: Optional[Path] = typer.Option(None, "--labels", help="A filled-in labelset CSV (chorus "
+                                                    "belief labelset) instead of the topic's shipped set."),
+              skip_unlabelled: bool = typer.Option(False, "--skip-unlabelled", help="With --labels: leave rows "
+                                                   "without a label out (counted) instead of refusing.")) -> None:
     """Fit the appraiser temperature tau for a model on a topic's labelled utterances."""
     from rich.console import Console
 
@@ -95,20 +100,30 @@ def calibrate(model: str = typer.Option(DEFAULT_PROFILE, "--model", help="Model 
     from simulate.belief import plots
     from simulate.belief.calibration import calibrate as _calibrate
     from simulate.belief.calibration import load_labels
+    from simulate.belief.labelset import read_labels_csv
     console = Console()
+    labelled = None
     try:
-        load_labels(topic)
+        if labels is None:
+            topic = topic or "transit_priority"
+            load_labels(topic)
+        else:   # a person's labels of a model's own generations (belief-layer paper App. B)
+            labelled = read_labels_csv(labels, topic, skip_unlabelled)
+            topic = labelled.attrs["topic"]
     except ConfigError as err:
         _fail(err)
+    if labelled is not None and labelled.attrs["n_unlabelled"]:
+        console.print(f"skipped {labelled.attrs['n_unlabelled']} unlabelled rows of {labels}; "
+                      f"fitting on the {len(labelled)} labelled ones")
     out = run_dir_path(out, "belief", f"calibrate-{topic}")
     run = RunDir.create(out, part="belief", seeds={"root": seed}, command="calibrate",
-                        model=model, topic=topic)
+                        model=model, topic=topic, labels_file=str(labels) if labels else None)
     from serving import build_engine
     with console.status(f"loading {model} ({backend})"):
         engine = build_engine({"profile": model, "backend": backend}, store=run.store_path)
     try:
         with console.status("appraising the labelled set"):
-            fit, scores = _calibrate(engine, model, topic, seed=seed, store=not no_store)
+            fit, scores = _calibrate(engine, model, topic, seed=seed, store=not no_store, labels=labelled)
     finally:
         engine.close()
     run.write_table("calibration_scores", scores)
@@ -125,6 +140,52 @@ def calibrate(model: str = typer.Option(DEFAULT_PROFILE, "--model", help="Model 
                       "the calibrated evidence is close to uninformative")
     if fit.get("stored_at"):
         console.print(f"fit stored: [bold]{fit['stored_at']}[/bold]")
+    console.print(f"results: [bold]{run.path}[/bold]")
+
+
+@app.command()
+def labelset(out: Path = typer.Option(..., "--out", help="The CSV to label (FILE.key.csv, FILE.instructions.txt "
+                                      "and the run directory FILE.run/ are written beside it)."),
+             model: str = typer.Option(DEFAULT_PROFILE, "--model", help="Model profile whose generator writes."),
+             backend: str = typer.Option("auto", "--backend", help="hf | vllm | openai | auto."),
+             topic: str = typer.Option("transit_priority", "--topic", help="Topic."),
+             per_bin: int = typer.Option(10, "--per-bin", help="Distinct utterances per stance bin (nine bins)."),
+             seed: int = typer.Option(0, "--seed", help="Request seeds and the row shuffle."),
+             max_draws: Optional[int] = typer.Option(None, "--max-draws", help="Cap on draws per bin when "
+                                                     "duplicates or empty comments need top-ups (default: "
+                                                     "a multiple of --per-bin)."),
+             max_tokens: Optional[int] = typer.Option(None, "--max-tokens", help="Generator max tokens "
+                                                      "(default: the belief runs' generator setting)."),
+             temperature: Optional[float] = typer.Option(None, "--temperature", help="Generator temperature "
+                                                         "(default: the belief runs' generator setting)."),
+             run_dir: Optional[Path] = typer.Option(None, "--run-dir", help="Run directory (default FILE.run/ "
+                                                    "beside the CSV: the same command again resumes).")) -> None:
+    """Draw a calibration set from a model's own generations at each stance bin and write it out for a
+    person to label (then: chorus belief calibrate --labels FILE.csv)."""
+    from rich.console import Console
+
+    from core.config import ConfigError, validate
+    from serving import ModelError, StoreError
+    from simulate.belief.labelset import LabelsetConfig, run_labelset
+    gen = {k: v for k, v in {"max_tokens": max_tokens, "temperature": temperature}.items() if v is not None}
+    console = Console()
+    try:
+        cfg = validate(LabelsetConfig, {"model": {"profile": model, "backend": backend}, "topic": topic,
+                                        "per_bin": per_bin, "max_draws": max_draws, "seed": seed,
+                                        "generator": gen}, source="chorus belief labelset")
+        with console.status(f"{model}: drawing {per_bin} utterances per stance bin"):
+            run, s = run_labelset(cfg, out, run_dir)
+    except (ConfigError, ModelError, StoreError) as err:
+        _fail(err)
+    console.print(f"{s['rows']} utterances ({s['drawn']} drawn: {s['duplicates']} duplicates and {s['failed']} "
+                  f"empty left out; {s['model_calls_computed']} model calls computed, the rest from the store)")
+    if s["short_bins"]:
+        console.print(f"[yellow]warning:[/yellow] bins {s['short_bins']} have fewer than {cfg.per_bin} distinct "
+                      f"utterances after {cfg.max_draws} draws each (raise --max-draws or --temperature)")
+    f = s["files"]
+    console.print(f"to label: [bold]{f['csv']}[/bold] (column label, 0..1; read {f['instructions']}); "
+                  f"the bins, kept from the labeller: {f['key']}")
+    console.print(f"then: chorus belief calibrate --model {model} --labels {f['csv']}")
     console.print(f"results: [bold]{run.path}[/bold]")
 
 
@@ -276,3 +337,19 @@ def models(runs: List[Path] = typer.Argument(..., help="Belief run directories o
         write_json(out / "models.json", {"runs": [str(p) for p in runs], "table2": t2.to_dict(),
                                          "table3": t3.to_dict("records"), "sources": sources})
         con.print(f"results: [bold]{out}[/bold] (models.json, table2.csv, table3.csv)")
+
+
+@app.command()
+def paper(runs: List[Path] = typer.Argument(..., help="Belief run directories: regimes, kappa_recovery, gamma_ablation, "
+                                                       "gamma_sweep_oracle, calibrate, channel_biased ... of each model."),
+          out: Path = typer.Option(..., "--out", help="Folder for numbers.json, paper.md and figures/.")) -> None:
+    """The belief-layer paper's tables and figures in the paper's order, from one numbers file read out of the
+    stored runs (no model call); a section without its run names the command that makes it."""
+    from core.config import ConfigError
+    from simulate.belief.models_table import TableError
+    from simulate.belief.paper import PaperError, build_paper
+    try:
+        p = build_paper(runs, out)
+    except (PaperError, TableError, ConfigError, FileNotFoundError) as err:
+        _fail(err)
+    typer.echo(f"paper: {p}\nnumbers: {out / 'numbers.json'}")

@@ -135,3 +135,89 @@ def tasks(config: str = typer.Argument(..., help="Council config (path or shippe
                 typer.echo(f"  {t.task_id} {list(t.candidates)}{' gold=' + t.gold if gold else ''}: {t.question[:100]!r}")
     except _errors() as err:
         _fail(err)
+
+
+# -- the campaign (BDA paper D.7): one numbers file, its drift guard, the paper report ------------------
+def _campaign_errors():
+    from simulate.council.campaign_inputs import CampaignError
+    return (CampaignError,) + _errors()
+
+
+@council_app.command()
+def campaign(inputs: List[Path] = typer.Argument(..., help="Council run directories and/or trace stores "
+                                                            "(a folder with traces/<dataset>__<condition>.jsonl)."),
+             out: Path = typer.Option(..., "--out", help="Campaign directory (numbers.json, paper.md, figures/)."),
+             section: Optional[List[str]] = typer.Option(None, "--section", help="Export only these sections (repeat)."),
+             method: Optional[List[str]] = typer.Option(None, "--method", help="Aggregation methods (repeat; default: "
+                                                                               "the council default)."),
+             n_resamples: int = typer.Option(2000, "--n-resamples", help="Bootstrap resamples."),
+             budgets: str = typer.Option("10,25,50,100", "--budgets", help="Label-efficiency budgets."),
+             seed: int = typer.Option(0, "--seed"),
+             paper: bool = typer.Option(True, "--paper/--no-paper", help="Render paper.md after the export.")) -> None:
+    """Export one campaign-wide numbers file from stored traces (every table, figure and diagnostic of the
+    BDA paper; no model call), then render the paper report from it."""
+    from rich.console import Console
+
+    from core.progress import progress as _progress
+    from simulate.council.campaign import CampaignConfig, build_campaign
+    from simulate.council.paper import render_paper
+    try:
+        cfg = CampaignConfig(inputs=[str(p.resolve()) for p in inputs], sections=section or None,
+                             methods=method or None, n_resamples=n_resamples, seed=seed,
+                             budgets=[int(b) for b in budgets.split(",") if b.strip()])
+        with _progress("campaign", "sections") as prog:
+            path = build_campaign(cfg, out, progress=prog)
+        md = render_paper(out) if paper else None
+    except _campaign_errors() as err:
+        _fail(err)
+    Console().print(f"numbers: [bold]{path}[/bold]" + (f"\npaper: [bold]{md}[/bold]" if md else ""))
+
+
+@council_app.command("campaign-verify")
+def campaign_verify(campaign_dir: Path = typer.Argument(..., help="A campaign directory (numbers.json)."),
+                    all_: bool = typer.Option(False, "--all", help="Re-derive every section, not only the cheap ones."),
+                    tolerance: float = typer.Option(1.5e-3, "--tolerance")) -> None:
+    """The drift guard: re-derive the numbers file from its stores (trace hashes, the inventory recounted in plain
+    Python, the cheap sections or --all); exit 1 on any difference beyond the tolerance."""
+    from rich.console import Console
+
+    from simulate.council.campaign import verify_campaign
+    con = Console()
+    try:
+        n, bad, redo = verify_campaign(campaign_dir, full=all_, tolerance=tolerance)
+    except _campaign_errors() as err:
+        _fail(err)
+    if bad:
+        for b in bad[:20]:
+            con.print(f"[red]differs[/] {b.where}: stored {b.stored!r}, re-derived {b.derived!r}", highlight=False)
+        con.print(f"[bold red]FAILED[/]: {len(bad)} of {n} numbers differ beyond {tolerance} in "
+                  f"{campaign_dir / 'numbers.json'}")
+        raise typer.Exit(1)
+    con.print(f"[bold green]OK[/]: {n} numbers re-derived within {tolerance} (trace hashes, inventory, "
+              f"sections {', '.join(redo) or 'none'})")
+
+
+@council_app.command()
+def paper(campaign_dir: Path = typer.Argument(..., help="A campaign directory (numbers.json).")) -> None:
+    """Render the BDA paper's tables and figures, in the paper's order, from the campaign numbers file alone."""
+    from simulate.council.paper import render_paper
+    try:
+        p = render_paper(campaign_dir)
+    except _campaign_errors() as err:
+        _fail(err)
+    typer.echo(f"paper: {p}")
+
+
+@council_app.command()
+def synthetic(out: Path = typer.Option(..., "--out", help="Trace store to write (OUT/traces/*.jsonl.gz)."),
+              questions: int = typer.Option(200, "--questions", help="Questions per dataset."),
+              seeds: int = typer.Option(3, "--seeds", help="Generation seeds per question."),
+              seed: int = typer.Option(0, "--seed")) -> None:
+    """A synthetic campaign store: three binary sets, a K = 3 and a K = 4 set; clean, attack-k1, attack-k2;
+    generation seeds (count-level councils, no model)."""
+    from simulate.council.campaign_synthetic import write_store
+    try:
+        files = write_store(out, n_questions=questions, seeds=seeds, seed=seed)
+    except _campaign_errors() as err:
+        _fail(err)
+    typer.echo(f"wrote {len(files)} trace files to {out / 'traces'}")

@@ -38,10 +38,26 @@ class SeatSpec(RoleSpec):
     persona: str = "analyst"
 
 
+class SwapSpec(SeatSpec):
+    """A seat's stand-in for one condition (a weak or near-chance model, another persona): fields left
+    null come from the seat it replaces, so ``{A3: gemma3-270m}`` keeps A3's persona and engine settings."""
+    profile: Optional[str] = Field(None, description="null: the replaced seat's profile")
+    persona: Optional[str] = Field(None, description="null: the replaced seat's persona")
+
+
+def stand_in(seat: SeatSpec, swap: SwapSpec) -> SeatSpec:
+    """The seat ``swap`` puts in place of ``seat``: the swap's non-null fields over the seat's."""
+    own = {k: v for k, v in swap.model_dump().items() if v is not None and v != [] and v != {}}
+    return SeatSpec(**{**seat.model_dump(), **own, "options": {**seat.options, **swap.options}})
+
+
 class ConditionSpec(Strict):
-    """A council condition: ``adversaries`` names the persistent stealth seats (A1..AI)."""
+    """A council condition: ``adversaries`` names the persistent stealth seats (A1..AI); ``swap``
+    seats another model or persona in a seat for this condition only (``{A3: {profile: gemma3-270m}}``).
+    A swapped seat may also be an adversary: the stand-in then plays the stealth role."""
     name: str
     adversaries: list[str] = Field(default_factory=list)
+    swap: dict[str, SwapSpec] = Field(default_factory=dict, description="seat (A1..AI) -> its stand-in")
 
 
 class Generation(Sampling):
@@ -124,6 +140,24 @@ class CouncilConfig(Strict):
             raise ValueError(f"gen_seeds must not repeat, got {v}")
         return v
 
+    @field_validator("conditions")
+    @classmethod
+    def _swaps(cls, v, info):
+        # here, not in _check, so the error line shows the conditions, not the whole config
+        if "seats" not in info.data:   # the seats failed: their own error says why
+            return v
+        seats = info.data["seats"]
+        agents = [f"A{i + 1}" for i in range(len(seats))]
+        for c in v:
+            for a, swap in c.swap.items():
+                if a not in agents:
+                    raise ValueError(f"condition {c.name!r}: swap seat {a!r} is not one of {agents}")
+                seat = seats[agents.index(a)]
+                if stand_in(seat, swap).model_dump() == seat.model_dump():   # a no-op swap is a typo
+                    raise ValueError(f"condition {c.name!r}: swap of seat {a!r} changes nothing (the seat is "
+                                     f"already {seat.profile}/{seat.persona})")
+        return v
+
     @model_validator(mode="after")
     def _check(self):
         agents = self.agent_names()
@@ -156,11 +190,24 @@ class CouncilConfig(Strict):
     def agent_names(self) -> list[str]:
         return [f"A{i + 1}" for i in range(len(self.seats))]
 
+    def condition_seats(self, condition: ConditionSpec) -> list[SeatSpec]:
+        """The seats of one condition: each swapped seat's stand-in (its null fields from the seat it
+        replaces, options merged key by key), the others as configured."""
+        return [stand_in(seat, condition.swap[a]) if a in condition.swap else seat
+                for a, seat in zip(self.agent_names(), self.seats)]
+
+    def swap_roles(self) -> dict[str, SeatSpec]:
+        """The stand-in seats by role name ``<seat>@<condition>`` (planned and loaded with the others)."""
+        return {f"{a}@{c.name}": seat for c in self.conditions if c.swap
+                for a, seat in zip(self.agent_names(), self.condition_seats(c)) if a in c.swap}
+
     def roles(self) -> dict[str, ModelSpec]:
-        """Every model role this run uses, by name: the seats (A1..AI), the baselines' synthesizer,
-        Self-MoA proposer and ArgLLMs generator (when baselines run), and the judge (when on)."""
+        """Every model role this run uses, by name: the seats (A1..AI), the conditions' swapped-in
+        seats (``A3@swap-A3-weak``), the baselines' synthesizer, Self-MoA proposer and ArgLLMs
+        generator (when baselines run), and the judge (when on)."""
         m = self.models
         out = {a: m.spec(s, a) for a, s in zip(self.agent_names(), self.seats)}
+        out.update({r: m.spec(s, r) for r, s in self.swap_roles().items()})
         b = self.baselines
         if b.methods:
             out["synthesizer"] = m.spec(b.synthesizer, "synthesizer")

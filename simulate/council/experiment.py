@@ -11,6 +11,7 @@ Run directory::
     RUN/tables/turns.parquet                           (every seat-turn request: free text, legality, tokens)
     RUN/tables/baselines.parquet                       (MoA, MoA-Lite, Self-MoA, ArgLLMs per task)
     RUN/tables/results.parquet, results.md             (every arm x dataset x condition)
+    RUN/tables/seats.parquet                           (who sat where per condition, swaps included: r0, r_hat)
     RUN/summary.json, plots/*.png
 """
 from __future__ import annotations
@@ -90,6 +91,11 @@ def run_council_experiment(cfg: CouncilConfig, out: Path | None = None, *, progr
         if s.persona not in P["personas"]:
             raise ConfigError(f"seats: persona {s.persona!r} is not defined in prompts {cfg.prompts!r} "
                               f"({', '.join(P['personas'])})")
+    for role, s in cfg.swap_roles().items():
+        if s.persona not in P["personas"]:
+            agent, cond = role.split("@", 1)
+            raise ConfigError(f"conditions ({cond}): swap.{agent}.persona {s.persona!r} is not defined in prompts "
+                              f"{cfg.prompts!r} ({', '.join(P['personas'])})")
     owned = engines is None
     plan = plan_engines(cfg) if owned else None  # a plan that cannot fit fails here, before the run directory
     run = RunDir.create(run_dir_path(out, "council", cfg.name), part="council", config=cfg,
@@ -118,8 +124,14 @@ def _run(cfg: CouncilConfig, run: RunDir, engines: Any, P: dict, data: list, pro
     roles = cfg.roles()
     run.update_provenance(seats=[{"agent": a, "persona": s.persona, **roles[a].model_dump()}
                                  for a, s in zip(cfg.agent_names(), cfg.seats)])
+    swaps = cfg.swap_roles()   # which model sits where in each swap condition
+    if swaps:
+        run.update_provenance(swaps=[{"condition": r.split("@", 1)[1], "agent": r.split("@", 1)[0],
+                                      "persona": s.persona, **roles[r].model_dump()} for r, s in swaps.items()])
     seats = [Seat(agent=a, profile=s.profile, persona=s.persona) for a, s in zip(cfg.agent_names(), cfg.seats)]
-    conds = [(c.name, c.adversaries) for c in cfg.conditions]
+    conds = [(c.name, c.adversaries, {a: Seat(agent=a, profile=s.profile, persona=s.persona)
+                                      for a, s in zip(cfg.agent_names(), cfg.condition_seats(c)) if a in c.swap})
+             for c in cfg.conditions]
     g = cfg.generation
     turns, batches, base_rows, gen_info = [], [], [], {}
     t_start = time.perf_counter()
@@ -132,7 +144,7 @@ def _run(cfg: CouncilConfig, run: RunDir, engines: Any, P: dict, data: list, pro
         council_s = time.perf_counter() - t0
         turns += stats.turns
         batches += [{"dataset": dataset, **b} for b in stats.batches]
-        for name, _ in conds:
+        for name, *_ in conds:
             recs = [c.to_trace() for c in councils if c.condition == name]
             dump_traces([Trace.from_dict(r) for r in recs], trace_file(run.path, dataset, name))
         t1 = time.perf_counter()
@@ -227,6 +239,7 @@ def report(run_dir: str | Path, *, make_plots: bool = True, aggregate: bool = Tr
     from core.config import load_config
     from simulate.council.adversary import compliance
     from simulate.council.llm_baselines import baseline_metrics
+    from simulate.council.seats import seat_rows, seats_frame
 
     run = RunDir(run_dir)
     if not (run.path / "tables" / "turns.parquet").is_file():
@@ -265,10 +278,11 @@ def report(run_dir: str | Path, *, make_plots: bool = True, aggregate: bool = Tr
                                           if m.agent == a and m.round == 0 and m.force == "propose")))
                     for a in cfg.agent_names()}}
             cell["moves_by_force"] = dict(sorted(Counter(m.force for t in traces for m in t.moves).items()))
+            cell["seats"] = seat_rows(traces, cfg, c)   # who sat where, r0 and aggregate's r_hat
             if c.adversaries:
                 cell["compliance"] = compliance(traces)
-                # the control: the same seats without the role (the clean condition's traces)
-                clean = next((k.name for k in cfg.conditions if not k.adversaries), None)
+                # the control: the same seats without the role (the unattacked condition with the same swaps)
+                clean = next((k.name for k in cfg.conditions if not k.adversaries and k.swap == c.swap), None)
                 cpath = trace_file(run.path, d.dataset, clean) if clean else None
                 if cpath is not None and cpath.is_file():
                     if cpath not in loaded:
@@ -304,6 +318,7 @@ def report(run_dir: str | Path, *, make_plots: bool = True, aggregate: bool = Tr
                      "accuracy_all": r.get("accuracy_all")})
     table = pd.DataFrame(rows)
     run.write_table("results", table)
+    run.write_table("seats", seats_frame(cells))
     if agg:
         _write_aggregates(run, agg, make_plots)
     (run.path / "results.md").write_text(render_markdown(table, cells, cfg, run.provenance().get("data", {}), note=note))
@@ -311,6 +326,8 @@ def report(run_dir: str | Path, *, make_plots: bool = True, aggregate: bool = Tr
                                                  zip(cfg.agent_names(), cfg.seats)],
                "rounds": cfg.rounds, "gen_seeds": cfg.gen_seeds, "datasets": [d.dataset for d in cfg.data],
                "conditions": {c.name: c.adversaries for c in cfg.conditions},
+               "swaps": {c.name: {a: f"{s.profile}/{s.persona}" for a, s in zip(cfg.agent_names(), cfg.condition_seats(c))
+                                  if a in c.swap} for c in cfg.conditions if c.swap},
                "data": run.provenance().get("data", {}), "cells": cells,
                "results": table.to_dict(orient="records"),
                "timing": {k: {kk: v.get(kk) for kk in ("council_wall_s", "baselines_wall_s", "model_s", "new_tokens",
@@ -374,4 +391,6 @@ def render_markdown(table: pd.DataFrame, cells: dict[str, Any], cfg: CouncilConf
             for _, r in sub.iterrows():
                 lines.append("| " + " | ".join(_f(r.get(c)) for c in cols) + " |")
             lines.append("")
+    from simulate.council.seats import render as render_swaps
+    lines += render_swaps(table, cells, cfg)
     return "\n".join(lines)

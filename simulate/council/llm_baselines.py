@@ -153,10 +153,10 @@ def moa(councils, seats: Sequence[Seat], engines, synth: str, turns, P, *, root:
     cost2 = np.zeros((len(councils), 3), dtype=int)
     groups: dict[tuple[str, tuple[str, ...]], list[tuple[int, int]]] = {}
     for i, c in enumerate(councils):
-        for si, s in enumerate(seats):
-            groups.setdefault((s.profile, c.task.candidates), []).append((i, si))
+        for si, s in enumerate(seats):   # a swapped seat's stand-in proposes in its place
+            groups.setdefault((c.seat(s).profile, c.task.candidates), []).append((i, si))
     for (profile, cands), reqs in groups.items():
-        convs = [pr.moa_layer_messages(councils[i].task.public(), seat_for(councils[i], seats[si], P), layer1[i], P)
+        convs = [pr.moa_layer_messages(councils[i].task.public(), seat_for(councils[i], councils[i].seat(seats[si]), P), layer1[i], P)
                  for i, si in reqs]
         outs = _envelopes(engines[profile], convs, cands, [_seed(root, "moa", councils[i], 1, si) for i, si in reqs], gen)
         for (i, _si), (tok, resp) in zip(reqs, outs):

@@ -43,6 +43,7 @@ class Council:
     condition: str
     adversaries: frozenset[str]
     gen_seed: int
+    swaps: Mapping[str, Seat] = field(default_factory=dict)  # agent -> its stand-in in this condition
     moves: list[dict[str, Any]] = field(default_factory=list)
     entries: list[dict[str, Any]] = field(default_factory=list)  # transcript shown to seats
     position: dict[str, str | None] = field(default_factory=dict)
@@ -52,10 +53,17 @@ class Council:
     def trace_id(self) -> str:
         return f"{self.task.task_id}-s{self.gen_seed}"
 
+    def seat(self, seat: Seat) -> Seat:
+        """Who sits in ``seat`` in this council: its stand-in when the condition swaps it."""
+        return self.swaps.get(seat.agent, seat)
+
     def to_trace(self) -> dict[str, Any]:
-        return {"task_id": self.trace_id, "question_id": self.task.task_id, "candidates": list(self.task.candidates),
-                "gold": self.task.gold, "moves": self.moves, "dataset": self.task.dataset,
-                "condition": self.condition, "adversaries": sorted(self.adversaries), "gen_seed": self.gen_seed}
+        rec = {"task_id": self.trace_id, "question_id": self.task.task_id, "candidates": list(self.task.candidates),
+               "gold": self.task.gold, "moves": self.moves, "dataset": self.task.dataset,
+               "condition": self.condition, "adversaries": sorted(self.adversaries), "gen_seed": self.gen_seed}
+        if self.swaps:  # which model sat where (kept by aggregate's loader); unswapped traces stay as they were
+            rec["swapped"] = {a: {"profile": s.profile, "persona": s.persona} for a, s in sorted(self.swaps.items())}
+        return rec
 
 
 def task_key(task_id: str) -> int:
@@ -69,10 +77,14 @@ def seat_seed(root: int, c: Council, seat_index: int, rnd: int, attempt: int) ->
     return call_seed(root, c.gen_seed, task_key(c.task.task_id), seat_index, rnd, attempt)
 
 
-def make_councils(tasks: Sequence[Task], conditions: Sequence[tuple[str, Sequence[str]]],
-                  gen_seeds: Sequence[int]) -> list[Council]:
-    return [Council(task=t, condition=name, adversaries=frozenset(adv), gen_seed=s)
-            for name, adv in conditions for s in gen_seeds for t in tasks]
+def make_councils(tasks: Sequence[Task], conditions: Sequence[tuple], gen_seeds: Sequence[int]) -> list[Council]:
+    """Councils per condition ``(name, adversaries)`` or ``(name, adversaries, {agent: stand-in Seat})``."""
+    out = []
+    for name, adv, *rest in conditions:
+        swaps = dict(rest[0]) if rest else {}
+        out += [Council(task=t, condition=name, adversaries=frozenset(adv), gen_seed=s, swaps=swaps)
+                for s in gen_seeds for t in tasks]
+    return out
 
 
 def seat_for(c: Council, seat: Seat, P: dict) -> pr.SeatText:
@@ -202,7 +214,7 @@ def _open_round(councils: Sequence[Council], seats: Sequence[Seat], rnd: int, st
     for c in councils:
         for si, s in enumerate(seats):
             if rnd == 0 or s.agent in c.last_endorse:
-                turns.append(_Turn(c, s, si))
+                turns.append(_Turn(c, c.seat(s), si))  # a swapped seat: its stand-in's engine and persona
             else:  # no accepted round-0 proposal: STRICT would reject every later move
                 _apply(c, {"agent": s.agent, "round": rnd, "force": "abstain",
                            "abstain_reason": "no round-0 proposal"})
@@ -265,7 +277,8 @@ def _turn_record(t: _Turn, rnd: int, attempt: int, out: Any, move: dict | None, 
     c, s = t.council, t.seat
     return {"trace_id": c.trace_id, "task_id": c.task.task_id, "dataset": c.task.dataset,
             "condition": c.condition, "gen_seed": c.gen_seed, "agent": s.agent,
-            "profile": s.profile, "adversary": s.agent in c.adversaries, "round": rnd,
+            "profile": s.profile, "persona": s.persona, "swapped": s.agent in c.swaps,
+            "adversary": s.agent in c.adversaries, "round": rnd,
             "attempt": attempt, "text": out.text, "conformed": bool(out.conformed),
             "legal": reason is None, "reason": reason,
             "force": None if move is None else move["force"],

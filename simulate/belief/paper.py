@@ -1,0 +1,236 @@
+"""The belief-layer paper's tables and figures in the paper's order, from stored belief runs
+(``chorus belief paper RUN... --out DIR``): one numbers file (``DIR/numbers.json``: each section's
+numbers read from the runs' ``summary.json`` and tables, with the run and its summary's sha256 behind
+every section) and ``DIR/paper.md`` rendered from that file alone, the runs' own figures copied beside
+it. Nothing is computed here beyond reading (Tables 2-3 across models come from ``models_table``), no
+model call is made, and a section without its run names the command that makes it.
+
+Runs are recognised by their ``summary.json`` (``experiment``, ``mode``, ``model``) and provenance
+(``command: calibrate``)."""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import shutil
+from pathlib import Path
+from typing import Any, Sequence
+
+SCHEMA = "chorus.belief-paper/1"
+LLM = "--set mode=llm --set llm.model=PROFILE"
+
+
+class PaperError(ValueError):
+    """A run that cannot be read into the report (one line naming it)."""
+
+
+def _sha(p: Path) -> str:
+    return hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+def _read_run(path: Path) -> dict[str, Any]:
+    if not path.is_dir():
+        raise PaperError(f"{path}: not a run directory")
+    prov = json.loads((path / "provenance.json").read_text()) if (path / "provenance.json").is_file() else {}
+    sp = path / "summary.json"
+    if not sp.is_file():
+        raise PaperError(f"{path}: no summary.json (finish it, or rebuild it with chorus belief report {path})")
+    s = json.loads(sp.read_text())
+    if prov.get("part") != "belief":
+        raise PaperError(f"{path}: not a belief run (provenance part {prov.get('part')!r})")
+    kind = "calibrate" if prov.get("command") == "calibrate" else s.get("experiment") or prov.get("kind") or "run"
+    model = s.get("model") or prov.get("model") or ("oracle" if s.get("mode") == "oracle" else None)
+    if isinstance(model, dict):
+        model = model.get("profile") or model.get("path")
+    return {"path": str(path), "kind": str(kind), "mode": s.get("mode"), "model": None if model is None else str(model),
+            "summary": s, "summary_sha256": _sha(sp), "plots": sorted(str(p.relative_to(path))
+                                                                        for p in (path / "plots").glob("*.png"))}
+
+
+def _pick(runs: list[dict], *kinds: str) -> list[dict]:
+    return [r for r in runs if r["kind"] in kinds]
+
+
+def _src(r: dict) -> dict[str, Any]:
+    return {"run": r["path"], "model": r["model"], "mode": r["mode"], "summary_sha256": r["summary_sha256"]}
+
+
+def _clean(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {str(k): _clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_clean(v) for v in x]
+    if hasattr(x, "item") and not isinstance(x, (str, bytes)):
+        try:
+            x = x.item()
+        except (ValueError, AttributeError):
+            pass
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+REGIME_KEYS = ("degroot_initial_mean", "degroot_landing", "degroot_final_variance", "fj_final_variance", "fj_persists",
+               "fj_r2", "fj_rmse", "committed_monotone", "committed_smooth", "committed_tipping_ratio")
+COND_KEYS = ("label", "population", "gamma", "kappa", "initial_mean", "final_mean", "landing_shift", "final_variance",
+             "persists", "fj_r2", "fj_rmse", "channel_pearson", "appraisal_failure_rate")
+
+
+def export(run_dirs: Sequence[str | Path]) -> dict[str, Any]:
+    """The numbers dict of the runs, by paper section (no file written)."""
+    if not run_dirs:
+        raise PaperError("no run directory given")
+    runs = [_read_run(Path(p).resolve()) for p in run_dirs]
+    sec: dict[str, Any] = {}
+    # a regimes sweep by name, or any run whose headline measured a regime
+    regimes = [r for r in runs if r["kind"] in ("regimes", "degroot", "fj", "committed") or (
+        r["kind"] not in ("kappa_recovery", "gamma_ablation", "gamma_sweep_oracle", "calibrate") and any(
+            (r["summary"].get("headline") or {}).get(k) is not None for k in ("degroot_landing", "fj_r2", "committed_monotone")))]
+    sec["fig2_regimes"] = {"rows": [{**_src(r), **{k: r["summary"]["headline"].get(k) for k in REGIME_KEYS}}
+                                    for r in regimes], "figures": [(r["path"], "plots/trajectories.png") for r in regimes]} \
+        if regimes else {"missing": f"a regimes run: chorus belief sweep regimes {LLM} (or --set mode=oracle)"}
+    kap = _pick(runs, "kappa_recovery")
+    sec["kappa_recovery"] = {"rows": [{**_src(r), "by_condition": r["summary"].get("kappa_recovery"),
+                                       "by_seed": r["summary"].get("kappa_recovery_by_seed"),
+                                       **{k: r["summary"]["headline"].get(k) for k in (
+                                           "kappa_spearman", "kappa_spearman_by_seed_min", "kappa_spearman_every_seed_one",
+                                           "kappa_median_rel_error", "kappa_exact_max_rel_error")}} for r in kap],
+                             "figures": [(r["path"], "plots/kappa_recovery.png") for r in kap]} \
+        if kap else {"missing": f"a kappa-recovery sweep: chorus belief sweep kappa_recovery {LLM}"}
+    for name, kind, fig, cmd in (("table1_forgetting", "gamma_ablation", "plots/trajectories.png",
+                                  f"chorus belief sweep gamma_ablation {LLM}"),
+                                 ("fig3_gamma_sweep", "gamma_sweep_oracle", "plots/variance_vs_gamma.png",
+                                  "chorus belief sweep gamma_sweep_oracle")):
+        rs = _pick(runs, kind)
+        sec[name] = {"rows": [{**_src(r), "conditions": [{k: c.get(k) for k in COND_KEYS}
+                                                         for c in r["summary"].get("conditions", [])]} for r in rs],
+                     "figures": [(r["path"], fig) for r in rs]} if rs else {"missing": f"a {kind} run: {cmd}"}
+    table_runs = [r for r in runs if r["kind"] != "calibrate" and {"headline", "kappa_recovery"} <= set(r["summary"])]
+    if table_runs:
+        from simulate.belief.models_table import models_tables
+        t2, t3, sources = models_tables([r["path"] for r in table_runs])
+        sec["table2_models"] = {"table": t2.reset_index().to_dict(orient="records"), "sources": sources,
+                                "runs": [_src(r) for r in table_runs]}
+        sec["table3_kappa"] = {"rows": t3.to_dict(orient="records")}
+    else:
+        sec["table2_models"] = sec["table3_kappa"] = {
+            "missing": f"each model's regimes and kappa_recovery runs: chorus belief sweep regimes {LLM}; "
+                       f"chorus belief sweep kappa_recovery {LLM}"}
+    cal = _pick(runs, "calibrate")
+    sec["appB_calibration"] = {"rows": [{**_src(r), **{k: r["summary"].get(k) for k in (
+        "tau", "ece_before", "ece_after", "ce_before", "ce_after", "n_train", "n_val", "n_failed", "tau_at_bound")}}
+        for r in cal], "figures": [(r["path"], "plots/calibration.png") for r in cal]} if cal else {
+        "missing": "an appraiser calibration per model: chorus belief calibrate --model PROFILE --out DIR"}
+    audit = [r for r in runs if r["summary"].get("transfer")]
+    sec["appC_channel"] = {"rows": [{**_src(r), "channel_pearson": r["summary"]["headline"].get("channel_pearson"),
+                                     "transfer": r["summary"]["transfer"]} for r in audit],
+                           "figures": [(r["path"], "plots/transfer.png") for r in audit]} if audit else {
+        "missing": f"any single-concept run with utterances: chorus belief sweep regimes {LLM}"}
+    corr = [r for r in runs if r["summary"].get("channel_correction")]
+    sec["appC_correction"] = {"rows": [{**_src(r), "channel_correction": r["summary"]["channel_correction"]}
+                                       for r in corr]} if corr else {
+        "missing": "a corrected-vs-raw sweep: chorus belief run channel_calibration --out CAL; chorus belief correct "
+                   "fit CAL; chorus belief sweep channel_biased"}
+    return _clean({"schema": SCHEMA, "runs": [_src(r) | {"kind": r["kind"]} for r in runs], "sections": sec})
+
+
+def _f(x: Any, nd: int = 3) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float):
+        return f"{x:.{nd}g}" if abs(x) < 1e-3 and x != 0 else f"{x:.{nd}f}"
+    return str(x)
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    return "\n".join(out + ["| " + " | ".join(_f(v) for v in r) + " |" for r in rows])
+
+
+def render(numbers: dict[str, Any], out: Path) -> str:
+    """paper.md from the numbers dict; the runs' figures are copied to ``out/figures``."""
+    figs = out / "figures"
+    parts = ["# Belief-layer paper report", "",
+             f"Rendered by `chorus belief paper` from `numbers.json` alone ({numbers['schema']}). Runs:", ""]
+    parts += [f"- `{r['run']}`: {r['kind']}, {r['mode']}, model {r['model']}" for r in numbers["runs"]]
+
+    def figures(s: dict) -> list[str]:
+        lines = []
+        for run, rel in s.get("figures", []):
+            src = Path(run) / rel
+            if src.is_file():
+                figs.mkdir(parents=True, exist_ok=True)
+                name = f"{Path(run).name}__{Path(rel).name}"
+                shutil.copyfile(src, figs / name)
+                lines.append(f"![{name}](figures/{name})")
+        return lines
+
+    def section(title: str, key: str, body) -> None:
+        s = numbers["sections"].get(key, {"missing": "not exported"})
+        parts.append(f"\n## {title}\n")
+        if "missing" in s:
+            parts.append(f"*Missing:* {s['missing']}; then `chorus belief paper RUN... --out DIR` again.")
+            return
+        parts.append(body(s))
+        parts.extend(f"\n{line}" for line in figures(s))
+
+    section("Figure 2: one knob, three regimes (against their closed forms)", "fig2_regimes", lambda s: _table(
+        ["run", "model", "DeGroot initial mean", "DeGroot landing", "DeGroot final var.", "FJ final var.", "FJ persists",
+         "FJ R²", "committed monotone", "committed smooth"],
+        [[Path(r["run"]).name, r["model"], r["degroot_initial_mean"], r["degroot_landing"], r["degroot_final_variance"],
+          r["fj_final_variance"], r["fj_persists"], r["fj_r2"], r["committed_monotone"], r["committed_smooth"]]
+         for r in s["rows"]]))
+
+    def kappa(s):
+        out = []
+        for r in s["rows"]:
+            out.append(f"**{Path(r['run']).name}** ({r['model']}): pooled Spearman {_f(r['kappa_spearman'])}, "
+                       f"per-seed minimum {_f(r['kappa_spearman_by_seed_min'])} (every seed 1.0: "
+                       f"{r['kappa_spearman_every_seed_one']}), one-step identity max relative error "
+                       f"{_f(r['kappa_exact_max_rel_error'])}")
+            out.append(_table(["prescribed kappa", "median kappa_hat", "IQR", "CI low", "CI high", "events", "retained"],
+                              [[c["kappa"], c["kappa_hat_median"], c["kappa_hat_iqr"], c.get("kappa_hat_ci_low"),
+                                c.get("kappa_hat_ci_high"), c["events"], c["retained"]] for c in r["by_condition"] or []]))
+            out.append(_table(["seed", "levels", "Spearman", "median rel. error"],
+                              [[b["seed"], b["levels"], b["spearman"], b["median_rel_error"]] for b in r["by_seed"] or []]))
+        return "\n\n".join(out)
+    section("§5.1 / Figure 5: prescribed kappa recovered through the channel", "kappa_recovery", kappa)
+
+    def conds(s):
+        return "\n\n".join(f"**{Path(r['run']).name}** ({r['model'] or r['mode']})\n\n" + _table(
+            ["condition", "final mean", "landing shift", "final variance", "persists", "FJ R²", "channel r"],
+            [[c["label"], c["final_mean"], c["landing_shift"], c["final_variance"], c["persists"], c["fj_r2"],
+              c["channel_pearson"]] for c in r["conditions"]]) for r in s["rows"])
+    section("Table 1: forgetting ablation", "table1_forgetting", conds)
+    section("Figure 3 / Appendix A: the oracle gamma sweep", "fig3_gamma_sweep", conds)
+
+    def t2(s):
+        rows = s["table"]
+        cols = [c for c in rows[0] if c != "metric"] if rows else []
+        return _table(["metric"] + cols, [[r.get("metric")] + [r.get(c) for c in cols] for r in rows]) + \
+            "\n\nSources (model -> metric -> run): `" + json.dumps(s["sources"]) + "`"
+    section("Table 2: the full pipeline across models", "table2_models", t2)
+    section("Table 3: recovered stubbornness per prescribed kappa", "table3_kappa", lambda s: _table(
+        list(s["rows"][0]) if s["rows"] else ["-"], [list(r.values()) for r in s["rows"]]))
+    section("Appendix B: appraiser calibration per model", "appB_calibration", lambda s: _table(
+        ["run", "model", "tau", "ECE before", "ECE after", "CE before", "CE after", "train / val", "failed"],
+        [[Path(r["run"]).name, r["model"], r["tau"], r["ece_before"], r["ece_after"], r["ce_before"], r["ce_after"],
+          f"{r['n_train']} / {r['n_val']}", r["n_failed"]] for r in s["rows"]]))
+    section("Appendix C: auditing the language channel (transfer curves)", "appC_channel", lambda s: _table(
+        ["run", "model", "channel Pearson (e vs s)", "transfer bins"],
+        [[Path(r["run"]).name, r["model"], r["channel_pearson"], len(r["transfer"] or [])] for r in s["rows"]]))
+    section("Appendix C: directional channel correction", "appC_correction", lambda s: "\n\n".join(
+        f"**{Path(r['run']).name}**: `{json.dumps(r['channel_correction'])[:2000]}`" for r in s["rows"]))
+    return "\n".join(parts) + "\n"
+
+
+def build_paper(run_dirs: Sequence[str | Path], out: str | Path) -> Path:
+    """``out/numbers.json`` from the runs, then ``out/paper.md`` from it; returns paper.md."""
+    from core.runs import write_json
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    numbers = export(run_dirs)
+    write_json(out / "numbers.json", numbers)
+    p = out / "paper.md"
+    p.write_text(render(json.loads((out / "numbers.json").read_text()), out))
+    return p

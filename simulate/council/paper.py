@@ -1,0 +1,404 @@
+"""The BDA paper's tables and figures in the paper's order, rendered from one campaign numbers file
+alone (``chorus council paper CAMPAIGN``): no number is computed here beyond arithmetic on the file's
+own entries (means, differences), none is typed by hand, and every table names the cells it reads.
+A section whose inputs the campaign lacks says so and gives the command that makes them.
+
+Writes ``CAMPAIGN/paper.md`` and ``CAMPAIGN/figures/*.png``."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+from simulate.council.campaign import read_numbers
+
+HEADLINE = ("accuracy", "ece_ew", "brier")
+RUN_ATTACK = "chorus council run full --out RUN  (its attack-k1 / attack-k2 conditions)"
+RUN_CLEAN = "chorus council run full --out RUN"
+
+
+def _f(x: Any, nd: int = 3) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    if isinstance(x, float):
+        return f"{x:.{nd}f}"
+    return str(x)
+
+
+def _table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(_f(v) for v in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def _missing(what: str, command: str) -> str:
+    return f"*Missing:* {what}. Make it with `{command}`, then re-export the campaign " \
+           f"(`chorus council campaign RUN... --out CAMPAIGN`)."
+
+
+def _sources(keys: Iterable[str]) -> str:
+    return "Cells: " + ", ".join(f"`{k}`" for k in keys) + "."
+
+
+class Paper:
+    def __init__(self, numbers: dict[str, Any], root: Path):
+        self.n = numbers
+        self.root = root
+        self.figs = root / "figures"
+        self.parts: list[str] = []
+
+    # helpers ---------------------------------------------------------------------------------
+    def sec(self, name: str) -> dict[str, Any] | None:
+        s = self.n["sections"].get(name)
+        return None if s is None or "missing" in s else s
+
+    def why(self, name: str) -> str:
+        s = self.n["sections"].get(name)
+        return "the section was not exported" if s is None else s.get("missing", "")
+
+    def cells(self, *, attacked: bool | None = None, K: int | None = None, gt: int | None = None) -> list[str]:
+        out = []
+        for k, c in self.n["cells"].items():
+            if attacked is not None and bool(c["adversaries"]) != attacked:
+                continue
+            if K is not None and c["K"] != K:
+                continue
+            if gt is not None and c["K"] <= gt:
+                continue
+            out.append(k)
+        return out
+
+    def metrics(self, key: str) -> dict[str, Any] | None:
+        s = self.sec("cells")
+        c = (s or {}).get("cells", {}).get(key)
+        return None if c is None or "error" in c else c
+
+    def add(self, title: str, body: str) -> None:
+        self.parts.append(f"## {title}\n\n{body.strip()}\n")
+
+    def fig(self, name: str, draw: Callable[[Any], None]) -> str:
+        from core.plots import subplots
+        self.figs.mkdir(parents=True, exist_ok=True)
+        fig, ax = subplots(figsize=(6.4, 4.2))
+        draw(ax)
+        fig.tight_layout()
+        p = self.figs / f"{name}.png"
+        fig.savefig(p)
+        return f"![{name}](figures/{p.name})"
+
+    # sections in the paper's order ----------------------------------------------------------
+    def table1(self) -> None:
+        keys = [k for k in self.cells(attacked=True) if self.metrics(k)]
+        if not keys:
+            return self.add("Table 1: accuracy under the live stealth coalition",
+                            _missing("no attacked cell with metrics (" + self.why("cells") + ")", RUN_ATTACK))
+        methods = list(self.metrics(keys[0])["metrics"])
+        clean = {k: k.rsplit("/", 1)[0] + "/clean" for k in keys}
+        rows = [[m] + [self.metrics(k)["metrics"].get(m, {}).get("accuracy") for k in keys] for m in methods]
+        refs = [[f"clean {m}"] + [(self.metrics(clean[k]) or {}).get("metrics", {}).get(m, {}).get("accuracy")
+                                  for k in keys] for m in ("plurality", "bda_per_agent")]
+        self.add("Table 1: accuracy under the live stealth coalition",
+                 _table(["method"] + [k.split("/", 1)[1] for k in keys], rows + refs) + "\n\n" + _sources(keys))
+
+    def table2(self) -> None:
+        s = self.sec("pooled_binary")
+        if not s:
+            return self.add("Table 2: clean binary results", _missing(self.why("pooled_binary"), RUN_CLEAN))
+        body = []
+        for council, c in s["councils"].items():
+            if "error" in c:
+                body.append(f"**{council}**: not computed ({c['error']}).")
+                continue
+            boot = {(b["a"], b["metric"]): b for b in c.get("bootstrap") or []}
+            bc = {(b["a"], b["metric"]): b for b in c.get("bootstrap_clustered") or []}
+
+            def ci(d, m):
+                b = d.get((m, "accuracy"))
+                return "-" if b is None else f"{b['delta']:+.3f} [{b['ci_low']:+.3f}, {b['ci_high']:+.3f}]"
+            rows = [[m, v["accuracy"], v["ece_ew"], v.get("ece_em"), v["brier"], ci(boot, m), ci(bc, m)]
+                    for m, v in c["metrics"].items()]
+            base = (self.sec("baselines") or {}).get("cells", {})
+            for k in c["cells"]:
+                for m, v in base.get(k, {}).items():
+                    rows.append([f"{m} ({k.split('/')[1]})", v.get("accuracy"), v.get("ece_ew"), None, v.get("brier"),
+                                 "-", "-"])
+            body.append(f"**{council}** ({c['n_traces']} trials)\n\n" + _table(
+                ["method", "accuracy", "ECE ew", "ECE em", "Brier", "ΔAcc vs plurality (pooled CI)",
+                 "ΔAcc (question-clustered CI)"], rows) + "\n\n" + _sources(c["cells"]))
+        self.add("Table 2: clean binary results (every method, one label budget, same folds)", "\n\n".join(body))
+
+    def fig3(self) -> None:
+        s = self.sec("label_efficiency")
+        if not s:
+            return self.add("Figure 3 / Table 11: label efficiency", _missing(self.why("label_efficiency"), RUN_CLEAN))
+        body, ok = [], {k: v for k, v in s["cells"].items() if "error" not in v}
+        for k, v in s["cells"].items():
+            if "error" in v:
+                body.append(f"`{k}`: not computed ({v['error']}).")
+        for k, v in ok.items():
+            acc = v["curve"]["accuracy"]
+            ece = {(r["budget"], r["method"]): r for r in v["curve"]["ece_ew"]}
+            rows = [[r["method"], r["budget"], f"{r['mean']:.3f} ± {_f(r['sd'])}",
+                     f"{ece[(r['budget'], r['method'])]['mean']:.3f}"] for r in acc]
+            body.append(f"**{k}**\n\n" + _table(["method", "n labels", "accuracy (mean ± SD over seeds)",
+                                                  "ECE ew (mean)"], rows))
+        if ok:
+            k0, v0 = next(iter(ok.items()))
+
+            def draw(ax):
+                for m in sorted({r["method"] for r in v0["curve"]["accuracy"]}):
+                    pts = [(r["budget"], r["mean"]) for r in v0["curve"]["accuracy"] if r["method"] == m]
+                    ax.plot(*zip(*pts), marker="o", label=m)
+                ax.set_xlabel("labels (n)")
+                ax.set_ylabel("hold-out accuracy")
+                ax.set_title(f"label efficiency, {k0}")
+                ax.legend(fontsize=7)
+            body.insert(0, self.fig("fig3_label_efficiency", draw))
+        self.add("Figure 3 / Table 11: label efficiency (disjoint calibrate / hold-out, seeds)", "\n\n".join(body))
+
+    def fig4(self) -> None:
+        keys = [k for k in self.cells(attacked=False, K=2) if self.metrics(k)]
+        if not keys:
+            return self.add("Figure 4: reliability diagram, clean binary", _missing("no clean K = 2 cell", RUN_CLEAN))
+        pooled: dict[str, dict[int, list[float]]] = {}
+        for k in keys:
+            for m, r in self.metrics(k)["reliability"].items():
+                for b, n, c, a in zip(r["bin"], r["count"], r["confidence"], r["accuracy"]):
+                    acc = pooled.setdefault(m, {}).setdefault(b, [0.0, 0.0, 0.0])
+                    acc[0] += n
+                    acc[1] += n * c
+                    acc[2] += n * a
+        show = [m for m in ("bda_per_agent", "plurality", "bda_confusion", "stacker") if m in pooled]
+
+        def draw(ax):
+            ax.plot([0, 1], [0, 1], "k:", lw=1)
+            for m in show:
+                pts = sorted((v[1] / v[0], v[2] / v[0]) for v in pooled[m].values() if v[0])
+                ax.plot(*zip(*pts), marker="o", label=m)
+            ax.set_xlabel("predicted confidence")
+            ax.set_ylabel("accuracy")
+            ax.legend(fontsize=8)
+            ax.set_title("pooled clean binary cells")
+        self.add("Figure 4: reliability diagram, pooled clean binary", self.fig("fig4_reliability", draw) + "\n\n" +
+                 _sources(keys))
+
+    def fig5(self) -> None:
+        keys = [k for k in self.cells(attacked=False) if (self.metrics(k) or {}).get("metrics_by_seed")]
+        if not keys:
+            return self.add("Figure 5 / Table 6: ECE per (dataset, seed) cell", _missing(
+                "no clean cell with two or more generation seeds", "chorus council run full --set gen_seeds=[0,1,2]"))
+        rows, bars = [], {}
+        for k in keys:
+            by = self.metrics(k)["metrics_by_seed"]
+            for sd, ms in by["seeds"].items():
+                for m in ("plurality", "bda_per_agent", "bda_confusion"):
+                    if m in ms:
+                        rows.append([k.split("/", 1)[1], sd, m, ms[m]["ece_ew"], ms[m]["ece_em"], ms[m]["accuracy"]])
+                        bars.setdefault(m, []).append(ms[m]["ece_ew"])
+        summ = []
+        for k in keys:
+            for m, v in self.metrics(k)["metrics_by_seed"]["across_seeds"].items():
+                summ.append([k.split("/", 1)[1], m] + [f"{v[x]['mean']:.3f} ± {v[x]['sd']:.3f}" for x in HEADLINE])
+
+        def draw(ax):
+            w = 0.8 / max(1, len(bars))
+            for j, (m, vals) in enumerate(bars.items()):
+                ax.bar([i + j * w for i in range(len(vals))], vals, width=w, label=m)
+            ax.set_ylabel("ECE (equal-width)")
+            ax.set_xlabel("(dataset, seed) cell")
+            ax.legend(fontsize=8)
+        self.add("Figure 5 / Table 6: calibration per (dataset, seed) cell; mean ± SD across seeds",
+                 self.fig("fig5_ece_cells", draw) + "\n\n" +
+                 _table(["cell", "seed", "method", "ECE ew", "ECE em", "accuracy"], rows) + "\n\n" +
+                 _table(["cell", "method", "accuracy", "ECE ew", "Brier"], summ) + "\n\n" + _sources(keys))
+
+    def table7(self) -> None:
+        s = self.sec("table7")
+        if not s:
+            return self.add("Table 7: reliability-key and reliability-estimator ablations",
+                            _missing(self.why("table7"), RUN_CLEAN))
+        body = []
+        for council, c in s["councils"].items():
+            if "error" in c:
+                body.append(f"**{council}**: not computed ({c['error']}).")
+                continue
+            body.append(f"**{council}**\n\n" + _table(
+                ["half", "arm", "prior", "pseudo-seats", "moves per seat", "accuracy", "ECE ew", "Brier"],
+                [[r["half"], r["arm"], r["prior"], r["n_seats"], r["moves_per_seat"], r["accuracy"], r["ece_ew"],
+                  r["brier"]] for r in c["rows"]]) + "\n\n" + _sources(c["cells"]))
+        self.add("Table 7: reliability-key (fixed prior) and reliability-estimator (inner CV) ablations",
+                 "\n\n".join(body))
+
+    def transfer(self) -> None:
+        body = []
+        s = self.sec("lodo")
+        if s:
+            for g, v in s["groups"].items():
+                if "error" in v:
+                    body.append(f"`{g}`: not computed ({v['error']}).")
+                    continue
+                by = {}
+                for r in v["rows"]:
+                    by.setdefault((r["held_out"], r["method"]), {})[r["evaluation"]] = r
+                rows = [[h, m, e.get("transfer", {}).get("accuracy"), e.get("in_domain", {}).get("accuracy"),
+                         e.get("transfer", {}).get("ece_ew"), e.get("in_domain", {}).get("ece_ew")]
+                        for (h, m), e in sorted(by.items())]
+                body.append(f"**{g}**, leave one dataset out\n\n" + _table(
+                    ["held out", "method", "acc. transfer", "acc. in domain", "ECE transfer", "ECE in domain"], rows))
+        else:
+            body.append(_missing(self.why("lodo"), "chorus council run full --out RUN (three binary datasets)"))
+        t = self.sec("transfer")
+        if t:
+            for g, v in t.get("groups", {}).items():
+                if "error" in v:
+                    body.append(f"`{g}` cross-domain: not computed ({v['error']}).")
+                    continue
+                body.append(f"**{g}**, cross-domain transfer from {', '.join(v['sources'])}\n\n" + _table(
+                    ["method", "evaluation", "accuracy", "ECE ew", "Brier", "note"],
+                    [[r.get("method"), r.get("evaluation"), r.get("accuracy"), r.get("ece_ew"), r.get("brier"),
+                      r.get("reason") or ""] for r in v["rows"]]))
+        else:
+            body.append("Cross-domain: " + _missing(self.why("transfer"), "chorus council run full (binary sets + pubmedqa)"))
+        self.add("Transfer (App. E.2 / E.4): leave one dataset out; cross-domain", "\n\n".join(body))
+
+    def table9(self) -> None:
+        keys = [k for k in self.cells(attacked=False, gt=2) if self.metrics(k)]
+        if not keys:
+            return self.add("Table 9: clean K > 2", _missing("no clean cell with K > 2",
+                                                             "chorus council run full (pubmedqa, mmlu)"))
+        methods = list(self.metrics(keys[0])["metrics"])
+        rows = [[m] + [f"{self.metrics(k)['metrics'][m]['accuracy']:.3f} / {self.metrics(k)['metrics'][m]['ece_ew']:.3f}"
+                       if m in self.metrics(k)["metrics"] else "-" for k in keys] for m in methods]
+        self.add("Table 9: clean K > 2 (accuracy / ECE ew)",
+                 _table(["method"] + [k.split("/", 1)[1] for k in keys], rows) + "\n\n" + _sources(keys))
+
+    def fig6(self) -> None:
+        s = self.sec("flips")
+        if not s:
+            return self.add("Figure 6: decision flips", _missing(self.why("flips"), RUN_CLEAN))
+        body, series = [], {}
+        for council, c in s["councils"].items():
+            body.append(f"**{council}**\n\n" + _table(
+                ["K", "tasks", "fixed", "broken", "fix:break ratio", "acc. round 0", "acc. full"],
+                [[r["K"], r["n_tasks"], r["fixed"], r["broken"], r["ratio"], r["accuracy_round0"], r["accuracy_full"]]
+                 for r in c["by_K"]]))
+            series[council] = [(r["K"], r["ratio"]) for r in c["by_K"] if r["ratio"] is not None]
+
+        def draw(ax):
+            for name, pts in series.items():
+                if pts:
+                    ax.plot(*zip(*pts), marker="o", label=name)
+            ax.axhline(1.0, color="k", ls=":", lw=1)
+            ax.set_xlabel("K (answer-set size)")
+            ax.set_ylabel("fix : break ratio")
+            ax.legend(fontsize=8)
+        self.add("Figure 6: decision flips, round 0 vs full trace (neutral prior)",
+                 self.fig("fig6_flips", draw) + "\n\n" + "\n\n".join(body))
+
+    def table14(self) -> None:
+        s = self.sec("truncation")
+        if not s:
+            return self.add("Table 14: rounds under attack", _missing(self.why("truncation"), RUN_ATTACK))
+        rows = []
+        for k, v in s["cells"].items():
+            if "error" in v:
+                rows.append([k.split("/", 1)[1], "not computed: " + v["error"], None, None, None])
+                continue
+            by = {(r["basis"], r["method"]): r["accuracy"] for r in v["metrics"]}
+            d = {r["method"]: r for r in v["deltas"] if r["metric"] == "accuracy"}
+            for m in ("bda_per_agent", "bda_confusion", "plurality", "stacker"):
+                if ("full", m) in by:
+                    rows.append([k.split("/", 1)[1], m, by[("round0", m)], by[("full", m)],
+                                 f"{d[m]['delta']:+.3f} [{d[m]['ci_low']:+.3f}, {d[m]['ci_high']:+.3f}]" if m in d else "-"])
+        self.add("Table 14: round-0-truncated vs full trace under attack (leak-free refit per basis)",
+                 _table(["cell", "method", "acc. round 0", "acc. full", "full - round 0 (question-clustered CI)"], rows))
+
+    def contagion(self) -> None:
+        s = self.sec("contagion")
+        if not s:
+            return self.add("Appendix G: contagion", _missing(self.why("contagion"), RUN_ATTACK))
+        rows = [[k.split("/", 1)[1], v.get("flip_rate"), v.get("flip_rate_when_challenged"),
+                 v.get("nominal_corrupted_fraction"), v.get("effective_corrupted_fraction")] if "error" not in v
+                else [k.split("/", 1)[1], "not computed: " + v["error"], None, None, None]
+                for k, v in s["cells"].items()]
+        self.add("Appendix G: contagion (genuine seats flipped; effective vs nominal corrupted fraction)",
+                 _table(["cell", "flip rate", "flip rate when challenged", "nominal", "effective"], rows))
+
+    def switch(self) -> None:
+        s = self.sec("switch")
+        if not s:
+            return self.add("Appendix F.10: label switching", _missing(self.why("switch"), RUN_ATTACK))
+        rows = []
+        for k, v in s["cells"].items():
+            if "error" in v:
+                rows.append([k.split("/", 1)[1], "not computed: " + v["error"], None, None, None])
+                continue
+            u = v["unsupervised"]
+            cv = v["cross_validated"]
+            rows.append([k.split("/", 1)[1], u.get("ds_em", {}).get("accuracy"), u.get("ds_em_spectral", {}).get("accuracy"),
+                         u.get("ds_em", {}).get("mirror_accuracy"), cv.get("bda_per_agent", {}).get("accuracy")])
+        self.add("Appendix F.10: K = 2 label switching (unsupervised Dawid-Skene vs its mirror vs supervised BDA)",
+                 _table(["cell", "DS (majority start)", "DS (spectral start)", "mirror", "BDA per-agent (CV)"], rows))
+
+    def drift(self) -> None:
+        body = []
+        for name, title in (("shift", "policy shift between fits"), ("drift", "row-drift detector")):
+            s = self.sec(name)
+            if not s:
+                body.append(f"{title}: " + _missing(self.why(name), RUN_ATTACK))
+                continue
+            for g, v in s.get("groups", s.get("cells", {})).items():
+                if "error" in v:
+                    body.append(f"`{g}` {title}: not computed ({v['error']}).")
+                elif v.get("rows"):
+                    body.append(f"**{g}**, {title}\n\n" + _table(list(v["rows"][0]), [list(r.values()) for r in v["rows"]]))
+        self.add("§8 / App. F: policy shift and row drift", "\n\n".join(body))
+
+    def seats(self) -> None:
+        s = self.sec("inventory")
+        if not s:
+            return self.add("Seat reliabilities per condition (swap-in seats, App. F)", _missing(self.why("inventory"), RUN_CLEAN))
+        rows = []
+        for k, v in s["cells"].items():
+            m = (self.metrics(k) or {}).get("metrics", {})
+            sw = v.get("swapped") or {}
+            seat = lambda a: f"{a}={sw[a].get('profile')}" if a in sw else a  # noqa: E731 -- a swapped seat names its stand-in
+            rows.append([k.split("/", 1)[1], ", ".join(f"{seat(a)} {_f(r)}" for a, r in v["round0_accuracy_by_seat"].items()),
+                         m.get("plurality", {}).get("accuracy"), m.get("bda_per_agent", {}).get("accuracy"),
+                         m.get("bda_confusion", {}).get("accuracy"), m.get("bda_confusion", {}).get("ece_ew")])
+        self.add("Seat reliabilities per condition (swap-in seats, App. F: weak and near-chance seats)",
+                 "Each seat's measured round-0 accuracy r beside the aggregators, per cell (a swap condition is a cell).\n\n" +
+                 _table(["cell", "seat r (round 0)", "plurality", "BDA per-agent", "BDA confusion", "confusion ECE"], rows))
+
+    def inventory(self) -> None:
+        s = self.sec("inventory")
+        if not s:
+            return self.add("Appendix D.7: inventory", _missing(self.why("inventory"), RUN_CLEAN))
+        rows = [[k.split("/", 1)[1], v["n_traces"], v["n_questions"], ",".join(v["gen_seeds"]) or "-",
+                 ", ".join(f"{f} {n}" for f, n in v["moves_by_force"].items()), v["move_parse_rate"],
+                 v["plurality_accuracy"], v["plurality_ece_ew"]] for k, v in s["cells"].items()]
+        self.add("Appendix D.7: move inventory, trace counts and the drift guard's subset",
+                 _table(["cell", "traces", "questions", "seeds", "moves by force", "parse rate", "majority acc.",
+                         "majority ECE"], rows) +
+                 "\n\nRe-derived from the stores by `chorus council campaign-verify CAMPAIGN` (tolerance 1.5e-3).")
+
+    def render(self) -> str:
+        for part in (self.table1, self.table2, self.fig3, self.fig4, self.fig5, self.table7, self.transfer,
+                     self.table9, self.fig6, self.table14, self.contagion, self.switch, self.drift, self.seats,
+                     self.inventory):
+            part()
+        srcs = "\n".join(f"- `{s['path']}`: council `{s['council']}` ({s['kind']}), seats {', '.join(s['seats'])}, "
+                         f"{s['rounds']} rounds" for s in self.n["sources"])
+        o = self.n["options"]
+        head = ("# BDA paper report\n\nRendered by `chorus council paper` from `numbers.json` alone "
+                f"({self.n['schema']}); aggregation: {len(o['methods'])} methods, {o['outer_folds']} x "
+                f"{o['inner_folds']} nested CV, seed {o['seed']}, protocol {o['protocol']}.\n\nSources:\n{srcs}\n")
+        return head + "\n" + "\n".join(self.parts)
+
+
+def render_paper(campaign: str | Path) -> Path:
+    root = Path(campaign)
+    numbers = read_numbers(root)
+    p = root / "paper.md"
+    p.write_text(Paper(numbers, root).render())
+    return p

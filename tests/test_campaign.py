@@ -1,0 +1,125 @@
+"""The campaign numbers file (BDA paper D.7): export from stored traces, the drift guard catching an
+edited number or a changed store, mixed councils refused, and the paper report laid out in order with
+every section present or naming what it needs. Synthetic stores here; the real-model campaign runs
+over the embedded council in tests/test_council_llm.py."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from typer.testing import CliRunner
+
+from chorus.cli import app
+
+FAST = dict(methods=["plurality", "bda_per_agent", "bda_confusion"], n_resamples=100, budgets=[10], outer_folds=3, inner_folds=3,
+            label_seeds=[0, 1])
+SECTIONS = ["inventory", "cells", "flips", "contagion", "table7", "label_efficiency", "truncation", "switch", "transfer",
+            "shift", "drift"]
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    from simulate.council.campaign_synthetic import write_store
+    root = tmp_path_factory.mktemp("store") / "syn"
+    write_store(root, n_questions=16, seeds=2, datasets=(("claims_a", 2, (0.8, 0.7, 0.65)),
+                                                          ("k3_set", 3, (0.7, 0.6, 0.55))))
+    return root
+
+
+@pytest.fixture(scope="module")
+def campaign(store, tmp_path_factory):
+    from simulate.council.campaign import CampaignConfig, build_campaign
+    out = tmp_path_factory.mktemp("camp") / "c"
+    build_campaign(CampaignConfig(inputs=[str(store)], sections=SECTIONS, **FAST), out)
+    return out
+
+
+def test_export_reads_every_cell_and_counts_by_hand(campaign, store):
+    from aggregate.trace import load_traces
+    n = json.loads((campaign / "numbers.json").read_text())
+    assert set(n["cells"]) == {f"syn/{d}/{c}" for d in ("claims_a", "k3_set") for c in ("clean", "attack-k1", "attack-k2")}
+    inv = n["sections"]["inventory"]["cells"]["syn/claims_a/clean"]
+    trs = load_traces(store / "traces" / "claims_a__clean.jsonl.gz")
+    assert inv["n_traces"] == len(trs) == 32 and inv["n_questions"] == 16 and inv["gen_seeds"] == ["0", "1"]
+    # seat A1's round-0 accuracy and the majority's, counted here by hand
+    a1 = [m.answer == t.gold for t in trs for m in t.moves if m.agent == "A1" and m.round == 0]
+    assert inv["round0_accuracy_by_seat"]["A1"] == pytest.approx(sum(a1) / len(a1))
+    maj = []
+    for t in trs:
+        votes = [m.answer for m in t.moves if m.round == 0]
+        top = max(votes.count(v) for v in set(votes))
+        win = {v for v in votes if votes.count(v) == top}
+        maj.append((t.gold in win) / len(win))
+    assert inv["plurality_accuracy"] == pytest.approx(sum(maj) / len(maj))
+    assert n["sections"]["inventory"]["cells"]["syn/claims_a/attack-k2"]["adversaries"] == ["A2", "A3"]
+    cell = n["sections"]["cells"]["cells"]["syn/claims_a/clean"]
+    assert set(cell["metrics"]) >= set(FAST["methods"]) and cell["metrics_by_seed"]["seeds"].keys() == {"0", "1"}
+    assert n["sections"]["flips"]["councils"]["syn"]["by_K"][0]["K"] == 2
+    assert set(n["sections"]["contagion"]["cells"]) == {f"syn/{d}/attack-k{k}" for d in ("claims_a", "k3_set") for k in (1, 2)}
+    prov = json.loads((campaign / "provenance.json").read_text())
+    assert prov["part"] == "campaign" and prov["versions"] and prov["finished"]
+
+
+def test_verifier_passes_then_catches_an_edited_number_and_a_changed_store(campaign, store, tmp_path):
+    from simulate.council.campaign import verify_campaign
+    n, bad, redo = verify_campaign(campaign)
+    assert not bad and n > 100 and set(redo) == {"inventory", "flips", "contagion"}
+    # an edited number in a copy of the campaign
+    c2 = tmp_path / "c2"
+    shutil.copytree(campaign, c2, ignore=shutil.ignore_patterns(".lock"))
+    d = json.loads((c2 / "numbers.json").read_text())
+    d["sections"]["inventory"]["cells"]["syn/claims_a/clean"]["plurality_accuracy"] += 0.01
+    d["sections"]["contagion"]["cells"]["syn/k3_set/attack-k1"]["flip_rate"] += 0.002
+    (c2 / "numbers.json").write_text(json.dumps(d))
+    _, bad, _ = verify_campaign(c2)
+    where = {b.where for b in bad}
+    assert "sections.inventory.cells.syn/claims_a/clean.plurality_accuracy" in where
+    assert "sections.contagion.cells.syn/k3_set/attack-k1.flip_rate" in where
+    # a number within the paper's tolerance (1.5e-3) is not drift
+    d["sections"]["inventory"]["cells"]["syn/claims_a/clean"]["plurality_accuracy"] -= 0.0095
+    d["sections"]["contagion"]["cells"]["syn/k3_set/attack-k1"]["flip_rate"] -= 0.002
+    (c2 / "numbers.json").write_text(json.dumps(d))
+    assert verify_campaign(c2)[1] == []
+
+
+def test_paper_lays_out_every_section_in_order(campaign):
+    from simulate.council.paper import render_paper
+    md = render_paper(campaign).read_text()
+    heads = [line for line in md.splitlines() if line.startswith("## ")]
+    order = ["Table 1", "Table 2", "Figure 3", "Figure 4", "Figure 5", "Table 7", "Transfer", "Table 9", "Figure 6",
+             "Table 14", "Appendix G", "Appendix F.10", "§8", "Seat reliabilities", "Appendix D.7"]
+    assert [next(o for o in sorted(order, key=len, reverse=True) if h[3:].startswith(o)) for h in heads] == order
+    # sections this campaign did not export name the command that makes them
+    assert md.count("*Missing:*") >= 1 and "chorus council campaign RUN... --out CAMPAIGN" in md
+    for f in ("fig3_label_efficiency", "fig4_reliability", "fig5_ece_cells", "fig6_flips"):
+        assert (campaign / "figures" / f"{f}.png").stat().st_size > 1000
+    assert "`syn/claims_a/attack-k1`" in md   # cells traceable to their stores
+
+
+def test_mixed_councils_and_repeated_tasks_are_refused(store, tmp_path):
+    from simulate.council.campaign_inputs import CampaignError, collect
+    other = tmp_path / "syn"        # the same council name, other seats
+    (other / "traces").mkdir(parents=True)
+    src = store / "traces" / "claims_a__clean.jsonl.gz"
+    from aggregate.trace import Trace, dump_traces, load_traces
+    trs = load_traces(src)
+    four = [Trace(t.task_id + "x", t.candidates, t.moves + (t.moves[0].__class__("A4", 0, "propose", t.candidates[0]),),
+                  t.gold, t.question_id, dict(t.extra)) for t in trs]
+    dump_traces(four, other / "traces" / "claims_b__clean.jsonl.gz")
+    with pytest.raises(CampaignError, match=r"council 'syn' mixes seats"):
+        collect([store, other])
+    again = tmp_path / "again" / "syn"
+    (again / "traces").mkdir(parents=True)
+    shutil.copy(src, again / "traces" / "claims_a__clean.jsonl.gz")
+    with pytest.raises(CampaignError, match=r"task 'claims_a-q0000-s0' is in .* generated twice"):
+        collect([store, again])
+
+
+def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, store):
+    r = CliRunner().invoke(app, ["council", "campaign", str(tmp_path / "nope"), "--out", str(tmp_path / "c")])
+    assert r.exit_code == 2 and "not a directory" in r.output and not (tmp_path / "c").exists()
+    r = CliRunner().invoke(app, ["council", "campaign", str(store), "--out", str(tmp_path / "c"), "--section", "tables"])
+    assert r.exit_code == 2 and "unknown campaign section 'tables'" in r.output
+    r = CliRunner().invoke(app, ["council", "campaign-verify", str(tmp_path)])
+    assert r.exit_code == 2 and "no campaign numbers file" in r.output
