@@ -87,8 +87,9 @@ def test_paper_lays_out_every_section_in_order(campaign):
     from simulate.council.paper import render_paper
     md = render_paper(campaign).read_text()
     heads = [line for line in md.splitlines() if line.startswith("## ")]
-    order = ["Table 1", "Table 2", "Figure 3", "Figure 4", "Figure 5", "Table 7", "Transfer", "Table 9", "Figure 6",
-             "Table 14", "Appendix G", "Appendix F.10", "§8", "Seat reliabilities", "Appendix D.7"]
+    order = ["Table 1", "Figure 2", "Table 2", "Figure 3", "Table 4", "Table 5", "Appendix D.7", "Figure 4", "Figure 5",
+             "Table 7", "Transfer", "Figure 6", "Table 9", "Table 10", "Table 12", "Table 13", "Table 14", "Table 15",
+             "Appendix F.10", "Appendix G", "§8", "Seat reliabilities"]
     assert [next(o for o in sorted(order, key=len, reverse=True) if h[3:].startswith(o)) for h in heads] == order
     # sections this campaign did not export name the command that makes them
     assert md.count("*Missing:*") >= 1 and "chorus council campaign RUN... --out CAMPAIGN" in md
@@ -123,3 +124,27 @@ def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, store):
     assert r.exit_code == 2 and "unknown campaign section 'tables'" in r.output
     r = CliRunner().invoke(app, ["council", "campaign-verify", str(tmp_path)])
     assert r.exit_code == 2 and "no campaign numbers file" in r.output
+
+
+def test_sweep_runs_are_embedded_verbatim_and_guarded(store, tmp_path):
+    """Table 12 / Figure 7 come from chorus aggregate sweep runs (CPU-hours at paper size), embedded with their
+    sha256 and regeneration command; the drift guard re-reads them."""
+    from simulate.council.campaign import CampaignConfig, build_campaign, verify_campaign
+    from simulate.council.paper import render_paper
+    r = CliRunner().invoke(app, ["aggregate", "sweep", "sweep_sleeper", "--set", "synthetic.n_tasks=200", "--set",
+                                 "methods=[plurality,bda_per_agent]", "--out", str(tmp_path / "sleeper"), "--quiet"])
+    assert r.exit_code == 0, r.output
+    out = tmp_path / "c"
+    build_campaign(CampaignConfig(inputs=[str(store)], sections=["inventory", "sweeps"], sweeps=[str(tmp_path / "sleeper")],
+                                  **FAST), out)
+    res = json.loads((tmp_path / "sleeper" / "results.json").read_text())
+    emb = json.loads((out / "numbers.json").read_text())["sections"]["sweeps"]["runs"][str(tmp_path / "sleeper")]
+    assert emb["kind"] == "sleeper" and [c["params"]["f"] for c in emb["cells"]] == [c["params"]["f"] for c in res["cells"]]
+    assert emb["cells"][-1]["metrics"]["bda_per_agent"]["accuracy"] == res["cells"][-1]["metrics"]["bda_per_agent"]["accuracy"]
+    md = render_paper(out).read_text()
+    assert "## Table 12 / Figure 7" in md and "chorus aggregate sweep sleeper" in md and (out / "figures" / "fig7_sleeper.png").is_file()
+    assert verify_campaign(out)[1] == []
+    d = json.loads((out / "numbers.json").read_text())
+    d["sections"]["sweeps"]["runs"][str(tmp_path / "sleeper")]["cells"][0]["metrics"]["plurality"]["accuracy"] += 0.1
+    (out / "numbers.json").write_text(json.dumps(d))
+    assert [b.where.split(".")[-1] for b in verify_campaign(out)[1]] == ["accuracy"]

@@ -42,6 +42,8 @@ class CampaignConfig(Strict):
     budgets: list[int] = Field(default_factory=lambda: [10, 25, 50, 100], description="label-efficiency budgets")
     label_seeds: list[int] = Field(default_factory=lambda: [0, 1, 2])
     sections: Optional[list[str]] = Field(None, description="sections to export (default: all registered)")
+    sweeps: list[str] = Field(default_factory=list, description="chorus aggregate sweep run directories (the "
+                              "dose-response grid, the sleeper axis), embedded verbatim with their provenance")
 
     @field_validator("sections")
     @classmethod
@@ -61,7 +63,8 @@ class CampaignConfig(Strict):
 
     def options(self) -> Options:
         from simulate.council.config import DEFAULT_AGG_METHODS
-        return Options(methods=tuple(self.methods or DEFAULT_AGG_METHODS), outer_folds=self.outer_folds,
+        return Options(methods=tuple(self.methods or DEFAULT_AGG_METHODS), sweeps=tuple(self.sweeps),
+                       outer_folds=self.outer_folds,
                        inner_folds=self.inner_folds, n_resamples=self.n_resamples, seed=self.seed,
                        protocol=self.protocol, budgets=tuple(self.budgets), label_seeds=tuple(self.label_seeds))
 
@@ -87,8 +90,10 @@ def export(cfg: CampaignConfig, progress=None, collected=None) -> dict[str, Any]
     """The numbers dict of ``cfg``'s inputs (no file written); ``collected``: ``collect(cfg.inputs)`` done already."""
     sources, cells = collected if collected is not None else collect(cfg.inputs)
     ctx = Context(cells, cfg.options(), sources)
+    from aggregate.methods import describe
     numbers: dict[str, Any] = {
         "schema": SCHEMA, "options": asdict(ctx.options),
+        "methods": {m: describe(m) for m in ctx.options.methods},
         "sources": [{"path": str(s.path), "council": s.council, "kind": s.kind, "seats": list(s.seats),
                      "rounds": s.rounds} for s in sources],
         "cells": {k: {"council": c.council, "dataset": c.dataset, "condition": c.condition, "K": c.K,

@@ -23,6 +23,7 @@ class Options:
     protocol: str = "strict"
     budgets: tuple[int, ...] = (10, 25, 50, 100)
     label_seeds: tuple[int, ...] = (0, 1, 2)
+    sweeps: tuple[str, ...] = ()
 
 
 @dataclass
@@ -386,3 +387,28 @@ def switch(ctx: Context) -> dict[str, Any]:
     return _each(ctx.select(K=2), lambda c: demonstrate(c.traces, outer_folds=o.outer_folds, inner_folds=o.inner_folds,
                                                         seed=o.seed, protocol=o.protocol, on_violation="skip"),
                  "no K = 2 cell")
+
+
+@section("sweeps", paper="App. F.3 Table 12 (synthetic dose-response) and F.8 Figure 7 (the sleeper axis): "
+                         "chorus aggregate sweep runs, embedded verbatim with their provenance", needs="sweep runs",
+         cheap=True)
+def sweeps(ctx: Context) -> dict[str, Any]:
+    # the grid costs CPU-hours: read from its own run (verified there by chorus aggregate verify), as the paper
+    # embeds its grid with provenance and regeneration command
+    import json
+    from pathlib import Path
+
+    from core.runs import file_sha256
+    out = {}
+    for p in ctx.options.sweeps:
+        f = Path(p) / "results.json"
+        if not f.is_file():
+            out[str(p)] = {"error": f"no results.json in {p} (a chorus aggregate sweep run directory)"}
+            continue
+        r = json.loads(f.read_text())
+        cmd = f"chorus aggregate sweep {(r.get('config') or {}).get('name', 'CONFIG')} --out {p}"
+        out[str(p)] = {"kind": r.get("kind"), "name": r.get("name"), "sha256": file_sha256(f), "regenerate": cmd,
+                       "cells": [{"params": c["params"], "n_traces": c.get("n_traces"),
+                                  "metrics": {m: {k: v.get(k) for k in ("accuracy", "ece_ew", "brier")}
+                                              for m, v in c["metrics"].items()}} for c in r.get("cells", [])]}
+    return {"runs": out} if out else {"missing": "no sweep run given (--sweep DIR)"}

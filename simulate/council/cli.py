@@ -152,6 +152,8 @@ def campaign(inputs: List[Path] = typer.Argument(..., help="Council run director
                                                                                "the council default)."),
              n_resamples: int = typer.Option(2000, "--n-resamples", help="Bootstrap resamples."),
              budgets: str = typer.Option("10,25,50,100", "--budgets", help="Label-efficiency budgets."),
+             sweep: Optional[List[Path]] = typer.Option(None, "--sweep", help="A chorus aggregate sweep run (dose-response "
+                                                                             "or sleeper) to embed (repeat)."),
              seed: int = typer.Option(0, "--seed"),
              paper: bool = typer.Option(True, "--paper/--no-paper", help="Render paper.md after the export.")) -> None:
     """Export one campaign-wide numbers file from stored traces (every table, figure and diagnostic of the
@@ -164,7 +166,8 @@ def campaign(inputs: List[Path] = typer.Argument(..., help="Council run director
     try:
         cfg = CampaignConfig(inputs=[str(p.resolve()) for p in inputs], sections=section or None,
                              methods=method or None, n_resamples=n_resamples, seed=seed,
-                             budgets=[int(b) for b in budgets.split(",") if b.strip()])
+                             budgets=[int(b) for b in budgets.split(",") if b.strip()],
+                             sweeps=[str(p.resolve()) for p in sweep or []])
         with _progress("campaign", "sections") as prog:
             path = build_campaign(cfg, out, progress=prog)
         md = render_paper(out) if paper else None

@@ -275,7 +275,7 @@ class Paper:
     def fig6(self) -> None:
         s = self.sec("flips")
         if not s:
-            return self.add("Figure 6: decision flips", _missing(self.why("flips"), RUN_CLEAN))
+            return self.add("Figure 6 / Table 8: decision flips", _missing(self.why("flips"), RUN_CLEAN))
         body, series = [], {}
         for council, c in s["councils"].items():
             body.append(f"**{council}**\n\n" + _table(
@@ -292,7 +292,7 @@ class Paper:
             ax.set_xlabel("K (answer-set size)")
             ax.set_ylabel("fix : break ratio")
             ax.legend(fontsize=8)
-        self.add("Figure 6: decision flips, round 0 vs full trace (neutral prior)",
+        self.add("Figure 6 / Table 8: decision flips, round 0 vs full trace (neutral prior)",
                  self.fig("fig6_flips", draw) + "\n\n" + "\n\n".join(body))
 
     def table14(self) -> None:
@@ -382,10 +382,117 @@ class Paper:
                          "majority ECE"], rows) +
                  "\n\nRe-derived from the stores by `chorus council campaign-verify CAMPAIGN` (tolerance 1.5e-3).")
 
+    def fig2(self) -> None:
+        b = self.sec("baselines")
+        if not b:
+            return self.add("Figure 2: the fair attack (LLM baselines, clean vs attacked)",
+                            _missing(self.why("baselines"), RUN_ATTACK))
+        rows = []
+        for k, ms in sorted(b["cells"].items()):
+            for m, v in sorted(ms.items()):
+                rows.append([k.split("/", 1)[1], m, v.get("accuracy"), v.get("ece_ew"), v.get("parse_rate")])
+        self.add("Figure 2: the fair attack (the role inside each method's own generation), LLM baselines per cell",
+                 _table(["cell", "method", "accuracy", "ECE ew", "parse rate"], rows))
+
+    def table4(self) -> None:
+        rows = [[m, d] for m, d in (self.n.get("methods") or {}).items()]
+        self.add("Table 4: every method of this campaign", _table(["method", "what it reads and fits"], rows))
+
+    def table5(self) -> None:
+        inv = (self.sec("inventory") or {}).get("cells", {})
+        base = (self.sec("baselines") or {}).get("cells", {})
+        rows = [[k.split("/", 1)[1], v.get("move_parse_rate")] + [base.get(k, {}).get(m, {}).get("parse_rate")
+                                                                 for m in ("moa", "moa_lite", "self_moa", "argllms")]
+                for k, v in inv.items()]
+        if not rows:
+            return self.add("Table 5: parse rates", _missing(self.why("inventory"), RUN_CLEAN))
+        self.add("Table 5: parse rates (council moves; the LLM baselines' answers)",
+                 _table(["cell", "council moves", "MoA", "MoA-Lite", "Self-MoA", "ArgLLMs"], rows))
+
+    def table10(self) -> None:
+        rows = []
+        for k in self.cells(attacked=None):
+            c = self.metrics(k)
+            if not c:
+                continue
+            hp = {}
+            for f in c.get("folds") or []:
+                for h in ("hp_lambda", "hp_tau"):
+                    if h in f and f[h] is not None:
+                        hp.setdefault((f["method"], h), []).append(f[h])
+
+            def mean(m, h):
+                v = hp.get((m, h))
+                return sum(v) / len(v) if v else None
+            m = c["metrics"]
+            rows.append([k.split("/", 1)[1], mean("bda_confusion", "hp_lambda"), mean("bda_confusion", "hp_tau"),
+                         mean("bda_tempered", "hp_tau")] +
+                        [m.get(a, {}).get(x) for a in ("bda_per_agent", "bda_tempered", "bda_confusion")
+                         for x in ("accuracy", "ece_ew")])
+        if not rows:
+            return self.add("Table 10: the confusion's lambda and tau; the tempered one-coin control",
+                            _missing(self.why("cells"), RUN_CLEAN))
+        self.add("Table 10: the confusion's CV-selected lambda and tau (mean over folds); the CV-tempered one-coin control",
+                 _table(["cell", "confusion lambda", "confusion tau", "tempered one-coin tau", "one-coin acc.",
+                         "one-coin ECE", "tempered acc.", "tempered ECE", "confusion acc.", "confusion ECE"], rows))
+
+    def sweeps(self) -> None:
+        s = self.sec("sweeps")
+        if not s:
+            return self.add("Table 12 / Figure 7: dose-response and the sleeper axis", _missing(
+                self.why("sweeps"), "chorus aggregate sweep sweep_dose --out DOSE; chorus aggregate sweep sweep_sleeper "
+                                    "--out SLEEPER; then chorus council campaign RUN... --sweep DOSE --sweep SLEEPER"))
+        body = []
+        for path, r in s["runs"].items():
+            if "error" in r:
+                body.append(f"`{path}`: {r['error']}")
+                continue
+            methods = list(r["cells"][0]["metrics"]) if r["cells"] else []
+            keys = [k for k in r["cells"][0]["params"] if k != "n_calibration"] if r["cells"] else []
+            body.append(f"**{r['kind']}** (`{path}`, results.json sha256 {r['sha256'][:12]}; regenerate: "
+                        f"`{r['regenerate']}`)\n\n" + _table(keys + [f"{m} acc." for m in methods],
+                                                               [[c["params"].get(k) for k in keys] +
+                                                                [c["metrics"][m]["accuracy"] for m in methods]
+                                                                for c in r["cells"]]))
+            if r["kind"] == "sleeper" and r["cells"]:
+                def draw(ax, r=r, methods=methods):
+                    for m in methods:
+                        ax.plot([c["params"]["f"] for c in r["cells"]], [c["metrics"][m]["accuracy"] for c in r["cells"]],
+                                marker="o", label=m)
+                    ax.set_xlabel("f (share of the calibration window already turned)")
+                    ax.set_ylabel("deployment accuracy")
+                    ax.legend(fontsize=8)
+                body.append(self.fig("fig7_sleeper", draw))
+        self.add("Table 12 / Figure 7: synthetic dose-response and the sleeper axis (embedded sweep runs)", "\n\n".join(body))
+
+    def table13(self) -> None:
+        keys = [k for k in self.cells(attacked=True) if self.metrics(k)]
+        if not keys:
+            return self.add("Table 13: calibration under the live attack", _missing("no attacked cell", RUN_ATTACK))
+        methods = [m for m in self.metrics(keys[0])["metrics"] if "+iso" not in m]
+        self.add("Table 13: calibration under the live attack (ECE ew)",
+                 _table(["method"] + [k.split("/", 1)[1] for k in keys],
+                        [[m] + [self.metrics(k)["metrics"].get(m, {}).get("ece_ew") for k in keys] for m in methods]))
+
+    def table15(self) -> None:
+        rows = []
+        for k in self.n["cells"]:
+            c = self.metrics(k)
+            if not c or not any("+iso" in m for m in c["metrics"]):
+                continue
+            for m in [m for m in c["metrics"] if m.endswith("+iso")]:
+                base = m[:-4]
+                rows.append([k.split("/", 1)[1], base, c["metrics"].get(base, {}).get("accuracy"),
+                             c["metrics"].get(base, {}).get("ece_ew"), c["metrics"][m]["accuracy"], c["metrics"][m]["ece_ew"]])
+        if not rows:
+            return self.add("Table 15: leak-free isotonic recalibration", _missing("no cell with recalibrated arms", RUN_CLEAN))
+        self.add("Table 15: leak-free isotonic recalibration (accuracy and ECE ew, raw vs recalibrated)",
+                 _table(["cell", "arm", "acc.", "ECE", "acc. +iso", "ECE +iso"], rows))
+
     def render(self) -> str:
-        for part in (self.table1, self.table2, self.fig3, self.fig4, self.fig5, self.table7, self.transfer,
-                     self.table9, self.fig6, self.table14, self.contagion, self.switch, self.drift, self.seats,
-                     self.inventory):
+        for part in (self.table1, self.fig2, self.table2, self.fig3, self.table4, self.table5, self.inventory,
+                     self.fig4, self.fig5, self.table7, self.transfer, self.fig6, self.table9, self.table10, self.sweeps,
+                     self.table13, self.table14, self.table15, self.switch, self.contagion, self.drift, self.seats):
             part()
         srcs = "\n".join(f"- `{s['path']}`: council `{s['council']}` ({s['kind']}), seats {', '.join(s['seats'])}, "
                          f"{s['rounds']} rounds" for s in self.n["sources"])
