@@ -59,6 +59,25 @@ def hf_engine():
     eng.close()
 
 
+def roleplay_e2e_cfg():
+    """The tiny real roleplay run's config: one test group, the embedded model as "base", both setups."""
+    from simulate.roleplay.config import Analysis, ClassifierSpec, DataSpec, Generation, LabelledModel, RoleplayConfig
+    return RoleplayConfig(name="e2e", seed=0, data=DataSpec(split="group", part="test", limit=1, train_limit=1),
+                          models=[LabelledModel(label="base", profile="smollm2-135m-instruct", backend="hf")],
+                          generation=Generation(temperature=0.7, max_tokens=8, max_utterances=1),
+                          classifier=ClassifierSpec(stance_readout="expected"), analysis=Analysis(n_boot=50))
+
+
+@pytest.fixture(scope="session")
+def roleplay_run(hf_engine, tmp_path_factory):
+    """(path, RunDir, summary) of that run, made once per session (test_roleplay_e2e checks it, and
+    test_roleplay_stats reads it): real generations are expensive on CPU."""
+    from simulate.roleplay.experiment import run_roleplay
+    out = tmp_path_factory.mktemp("roleplay_e2e") / "run"
+    run, s = run_roleplay(roleplay_e2e_cfg(), out, engines={"base": hf_engine})
+    return out, run, s
+
+
 @pytest.fixture(scope="session")
 def vllm_engine():
     if not HAVE_VLLM:

@@ -7,25 +7,18 @@ import json
 import pytest
 from typer.testing import CliRunner
 
+from conftest import roleplay_e2e_cfg as _cfg
 from chorus.cli import app
-from simulate.roleplay.config import Analysis, ClassifierSpec, DataSpec, Generation, LabelledModel, RoleplayConfig
+from simulate.roleplay.config import RoleplayConfig
 from simulate.roleplay.data import FIXTURE, load_groups, to_record
 
 runner = CliRunner()
 
 
-def _cfg():
-    return RoleplayConfig(name="e2e", seed=0, data=DataSpec(split="group", part="test", limit=1, train_limit=1),
-                          models=[LabelledModel(label="base", profile="smollm2-135m-instruct", backend="hf")],
-                          generation=Generation(temperature=0.7, max_tokens=8, max_utterances=1),
-                          classifier=ClassifierSpec(stance_readout="expected"), analysis=Analysis(n_boot=50))
-
-
 @pytest.mark.slow
-def test_both_setups_end_to_end(hf_engine, tmp_path):
+def test_both_setups_end_to_end(hf_engine, roleplay_run):
     from simulate.roleplay.experiment import run_roleplay
-    out = tmp_path / "run"
-    run, s = run_roleplay(_cfg(), out, engines={"base": hf_engine})
+    out, run, s = roleplay_run   # the session's run (conftest): run_roleplay(_cfg(), out, engines={"base": hf_engine})
     m = run.read_table("messages")
     # one group: 4 initial + 3 x 4 posts + 3 x 2 chats x 1 utterance + 4 finals per source/setup
     assert m.groupby(["source", "setup"]).size().to_dict() == {

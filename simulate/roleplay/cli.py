@@ -91,3 +91,29 @@ register(Verb(
     load="simulate.roleplay.config:load", schema="simulate.roleplay.config:SftConfig", load_kw={"part": "sft"},
     run="simulate.roleplay.sft:train_sft", show=_show_sft, unit="steps", plots=False, errors=_ROLEPLAY_ERRORS))
 add_verbs(sft_app, "sft")
+
+
+@roleplay_app.command("stats", help="Statistics across stored roleplay runs (splits, models): normal approximation "
+                                    "on the bootstrap bars, exact sign tests over condition cells, the model-level "
+                                    "sign check, cross-model error correlations, and the runs' summed compute.")
+def stats_command(runs: list[Path] = typer.Argument(..., metavar="RUN...", help="Roleplay run directories (one per split and model set)."),
+                  out: Path = typer.Option(None, "--out", help="Output directory (default runs/roleplay-stats/stats-TIME)."),
+                  plots: bool = typer.Option(True, "--plots/--no-plots", help="Write plots/errors.png.")) -> None:
+    from rich.console import Console
+
+    from core.cliutil import fail
+    from core.config import ConfigError
+    from simulate.roleplay.stats import write_stats
+    try:
+        path, s = write_stats(runs, out, make_plots=plots)
+    except ConfigError as err:
+        fail(err)
+    con = Console()
+    c = s["compute"]["total"]
+    con.print(f"{len(s['runs'])} runs: {len(s['normal_tests'])} normal-approximation tests, {len(s['sign_tests'])} "
+              f"sign tests, {len(s['model_sign_check'])} model-level checks, {len(s['correlations'])} correlations; "
+              f"compute {c['wall_s']:.0f} wall s, {c['gpu_hours']:.3g} GPU-hours ({c['runs_with_compute']} of "
+              f"{c['runs']} runs recorded it)")
+    for m in s["missing"]:
+        con.print(f"[yellow]missing[/yellow] {m['statistic']}: {m['missing']}; run: {m['command']}", soft_wrap=True)
+    con.print(f"results: [bold]{path}[/bold] (stats.json, stats.md, tables/*.parquet, plots/errors.png)")

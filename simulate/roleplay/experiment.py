@@ -11,6 +11,7 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
+from core.compute import measure
 from core.config import ConfigError, load_config
 from core.progress import Progress
 from core.runs import RunDir, amends_run, run_dir_path
@@ -67,9 +68,8 @@ def partners_of(g: Group) -> list[dict[str, str]]:
 
 def run_roleplay(cfg: RoleplayConfig, out: Path | None = None, *, progress: Progress | None = None,
                  make_plots: bool = True, engines: dict[str, Any] | None = None) -> tuple[RunDir, dict[str, Any]]:
-    """``engines``: already loaded engines by model label (and "classifier"), e.g. in tests."""
-    from simulate.roleplay.classify import classify_texts
-    from simulate.roleplay.setups import human_rows, simulate
+    """``engines``: already loaded engines by model label (and "classifier"), e.g. in tests. The run's
+    compute (``core.compute.measure``) is recorded in its provenance."""
     P = load_prompts(cfg.prompts)
     ev, train, excluded, path = select_groups(cfg)  # fails before any model call
     plan = plan_engines(cfg) if not engines else None  # a plan that cannot fit fails here too
@@ -78,6 +78,18 @@ def run_roleplay(cfg: RoleplayConfig, out: Path | None = None, *, progress: Prog
                         data={"path": str(path), "n_evaluated": len(ev), "n_train": len(train),
                               "n_excluded_by_mask": len(excluded),
                               "synthetic": any(g.synthetic for g in ev + train)})
+    with measure(run):   # wall, device, GPU-hours / CPU core-seconds, peak memory -> provenance "compute"
+        summary = _simulate_and_report(cfg, run, P, ev, train, excluded, plan, engines, progress, make_plots)
+    run.finish()
+    return run, summary
+
+
+def _simulate_and_report(cfg: RoleplayConfig, run: RunDir, P: dict, ev: list[Group], train: list[Group],
+                         excluded: list[dict], plan: Any, engines: dict[str, Any] | None,
+                         progress: Progress | None, make_plots: bool) -> dict[str, Any]:
+    """Everything a run does after its directory exists: simulate, classify, write, report."""
+    from simulate.roleplay.classify import classify_texts
+    from simulate.roleplay.setups import human_rows, simulate
     _write_groups(run.path / "groups.jsonl", ev)
     _write_groups(run.path / "train_groups.jsonl", train)
     run.write_table("exclusions", pd.DataFrame([{"group_id": e["group_id"], "topic": e["topic"],
@@ -142,9 +154,7 @@ def run_roleplay(cfg: RoleplayConfig, out: Path | None = None, *, progress: Prog
         [{k: v for k, v in i.items() if k != "batches"} for i in infos], indent=2))
     run.write_table("batches", pd.DataFrame([{**b, "step": str(b["step"]), "setup": i["setup"], "source": i["source"]}
                                              for i in infos for b in i["batches"]]))
-    summary = report(run.path, make_plots=make_plots)
-    run.finish()
-    return run, summary
+    return report(run.path, make_plots=make_plots)
 
 
 def _sliders(groups: list[Group]) -> pd.DataFrame:

@@ -60,3 +60,24 @@ def convergence_bars(summary: dict, path: Path) -> None:
     axes[0].set_ylabel("end SD - start SD")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+
+
+def error_scatter(bars, path: Path) -> None:
+    """Fig. 12's view: per channel, single-opinion error against opinion-update and convergence
+    error, one point per (split, model, setup) bar of ``roleplay stats``."""
+    errs = bars[bars["metric"].isin(["single_error", "update_error", "convergence_error"])]
+    fig, axes = subplots(2, 2, figsize=(9, 7), squeeze=False)
+    for i, ch in enumerate(("public", "private")):
+        w = errs[errs["channel"] == ch].pivot_table(index=["split", "source", "setup"], columns="metric",
+                                                     values="mean", aggfunc="first")
+        for j, y in enumerate(("update_error", "convergence_error")):
+            ax = axes[i][j]
+            if "single_error" in w and y in w:
+                ax.scatter(w["single_error"], w[y])
+                for key, r in w.iterrows():
+                    ax.annotate("/".join(key), (r["single_error"], r[y]), fontsize=6)
+            ax.set_xlabel(f"single-opinion error ({ch})")
+            ax.set_ylabel(f"{y.replace('_', ' ')} ({ch})")
+    fig.suptitle("stance errors across models (one point per split/model/setup)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)

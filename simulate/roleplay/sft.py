@@ -26,6 +26,7 @@ from typing import Any, Callable
 
 import pandas as pd
 
+from core.compute import measure
 from core.config import ConfigError
 from core.runs import RunDir, run_dir_path
 from serving.device import cuda_free_gib, free_device_memory
@@ -336,14 +337,16 @@ def train_sft(cfg: SftConfig, out: Path | None = None, *, progress: Callable[[in
     memory, plan = _memory_check(lib, cfg, base_path, args)  # refuses before any model load or run directory
     run = _open_run(cfg, run_path, P, path, train_groups, excluded, base, base_path, memory)
     run.update_provenance(device_plan=plan.to_dict())  # the comparison (compare) records its own plan
-    examples, counts = _on_topic_examples(cfg, train_groups, P, run, classifier_engine)
-
-    tok = _tokenizer(lib, cfg, base_path)
-    examples = _fit_max_length(examples, counts, tok, cfg.training.max_length)
-    _write_sft_set(run, examples)
-    ds = lib.Dataset.from_list([{"prompt": ex["prompt"], "completion": ex["completion"]} for ex in examples])
-    model_dir, summary, refs = _train(lib, cfg, base_path, tok, ds, args, run, progress,
-                                      (len(examples), counts, len(train_groups)), memory)
+    # the training's compute (labelling, training, saving; not the comparison, whose run records its own)
+    with measure(run):
+        examples, counts = _on_topic_examples(cfg, train_groups, P, run, classifier_engine)
+        tok = _tokenizer(lib, cfg, base_path)
+        examples = _fit_max_length(examples, counts, tok, cfg.training.max_length)
+        _write_sft_set(run, examples)
+        ds = lib.Dataset.from_list([{"prompt": ex["prompt"], "completion": ex["completion"]} for ex in examples])
+        model_dir, summary, refs = _train(lib, cfg, base_path, tok, ds, args, run, progress,
+                                          (len(examples), counts, len(train_groups)), memory)
+    summary["compute"] = run.provenance()["compute"]
     summary["released_before_compare"] = _release(refs)
     run.write_summary(summary)
     if cfg.compare:
