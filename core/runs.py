@@ -67,6 +67,22 @@ def _jsonable(obj: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
 
 
+def json_safe(x: Any) -> Any:
+    """Plain, strict-JSON values: numpy scalars to Python ones, NaN and inf to None (recursively), so a
+    number written and the same number recomputed compare equal after a JSON round trip."""
+    import math
+
+    if isinstance(x, dict):
+        return {str(k): json_safe(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [json_safe(v) for v in x]
+    if hasattr(x, "item") and type(x).__module__ == "numpy":
+        x = x.item()
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
 def write_json(path: str | Path, data: Any) -> None:
     path = Path(path)
     tmp = path.with_suffix(path.suffix + ".tmp")

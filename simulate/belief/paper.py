@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import shutil
 from pathlib import Path
 from typing import Any, Sequence
@@ -53,21 +52,6 @@ def _pick(runs: list[dict], *kinds: str) -> list[dict]:
 
 def _src(r: dict) -> dict[str, Any]:
     return {"run": r["path"], "model": r["model"], "mode": r["mode"], "summary_sha256": r["summary_sha256"]}
-
-
-def _clean(x: Any) -> Any:
-    if isinstance(x, dict):
-        return {str(k): _clean(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_clean(v) for v in x]
-    if hasattr(x, "item") and not isinstance(x, (str, bytes)):
-        try:
-            x = x.item()
-        except (ValueError, AttributeError):
-            pass
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    return x
 
 
 REGIME_KEYS = ("degroot_initial_mean", "degroot_landing", "degroot_final_variance", "fj_final_variance", "fj_persists",
@@ -131,7 +115,8 @@ def export(run_dirs: Sequence[str | Path]) -> dict[str, Any]:
                                        for r in corr]} if corr else {
         "missing": "a corrected-vs-raw sweep: chorus belief run channel_calibration --out CAL; chorus belief correct "
                    "fit CAL; chorus belief sweep channel_biased"}
-    return _clean({"schema": SCHEMA, "runs": [_src(r) | {"kind": r["kind"]} for r in runs], "sections": sec})
+    from core.runs import json_safe
+    return json_safe({"schema": SCHEMA, "runs": [_src(r) | {"kind": r["kind"]} for r in runs], "sections": sec})
 
 
 def _f(x: Any, nd: int = 3) -> str:

@@ -13,7 +13,6 @@ with their sha256; ``sections``: one entry per registered section), ``paper.md``
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -21,7 +20,7 @@ from typing import Any, Optional
 from pydantic import Field, field_validator
 
 from core.config import Strict
-from core.runs import file_sha256
+from core.runs import file_sha256, json_safe
 from simulate.council.campaign_inputs import CampaignError, collect
 from simulate.council.campaign_sections import SECTIONS, Context, Options
 
@@ -72,20 +71,6 @@ class CampaignConfig(Strict):
         return list(self.sections or SECTIONS)
 
 
-def _clean(x: Any) -> Any:
-    """JSON-safe numbers: NaN becomes null, numpy scalars become Python ones."""
-    import numpy as np
-    if isinstance(x, dict):
-        return {str(k): _clean(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_clean(v) for v in x]
-    if isinstance(x, np.generic):
-        x = x.item()
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    return x
-
-
 def export(cfg: CampaignConfig, progress=None, collected=None) -> dict[str, Any]:
     """The numbers dict of ``cfg``'s inputs (no file written); ``collected``: ``collect(cfg.inputs)`` done already."""
     sources, cells = collected if collected is not None else collect(cfg.inputs)
@@ -104,7 +89,7 @@ def export(cfg: CampaignConfig, progress=None, collected=None) -> dict[str, Any]
         progress(len(names), 0)
     for name in names:
         s = SECTIONS[name]
-        numbers["sections"][name] = {"paper": s.paper, "needs": s.needs, **_clean(s.fn(ctx))}
+        numbers["sections"][name] = {"paper": s.paper, "needs": s.needs, **json_safe(s.fn(ctx))}
         if progress is not None:
             progress(len(names), 1)   # core.progress: (total, advance)
     return numbers
