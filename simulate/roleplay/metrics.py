@@ -282,6 +282,32 @@ def _on_topic_rate(ot: pd.Series) -> float:
     return float(ot.dropna().astype(float).mean()) if ot.notna().any() else float("nan")
 
 
+def on_topic_by_round(labelled: pd.DataFrame) -> pd.DataFrame:
+    """Public on-topic rate per (source, setup, round): the share of labelled posts (the stored
+    classifier labels) judged on topic. Sources without texts (DeGroot) have no rows; unlabelled
+    posts (unparsed classifier output) are counted, not scored."""
+    cols = ["source", "setup", "round", "n_posts", "n_labelled", "on_topic_rate"]
+    d = labelled[(labelled["kind"] == "tweet") & labelled["text"].notna()]
+    rows = [{"source": src, "setup": st, "round": int(r), "n_posts": int(len(g)),
+             "n_labelled": int(g["on_topic"].notna().sum()), "on_topic_rate": _on_topic_rate(g["on_topic"])}
+            for (src, st, r), g in d.groupby(["source", "setup", "round"], sort=True)]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def on_topic_change(by_round: pd.DataFrame) -> dict[str, dict[str, Any]]:
+    """Per "SOURCE/SETUP" cell: the on-topic rate in the first and the last round and last - first
+    (the topic-drift probe: round 1 vs round 3 in the paper's three-round groups)."""
+    out = {}
+    for (src, st), g in by_round.groupby(["source", "setup"], sort=True):
+        g = g.set_index("round")
+        first, last = int(g.index.min()), int(g.index.max())
+        a, b = float(g.loc[first, "on_topic_rate"]), float(g.loc[last, "on_topic_rate"])
+        out[f"{src}/{st}"] = {"first_round": first, "last_round": last, "rate_first": a, "rate_last": b,
+                              "change": b - a, "n_labelled_first": int(g.loc[first, "n_labelled"]),
+                              "n_labelled_last": int(g.loc[last, "n_labelled"])}
+    return out
+
+
 def _convergence(w: pd.DataFrame, ch: str, R: int, boot: dict) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
     """Per-group convergence and partner gaps of one channel, with their CI summary."""
     g = group_convergence(w, ch, R)

@@ -81,3 +81,59 @@ def error_scatter(bars, path: Path) -> None:
     fig.suptitle("stance errors across models (one point per split/model/setup)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+
+
+def annotator_agreement(kappa, headline, own: str, path: Path) -> None:
+    """``roleplay annotators``: left, Cohen's kappa against the run's classifier per label (stance
+    one-vs-rest 1-6, overall, quadratic-weighted; on-topic); right, each headline metric under the
+    run's classifier (x) and under each other classifier (y), on the diagonal when they agree."""
+    fig, (a1, a2) = subplots(1, 2, figsize=(11, 4.2))
+    keys = [("stance", str(k)) for k in range(1, 7)] + [("stance", "overall"), ("stance", "overall_quadratic"),
+                                                        ("on_topic", "overall")]
+    others = list(dict.fromkeys(kappa["classifier"]))
+    w = 0.8 / max(len(others), 1)
+    for i, p in enumerate(others):
+        k = kappa[kappa["classifier"] == p].set_index(["task", "label"])["kappa"]
+        ys = [float(k.get(key, np.nan)) for key in keys]
+        a1.bar(np.arange(len(keys)) + (i - (len(others) - 1) / 2) * w, np.nan_to_num(ys), width=w, label=p)
+    a1.set_xticks(range(len(keys)), [f"{t.replace('_', '-')} {lab.replace('overall_', '')}" for t, lab in keys],
+                  rotation=40, ha="right", fontsize=7)
+    a1.axhline(0, color="grey", lw=0.8)
+    a1.set_ylabel("Cohen's kappa vs the run's classifier (NaN shown as 0)")
+    a1.set_title(f"agreement with {own}", fontsize=9)
+    a1.legend(fontsize=7)
+    for p in others:
+        if p in headline:
+            a2.scatter(headline[own], headline[p], s=14, label=p)
+    lo = np.nanmin(headline.drop(columns="metric").to_numpy(dtype=float)) if len(headline) else 0.0
+    hi = np.nanmax(headline.drop(columns="metric").to_numpy(dtype=float)) if len(headline) else 1.0
+    a2.plot([lo, hi], [lo, hi], color="grey", lw=0.8, ls=":")
+    a2.set_xlabel(f"headline metric under {own}")
+    a2.set_ylabel("under the other classifier")
+    a2.set_title("headline metrics recomputed per classifier", fontsize=9)
+    a2.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def probe_bars(temperature, memory, path: Path) -> None:
+    """``roleplay probes``: tweet and private delta SD of the full-dynamics cells per probe condition
+    (left: temperature; right: full vs ablated memory), the humans' as dotted lines."""
+    fig, axes = subplots(1, 2, figsize=(10, 3.8), sharey=True)
+    for ax, (title, df) in zip(axes, (("decoding temperature", temperature), ("memory ablation", memory))):
+        d = df[df["setup"] == "full_dynamics"] if len(df) else df
+        labels = [f"{c}\n{s}" for c, s in zip(d["condition"], d["source"])]
+        xs = np.arange(len(d))
+        for i, (name, color) in enumerate((("tweet", "C0"), ("private", "C1"))):
+            if len(d):
+                ax.bar(xs + (i - 0.5) * 0.4, d[f"{name}_delta_sd"].to_numpy(float), width=0.4, color=color,
+                       label=f"{name} delta SD")
+                ax.axhline(float(d[f"human_{name}_delta_sd"].iloc[0]), color=color, ls=":", lw=1,
+                           label=f"human {name}")
+        ax.set_xticks(xs, labels, fontsize=7)
+        ax.axhline(0, color="grey", lw=0.8)
+        ax.set_title(f"{title} (full dynamics)" if len(d) else f"{title}: no run", fontsize=9)
+    axes[0].set_ylabel("end SD - start SD")
+    axes[1].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)

@@ -26,8 +26,9 @@ def demographics_text(demo: dict) -> str:
 
 def render(mem: Memory, P: dict) -> list[dict[str, str]]:
     """System (persona) + one user message whose blocks are the memory components, in order."""
-    blocks = [P["task"].format(topic=mem.topic),
-              P["initial"].format(text=_q(mem.initial_text, P), stance=_fmt_stance(mem.initial_stance))]
+    blocks = [P["task"].format(topic=mem.topic)]
+    if mem.initial_text is not None:   # None: ablated, the block is left out (not shown as missing)
+        blocks.append(P["initial"].format(text=_q(mem.initial_text, P), stance=_fmt_stance(mem.initial_stance)))
     for rv in mem.rounds:
         lines = [P["round_header"].format(r=rv.round, partner=rv.partner_name)]
         if rv.own_tweet is not None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import copy
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 import pandas as pd
@@ -125,8 +125,10 @@ def human_rows(groups: list[Group], max_utterances: int | None = None) -> pd.Dat
 
 def simulate(engine: Any, groups: list[Group], setup: str, P: dict, *, source: str, seed: int,
              temperature: float, top_p: float, max_tokens: int, max_utterances: int | None = None,
+             memory_ablate: Iterable[str] = (),
              progress: Callable[[int, int], None] | None = None) -> tuple[pd.DataFrame, dict]:
-    """Run one setup on every group; returns (messages, info)."""
+    """Run one setup on every group; returns (messages, info). ``memory_ablate``: memory components
+    every agent's prompt leaves out (``memory.ABLATABLE``; the memory-ablation probe)."""
     if setup not in SETUPS:
         raise ValueError(f"setup must be one of {SETUPS}, got {setup!r}")
     human = [truncate_chats(g, max_utterances) for g in groups]
@@ -141,7 +143,7 @@ def simulate(engine: Any, groups: list[Group], setup: str, P: dict, *, source: s
     t_all = time.perf_counter()
     model_s = new_tokens = 0
     for key, items in plan:
-        convs = [render(build_memory(hist[gi], pid, slot), P) for gi, pid, slot in items]
+        convs = [render(build_memory(hist[gi], pid, slot, memory_ablate), P) for gi, pid, slot in items]
         seeds = [slot_seed(seed, source, setup, human[gi].group_id, pid, *slot) for gi, pid, slot in items]
         t0 = time.perf_counter()
         outs = engine.chat(convs, temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seeds)

@@ -160,6 +160,7 @@ def _must_match(r: Run) -> dict[str, Any]:
             "data.part": c.data.part,
             "seed": c.seed,
             "generation": c.generation.model_dump(mode="json"),
+            "memory": c.memory.model_dump(mode="json"),   # an ablated run is a probe (roleplay probes), not an arm
             "classifier (as resolved)": {**c.classifier.over_model(c.models[0]).model_dump(mode="json"),
                                          "max_tokens": c.classifier.max_tokens,
                                          "stance_readout": c.classifier.stance_readout},
