@@ -16,12 +16,27 @@ its own turn:
   masked; ``filler``: neutral sentences length-matched (tokens) to the full response;
   ``unrelated``: the answer-stripped reasoning of a response to another question family;
 * cues: the peer's name carries a source description crossing track record (good/poor) with
-  status (professor/ordinary); ``self_label``: the same text labelled as the receiver's own
-  previous response instead of another agent's (same slot); ``moved``: the same text with the
-  other-agent label placed before the question instead of after it (position control).
+  status (professor/ordinary), "Agent k ({status}, {record})"; ``self_label``: the same text
+  labelled as the receiver's own previous response instead of another agent's (same slot);
+  ``moved``: the same text with the other-agent label placed before the question instead of
+  after it (position control).
 
 reasoning share = reasoning effect / (reasoning effect + answer effect) (ratio of means);
 record/status ratio = mean(good - poor) / mean(professor - ordinary).
+
+Cue sets. ``original`` (prompt keys ``status`` / ``record``) is the paper's wording: a numeric
+record ("correct 9 times out of 10" vs "1 time out of 10") against a descriptive status, so a
+larger record effect could be a stronger or longer wording rather than a stronger dimension.
+``matched`` (``status_matched`` / ``record_matched``, opt-in) is the magnitude-matched set: both
+phrases in one template ("who is a professor / layperson in this field", "who has answered most
+past questions correctly / wrongly"), of equal length in words (7 each, near-equal in tokens:
+``phrase_tokens``), each contrast a single-word swap between polar terms with the same hedge
+("most"), so the two dimensions differ in content only. Its crossed cues are
+``good_professor@matched`` etc.; ``no_message``, ``plain``, ``self_label`` and ``moved`` are shared.
+Per set the summary reports the magnitude of each single-dimension contrast (record effect,
+status effect, family-clustered intervals) beside their ratio, under ``cue_sets``. No
+margin-calibrated matching: rescaling or selecting pairs by their measured margins would condition
+on the outcome being compared.
 """
 from __future__ import annotations
 
@@ -40,6 +55,7 @@ from simulate.debate.questions import Item
 ABLATIONS = ("no_message", "full", "answer_only", "reasoning_only", "filler", "unrelated")
 CUES = ("no_message", "plain", "good_professor", "good_ordinary", "poor_professor", "poor_ordinary",
         "self_label", "moved")
+CROSSED = ("good_professor", "good_ordinary", "poor_professor", "poor_ordinary")   # {record}_{status}
 
 
 def strip_answer(text: str, labels: Sequence[str], mask: str = "___") -> str:
@@ -66,6 +82,18 @@ def filler_text(tokenizer: Any, n_tokens: int, sentences: Sequence[str], rng: np
         parts.append(sentences[int(rng.integers(len(sentences)))])
     ids = tokenizer(" ".join(parts), add_special_tokens=False).input_ids[:max(n_tokens, 1)]
     return tokenizer.decode(ids, skip_special_tokens=True)
+
+
+def unrelated_reasoning(items: dict[str, Item], pool: Sequence[tuple[str, str]], family: str,
+                        rng: np.random.Generator) -> str | None:
+    """The answer-stripped text of a response to a question of another family than ``family``:
+    seeded choice from ``pool`` ((qid, response) pairs, in a fixed order); None where no other
+    family is there. One draw from ``rng`` when there is a candidate, none otherwise."""
+    others = [(q, t) for q, t in pool if items[q].family != family]
+    if not others:
+        return None
+    q, t = others[int(rng.integers(len(others)))]
+    return strip_answer(t, items[q].labels)
 
 
 def select_pairs(items: dict[str, Item], turns: pd.DataFrame, *, seed: int = 0, max_pairs: int | None = None,
@@ -102,17 +130,13 @@ def _peer_name(pair: dict, P: dict, desc: str | None = None) -> str:
 def ablation_contexts(items: dict[str, Item], pairs: Sequence[dict], P: dict, tokenizer: Any, *,
                       seed: int = 0) -> tuple[list[dict], list[list[dict]]]:
     meta, convs = [], []
-    fam_of = [p["family"] for p in pairs]
+    pool = [(o["qid"], o["peer_text"]) for o in pairs]
     for n, p in enumerate(pairs):
         it = items[p["qid"]]
         labs = it.labels
         rng = make_rng(seed, 29, n)
         name = _peer_name(p, P)
-        others = [k for k in range(len(pairs)) if fam_of[k] != p["family"]]
-        unrelated = None
-        if others:
-            o = pairs[others[int(rng.integers(len(others)))]]
-            unrelated = strip_answer(o["peer_text"], items[o["qid"]].labels)
+        unrelated = unrelated_reasoning(items, pool, p["family"], rng)  # drawn before the filler: same stream
         full_tokens = len(tokenizer(p["peer_text"], add_special_tokens=False).input_ids)
         texts = {"full": p["peer_text"],
                  "answer_only": f"Answer: {p['peer_answer']}",
@@ -131,16 +155,47 @@ def ablation_contexts(items: dict[str, Item], pairs: Sequence[dict], P: dict, to
     return meta, convs
 
 
-def cue_contexts(items: dict[str, Item], pairs: Sequence[dict], P: dict) -> tuple[list[dict], list[list[dict]]]:
+def cue_phrases(P: dict, cue_set: str) -> tuple[dict[str, str], dict[str, str]]:
+    """(status, record) descriptions of one cue set: ``original`` reads the prompt keys ``status`` /
+    ``record``, any other set ``status_<set>`` / ``record_<set>``."""
+    keys = ("status", "record") if cue_set == "original" else (f"status_{cue_set}", f"record_{cue_set}")
+    if any(k not in P for k in keys):
+        raise ValueError(f"unknown cue set {cue_set!r}: the prompts have no {keys[0]!r} / {keys[1]!r}")
+    return P[keys[0]], P[keys[1]]
+
+
+def cue_name(cue: str, cue_set: str) -> str:
+    """The intervention name of a crossed cue in a set; the original set keeps the bare names."""
+    return cue if cue_set == "original" else f"{cue}@{cue_set}"
+
+
+def cue_descriptions(P: dict, cue_set: str) -> dict[str, str]:
+    """Intervention name -> the peer's source description, for the four crossed cues of a set."""
+    status, record = cue_phrases(P, cue_set)
+    return {cue_name(f"{rec}_{st}", cue_set): f"{status[st]}, {record[rec]}"
+            for rec in ("good", "poor") for st in ("professor", "ordinary")}
+
+
+def phrase_tokens(P: dict, cue_set: str, tokenizer: Any) -> dict[str, int]:
+    """Token length of each phrase of a set under ``tokenizer`` (leading space, as it follows a
+    comma or parenthesis in the name): the check that a set's wording is length-matched."""
+    status, record = cue_phrases(P, cue_set)
+    return {k: len(tokenizer(" " + v, add_special_tokens=False).input_ids) for k, v in {**status, **record}.items()}
+
+
+def cue_contexts(items: dict[str, Item], pairs: Sequence[dict], P: dict,
+                 sets: Sequence[str] = ("original",)) -> tuple[list[dict], list[list[dict]]]:
+    """Cue contexts per pair: the shared controls once, the four crossed cues per cue set (in
+    ``sets`` order, between ``plain`` and ``self_label``: the default order is the one set's)."""
+    descs = {n: d for s in sets for n, d in cue_descriptions(P, s).items()}
+    order = ["no_message", "plain", *descs, "self_label", "moved"]
     meta, convs = [], []
     for p in pairs:
         it = items[p["qid"]]
         ctx = {"no_message": reflection_messages(it, p["own_text"], P),
                "plain": debate_messages(it, p["own_text"], [(_peer_name(p, P), p["peer_text"])], P)}
-        for rec in ("good", "poor"):
-            for st in ("professor", "ordinary"):
-                desc = f"{P['status'][st]}, {P['record'][rec]}"
-                ctx[f"{rec}_{st}"] = debate_messages(it, p["own_text"], [(_peer_name(p, P, desc), p["peer_text"])], P)
+        for name, desc in descs.items():
+            ctx[name] = debate_messages(it, p["own_text"], [(_peer_name(p, P, desc), p["peer_text"])], P)
         ctx["self_label"] = debate_messages(it, p["own_text"], [(P["self_name"], p["peer_text"])], P)
         moved = reflection_messages(it, p["own_text"], P)
         moved[-3] = {"role": "user",  # the question turn: the peer's message now precedes the question
@@ -149,7 +204,7 @@ def cue_contexts(items: dict[str, Item], pairs: Sequence[dict], P: dict) -> tupl
             peers="(see the response quoted before the question)",
             instruction=P["instruction"].format(labels=labels_text(it.labels)))}
         ctx["moved"] = moved
-        for cond in CUES:
+        for cond in order:
             convs.append(readout_prefill(ctx[cond], "", P))
             meta.append({**_pmeta(p, it), "intervention": cond})
     return meta, convs
@@ -186,6 +241,36 @@ def _ratio_ci(num: np.ndarray, den: np.ndarray, fam: np.ndarray, n_boot: int, se
     return {"estimate": est, "ci_low": lo, "ci_high": hi}
 
 
+def cue_sets_in(columns: Sequence[str]) -> list[str]:
+    """The cue sets whose four crossed cues are all columns of a wide table (original first)."""
+    cols = set(columns)
+    sets = ["original"] if set(CROSSED) <= cols else []
+    for c in columns:
+        s = c.split("@", 1)[1] if "@" in c and not c.startswith("effect_") else None
+        if s and s not in sets and {cue_name(x, s) for x in CROSSED} <= cols:
+            sets.append(s)
+    return sets
+
+
+def cue_contrasts(w: pd.DataFrame, cue_set: str, *, n_boot: int = 2000, seed: int = 0,
+                  ci: float = 0.95) -> dict[str, Any]:
+    """One cue set's single-dimension contrasts (record: good - poor, status: professor - ordinary,
+    each averaged over the other dimension), their ratio, and status within a poor record."""
+    fam = w["family"].to_numpy()
+    gp, go, pp_, po = (w[cue_name(x, cue_set)] for x in CROSSED)
+    rec = ((gp + go) - (pp_ + po)).to_numpy(float) / 2
+    sta = ((gp + pp_) - (go + po)).to_numpy(float) / 2
+    pp = (pp_ - po).to_numpy(float)
+    out: dict[str, Any] = {}
+    for name, v in (("record_effect", rec), ("status_effect", sta)):
+        est, lo, hi = cluster_bootstrap(lambda idx: float(np.nanmean(v[idx])), fam, n_boot=n_boot, seed=seed, ci=ci)
+        out[name] = {"mean": est, "ci_low": lo, "ci_high": hi}
+    out["record_status_ratio"] = _ratio_ci(rec, sta, fam, n_boot, seed, ci)
+    est, lo, hi = cluster_bootstrap(lambda idx: float(np.nanmean(pp[idx])), fam, n_boot=n_boot, seed=seed, ci=ci)
+    out["status_within_poor_record"] = {"mean": est, "ci_low": lo, "ci_high": hi}
+    return out
+
+
 def summarize_effects(w: pd.DataFrame, *, n_boot: int = 2000, seed: int = 0, ci: float = 0.95) -> dict[str, Any]:
     fam = w["family"].to_numpy()
     out: dict[str, Any] = {"n_pairs": int(len(w)), "effects": {}}
@@ -209,17 +294,11 @@ def summarize_effects(w: pd.DataFrame, *, n_boot: int = 2000, seed: int = 0, ci:
             out["additivity"] = {"full": float(np.nanmean(full)), "answer_plus_reasoning": float(np.nanmean(parts)),
                                  "full_minus_parts": {"mean": est, "ci_low": lo, "ci_high": hi},
                                  "full_over_parts": _ratio_ci(full, parts, fam, n_boot, seed, ci)}
-    cues = {"good_professor", "good_ordinary", "poor_professor", "poor_ordinary"}
-    if cues <= set(w.columns):
-        rec = ((w["good_professor"] + w["good_ordinary"]) - (w["poor_professor"] + w["poor_ordinary"])).to_numpy(float) / 2
-        sta = ((w["good_professor"] + w["poor_professor"]) - (w["good_ordinary"] + w["poor_ordinary"])).to_numpy(float) / 2
-        for name, v in (("record_effect", rec), ("status_effect", sta)):
-            est, lo, hi = cluster_bootstrap(lambda idx: float(np.nanmean(v[idx])), fam, n_boot=n_boot, seed=seed, ci=ci)
-            out[name] = {"mean": est, "ci_low": lo, "ci_high": hi}
-        out["record_status_ratio"] = _ratio_ci(rec, sta, fam, n_boot, seed, ci)
-        pp = (w["poor_professor"] - w["poor_ordinary"]).to_numpy(float)
-        est, lo, hi = cluster_bootstrap(lambda idx: float(np.nanmean(pp[idx])), fam, n_boot=n_boot, seed=seed, ci=ci)
-        out["status_within_poor_record"] = {"mean": est, "ci_low": lo, "ci_high": hi}
+    sets = cue_sets_in(w.columns)
+    per_set = {s: cue_contrasts(w, s, n_boot=n_boot, seed=seed, ci=ci) for s in sets}
+    out.update(per_set.get("original", {}))   # the paper's set at the top level, as before
+    if set(sets) - {"original"}:   # only when another set was asked for: the default summary is unchanged
+        out["cue_sets"] = per_set
     if {"self_label", "plain", "moved"} <= set(w.columns):
         lab = (w["plain"] - w["self_label"]).to_numpy(float)
         pos = (w["plain"] - w["moved"]).to_numpy(float)

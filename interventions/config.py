@@ -4,7 +4,7 @@ is looked up among the debate configs (any debate config is a valid influence co
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
 from pydantic import Field, field_validator
 
@@ -18,6 +18,9 @@ CONFIGS_DIR = Path(__file__).resolve().parent / "configs"
 class Readout(Strict):
     fractions: list[float] = [0.0, 0.25, 0.5, 0.75, 1.0]
     rounds: Optional[list[int]] = Field(None, description="receiver rounds to read (default: all >= 1)")
+    controls: list[Literal["unrelated", "filler"]] = Field(
+        [], description="also read each debate turn with its peer messages replaced by unrelated reasoning "
+                        "and/or length-matched neutral filler (conditions debate@unrelated, debate@filler)")
 
     @field_validator("fractions")
     @classmethod
@@ -26,10 +29,33 @@ class Readout(Strict):
             raise ValueError(f"every fraction must lie in [0, 1], got {v}")
         return sorted(set(v))
 
+    @field_validator("controls")
+    @classmethod
+    def _ctl(cls, v):
+        return list(dict.fromkeys(v))  # a control named twice is read once
+
 
 class Interventions(Strict):
     max_pairs: Optional[int] = Field(None, ge=1, description="receiver-peer pairs to test (default all)")
     require_disagreement: bool = True
+
+
+CUE_SETS = ("original", "matched")   # source-cue phrase sets in the debate prompts (interventions.ablations)
+
+
+class Cues(Strict):
+    sets: list[str] = Field(["original"], description="source-cue phrase sets to cross (record x status): "
+                                                      "original (the paper's wording), matched (magnitude-matched)")
+
+    @field_validator("sets")
+    @classmethod
+    def _sets(cls, v):
+        bad = [s for s in v if s not in CUE_SETS]
+        if bad:
+            raise ValueError(f"unknown cue set {bad[0]!r} (known: {', '.join(CUE_SETS)})")
+        if not v:
+            raise ValueError(f"name at least one cue set ({', '.join(CUE_SETS)})")
+        return list(dict.fromkeys(v))   # a set named twice is read once
 
 
 class InfluenceConfig(DebateConfig):
@@ -39,6 +65,7 @@ class InfluenceConfig(DebateConfig):
     source_run: Optional[str] = None
     readout: Readout = Readout()
     interventions: Interventions = Interventions()
+    cues: Cues = Cues()
 
 
 def resolve_config_path(config: str | Path) -> Path:

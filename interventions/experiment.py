@@ -83,7 +83,8 @@ def run_influence(cfg: InfluenceConfig, verb: str, out: Path | None = None, *, p
     if verb == "readout":
         turns, items = source_turns(cfg, run, eng, cfg.rounds, progress)
         table = ro.run_readouts(eng, items, turns, P, fractions=cfg.readout.fractions, rounds=cfg.readout.rounds,
-                                seed=cfg.seed, progress=progress if cfg.source_run else None)
+                                seed=cfg.seed, controls=cfg.readout.controls,
+                                progress=progress if cfg.source_run else None)
         run.write_table("readouts", table)
         if len(table):
             summary["n_readouts"] = int(len(table))
@@ -95,10 +96,18 @@ def run_influence(cfg: InfluenceConfig, verb: str, out: Path | None = None, *, p
                 run.write_table("committed_paired", pd.DataFrame(paired.pop("questions", []), columns=[
                     "qid", "family", "debate", "reflection", "difference"]))
                 summary["committed_at_read"]["paired_f0"] = paired
+                ctl = [c for c in ro.gap_conditions(table["condition"]) if c != "debate"]
+                if ctl:  # the same pairing with the peers' content replaced (paper §4.1 controls)
+                    summary["committed_at_read"]["paired_f0_controls"] = {
+                        c: {k: v for k, v in ro.paired_committed_at_read(
+                            table, n_boot=a.n_boot, seed=cfg.seed, ci=a.ci, condition=c).items() if k != "questions"}
+                        for c in ctl}
             summary["message_effect_round1"] = ro.message_effects(table, n_boot=a.n_boot, seed=cfg.seed, ci=a.ci)
             if make_plots:
                 from interventions import plots
                 plots.committed(summary["committed_at_read"], run.plot_path("committed_at_read"))
+                if len(summary["committed_at_read"].get("gaps_f0", {})) > 1:
+                    plots.committed_gaps(summary["committed_at_read"]["gaps_f0"], run.plot_path("committed_gaps"))
     else:
         turns, items = source_turns(cfg, run, eng, 0, progress)
         pairs = ab.select_pairs(items, turns, seed=cfg.seed, max_pairs=cfg.interventions.max_pairs,
@@ -108,16 +117,20 @@ def run_influence(cfg: InfluenceConfig, verb: str, out: Path | None = None, *, p
             if verb == "ablate":
                 meta, convs = ab.ablation_contexts(items, pairs, P, eng.tokenizer, seed=cfg.seed)
             else:
-                meta, convs = ab.cue_contexts(items, pairs, P)
+                meta, convs = ab.cue_contexts(items, pairs, P, sets=cfg.cues.sets)
             table = ab.score_margins(eng, meta, convs)
             run.write_table("margins", table)
             w = ab.effects(table)
             run.write_table("effects", w)
             summary.update(ab.summarize_effects(w, n_boot=a.n_boot, seed=cfg.seed, ci=a.ci))
+            for cs, d in summary.get("cue_sets", {}).items():   # the wording's length match, in this model's tokens
+                d["phrase_tokens"] = ab.phrase_tokens(P, cs, eng.tokenizer)
             if make_plots and summary.get("effects"):
                 from interventions import plots
                 plots.effect_bars(summary["effects"], run.plot_path(f"{verb}_effects"),
                                   title="message ablations" if verb == "ablate" else "source cues / attribution")
+                if summary.get("cue_sets"):
+                    plots.cue_sets(summary["cue_sets"], run.plot_path("cue_sets"))
     run.write_summary(summary)
     run.finish()
     return run, summary

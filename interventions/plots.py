@@ -30,6 +30,28 @@ def committed(cr: dict[str, Any], path: Path) -> Path:
     return path
 
 
+def committed_gaps(gaps: dict[str, Any], path: Path) -> Path:
+    """The f = 0 committed-at-read gap vs reflection side by side: debate and its controls."""
+    fig = _fig(5.0, 4.0)
+    ax = fig.add_subplot(111)
+    names = list(gaps)
+    y = [gaps[n]["delta"] for n in names]
+    err = [[max(0.0, gaps[n]["delta"] - gaps[n]["ci_low"]) if gaps[n]["ci_low"] == gaps[n]["ci_low"] else 0
+            for n in names],
+           [max(0.0, gaps[n]["ci_high"] - gaps[n]["delta"]) if gaps[n]["ci_high"] == gaps[n]["ci_high"] else 0
+            for n in names]]
+    ax.bar(range(len(names)), [v if v == v else 0 for v in y], yerr=err, capsize=3,
+           color=[COLORS.get(n, "#7f8c8d") for n in names])
+    ax.axhline(0, color="k", lw=0.8)
+    ax.set_xticks(range(len(names)))
+    ax.set_xticklabels([f"{n}\n(n={gaps[n]['n']})" for n in names], fontsize=8)
+    ax.set_ylabel("committed-at-read at f = 0,\nminus reflection")
+    ax.set_title("committed-at-read gap: peers' content vs controls", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path)
+    return path
+
+
 def effect_bars(eff: dict[str, Any], path: Path, *, title: str) -> Path:
     fig = _fig(6.0, 4.0)
     ax = fig.add_subplot(111)
@@ -43,6 +65,34 @@ def effect_bars(eff: dict[str, Any], path: Path, *, title: str) -> Path:
     ax.set_xticklabels(names, rotation=30, ha="right", fontsize=8)
     ax.set_ylabel("adoption-margin shift vs no message (logits)")
     ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path)
+    return path
+
+
+def cue_sets(sets: dict[str, Any], path: Path) -> Path:
+    """Record and status effects side by side per cue set (original vs magnitude-matched), each
+    set's record/status ratio under its name."""
+    fig = _fig(5.5, 4.0)
+    ax = fig.add_subplot(111)
+    names, width = list(sets), 0.38
+
+    def err(d):   # NaN-safe interval half-widths
+        return (max(0.0, d["mean"] - d["ci_low"]) if d["ci_low"] == d["ci_low"] else 0,
+                max(0.0, d["ci_high"] - d["mean"]) if d["ci_high"] == d["ci_high"] else 0)
+
+    for k, (dim, color) in enumerate((("record_effect", "#1f618d"), ("status_effect", "#ca6f1e"))):
+        ds = [sets[n][dim] for n in names]
+        ax.bar([i + (k - 0.5) * width for i in range(len(names))],
+               [d["mean"] if d["mean"] == d["mean"] else 0 for d in ds],
+               width, yerr=list(zip(*map(err, ds))), capsize=3, color=color, label=dim.replace("_", " "))
+    ax.axhline(0, color="k", lw=0.8)
+    ax.set_xticks(range(len(names)))
+    ax.set_xticklabels([f"{n}\nrecord/status = {sets[n]['record_status_ratio']['estimate']:.2f}" for n in names],
+                       fontsize=8)
+    ax.set_ylabel("adoption-margin contrast (logits)")
+    ax.set_title("source cues: track record vs status, per cue set", fontsize=10)
+    ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path)
     return path

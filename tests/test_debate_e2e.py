@@ -19,7 +19,7 @@ ITEMS = [
     {"id": "t3", "domain": "values", "subdomain": "toy", "family": "fb", "question": "Tea or coffee?",
      "options": ["Tea", "Coffee"], "reference": None},
     {"id": "t4", "domain": "knowledge", "subdomain": "toy", "family": "fc", "question": "How many legs has a cat?",
-     "options": None, "reference": 4},  # numeric: excluded, counted
+     "options": None, "reference": 4},  # numeric: its own table and rows (numeric.py)
 ]
 
 
@@ -44,14 +44,22 @@ def test_debate_and_reflection_end_to_end(debate_run, hf_engine):
     r0 = turns[turns["round"] == 0].sort_values(["qid", "agent", "condition"])
     # round 0 is shared: identical responses in both conditions
     assert (r0.groupby(["qid", "agent"])["response"].nunique() == 1).all()
-    assert s["exclusions"]["n"] == 1 and "numeric" in next(iter(s["exclusions"]["by_reason"]))
+    # the numeric item runs in the same batches; its turns sit apart from the label-scored table
+    assert s["exclusions"]["n"] == 0 and "t4" not in set(turns["qid"])
+    nt = run.read_table("numeric_turns")
+    assert set(nt["qid"]) == {"t4"} and len(nt) == 3 * 2 * 2 and (nt["reference"] == 4.0).all()
+    assert nt.loc[nt["round"] == 0, "shared"].all() and not nt.loc[nt["round"] == 1, "shared"].any()
+    assert (nt["parsed"] == nt["value"].notna()).all()
+    nm = s["numeric"]
+    assert nm["n_questions"] == 1 and nm["n_replies"] == 3 + 3 * 2 and set(nm["conditions"]) == {"debate", "reflection"}
+    assert len(run.read_table("numeric_by_round")) == 2 * 2
     assert 0.0 <= s["parse_rate"] <= 1.0 and "n_truncated" in s
     # unparsed answers are never an option
     assert turns.loc[~turns["parsed"], "answer"].isna().all()
     assert (run.path / "summary.json").is_file() and (run.path / "plots" / "unanimity_by_round.png").is_file()
     assert json.loads((run.path / "provenance.json").read_text())["prompts"]["sha256"]
     batches = run.read_table("batches")
-    assert list(batches["batch_size"]) == [9, 18]  # one batch per round across questions and conditions
+    assert list(batches["batch_size"]) == [12, 24]  # one batch per round across questions and conditions
     # rerun is free (the call store) and gives the same table
     from simulate.debate.experiment import report
     s2 = report(run.path, make_plots=False)
@@ -150,18 +158,48 @@ def test_real_debate_read_as_council_traces(debate_run, tmp_path):
 
 def test_readout_summary_pairs_committed_at_read_by_question(debate_run, hf_engine, tmp_path):
     """``chorus influence readout`` on the embedded model's debate: the paired committed-at-read of
-    Table 9 sits in the summary beside the pooled rate, its per-question rows in a table."""
+    Table 9 sits in the summary beside the pooled rate, its per-question rows in a table; with
+    ``readout.controls`` each debate turn is read again with its peers' texts replaced (§4.1)."""
     from interventions.experiment import run_influence
-    from interventions.readout import paired_committed_at_read
+    from interventions.readout import paired_committed_at_read, readout_jobs
+    from simulate.debate.experiment import load_items
     run, _ = debate_run
     cfg = InfluenceConfig(name="e2e", source_run=str(run.path), model={"backend": "hf"},
-                          readout={"fractions": [0.0]}, analysis={"n_boot": 30, "n_perm": 30})
-    r, s = run_influence(cfg, "readout", tmp_path / "readout", engine=hf_engine, make_plots=False)
+                          readout={"fractions": [0.0], "controls": ["unrelated", "filler"]},
+                          analysis={"n_boot": 30, "n_perm": 30})
+    r, s = run_influence(cfg, "readout", tmp_path / "readout", engine=hf_engine)
     table = r.read_table("readouts")
     want = paired_committed_at_read(table, n_boot=30, seed=cfg.seed)
     got = s["committed_at_read"]["paired_f0"]
     assert got["n_questions"] == want["n_questions"] == len(r.read_table("committed_paired"))
     assert json.dumps({k: v for k, v in want.items() if k != "questions"}, sort_keys=True) == json.dumps(got, sort_keys=True)
+    # the controls: every debate turn once more per control (two families: unrelated reasoning exists),
+    # the same turn's answers, other contexts
+    key = ["qid", "agent", "round", "f"]
+    d = table[table["condition"] == "debate"].set_index(key).sort_index()
+    for ctl in ("debate@unrelated", "debate@filler"):
+        c = table[table["condition"] == ctl].set_index(key).sort_index()
+        assert c.index.equals(d.index)
+        assert (c["changed"] == d["changed"]).all() and c["answer"].equals(d["answer"])
+    cr = s["committed_at_read"]
+    if "gaps_f0" in cr:  # reflection and debate both had an answer change
+        assert list(cr["gaps_f0"]) == ["debate", "debate@unrelated", "debate@filler"]
+        assert (r.path / "plots" / "committed_gaps.png").is_file()
+        assert set(cr["paired_f0_controls"]) == {"debate@unrelated", "debate@filler"}
+    # the filler matches each replaced peer text in the model's tokens (decode / re-encode: within a token)
+    tok = hf_engine.tokenizer
+    meta, convs = readout_jobs(load_items(run.path), run.read_table("turns"), load_prompts(), fractions=[0.0],
+                               tokenizer=tok, controls=["filler"])
+    plain = {(m["qid"], m["agent"]): c for m, c in zip(meta, convs) if m["condition"] == "debate"}
+    for m, c in zip(meta, convs):
+        if m["condition"] == "debate@filler":
+            def texts(conv):
+                return [b.split('"""\n', 1)[1].rsplit('\n"""', 1)[0] for b in conv[-2]["content"].split("'s response:\n")[1:]]
+            for new, old in zip(texts(c), texts(plain[(m["qid"], m["agent"])])):
+                n_new, n_old = (len(tok(x, add_special_tokens=False).input_ids) for x in (new, old))
+                assert abs(n_new - n_old) <= 1 and new != old
+    print({k: {f: v["share"] for f, v in by.items()} for k, by in cr["by_condition"].items()},
+          {k: v["delta"] for k, v in cr.get("gaps_f0", {}).items()})
 
 
 def test_real_debate_read_by_the_belief_layer(debate_run, hf_engine):
@@ -216,3 +254,95 @@ def test_real_debate_counterfactual_replays_exactly(debate_run, hf_engine):
     cut = t[(t["condition"] == "cut") & (t["round"] == 1) & (t["agent"] == 0)]
     assert len(cut) == 3 and cut["response"].map(len).gt(0).all()
     assert set(report(run.path, make_plots=False)["counterfactual"]) == {"counterfactual-a0-p1-r1"}
+
+
+def test_influence_cues_with_the_magnitude_matched_set(debate_run, hf_engine, tmp_path):
+    """``chorus influence cues`` with ``cues.sets: [original, matched]`` on the embedded model's
+    debate: per pair the shared controls once and four crossed cues per set, the matched ones named
+    ``cue@matched``; the summary's per-set contrasts and ratio are those of the effects table, the
+    original set's as the default run reports them."""
+    from interventions import ablations as ab
+    from interventions.experiment import run_influence
+    run, _ = debate_run
+    kw = dict(name="e2e", source_run=str(run.path), model={"backend": "hf"},
+              analysis={"n_boot": 30, "n_perm": 30}, interventions={"require_disagreement": False})
+    r, s = run_influence(InfluenceConfig(**kw, cues={"sets": ["original", "matched"]}), "cues",
+                         tmp_path / "both", engine=hf_engine)
+    turns = run.read_table("turns")
+    r0 = turns[(turns["round"] == 0) & (turns["condition"] == "debate")]
+    assert s["n_pairs"] == int((r0.groupby("qid")["parsed"].sum() >= 2).sum())
+    if not s["n_pairs"]:
+        pytest.skip("no round-0 pair with two parsed answers in this debate")
+    matched = [ab.cue_name(c, "matched") for c in ab.CROSSED]
+    m = r.read_table("margins")
+    assert m["margin"].notna().all()
+    for _, g in m.groupby("qid", sort=False):
+        assert list(g["intervention"]) == ["no_message", "plain", *ab.CROSSED, *matched, "self_label", "moved"]
+    assert set(matched) <= set(s["effects"])
+    cs = s["cue_sets"]
+    assert list(cs) == ["original", "matched"]
+    w = r.read_table("effects")
+    for name, d in cs.items():
+        assert set(d) == {"record_effect", "status_effect", "record_status_ratio", "status_within_poor_record",
+                          "phrase_tokens"}
+        assert d["phrase_tokens"] == ab.phrase_tokens(load_prompts(), name, hf_engine.tokenizer)
+        crossed = [w[ab.cue_name(c, name)] for c in ab.CROSSED]
+        rec = ((crossed[0] + crossed[1]) - (crossed[2] + crossed[3])) / 2
+        sta = ((crossed[0] + crossed[2]) - (crossed[1] + crossed[3])) / 2
+        assert d["record_effect"]["mean"] == pytest.approx(rec.mean())
+        assert d["status_effect"]["mean"] == pytest.approx(sta.mean())
+        assert d["record_status_ratio"]["estimate"] == pytest.approx(rec.mean() / sta.mean(), nan_ok=True)
+    assert {k: s[k] for k in ("record_effect", "status_effect", "record_status_ratio")} == \
+        {k: v for k, v in cs["original"].items() if k in ("record_effect", "status_effect", "record_status_ratio")}
+    assert (r.path / "plots" / "cue_sets.png").is_file() and (r.path / "plots" / "cues_effects.png").is_file()
+    # the default run: no matched rows, no per-set block, the same original margins (batched float32: ~1e-6)
+    r1, s1 = run_influence(InfluenceConfig(**kw), "cues", tmp_path / "default", engine=hf_engine)
+    m1 = r1.read_table("margins")
+    assert list(m1.groupby("qid", sort=False).head(len(ab.CUES))["intervention"][:len(ab.CUES)]) == list(ab.CUES)
+    assert "cue_sets" not in s1 and not (r1.path / "plots" / "cue_sets.png").exists()
+    both = m[m["intervention"].isin(ab.CUES)].reset_index(drop=True)
+    assert both[["qid", "intervention"]].equals(m1[["qid", "intervention"]])
+    assert both["margin"].to_numpy() == pytest.approx(m1["margin"].to_numpy(), abs=1e-4)
+    print({k: v["record_status_ratio"]["estimate"] for k, v in cs.items()})
+
+
+def test_influence_paper_from_real_runs(debate_run, hf_engine, tmp_path):
+    """``chorus influence paper`` over the embedded model's debate and its readout and cue runs: each
+    section's rows are the runs' summary numbers, named by run; sections without runs name a command."""
+    from typer.testing import CliRunner
+
+    from chorus.cli import app
+    from core.runs import json_safe
+    from interventions.experiment import run_influence
+    run, s_debate = debate_run
+    cfg = InfluenceConfig(name="e2e", source_run=str(run.path), model={"backend": "hf"},
+                          readout={"fractions": [0.0]}, analysis={"n_boot": 20, "n_perm": 20},
+                          interventions={"require_disagreement": False})
+    ro, s_ro = run_influence(cfg, "readout", tmp_path / "readout", engine=hf_engine, make_plots=False)
+    cu, s_cu = run_influence(cfg, "cues", tmp_path / "cues", engine=hf_engine)
+    res = CliRunner().invoke(app, ["influence", "paper", str(run.path), str(ro.path), str(cu.path),
+                                   "--out", str(tmp_path / "paper")])
+    assert res.exit_code == 0, res.output
+    nb = json.loads((tmp_path / "paper" / "numbers.json").read_text())
+    sec = nb["sections"]
+    assert list(sec)[:3] == ["fig1_committed", "s41_gaps", "table9_paired"]       # the paper's order
+    assert {r["kind"] for r in nb["runs"]} == {"debate", "readout", "cues"}
+    for k in ("s44_knockout", "fig8_transfer", "table14_long"):
+        assert "chorus " in sec[k]["missing"]                                     # what makes the missing runs
+    assert "missing" in sec["s42_ablations"] and "influence ablate" in sec["s42_ablations"]["missing"]
+    by = s_ro.get("committed_at_read", {}).get("by_condition", {})
+    rows = sec["fig1_committed"].get("rows", [])
+    assert [[r["condition"], r["share"]] for r in rows] == json_safe([(c, v["share"]) for c, d in by.items()
+                                                                      for v in d.values()])   # NaN is null in JSON
+    assert all(r["run"] == ro.path.name and r["model"] == s_ro["model"] for r in rows)
+    if "record_status_ratio" in s_cu:
+        got = {r["quantity"]: r["value"] for r in sec["fig2_cues"]["rows"]}
+        assert got["record_status_ratio"] == json_safe(s_cu["record_status_ratio"]["estimate"])
+    out = [r for r in sec["s5_outcomes"].get("rows", [])]
+    assert len(out) == len(s_debate.get("paired", {}).get("deltas", [])) + ("n_eff_delta" in s_debate.get("paired", {}))
+    assert sec["numeric"]["rows"][0]["questions"] == 1                             # the numeric item's own rows
+    md = (tmp_path / "paper" / "paper.md").read_text()
+    assert md.index("Figure 1") < md.index("Table 9") < md.index("Figure 2") < md.index("Table 14")
+    assert "*Missing:*" in md and ro.path.name in md
+    bad = CliRunner().invoke(app, ["influence", "paper", str(tmp_path), "--out", str(tmp_path / "p2")])
+    assert bad.exit_code == 2 and "not a run directory" in bad.output

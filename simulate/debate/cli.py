@@ -42,6 +42,17 @@ def _print_debate(console, path: Path, s: dict) -> None:
         console.print(f"judge pass, {c}: parse rate {_fmt(j['parse_rate_before'])} -> {_fmt(j['parse_rate_after'])} "
                       f"({j['n_judged']} turns mapped); acc_final_majority {_fmt(m.get('acc_final_majority'))}, "
                       f"wrong_unanimity {_fmt(m.get('wrong_unanimity'))} after it")
+    for c, dims in ((s.get("by_frame") or {}).get("stakes") or {}).items():  # constructed scenarios by stakes level
+        console.print(f"stance change rate by stakes, {c}: " + "; ".join(
+            f"{d} low {_fmt(v['low']['change_rate'])} (n={v['low']['n_steps']}) -> high "
+            f"{_fmt(v['high']['change_rate'])} (n={v['high']['n_steps']})" for d, v in dims.items()))
+    nm = s.get("numeric")  # numeric items: their own rows (simulate/debate/numeric.py), apart from the above
+    if nm:
+        console.print(f"numeric ({nm['n_questions']} questions, {nm['n_unreadable']} of {nm['n_replies']} replies "
+                      f"unreadable): " + "; ".join(
+                          f"{c}: accuracy {_fmt(m['accuracy_by_round'].get(max(m['accuracy_by_round'])))}, agreement "
+                          f"{_fmt(m['agreement_by_round'].get(max(m['agreement_by_round'])))} at the final round"
+                          for c, m in nm["conditions"].items()))
     v = s.get("vote")  # the compute-matched vote arm (simulate/debate/voting.py)
     if v:
         tok = v["tokens_per_question"]
@@ -84,7 +95,12 @@ def _print_debate(console, path: Path, s: dict) -> None:
 def bench_cmd(out: Path = typer.Option(Path("runs/bench/mad_bench.jsonl"), "--out", help="Output JSONL."),
               data: Optional[Path] = typer.Option(None, "--data", help="Data folder replacing the evaluation sets shipped with chorus (default: the shipped sets)."),
               seed: int = typer.Option(0, "--seed", help="Selection and order seed."),
-              count: Optional[List[str]] = typer.Option(None, "--count", help="SUBDOMAIN=N (N or 'all').")) -> None:
+              count: Optional[List[str]] = typer.Option(None, "--count", help="SUBDOMAIN=N (N or 'all')."),
+              scenario_frames: str = typer.Option("default", "--scenario-frames",
+                                                  help="Frames of the constructed value scenarios: default "
+                                                       "(base / personal / public) or stakes (low / high quantity, "
+                                                       "personal, scrutiny, reversibility)."),
+              ) -> None:
     """Build a MAD-Bench-style JSONL (+ manifest) from the evaluation sets shipped with chorus (or --data)."""
     import json
 
@@ -95,7 +111,7 @@ def bench_cmd(out: Path = typer.Option(Path("runs/bench/mad_bench.jsonl"), "--ou
         for c in count or []:
             k, _, v = c.partition("=")
             counts[k] = None if v == "all" else int(v)
-        items, manifest = build_bench(data, seed=seed, counts=counts)
+        items, manifest = build_bench(data, seed=seed, counts=counts, scenario_frames=scenario_frames)
     except (ConfigError, ValueError) as err:
         _fail(err)
     manifest["output_sha256"] = write_bench(items, out)

@@ -22,9 +22,20 @@ class BenchSpec(Strict):
     data_dir: Optional[str] = None
     build_seed: int = 0
     counts: dict[str, Optional[int]] = Field(default_factory=dict, description="subdomain -> items (builder)")
+    scenario_frames: Literal["default", "stakes"] = Field(
+        "default", description="frames of the constructed value scenarios (builder): default = base / personal / "
+                               "public; stakes = base + low / high quantity, personal, scrutiny, reversibility")
     limit: Optional[int] = Field(None, ge=1, description="use the first N questions (the bench is shuffled)")
     subdomains: Optional[list[str]] = None
     domains: Optional[list[str]] = None
+
+    @model_validator(mode="after")
+    def _frames_need_build(self):
+        # a bench file carries its own questions: a frame set there would be silently ignored
+        if self.path and self.scenario_frames != "default":
+            raise ValueError(f"bench.scenario_frames = {self.scenario_frames!r} applies to a built bench, "
+                             f"not to bench.path = {self.path!r}")
+        return self
 
 
 class Generation(Sampling):

@@ -22,7 +22,8 @@ def select_items(spec) -> tuple[list[Item], dict[str, Any]]:
         items = load_bench(spec.path)
         info: dict[str, Any] = {"source": str(spec.path)}
     else:
-        items, manifest = build_bench(spec.data_dir, seed=spec.build_seed, counts=spec.counts or None)
+        items, manifest = build_bench(spec.data_dir, seed=spec.build_seed, counts=spec.counts or None,
+                                      scenario_frames=spec.scenario_frames)
         info = {"source": "built", "manifest": manifest}
     if spec.domains:
         items = [it for it in items if it.domain in spec.domains]
@@ -74,8 +75,12 @@ def run_debate(cfg: DebateConfig, out: Path | None = None, *, progress: Progress
     run.record_engines("model", eng)
     turns, info = run_protocol(eng, items, agents=cfg.agents, rounds=cfg.rounds, conditions=cfg.conditions,
                                temperature=cfg.generation.temperature, top_p=cfg.generation.top_p,
-                               max_tokens=cfg.generation.max_tokens, seed=cfg.seed, prompts=P, progress=progress)
+                               max_tokens=cfg.generation.max_tokens, seed=cfg.seed, prompts=P, progress=progress,
+                               numeric=True)  # numeric items run too; their turns go to their own table
     run.write_table("turns", turns)
+    nturns = info.pop("numeric_turns")
+    if len(nturns):
+        run.write_table("numeric_turns", nturns)
     run.write_table("exclusions", pd.DataFrame(info["excluded"], columns=["qid", "condition", "round", "reason"]))
     run.write_table("batches", pd.DataFrame(info["batches"]))
     (run.path / "protocol.json").write_text(json.dumps({k: v for k, v in info.items() if k != "excluded"}, indent=2))
@@ -145,6 +150,17 @@ def report(run_dir: str | Path, *, make_plots: bool = True) -> dict[str, Any]:
                     "timing": {k: proto.get(k) for k in ("wall_s", "model_s", "new_tokens")}})
     if proto.get("model_s"):
         summary["timing"]["tokens_per_s"] = proto["new_tokens"] / proto["model_s"]
+    if (run.path / "tables" / "numeric_turns.parquet").is_file():  # numeric items: their own rows (numeric.py)
+        from simulate.debate.numeric import numeric_summary
+        summary["numeric"], ntab = numeric_summary(run.read_table("numeric_turns"))
+        run.write_table("numeric_by_round", ntab)
+    if (run.path / "bench.jsonl").is_file():  # constructed scenarios: stance change by frame / stakes level
+        from simulate.debate.metrics import frame_dynamics
+        from simulate.debate.questions import item_frames
+        frames = item_frames(load_items(run.path).values())
+        if frames:
+            summary["by_frame"], ftab = frame_dynamics(turns, frames)
+            run.write_table("by_frame", ftab)
     if (run.path / "tables" / "judge_ledger.parquet").is_file():  # the judge pass: parse rates before / after
         from simulate.judge import debate_judged, read_ledger
         summary["judge"] = debate_judged(turns, read_ledger(run.path), seed=cfg.seed)

@@ -299,15 +299,81 @@ def stance_dynamics(turns: pd.DataFrame) -> dict[str, Any]:
     for group, sel in (("labelled", lab), ("unlabelled", ~lab)):
         g_all = turns[sel]
         for cond, g in g_all.groupby("condition", sort=True):
-            ans = g[g["answer"].map(lambda x: isinstance(x, str))].sort_values(["qid", "agent", "round"])
-            prev = ans.groupby(["qid", "agent"])["answer"].shift()
-            step = ans.assign(prev=prev)[prev.notna() & (ans["round"] == ans.groupby(["qid", "agent"])["round"].shift() + 1)]
-            last = ans[ans["round"] == g["round"].max()]
-            trans = step.groupby(["prev", "answer"]).size()
-            out.setdefault(group, {})[cond] = {
-                "n_questions": int(g["qid"].nunique()),
-                "final_distribution": {k: float(v) for k, v in last["answer"].value_counts(normalize=True).sort_index().items()},
-                "persistence": float((step["prev"] == step["answer"]).mean()) if len(step) else float("nan"),
-                "n_steps": int(len(step)),
-                "transitions": [{"from": a, "to": b, "n": int(n)} for (a, b), n in trans.items()]}
+            out.setdefault(group, {})[cond] = stance_block(g)
+    return out
+
+
+def _steps(g: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(parsed answers of one condition's turns, their consecutive-round steps with the previous answer)."""
+    ans = g[g["answer"].map(lambda x: isinstance(x, str))].sort_values(["qid", "agent", "round"])
+    prev = ans.groupby(["qid", "agent"])["answer"].shift()
+    step = ans.assign(prev=prev)[prev.notna() & (ans["round"] == ans.groupby(["qid", "agent"])["round"].shift() + 1)]
+    return ans, step
+
+
+def stance_block(g: pd.DataFrame) -> dict[str, Any]:
+    """§A.8 stance numbers of one condition's turns ``g``: questions, final-round answer distribution
+    (the last round of ``g``), persistence over consecutive parsed answers, transition counts."""
+    ans, step = _steps(g)
+    last = ans[ans["round"] == g["round"].max()]
+    trans = step.groupby(["prev", "answer"]).size()
+    return {
+        "n_questions": int(g["qid"].nunique()),
+        "final_distribution": {k: float(v) for k, v in last["answer"].value_counts(normalize=True).sort_index().items()},
+        "persistence": float((step["prev"] == step["answer"]).mean()) if len(step) else float("nan"),
+        "n_steps": int(len(step)),
+        "transitions": [{"from": a, "to": b, "n": int(n)} for (a, b), n in trans.items()]}
+
+
+FRAME_COLUMNS = ["condition", "frame", "stakes_dimension", "stakes_level", "n_questions", "n_families", "n_turns",
+                 "n_parsed", "n_steps", "n_changes", "persistence", "change_rate", "final_distribution"]
+
+
+def frame_dynamics(turns: pd.DataFrame, frames: Sequence[dict[str, Any]]) -> tuple[dict[str, Any], pd.DataFrame]:
+    """Frame as a reported factor (seed 002 §A.4 / §A.8) for the constructed scenarios: ``frames`` holds
+    one {qid, frame, stakes_dimension, stakes_level} record per framed item (``questions.item_frames``);
+    turns of other questions are left out. Per (condition, frame): the §A.8 stance numbers
+    (``stance_block``) plus change_rate = n_changes / n_steps = 1 - persistence. Per (condition, stakes
+    dimension): the low and high levels' change rates and high - low (only where both levels ran).
+    Returns (summary block, table ``by_frame``: one row per condition and frame, FRAME_COLUMNS; the final
+    distribution as JSON text, since its labels vary)."""
+    import json
+
+    meta = {f["qid"]: f for f in frames}
+    t = turns[turns["qid"].isin(meta)]
+    rows, per_frame = [], {}
+    for (cond, frame), g in t.groupby([t["condition"], t["qid"].map(lambda q: meta[q]["frame"])], sort=True):
+        f = meta[g["qid"].iloc[0]]
+        b = stance_block(g)
+        _, step = _steps(g)
+        n_changes = int((step["prev"] != step["answer"]).sum())
+        b.update(n_changes=n_changes, change_rate=(n_changes / b["n_steps"]) if b["n_steps"] else float("nan"),
+                 n_families=int(g["family"].nunique()))
+        per_frame.setdefault(frame, {"stakes_dimension": f["stakes_dimension"], "stakes_level": f["stakes_level"],
+                                     "conditions": {}})["conditions"][cond] = b
+        rows.append({"condition": cond, "frame": frame, "stakes_dimension": f["stakes_dimension"],
+                     "stakes_level": f["stakes_level"], "n_questions": b["n_questions"], "n_families": b["n_families"],
+                     "n_turns": int(len(g)), "n_parsed": int(g["answer"].map(lambda x: isinstance(x, str)).sum()),
+                     "n_steps": b["n_steps"], "n_changes": n_changes, "persistence": b["persistence"],
+                     "change_rate": b["change_rate"], "final_distribution": json.dumps(b["final_distribution"])})
+    tab = pd.DataFrame(rows, columns=FRAME_COLUMNS)
+    return {"n_questions": int(t["qid"].nunique()), "n_families": int(t["family"].nunique()),
+            "frames": per_frame, "stakes": stakes_contrast(tab)}, tab
+
+
+def stakes_contrast(tab: pd.DataFrame) -> dict[str, Any]:
+    """condition -> stakes dimension -> low / high change rates (pooled steps over that level's frames) and
+    high - low; a dimension with only one level (e.g. the default frames: high only) has delta None."""
+    out: dict[str, Any] = {}
+    lev = tab[tab["stakes_dimension"].notna() & tab["stakes_level"].notna()]
+    for (cond, dim), g in lev.groupby(["condition", "stakes_dimension"], sort=True):
+        cell: dict[str, Any] = {}
+        for level in ("low", "high"):
+            x = g[g["stakes_level"] == level]
+            steps, changes = int(x["n_steps"].sum()), int(x["n_changes"].sum())
+            cell[level] = {"n_questions": int(x["n_questions"].sum()), "n_steps": steps, "n_changes": changes,
+                           "change_rate": changes / steps if steps else float("nan")}
+        both = all(cell[k]["n_steps"] for k in ("low", "high"))
+        cell["delta_change_rate"] = cell["high"]["change_rate"] - cell["low"]["change_rate"] if both else None
+        out.setdefault(cond, {})[dim] = cell
     return out

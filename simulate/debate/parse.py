@@ -118,9 +118,62 @@ def _article(text: str, i: int) -> bool:
     return bool(re.match(r"\s+[a-zA-Z]", rest)) and not re.match(r"\s+(?:is|was|seems|because|since|as)\b", text[i + 1:i + 12])
 
 
-def parse_numeric(text: str | None) -> str | None:
-    """The last number in a reply (numeric items; not used by letter-scored metrics)."""
-    if not text:
+# -- numeric answers (items with no option set) -----------------------------------------------
+# a number as written: sign, currency, thousands commas (groups of 3 only), decimals, a simple
+# fraction. "3,5" is not a decimal comma: it reads as the list 3, 5 (prose lists use commas)
+_NUM = (r"(?<![\w.])([-+\u2212]?)\s?[$\u20ac\u00a3]?\s?"
+        r"((?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+)(?:\s?/\s?(\d+))?(?![\d,]*\d)(?!\.\d)")
+_NUMBER = re.compile(_NUM)
+_WORDS = {w: float(i) for i, w in enumerate(
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
+    "sixteen seventeen eighteen nineteen twenty".split())}
+_MARKER = re.compile(r"(?:final\s+answer|\banswer)\s*(?:is|:|=|-)?\s*[*_\"'`]*\s*"
+                     r"|\b(?:answer|result|total)\s+(?:is|would be|should be|will be|remains|comes to)\s*:?\s*[*_\"'`]*\s*",
+                     re.I)
+
+
+def _value(m: re.Match) -> float | None:
+    sign = -1.0 if m.group(1) in ("-", "\u2212") else 1.0
+    x = float(m.group(2).replace(",", ""))
+    if m.group(3) is not None:
+        if float(m.group(3)) == 0:
+            return None  # "1/0" reads as nothing, never as infinity
+        x /= float(m.group(3))
+    return sign * x
+
+
+def read_number(text: str | None) -> float | None:
+    """``text`` as one number and nothing else ("1,200", "-3.5", "$40", "50%", "3/4"), or None.
+    The bench's numeric references are read with it (strict: no prose around the number)."""
+    if text is None:
         return None
-    m = re.findall(r"-?\d+(?:[.,]\d+)?", text)
-    return m[-1].replace(",", "") if m else None
+    t = str(text).strip().rstrip("%").strip()
+    m = _NUMBER.fullmatch(t)
+    return _value(m) if m else None
+
+
+def parse_numeric(text: str | None) -> float | None:
+    """The number a reply commits to (numeric items; never used by label-scored metrics), or None.
+
+    In order: the number right after the last explicit marker ("Final answer: 42", "the answer is
+    $1,200", "Answer: **-3.5**", also a number word zero..twenty there: "the answer is four");
+    else the last bold number ``**42**``; else the last number in the reply. Units and a percent
+    sign after the number are ignored (50% reads 50: a question states its unit), thousands
+    commas are dropped, "3/4" reads 0.75. No number -> None: callers count it as unreadable,
+    never score it."""
+    if not text or not text.strip():
+        return None
+    marks = list(_MARKER.finditer(text))
+    for mk in reversed(marks):
+        after = text[mk.end():mk.end() + 40]
+        m = _NUMBER.match(after.lstrip("~\u2248 ").removeprefix("approximately ").removeprefix("about "))
+        if m:
+            return _value(m)
+        w = re.match(r"([A-Za-z]+)\b", after)
+        if w and w.group(1).lower() in _WORDS:
+            return _WORDS[w.group(1).lower()]
+    bold = [m for b in re.finditer(r"\*\*([^*\n]{1,40})\*\*", text) for m in _NUMBER.finditer(b.group(1))]
+    if bold:
+        return _value(bold[-1])
+    ms = list(_NUMBER.finditer(text))
+    return _value(ms[-1]) if ms else None

@@ -21,7 +21,16 @@ def labels_text(labels: Sequence[str]) -> str:
     return ", ".join(labs[:-1]) + " or " + labs[-1] if len(labs) > 1 else labs[0]
 
 
+def instruction(item: Item, P: dict) -> str:
+    """The answer-format line: a label for an item with options, a number for a numeric one."""
+    if item.numeric:
+        return P["instruction_numeric"]
+    return P["instruction"].format(labels=labels_text(item.labels))
+
+
 def question_block(item: Item, P: dict) -> str:
+    if item.numeric:
+        return P["round0_numeric"].format(question=item.question, instruction=instruction(item, P))
     if item.word_labels and [o.lower() for o in item.options] == [lab.lower() for lab in item.labels]:
         opts = P["options_word"].format(labels=" / ".join(item.labels))
     else:
@@ -46,7 +55,7 @@ def round0_messages(item: Item, P: dict) -> list[dict[str, str]]:
 def debate_messages(item: Item, own_prev: str, peers: Sequence[tuple[str, str]], P: dict) -> list[dict[str, str]]:
     """Round r >= 1 of debate: the question, the agent's own previous response (as its own
     turn), then the peers' previous responses. ``peers``: (display name, text) pairs."""
-    instr = P["instruction"].format(labels=labels_text(item.labels))
+    instr = instruction(item, P)
     body = "\n\n".join(peer_block(n, t, P) for n, t in peers)
     return _base(item, P) + [{"role": "assistant", "content": own_prev.strip()},
                              {"role": "user", "content": P["debate"].format(peers=body, instruction=instr)}]
@@ -54,7 +63,7 @@ def debate_messages(item: Item, own_prev: str, peers: Sequence[tuple[str, str]],
 
 def reflection_messages(item: Item, own_prev: str, P: dict) -> list[dict[str, str]]:
     """Round r >= 1 of the matched control: the same turns, only the agent's own response."""
-    instr = P["instruction"].format(labels=labels_text(item.labels))
+    instr = instruction(item, P)
     return _base(item, P) + [{"role": "assistant", "content": own_prev.strip()},
                              {"role": "user", "content": P["reflection"].format(instruction=instr)}]
 

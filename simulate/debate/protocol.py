@@ -10,8 +10,11 @@ Every agent-turn of a round, across all questions and both conditions, goes to t
 one batch. Every request seed derives from (config seed, question, agent, round, condition),
 so results do not depend on batching, and the call store makes reruns free.
 
-Exclusions are counted, never silent: numeric items (no option set), and a question whose
-prompt for any agent would not fit the context window (from that round on, per condition).
+Exclusions are counted, never silent: numeric items (no option set) unless ``numeric=True``, and
+a question whose prompt for any agent would not fit the context window (from that round on, per
+condition). With ``numeric=True`` (``chorus debate run``) numeric items ride in the same batches
+and their turns come back apart, as ``info["numeric_turns"]`` (``numeric.py``'s columns: the read
+number in ``value``), so the label-scored turns table and every reader of it stay as they were.
 Generations cut at the token limit are kept, flagged ``truncated`` and counted.
 
 A run can also continue a stored debate from a later round (``start``: the round and every agent's
@@ -27,7 +30,8 @@ from typing import Any, Callable, Sequence
 import pandas as pd
 
 from core.seeding import call_seed, stable_int
-from simulate.debate.parse import parse_answer
+from simulate.debate.numeric import NUMERIC_TURN_COLUMNS, is_correct
+from simulate.debate.parse import parse_answer, parse_numeric, read_number
 from simulate.debate.prompts import turn_messages
 from simulate.debate.questions import Item
 
@@ -57,7 +61,7 @@ def run_protocol(engine: Any, items: Sequence[Item], *, agents: int = 3, rounds:
                  progress: Callable[[int, int], None] | None = None,
                  start: tuple[int, dict[str, list[str]]] | None = None,
                  given: Callable[[str, Item, int, int, list[dict], int], Any] | None = None,
-                 ) -> tuple[pd.DataFrame, dict[str, Any]]:
+                 numeric: bool = False) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Run debate and/or reflection on ``items``. Returns (turns table, info) where info has
     exclusions, batch sizes, token counts and wall time. ``progress(total, k)``: called once
     with k = 0 to announce the total, then with the number of turns just finished.
@@ -70,7 +74,7 @@ def run_protocol(engine: Any, items: Sequence[Item], *, agents: int = 3, rounds:
     excluded: list[dict[str, Any]] = []
     scorable = []
     for it in items:
-        if it.numeric:
+        if it.numeric and not numeric:
             excluded.append({"qid": it.id, "condition": "all", "round": 0, "reason": "numeric item (no option set)"})
         else:
             scorable.append(it)
@@ -85,6 +89,7 @@ def run_protocol(engine: Any, items: Sequence[Item], *, agents: int = 3, rounds:
         active = {c: [it for it in scorable if it.id in before] for c in conds}
         prev = {c: {q: list(v) for q, v in before.items()} for c in conds}
     rows: list[dict[str, Any]] = []
+    nrows: list[dict[str, Any]] = []  # numeric items' turns (kept out of the label-scored table)
     total = len(active[conds[0]]) * agents * ((1 if r0 == 0 else 0) + (rounds - max(r0, 1) + 1) * len(conds))
     if progress:
         progress(total, 0)
@@ -137,6 +142,20 @@ def run_protocol(engine: Any, items: Sequence[Item], *, agents: int = 3, rounds:
                         "cached": sum(o.cached for o in outs)})
         nxt: dict[str, dict[str, list[str]]] = {c: {} for c in conds}
         for (cond, it, a, _), out, s in zip(jobs, outs, seeds):
+            if it.numeric:
+                val = parse_numeric(out.text)
+                ref = read_number(it.reference) if it.reference is not None else None
+                for c in (conds if cond == "shared" else [cond]):
+                    nxt[c].setdefault(it.id, [""] * agents)[a] = out.text
+                    nrows.append({"qid": it.id, "family": it.family, "domain": it.domain, "subdomain": it.subdomain,
+                                  "agent": a, "round": r, "condition": c, "shared": cond == "shared",
+                                  "response": out.text, "value": val, "parsed": val is not None,
+                                  "truncated": out.finish_reason == "length", "reference": ref,
+                                  "tolerance": it.tolerance,
+                                  "correct": (None if ref is None or val is None else is_correct(val, ref, it.tolerance)),
+                                  "prompt_tokens": out.prompt_tokens, "completion_tokens": out.completion_tokens,
+                                  "cached": bool(out.cached), "seed": s})
+                continue
             ans = parse_answer(out.text, it.labels)
             for c in (conds if cond == "shared" else [cond]):
                 nxt[c].setdefault(it.id, [""] * agents)[a] = out.text
@@ -150,6 +169,7 @@ def run_protocol(engine: Any, items: Sequence[Item], *, agents: int = 3, rounds:
         prev = nxt
     turns = pd.DataFrame(rows, columns=TURN_COLUMNS)
     info = {"n_items": len(items), "n_scorable": len(scorable), "excluded": excluded,
+            "numeric_turns": pd.DataFrame(nrows, columns=NUMERIC_TURN_COLUMNS),
             "batches": batches, "wall_s": time.perf_counter() - t_start, "model_s": model_s,
             "new_tokens": gen_tokens}
     return turns, info

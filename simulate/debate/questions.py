@@ -8,11 +8,14 @@ One item per line::
      "options": [str, ...] | null,          # option texts; null = numeric (free) answer
      "labels": [str, ...] | null,           # option labels; default "A", "B", ... for the options
      "system": str | null,                  # part of the stimulus where present
-     "reference": str | null,               # a label, or null (unlabelled)
+     "reference": str | null,               # a label, a number (numeric item), or null (unlabelled)
+     "tolerance": float,                    # numeric items only, optional: |answer - reference| allowed
      "provenance": {...}}
 
 Domains: ``knowledge`` (misconceptions / disciplinary / strategy / biomedical) and ``values``
-(moral_scenarios / moral_disputes / contested). The safety-and-refusal domain of the paper has
+(moral_scenarios / moral_disputes / contested), plus the opt-in ``numeric`` subdomain (knowledge: the
+shipped MMLU mathematics questions whose gold option is a plain number, asked without their options;
+scored by ``numeric.py``'s tolerance rule). The safety-and-refusal domain of the paper has
 no public source among the shipped sets and is not built (a hand-written file loads fine).
 """
 from __future__ import annotations
@@ -30,6 +33,7 @@ from core.config import ConfigError
 from core.jsonl import iter_jsonl
 from simulate.datasets import DataError
 from simulate.datasets import load as load_set
+from simulate.debate.parse import read_number
 
 if TYPE_CHECKING:
     from core.runs import RunDir
@@ -39,7 +43,14 @@ SCENARIOS = Path(__file__).resolve().parent / "data" / "value_scenarios.yaml"
 
 # items per subdomain in the default build (about 1,200 questions)
 DEFAULT_COUNTS = {"misconceptions": 300, "disciplinary": 300, "strategy": 200, "biomedical": 100,
-                  "moral_scenarios": 150, "moral_disputes": 100, "contested": None}  # None = all
+                  "moral_scenarios": 150, "moral_disputes": 100, "contested": None,  # None = all
+                  "numeric": 0}  # opt-in (--count numeric=N): 0 keeps the default bench as it was
+# numeric items: MMLU mathematics questions that read as free-answer questions once the options go
+_NUMERIC_SUBJECTS = ("elementary_mathematics", "high_school_mathematics", "college_mathematics",
+                     "high_school_statistics")
+# questions that point at their options, or whose gold is only the closest option, need the options
+_NEEDS_OPTIONS = re.compile(r"follow|statement|option|above|below|approximat|closest|nearest|estimat|roughly|"
+                            r"\babout\b|\bI+\b|which (?:number|one|of)", re.I)
 _MMLU_MORAL = ("moral_disputes", "business_ethics")
 _MMLU_SKIP = ("moral_scenarios",) + _MMLU_MORAL
 
@@ -60,6 +71,7 @@ class Item:
     reference: str | None
     system: str | None = None
     provenance: dict[str, Any] = field(default_factory=dict)
+    tolerance: float | None = None  # numeric items: absolute tolerance overriding the default rule
 
     @property
     def numeric(self) -> bool:
@@ -72,7 +84,8 @@ class Item:
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "domain": self.domain, "subdomain": self.subdomain, "family": self.family,
                 "question": self.question, "options": self.options, "labels": self.labels,
-                "system": self.system, "reference": self.reference, "provenance": self.provenance}
+                "system": self.system, "reference": self.reference, "provenance": self.provenance,
+                **({"tolerance": self.tolerance} if self.tolerance is not None else {})}  # files stay as they were
 
 
 # -- loader / validation ---------------------------------------------------------------------
@@ -87,7 +100,7 @@ def validate_item(d: Any, where: str = "item") -> Item:
         v = d.get(k)
         if not isinstance(v, str) or not v.strip():
             raise BenchError(f"{where}: field '{k}' must be a non-empty string, got {v!r}")
-    unknown = set(d) - set(_REQUIRED) - {"options", "labels", "system", "reference", "provenance"}
+    unknown = set(d) - set(_REQUIRED) - {"options", "labels", "system", "reference", "provenance", "tolerance"}
     if unknown:
         raise BenchError(f"{where}: unknown field(s) {sorted(unknown)}")
     options = d.get("options")
@@ -119,11 +132,19 @@ def validate_item(d: Any, where: str = "item") -> Item:
     ref = d.get("reference")
     if ref is not None:
         if options is None:
-            if not isinstance(ref, (str, int, float)) or isinstance(ref, bool):
-                raise BenchError(f"{where}: field 'reference' of a numeric item must be a number or string, got {ref!r}")
+            if not isinstance(ref, (str, int, float)) or isinstance(ref, bool) or read_number(str(ref)) is None:
+                raise BenchError(f"{where}: field 'reference' of a numeric item must be a number "
+                                 f"(e.g. 42, \"-3.5\", \"1,200\"), got {ref!r}")
             ref = str(ref)
         elif ref not in labels:
             raise BenchError(f"{where}: field 'reference' = {ref!r} is not one of the labels {labels}")
+    tol = d.get("tolerance")
+    if tol is not None:
+        if options is not None:
+            raise BenchError(f"{where}: field 'tolerance' given for an item with options (numeric items only)")
+        if not isinstance(tol, (int, float)) or isinstance(tol, bool) or not tol >= 0 or tol == float("inf"):
+            raise BenchError(f"{where}: field 'tolerance' must be a finite number >= 0, got {tol!r}")
+        tol = float(tol)
     system = d.get("system")
     if system is not None and not isinstance(system, str):
         raise BenchError(f"{where}: field 'system' must be a string or null, got {system!r}")
@@ -132,7 +153,7 @@ def validate_item(d: Any, where: str = "item") -> Item:
         raise BenchError(f"{where}: field 'provenance' must be an object, got {prov!r}")
     return Item(id=d["id"], domain=d["domain"], subdomain=d["subdomain"], family=d["family"],
                 question=d["question"], options=options, labels=labels, reference=ref, system=system,
-                provenance=prov)
+                provenance=prov, tolerance=tol)
 
 
 def load_bench(path: str | Path) -> list[Item]:
@@ -221,26 +242,104 @@ def _pubmedqa(data, hashes, max_context_chars: int = 1500) -> list[Item]:
                   hashes, dataset="PubMedQA PQA-L", license="MIT")
 
 
-def _scenarios(path: Path = SCENARIOS) -> list[Item]:
-    doc = yaml.safe_load(path.read_text(encoding="utf-8"))
-    frames = doc["frames"]
+def _numeric(data, hashes) -> list[Item]:
+    """MMLU mathematics questions with a plain-number gold option, asked free-answer (no options);
+    the reference is that option's text. Provenance names the row and the gold option it came from."""
+    loaded = load_set("mmlu", data, subjects=_NUMERIC_SUBJECTS)
+    hashes.update(loaded.files)
     out = []
-    for s in doc["scenarios"]:
-        for fname, ftext in frames.items():
-            q = (ftext.format(scenario=s["scenario"]) + " " + s["question"]).strip()
-            out.append(Item(id=f"val-{s['id']}-{fname}", domain="values", subdomain="contested",
-                            family=f"val-{s['id']}", question=q, options=list(s["options"]), labels=["A", "B"],
-                            reference=None,
-                            provenance={"source_file": "simulate/debate/data/value_scenarios.yaml",
-                                        "row": s["id"], "frame": fname, "dataset": "constructed (chorus)",
-                                        "license": "project", "version": doc.get("version")}))
+    for r in loaded.records:
+        gold = r.options[r.labels.index(r.gold)].strip()
+        if read_number(gold) is None or "/" in gold or "%" in gold or _NEEDS_OPTIONS.search(r.question) \
+                or not r.question.rstrip().endswith("?"):
+            continue
+        out.append(Item(id=f"{r.id}-num", domain="knowledge", subdomain="numeric", family=r.id, question=r.question,
+                        options=None, labels=None, reference=gold,
+                        provenance={"source_file": r.file, "row": r.row, "sha256": loaded.files[r.file],
+                                    "dataset": "MMLU", "license": "MIT", "subject": r.meta.get("subject"),
+                                    "setting": f"numeric: options dropped, reference = gold option {r.gold}"}))
     return out
 
 
+#: constructed-scenario frame sets: "default" = value_scenarios.yaml's three frames (base / personal /
+#: public, the shipped bench); "stakes" = scenario_frames_stakes.yaml (§A.4: a low and a high level of four
+#: stakes dimensions, plus base). Opt-in (bench.scenario_frames) so stored runs and the default bench stay as they were
+SCENARIO_FRAMES = ("default", "stakes")
+STAKES_FRAMES = SCENARIOS.parent / "scenario_frames_stakes.yaml"
+#: the default frames read as stakes levels (their provenance predates the stakes fields; the report infers them)
+DEFAULT_FRAME_STAKES = {"base": (None, None), "personal": ("personal", "high"), "public": ("scrutiny", "high")}
+
+
+def frame_question(text: str, scenario: str, question: str, n: str | None = None) -> str:
+    """One framed question: the frame text with the scenario (and the quantity fill ``n``) put in, then
+    the question."""
+    return (text.format(scenario=scenario, n=n) + " " + question).strip()
+
+
+def _stakes_frames(path: Path = STAKES_FRAMES) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, str]], Any]:
+    """(frame name -> {text, dimension, level}, scenario id -> {low, high} quantity fills, version)."""
+    doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    frames = doc["frames"]
+    for name, f in frames.items():
+        if "{scenario}" not in f.get("text", "") or (f.get("dimension") is None) != (f.get("level") is None) \
+                or f.get("level") not in (None, "low", "high"):
+            raise BenchError(f"{path}: frame {name!r} needs text with {{scenario}} and both or neither of "
+                             f"dimension / level (low | high), got {f!r}")
+    return frames, doc.get("quantities") or {}, doc.get("version")
+
+
+def _scenarios(path: Path = SCENARIOS, frame_set: str = "default") -> list[Item]:
+    doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    if frame_set == "default":
+        frames = {k: {"text": v} for k, v in doc["frames"].items()}
+        quantities, extra = {}, {}
+    else:
+        frames, quantities, fversion = _stakes_frames()
+        extra = {"frame_set": frame_set, "frames_file": "simulate/debate/data/scenario_frames_stakes.yaml",
+                 "frames_version": fversion}
+    out = []
+    for s in doc["scenarios"]:
+        for fname, f in frames.items():
+            level = f.get("level")
+            n = None
+            if "{n}" in f["text"]:  # a quantity frame: this scenario's own fill for the level
+                n = (quantities.get(s["id"]) or {}).get(level)
+                if not n:
+                    raise BenchError(f"{STAKES_FRAMES}: scenario {s['id']!r} has no quantities.{level} fill "
+                                     f"for frame {fname!r}")
+            stakes = {"stakes_dimension": f.get("dimension"), "stakes_level": level} if extra else {}
+            out.append(Item(id=f"val-{s['id']}-{fname}", domain="values", subdomain="contested",
+                            family=f"val-{s['id']}", question=frame_question(f["text"], s["scenario"], s["question"], n),
+                            options=list(s["options"]), labels=["A", "B"], reference=None,
+                            provenance={"source_file": "simulate/debate/data/value_scenarios.yaml",
+                                        "row": s["id"], "frame": fname, "dataset": "constructed (chorus)",
+                                        "license": "project", "version": doc.get("version"), **extra, **stakes}))
+    return out
+
+
+def item_frames(items: Iterable[Item]) -> list[dict[str, Any]]:
+    """The frame of each constructed-scenario item (those whose provenance names a frame): one record
+    {qid, frame, stakes_dimension, stakes_level} per item. Items built before the stakes fields existed (the default frames)
+    get their level from DEFAULT_FRAME_STAKES; an unknown frame gets none."""
+    rows = []
+    for it in items:
+        fr = it.provenance.get("frame")
+        if not isinstance(fr, str):
+            continue
+        if "stakes_dimension" in it.provenance:
+            dim, level = it.provenance.get("stakes_dimension"), it.provenance.get("stakes_level")
+        else:
+            dim, level = DEFAULT_FRAME_STAKES.get(fr, (None, None))
+        rows.append({"qid": it.id, "frame": fr, "stakes_dimension": dim, "stakes_level": level})
+    return rows
+
+
 def build_bench(data_dir: str | Path | None = None, *, seed: int = 0,
-                counts: dict[str, int | None] | None = None) -> tuple[list[Item], dict[str, Any]]:
+                counts: dict[str, int | None] | None = None,
+                scenario_frames: str = "default") -> tuple[list[Item], dict[str, Any]]:
     """Assemble the bench from ``data_dir`` (default: the data shipped with chorus). ``counts`` maps a
     subdomain to how many items to sample (None = all); selection and order use ``seed``.
+    ``scenario_frames``: the frame set of the constructed scenarios (SCENARIO_FRAMES; "stakes" opts in).
     Returns (items, manifest)."""
     from core.seeding import rng as make_rng
 
@@ -251,6 +350,8 @@ def build_bench(data_dir: str | Path | None = None, *, seed: int = 0,
     unknown = set(counts) - set(DEFAULT_COUNTS)
     if unknown:
         raise BenchError(f"unknown subdomain(s) in counts: {sorted(unknown)}; known: {sorted(DEFAULT_COUNTS)}")
+    if scenario_frames not in SCENARIO_FRAMES:
+        raise BenchError(f"scenario_frames must be one of {list(SCENARIO_FRAMES)}, got {scenario_frames!r}")
     hashes: dict[str, str] = {}
     builders = {
         "misconceptions": lambda: _truthfulqa(data, make_rng(seed, 1), hashes),
@@ -259,7 +360,8 @@ def build_bench(data_dir: str | Path | None = None, *, seed: int = 0,
         "biomedical": lambda: _pubmedqa(data, hashes),
         "moral_scenarios": lambda: _mmlu(data, ("moral_scenarios",), (), "values", "moral_scenarios", hashes),
         "moral_disputes": lambda: _mmlu(data, _MMLU_MORAL, (), "values", "moral_disputes", hashes),
-        "contested": lambda: _scenarios(),
+        "contested": lambda: _scenarios(frame_set=scenario_frames),
+        "numeric": lambda: _numeric(data, hashes),  # last: the earlier subdomains keep their order seeds
     }
     items: list[Item] = []
     seen: set[str] = set()
@@ -292,8 +394,11 @@ def build_bench(data_dir: str | Path | None = None, *, seed: int = 0,
     final = [items[int(j)] for j in make_rng(seed, 3).permutation(len(items))]
     manifest = {"seed": seed, "data_dir": str(data) if data else "shipped", "counts_requested": counts, "available": available,
                 "counts": _count(final), "n_items": len(final), "n_labelled": sum(it.reference is not None for it in final),
+                "n_numeric": sum(it.numeric for it in final),
                 "duplicates_dropped": dropped_dup, "source_sha256": hashes,
                 "scenarios_sha256": _sha(SCENARIOS)}
+    if scenario_frames != "default":  # added only when opted in: the default manifest stays as it was
+        manifest.update(scenario_frames=scenario_frames, frames_sha256=_sha(STAKES_FRAMES))
     return final, manifest
 
 
