@@ -29,10 +29,11 @@ INTERNALS = ("knockout", "patch", "probe", "concepts", "transfer")
 
 def main() -> None:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--questions", type=int, default=8, help="questions of the smoke debate (bench.limit)")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "influence-paper-smoke.json")
     a = ap.parse_args()
     chorus = str(Path(sys.executable).with_name("chorus"))
-    info: dict = {"machine": machine(), "commands_s": {}}
+    info: dict = {"machine": machine(), "questions": a.questions, "commands_s": {}}
 
     def run(name: str, *args: str) -> None:
         t = time.perf_counter()
@@ -41,7 +42,8 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         debate = Path(tmp) / "debate"
-        run("debate run smoke", "debate", "run", "smoke", "--out", str(debate))
+        run("debate run smoke", "debate", "run", "smoke", "--set", f"bench.limit={a.questions}",
+            "--set", "generation.max_tokens=48", "--out", str(debate))
         runs = [debate]
         for verb, extra in BEHAVIOUR.items():
             out = Path(tmp) / verb
