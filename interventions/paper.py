@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 from core.config import ConfigError
 from core.runs import json_safe, write_json
+from serving.profiles import embedded_note
 
 SCHEMA = "chorus.influence-paper/1"
 LONG_ROUNDS = 4   # a debate of more rounds than the paper's three is a long debate (Table 14: twelve)
@@ -270,7 +271,7 @@ def _a8(r):
 
 
 @section("numeric", "Numeric questions (own rows, kept out of the comparisons above)", ["debate", "long_debate"],
-         "chorus debate bench --count numeric=N --out BENCH, then " + DEBATE + " --set bench.path=BENCH/bench.jsonl")
+         DEBATE + " --set 'bench.counts={numeric: 100}'")
 def _numeric(r):
     n = r["summary"].get("numeric")
     if not n:
@@ -283,7 +284,7 @@ def _numeric(r):
 
 
 @section("a4_frames", "§A.4: scenario frames (decision stakes) as a factor", ["debate", "long_debate"],
-         "a bench with the stakes frames (see simulate/debate/README.md), then " + DEBATE)
+         DEBATE + " --set bench.scenario_frames=stakes")
 def _frames(r):
     bf = r["summary"].get("by_frame") or {}
     for frame, f in (bf.get("frames") or {}).items():
@@ -320,7 +321,7 @@ def export(run_dirs: Sequence[str | Path]) -> dict[str, Any]:
                                 if (Path(r["path"]) / "plots" / f"{f}.png").is_file()]
         sections[s.key] = entry
     models = sorted({str(r["model"]) for r in runs})
-    return json_safe({"schema": SCHEMA, "models": models,
+    return json_safe({"schema": SCHEMA, "models": models, "note": embedded_note(models),
                       "runs": [{**_src(r), "kind": r["kind"], "path": r["path"], "summary_sha256": r["summary_sha256"]}
                                for r in runs], "sections": sections})
 
@@ -346,6 +347,8 @@ def render(numbers: dict[str, Any], out: Path) -> str:
     parts = ["# Peer influence in debate: paper report", "",
              f"Rendered by `chorus influence paper` from `numbers.json` alone ({numbers['schema']}); models: "
              f"{', '.join(numbers['models'])}. Every row names its run. Runs:", ""]
+    if numbers.get("note"):
+        parts += [f"**{numbers['note']}**", ""]
     parts += [f"- `{r['run']}`: {r['kind']}, model {r['model']} (`{r['path']}`)" for r in numbers["runs"]]
     for key, s in numbers["sections"].items():
         parts.append(f"\n## {s['title']}\n")

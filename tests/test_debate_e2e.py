@@ -344,5 +344,6 @@ def test_influence_paper_from_real_runs(debate_run, hf_engine, tmp_path):
     md = (tmp_path / "paper" / "paper.md").read_text()
     assert md.index("Figure 1") < md.index("Table 9") < md.index("Figure 2") < md.index("Table 14")
     assert "*Missing:*" in md and ro.path.name in md
+    assert nb["note"] and "smollm2-135m-instruct" in nb["note"] and nb["note"] in md   # plumbing, said once
     bad = CliRunner().invoke(app, ["influence", "paper", str(tmp_path), "--out", str(tmp_path / "p2")])
     assert bad.exit_code == 2 and "not a run directory" in bad.output
