@@ -42,6 +42,7 @@ def test_paper_over_the_real_run(roleplay_run, tmp_path):
                                                       "summary_sha256": sha, "part": "roleplay"}]
     sec = n["sections"]
     assert list(sec) == [k for k, *_ in P.SECTIONS]
+    assert "smollm2-135m-instruct" in n["note"] and n["note"] in (out / "paper.md").read_text()   # plumbing, said once
     # every stance and text value is the run's own summary value, and names the run and its summary's sha256
     for key, metrics in (("stance_fidelity", P.STANCE), ("beyond_stance", P.TEXT)):
         rows = sec[key]["rows"]

@@ -320,8 +320,11 @@ def _fig12(c: Ctx) -> dict[str, Any]:
 def export(run_dirs: Sequence[str | Path]) -> dict[str, Any]:
     """The numbers dict of the runs, by paper section (no file written)."""
     from core.runs import json_safe
+    from serving.profiles import embedded_note
     c = Ctx(read_runs(run_dirs))
-    return json_safe({"schema": SCHEMA, "runs": [_src(r) | {"part": r["part"], **({"via": r["via"]} if "via" in r else {})}
+    models = [m.get("profile") for r in c.runs for m in ((r.get("config") or {}).get("models") or [])
+              if isinstance(m, dict)]
+    return json_safe({"schema": SCHEMA, "note": embedded_note(models), "runs": [_src(r) | {"part": r["part"], **({"via": r["via"]} if "via" in r else {})}
                                                 for r in c.runs],
                       "sections": {k: {"title": t, **fn(c)} for k, t, _, fn in SECTIONS}})
 
@@ -349,6 +352,8 @@ def render(numbers: dict[str, Any], out: Path) -> str:
     """paper.md from the numbers dict; the runs' figures are copied to ``out/figures``."""
     parts = ["# DEBATE role-play paper report", "", f"Rendered by `chorus roleplay paper` from `numbers.json` alone "
              f"({numbers['schema']}); run names stand for the paths listed here. Runs:", ""]
+    if numbers.get("note"):
+        parts[2:2] = [f"**{numbers['note']}**", ""]
     parts += [f"- `{r['run']}`: {r['part']}" + (f" (comparison of {r['via']})" if r.get("via") else "")
               + f", {r['file']} sha256 {r['summary_sha256'][:12]}" for r in numbers["runs"]]
     for key, title, cols, _ in SECTIONS:
