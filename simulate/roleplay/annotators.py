@@ -141,22 +141,10 @@ def _rows(result: dict[str, Any]) -> dict[str, pd.DataFrame]:
 
 
 # -- the command --------------------------------------------------------------------------------------
-def _check_inputs(run_dir: Path, profiles: list[str]):
-    """(RunDir, config, the run's classifier profile) or one AnnotatorInputError."""
-    from core.config import load_config
-    from core.runs import RecordError, RunDir, require_record
+def _own_classifier(cfg: Any, profiles: list[str]) -> str:
+    """The run's classifier profile, once ``profiles`` are known models other than it, or one
+    AnnotatorInputError."""
     from serving.profiles import ModelError, get_profile
-    from simulate.roleplay.config import RoleplayConfig
-    if not (run_dir / "provenance.json").is_file():
-        raise AnnotatorInputError(f"{run_dir}: not a run directory (no provenance.json)")
-    run = RunDir(run_dir)
-    if run.provenance().get("part") != "roleplay" or not (run.path / "tables" / "labels.parquet").is_file():
-        raise AnnotatorInputError(f"{run_dir}: not a roleplay run with classifier labels (tables/labels.parquet)")
-    try:
-        require_record(run.path)
-    except RecordError as err:
-        raise AnnotatorInputError(str(err)) from None
-    cfg = load_config(run.path / "config.yaml", RoleplayConfig)
     own = cfg.classifier.over_model(cfg.models[0]).profile
     if not profiles:
         raise AnnotatorInputError("give at least one --classifier PROFILE (the second classifier model)")
@@ -169,7 +157,7 @@ def _check_inputs(run_dir: Path, profiles: list[str]):
                 raise AnnotatorInputError(f"--classifier {p}: that is the run's own classifier ({own}); give another model")
     except ModelError as err:
         raise AnnotatorInputError(f"--classifier: {err}") from None
-    return run, cfg, own
+    return own
 
 
 def annotate(run_dir: str | Path, profiles: list[str], out: str | Path | None = None, *,
@@ -182,9 +170,14 @@ def annotate(run_dir: str | Path, profiles: list[str], out: str | Path | None = 
     from core.runs import RunDir, run_dir_path, write_json
     from serving.profiles import embedded_note
     from simulate.roleplay.classify import classify_texts
-    from simulate.roleplay.experiment import recompute
+    from simulate.roleplay.experiment import open_finished, recompute
     from simulate.roleplay.prompts import load_prompts
-    run, cfg, own = _check_inputs(Path(run_dir), list(profiles))
+    # the run needs its classifier labels, not a summary: they are what is re-classified
+    f = open_finished(Path(run_dir), AnnotatorInputError, needs="tables/labels.parquet",
+                      refusal="not a roleplay run with classifier labels (tables/labels.parquet)",
+                      bare="not a run directory (no provenance.json)")
+    run, cfg = f.run, f.cfg
+    own = _own_classifier(cfg, list(profiles))
     P = load_prompts(cfg.prompts)
     own_labels = run.read_table("labels")
     pairs = list(zip(own_labels["topic"], own_labels["text"]))

@@ -4,9 +4,11 @@ everything after the model calls from the run directory's files (classifier call
 run's store, so a rerun recomputes nothing)."""
 from __future__ import annotations
 
+import hashlib
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 import pandas as pd
@@ -14,7 +16,7 @@ import pandas as pd
 from core.compute import measure
 from core.config import ConfigError, load_config
 from core.progress import Progress
-from core.runs import RunDir, amends_run, run_dir_path
+from core.runs import RecordError, RunDir, amends_run, require_record, run_dir_path
 from serving.profiles import embedded_note
 from simulate.roleplay.config import RoleplayConfig
 from simulate.roleplay.data import FIXTURE, Group, golden_mask, load_groups, select_split, to_record
@@ -293,3 +295,49 @@ def report(run_dir: str | Path, *, make_plots: bool = True) -> dict[str, Any]:
         plots.convergence_bars(summary, run.plot_path("convergence"))
     run.write_summary(summary)
     return summary
+
+
+@dataclass
+class FinishedRun:
+    """A checked roleplay run directory, as ``open_finished`` hands it back."""
+    run: RunDir
+    cfg: RoleplayConfig
+    prov: dict[str, Any]
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+
+    @property
+    def path(self) -> Path:
+        return self.run.path
+
+    @property
+    def groups_sha(self) -> str:
+        """sha256 of the evaluated groups: two runs with the same one evaluated the same groups."""
+        return hashlib.sha256((self.run.path / "groups.jsonl").read_bytes()).hexdigest()
+
+
+def open_finished(path: str | Path, error: type[ConfigError] = ConfigError, *, needs: str = "summary.json",
+                  refusal: str = "not a finished roleplay run directory (no roleplay provenance or summary.json)",
+                  bare: str | None = None, tables: Iterable[str] = (),
+                  optional: Iterable[str] = ()) -> FinishedRun:
+    """A stored roleplay run for the commands that read one (``roleplay stats``, ``probes``,
+    ``annotators``), or one ``error`` line, the caller's exit-2 error: ``"{path}: {refusal}"`` unless
+    the provenance says part roleplay and the file ``needs`` is there; ``"{path}: {bare}"`` first
+    when given and there is no provenance.json at all; the run's record
+    (``core.runs.require_record``) must hold. ``tables``: read, each must be there and readable;
+    ``optional``: read where present. ``path`` is named as given."""
+    run = RunDir(path)
+    if bare is not None and not (run.path / "provenance.json").is_file():
+        raise error(f"{path}: {bare}")
+    prov = run.provenance()
+    if prov.get("part") != "roleplay" or not (run.path / needs).is_file():
+        raise error(f"{path}: {refusal}")
+    try:   # the record first: an edited or missing file is named as that, not as what it then breaks
+        require_record(run.path)
+        read = {name: run.read_table(name) for name in tables}
+        cfg = load_config(run.path / "config.yaml", RoleplayConfig)
+        # an optional table that is there but unreadable is refused like a required one
+        read.update({name: run.read_table(name) for name in optional
+                     if (run.path / "tables" / f"{name}.parquet").is_file()})
+    except RecordError as err:
+        raise error(str(err)) from None
+    return FinishedRun(run, cfg, prov, read)

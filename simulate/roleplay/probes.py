@@ -16,7 +16,6 @@ prompts, ...) are refused in one line naming the field (exit 2).
 """
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,25 +57,15 @@ class ProbeRun:
 
 
 def load_probe_run(path: str | Path) -> ProbeRun:
-    """A finished roleplay run (its record checked), its config and the on-topic rates by round."""
-    from core.config import load_config
-    from core.runs import RecordError, RunDir, require_record
+    """A finished roleplay run (its record checked), its config and the on-topic rates by round.
+    Kept as a name because the paper renderer (``roleplay paper``) reads probe runs through it."""
     from simulate.roleplay.classify import attach
-    from simulate.roleplay.config import RoleplayConfig
+    from simulate.roleplay.experiment import open_finished
     from simulate.roleplay.metrics import on_topic_by_round
-    run = RunDir(path)
-    prov = run.provenance()
-    if prov.get("part") != "roleplay" or not (run.path / "summary.json").is_file():
-        raise ProbesInputError(f"{path}: not a finished roleplay run directory (no roleplay provenance or summary.json)")
-    try:
-        require_record(run.path)
-        messages, labels = run.read_table("messages"), run.read_table("labels")
-    except RecordError as err:
-        raise ProbesInputError(str(err)) from None
-    cfg = load_config(run.path / "config.yaml", RoleplayConfig).model_dump(mode="json")
-    sha = hashlib.sha256((run.path / "groups.jsonl").read_bytes()).hexdigest()
+    f = open_finished(path, ProbesInputError, tables=("messages", "labels"))
     # from the labels, not summary.json: runs made before the on-topic-by-round keys still answer
-    return ProbeRun(run.path, cfg, prov, sha, run.summary(), on_topic_by_round(attach(messages, labels)))
+    return ProbeRun(f.path, f.cfg.model_dump(mode="json"), f.prov, f.groups_sha, f.run.summary(),
+                    on_topic_by_round(attach(f.tables["messages"], f.tables["labels"])))
 
 
 # -- grouping (pure) --------------------------------------------------------------------------------

@@ -28,7 +28,6 @@ Where the runs do not hold what a statistic needs, ``missing`` says what and whi
 """
 from __future__ import annotations
 
-import hashlib
 import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +50,7 @@ TEXT_LOWER = ("length_deviation",)
 TEXT_HIGHER = ("rouge_l", "semantic_similarity")
 LOWER_BETTER = STANCE_ERRORS + TEXT_LOWER
 BASELINES = ("human", "degroot")   # sources that are not role-play models
+TABLES = ("individual", "groups", "partner_gap", "text_metrics")   # a run lacking one: see ``missing``
 
 
 class StatsInputError(ConfigError):
@@ -128,28 +128,6 @@ class Run:
     @property
     def models(self) -> list[str]:
         return [m.label for m in self.cfg.models]
-
-
-def load_run(path: str | Path) -> Run:
-    """A finished roleplay run's config, provenance and metric tables (its record checked)."""
-    from core.config import load_config
-    from core.runs import RecordError, RunDir, require_record
-    from simulate.roleplay.config import RoleplayConfig
-    run = RunDir(path)
-    prov = run.provenance()
-    if prov.get("part") != "roleplay" or not (run.path / "summary.json").is_file():
-        raise StatsInputError(f"{path}: not a finished roleplay run directory (no roleplay provenance or summary.json)")
-    try:
-        require_record(run.path)
-    except RecordError as err:
-        raise StatsInputError(str(err)) from None
-    cfg = load_config(run.path / "config.yaml", RoleplayConfig)
-    sha = hashlib.sha256((run.path / "groups.jsonl").read_bytes()).hexdigest()
-    tables = {}
-    for name in ("individual", "groups", "partner_gap", "text_metrics"):
-        if (run.path / "tables" / f"{name}.parquet").is_file():
-            tables[name] = run.read_table(name)
-    return Run(run.path, cfg, prov, sha, tables)
 
 
 def _must_match(r: Run) -> dict[str, Any]:
@@ -423,7 +401,9 @@ def analyse(paths: list[str | Path]) -> tuple[dict[str, Any], dict[str, pd.DataF
     """(stats.json content, tables) for the runs at ``paths``."""
     if not paths:
         raise StatsInputError("give at least one roleplay run directory")
-    runs = [load_run(p) for p in paths]
+    from simulate.roleplay.experiment import open_finished
+    runs = [Run(f.path, f.cfg, f.prov, f.groups_sha, f.tables)
+            for f in (open_finished(p, StatsInputError, optional=TABLES) for p in paths)]
     check_compatible(runs)
     b = bars(runs)
     tables = {"bars": b, "normal_tests": normal_tests(b), "sign_tests": cell_sign_tests(b),
