@@ -1,15 +1,16 @@
-"""Benchmark of the multi-concept belief engine (oracle mode) against the single-concept engine.
+"""Benchmark of the belief engine (oracle mode) on Beta groups and on multi-concept groups.
 
     .venv/bin/python bench/bench_belief_multi.py                       # N = 20, 20 rounds, 50 runs
     .venv/bin/python bench/bench_belief_multi.py --runs 50 --repeats 5 --out bench/results/belief_multi.json
 
-Same N, rounds and runs (one lockstep group, uniform kappa = 4, complete graph) three ways:
-(1) the single-concept Beta engine (``engine.run_group``); (2) the multi-concept engine on a topic
-with one K = 2 concept (the same dynamics, bit for bit); (3) the multi-concept engine on the shipped
-``aldenvale_council`` topic (three concepts, K = 3, 2, 4). Times the updates alone (min and median
+Same N, rounds and runs (one lockstep group, uniform kappa = 4, complete graph) three ways, all
+through the one engine (``engine.run_group``): (1) a Beta group (a ``BeliefConfig``: scalar roles,
+the Beta view of the result); (2) a multi-concept group on a topic with one K = 2 concept (the same
+dynamics, bit for bit); (3) a multi-concept group on the shipped ``aldenvale_council`` topic (three
+concepts, K = 3, 2, 4). Times the updates alone (min and median
 of ``--repeats``) and, once per engine, the event table built and written to parquet. Reports
 listener events per second (one listener hearing one utterance; the rate the engines share) and,
-for the multi-concept engine, concept updates per second (listener events x concepts).
+for a multi-concept group, concept updates per second (listener events x concepts).
 """
 from __future__ import annotations
 
@@ -58,18 +59,19 @@ def single(n: int, rounds: int, runs: int, repeats: int, tmp: Path) -> dict:
     t0 = time.perf_counter()
     ev = events_table(res)
     ev.to_parquet(tmp / "single.parquet", index=False)
-    return _row("single-concept engine (Beta)", walls, int(res.listen.sum()), 1, len(ev), time.perf_counter() - t0)
+    return _row("Beta group (BeliefConfig)", walls, int(res.listen.sum()), 1, len(ev), time.perf_counter() - t0)
 
 
 def multi(topic: str, label: str, n: int, rounds: int, runs: int, repeats: int, tmp: Path) -> dict:
-    from simulate.belief import multi as M
-    from simulate.belief.multi_config import MultiBeliefConfig
+    from simulate.belief.config import MultiBeliefConfig
+    from simulate.belief.engine import plan, prepare, run_group
+    from simulate.belief.tables import concept_events_table
     cfg = MultiBeliefConfig(mode="oracle", topic=topic, n_agents=n, rounds=rounds, seeds=runs,
                             population={"kind": "uniform", "kappa": 4})
-    grp = M.prepare(M.plan(cfg), cfg.seed)
-    walls, res = _time(lambda: M.run_multi(grp), repeats)
+    grp = prepare(plan(cfg), cfg.seed)[0]
+    walls, res = _time(lambda: run_group(grp), repeats)
     t0 = time.perf_counter()
-    ev = M.events_table(res)
+    ev = concept_events_table(res)
     ev.to_parquet(tmp / f"{label}.parquet", index=False)
     return _row(label, walls, int(res.listen.any(-1).sum()), grp.C, len(ev), time.perf_counter() - t0,
                 Ks=[int(k) for k in grp.Ks])
@@ -98,9 +100,9 @@ def main() -> None:
         tmp = Path(d)
         (tmp / "bench_binary.yaml").write_text(yaml.safe_dump(BINARY_TOPIC))
         res["engines"].append(single(a.agents, a.rounds, a.runs, a.repeats, tmp))
-        res["engines"].append(multi(str(tmp / "bench_binary.yaml"), "multi-concept engine, 1 concept (K=2)",
+        res["engines"].append(multi(str(tmp / "bench_binary.yaml"), "multi-concept group, 1 concept (K=2)",
                                     a.agents, a.rounds, a.runs, a.repeats, tmp))
-        res["engines"].append(multi("aldenvale_council", "multi-concept engine, 3 concepts (K=3,2,4)",
+        res["engines"].append(multi("aldenvale_council", "multi-concept group, 3 concepts (K=3,2,4)",
                                     a.agents, a.rounds, a.runs, a.repeats, tmp))
     base = res["engines"][0]["listener_events_per_s"]
     for e in res["engines"]:

@@ -17,3 +17,10 @@ def subplots(nrows: int = 1, ncols: int = 1, *, figsize: tuple[float, float] = (
     through to ``Figure.subplots``), on a ``figure(...)``: no pyplot, nothing to close."""
     fig = figure(*figsize, dpi=dpi)
     return fig, fig.subplots(nrows, ncols, **kw)
+
+
+def save(fig, path, dpi: int = 110):
+    """Lay the figure out tightly and write it to ``path`` (returned, for the caller's list of plots)."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    return path

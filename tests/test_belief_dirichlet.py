@@ -11,13 +11,14 @@ import yaml
 from typer.testing import CliRunner
 
 from core.config import ConfigError
-from simulate.belief import core, dirichlet, multi
-from simulate.belief.config import BeliefConfig
-from simulate.belief.engine import simulate as beta_simulate
+from simulate.belief import core, dirichlet
+from simulate.belief.engine import plan as multi_plan
+from simulate.belief.engine import simulate
 from simulate.belief.experiment import plan as beta_plan
-from simulate.belief.multi_config import CONFIGS_DIR, MultiBeliefConfig, load_multi_config
-from simulate.belief.multi_report import analyse
-from simulate.belief.multi_topics import list_multi_topics, load_multi_topic
+from simulate.belief.config import CONFIGS_DIR, BeliefConfig, MultiBeliefConfig, load_multi_config
+from simulate.belief.concept_analysis import analyse
+from simulate.belief.topics import list_multi_topics, load_multi_topic
+from simulate.belief.tables import concept_events_table, concept_tables
 from simulate.belief.tables import events_table as beta_events
 
 LEVELS = ["torn between {top} and {second}", "slightly for {top}", "clearly for {top}", "strongly for {top}",
@@ -44,7 +45,7 @@ def binary_topic(tmp_path):
 
 
 def _tables(cfg):
-    return multi.all_tables(multi.simulate(multi.plan(cfg), cfg.seed))
+    return concept_tables(simulate(multi_plan(cfg), cfg.seed)[0])
 
 
 # -- the math: K = 2 is the Beta layer, bit for bit -------------------------------------------------
@@ -144,14 +145,14 @@ def test_coupling_mixture_stays_on_the_simplex_and_is_the_identity_at_zero():
 def test_one_binary_concept_reproduces_the_single_concept_engine_bit_for_bit(binary_topic, pop, topo):
     kw = {"n_agents": 10, "rounds": 6, "seeds": [0, 3], "gamma": 0.7, "w": 1.0, "topology": topo}
     bc = BeliefConfig(population=pop, **kw)
-    beta = beta_simulate(beta_plan(bc, sweep=False)[1], bc.seed)[0]
+    beta = simulate(beta_plan(bc, sweep=False)[1], bc.seed)[0]
     mc = MultiBeliefConfig(topic=binary_topic, population=pop, **kw)
-    res = multi.simulate(multi.plan(mc), mc.seed)
+    res = simulate(multi_plan(mc), mc.seed)[0]
     assert np.array_equal(beta.alpha, res.alpha[..., 0, 0]) and np.array_equal(beta.beta, res.alpha[..., 0, 1])
     assert np.array_equal(beta.b, res.b[..., 0, 0])
     assert np.array_equal(beta.listen, res.listen[..., 0])
     ev_b = beta_events(beta)
-    ev_m = multi.events_table(res)
+    ev_m = concept_events_table(res)
     ev_m = ev_m[ev_m.k == 0].reset_index(drop=True)
     for col in ("run", "seed", "round", "turn", "speaker", "listener", "s", "e", "b_before", "b_after",
                 "kappa", "b0", "m", "c"):
@@ -164,7 +165,7 @@ def test_one_binary_concept_reproduces_the_single_concept_summary(binary_topic):
     kw = {"n_agents": 12, "rounds": 10, "seeds": 3, "population": {"kind": "fj"}}
     bc = BeliefConfig(**kw)
     conds, specs = beta_plan(bc, sweep=False)
-    b = beta_analyse(beta_tables(beta_simulate(specs, bc.seed), conds), bc)[0]
+    b = beta_analyse(beta_tables(simulate(specs, bc.seed), conds), bc)[0]
     mc = MultiBeliefConfig(topic=binary_topic, **kw)
     m = analyse(_tables(mc), mc)[0]
     bcond, mst = b["conditions"][0], m["stances"][0]
@@ -179,9 +180,9 @@ def test_one_binary_concept_reproduces_the_single_concept_summary(binary_topic):
 
 def test_batched_equals_alone():
     cfg = MultiBeliefConfig(n_agents=6, rounds=3, seeds=[2, 5, 9], couplings=True)
-    batched = multi.events_table(multi.simulate(multi.plan(cfg), cfg.seed))
-    for sp in multi.plan(cfg):
-        alone = multi.events_table(multi.simulate([sp], cfg.seed))
+    batched = concept_events_table(simulate(multi_plan(cfg), cfg.seed)[0])
+    for sp in multi_plan(cfg):
+        alone = concept_events_table(simulate([sp], cfg.seed)[0])
         mine = batched[batched.run == sp.run].reset_index(drop=True)
         pd.testing.assert_frame_equal(alone.drop(columns="run"), mine.drop(columns="run"))
 
@@ -232,11 +233,11 @@ def test_couplings_at_weight_zero_change_nothing_and_otherwise_move_the_linked_c
     zero = _topic(tmp_path, concepts, [{"from": "a", "to": "b", "weight": 0.0}], name="zero")
     half = _topic(tmp_path, concepts, [{"from": "a", "to": "b", "weight": 0.5}], name="half")
     kw = {"n_agents": 6, "rounds": 4, "seeds": 2}
-    off = multi.simulate(multi.plan(MultiBeliefConfig(topic=zero, **kw)), 0)
-    on0 = multi.simulate(multi.plan(MultiBeliefConfig(topic=zero, couplings=True, **kw)), 0)
+    off = simulate(multi_plan(MultiBeliefConfig(topic=zero, **kw)), 0)[0]
+    on0 = simulate(multi_plan(MultiBeliefConfig(topic=zero, couplings=True, **kw)), 0)[0]
     assert len(on0.group.couplings) == 1 and not off.group.couplings
     assert np.array_equal(off.alpha, on0.alpha)
-    on = multi.simulate(multi.plan(MultiBeliefConfig(topic=half, couplings=True, **kw)), 0)
+    on = simulate(multi_plan(MultiBeliefConfig(topic=half, couplings=True, **kw)), 0)[0]
     assert np.array_equal(on.alpha[..., 0, :], off.alpha[..., 0, :])  # the source is untouched
     assert not np.allclose(on.alpha[..., 1, :], off.alpha[..., 1, :])
     # consumed evidence on b = half own + half a's (z unmapped: spread evenly)
@@ -268,20 +269,20 @@ def test_inconsistent_topics_name_the_field(tmp_path, concepts, couplings, needl
 
 def test_configs_that_do_not_fit_the_topic_name_the_field(binary_topic):
     with pytest.raises(ConfigError, match=r"population\.b0\.kind = 'spread' .*K = 2.*'transit' has K = 3"):
-        multi.plan(MultiBeliefConfig(population={"kind": "fj", "b0": {"kind": "spread"}}))
+        multi_plan(MultiBeliefConfig(population={"kind": "fj", "b0": {"kind": "spread"}}))
     with pytest.raises(ConfigError, match=r"concepts\.nope: topic 'aldenvale_council' has no concept"):
-        multi.plan(MultiBeliefConfig(concepts={"nope": {"gamma": 0.5}}))
+        multi_plan(MultiBeliefConfig(concepts={"nope": {"gamma": 0.5}}))
     with pytest.raises(ConfigError, match=r"concepts\.levy\.population\.b0\.values\[1\]"):
-        multi.plan(MultiBeliefConfig(n_agents=2, concepts={"levy": {"population": {
+        multi_plan(MultiBeliefConfig(n_agents=2, concepts={"levy": {"population": {
             "b0": {"kind": "values", "values": [[0.5, 0.5], [0.5, 0.2]]}}}}))
     with pytest.raises(ConfigError, match="no such multi-concept topic"):
-        multi.plan(MultiBeliefConfig(topic="transit_priority"))
+        multi_plan(MultiBeliefConfig(topic="transit_priority"))
 
 
 @pytest.mark.parametrize("path", sorted(CONFIGS_DIR.glob("multi_*.yaml")), ids=lambda p: p.stem)
 def test_shipped_multi_configs_load_and_plan(path):
     cfg = load_multi_config(path)
-    assert len(multi.plan(cfg)) == len(cfg.seed_list)
+    assert len(multi_plan(cfg)) == len(cfg.seed_list)
 
 
 def test_shipped_multi_topics_render_without_numbers():

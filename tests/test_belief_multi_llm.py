@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 import yaml
 
-from simulate.belief import multi
-from simulate.belief.multi_config import MultiBeliefConfig
-from simulate.belief.multi_report import run_multi_experiment
-from simulate.belief.multi_roles import MultiLLMAppraiser, parse_ratings
-from simulate.belief.multi_topics import MULTI_TOPICS_DIR, load_multi_topic
-from simulate.belief.roles import LLMGenerator
+from simulate.belief.engine import plan, prepare, run_group
+from simulate.belief.config import MultiBeliefConfig
+from simulate.belief.experiment import run_experiment as run_multi_experiment
+from simulate.belief.tables import concept_tables
+from simulate.belief.topics import MULTI_TOPICS_DIR, load_multi_topic
+from simulate.belief.roles import LLMGenerator, MultiLLMAppraiser, parse_ratings
 
 TOPIC_FILE = MULTI_TOPICS_DIR / "aldenvale_council.yaml"
 TOPIC = load_multi_topic(TOPIC_FILE)  # transit K = 3, levy K = 2, surplus K = 4
@@ -80,10 +80,10 @@ def test_parse_ratings_reads_each_concept_on_its_own():
 def test_a_missing_concept_is_a_failed_appraisal_for_that_concept_only():
     """N = 3, one round, one run; the first utterance's answer lacks 'levy' on every attempt."""
     cfg = MultiBeliefConfig(mode="llm", n_agents=3, rounds=1, seeds=1, population={"kind": "uniform", "kappa": 2})
-    grp = multi.prepare(multi.plan(cfg), cfg.seed)
+    grp = prepare(plan(cfg), cfg.seed)[0]
     no_levy = _full(levy=None)
     eng = Scripted([no_levy, no_levy])  # the first utterance: first call and its one retry
-    res = multi.run_multi(grp, LLMGenerator(eng), MultiLLMAppraiser(eng, max_retries=1))
+    res = run_group(grp, LLMGenerator(eng), MultiLLMAppraiser(eng, max_retries=1))
     failed = ~np.isfinite(res.e_appraised).all(-1)            # (T, R, C)
     assert failed[:, 0].tolist() == [[False, True, False], [False, False, False], [False, False, False]]
     assert res.attempts[:, 0].tolist() == [2, 1, 1]            # one retry, for the missing concept
@@ -91,7 +91,7 @@ def test_a_missing_concept_is_a_failed_appraisal_for_that_concept_only():
     # nobody moved on levy at turn 0, every listener moved on the other concepts
     assert not res.listen[0, 0, :, 1].any() and res.listen[0, 0, :, [0, 2]].sum() == 4
     np.testing.assert_array_equal(res.alpha[1, 0, :, 1], res.alpha[0, 0, :, 1])
-    tabs = multi.all_tables(res)
+    tabs = concept_tables(res)
     ap = tabs["appraisals"]
     lv = ap[(ap.concept == "levy") & (ap.turn == 0)]
     assert lv.failed.all() and lv.e.isna().all() and (lv.listeners == 0).all()  # never a default
@@ -107,11 +107,11 @@ def test_a_missing_concept_is_a_failed_appraisal_for_that_concept_only():
 
 def test_a_retry_fills_only_the_concepts_still_failed():
     cfg = MultiBeliefConfig(mode="llm", n_agents=2, rounds=1, seeds=1)
-    grp = multi.prepare(multi.plan(cfg), cfg.seed)
+    grp = prepare(plan(cfg), cfg.seed)[0]
     other = {"transit": {"rail": 0, "roads": 0, "buses": 100}, "levy": {"raise": 100, "freeze": 0},
              "surplus": {"schools": 100, "bridge": 0, "tax_cut": 0, "reserve": 0}}
     eng = Scripted([_full(transit=None), other])
-    res = multi.run_multi(grp, LLMGenerator(eng), MultiLLMAppraiser(eng, max_retries=2))
+    res = run_group(grp, LLMGenerator(eng), MultiLLMAppraiser(eng, max_retries=2))
     np.testing.assert_allclose(res.e[0, 0, 0, :3], [0, 0, 1])   # transit from the retry
     np.testing.assert_allclose(res.e[0, 0, 1, :2], [.2, .8])    # levy kept from the first answer
     assert res.attempts[0, 0] == 2

@@ -86,7 +86,7 @@ def _shipped() -> list[tuple[str, Path]]:
 def _load(part: str, path: Path):
     if part == "belief":
         from simulate.belief.config import load_belief_config
-        from simulate.belief.multi_config import load_multi_config
+        from simulate.belief.config import load_multi_config
         return (load_multi_config if path.stem.startswith("multi_") else load_belief_config)(path)
     if part == "council":
         from simulate.council.config import load

@@ -310,7 +310,7 @@ def dose_response(cm: pd.DataFrame, runs: pd.DataFrame, tipping_ratio: float) ->
               "free_b_star_mean"]], fams
 
 
-def _nan_to_none(x: Any) -> Any:
+def nan_to_none(x: Any) -> Any:
     if isinstance(x, float) and math.isnan(x):
         return None
     if isinstance(x, (np.floating,)):
@@ -323,7 +323,7 @@ def _nan_to_none(x: Any) -> Any:
 
 
 def records(df: pd.DataFrame) -> list[dict]:
-    return [{k: _nan_to_none(v) for k, v in r.items()} for r in df.to_dict(orient="records")]
+    return [{k: nan_to_none(v) for k, v in r.items()} for r in df.to_dict(orient="records")]
 
 
 def analyse(tables: dict[str, pd.DataFrame], cfg: BeliefConfig,
@@ -381,9 +381,9 @@ def analyse(tables: dict[str, pd.DataFrame], cfg: BeliefConfig,
         "model": prov.get("model") if cfg.mode == "llm" else None,
         "conditions_n": int(len(cm)), "runs": int(len(tables["runs"])),
         "events": int(len(tables["events"])), "utterances": int(len(ut)),
-        "headline": {k: _nan_to_none(v) for k, v in headline.items()},
+        "headline": {k: nan_to_none(v) for k, v in headline.items()},
         "conditions": records(cm), "kappa_recovery": records(kr), "kappa_recovery_by_seed": records(ks),
-        "committed_families": [{k: _nan_to_none(v) for k, v in f.items()} for f in fams],
+        "committed_families": [{k: nan_to_none(v) for k, v in f.items()} for f in fams],
         "dose_response": records(dr) if len(dr) else [],
         "transfer": records(tc),
     }

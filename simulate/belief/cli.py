@@ -56,12 +56,9 @@ def report(run_dir: Path = typer.Argument(..., help="A belief run directory."),
 
     from core.config import ConfigError
     from simulate.belief.cross_config import is_cross_run
-    from simulate.belief.experiment import report as _report
+    from simulate.belief.experiment import report as _report  # a Beta or a multi-concept run
     if is_cross_run(run_dir):  # a cross-appraisal run (chorus belief cross)
         from simulate.belief.cross import report as _report
-    from simulate.belief.multi_report import is_multi_run
-    if is_multi_run(run_dir):  # a multi-concept run (chorus belief multi)
-        from simulate.belief.multi_report import report as _report
     try:
         summary = _report(run_dir, make_plots=not no_plots)
     except (ConfigError, FileNotFoundError) as err:
@@ -74,8 +71,8 @@ def report(run_dir: Path = typer.Argument(..., help="A belief run directory."),
 register(Verb(
     "belief", "multi", help="Multi-concept identities: a Dirichlet belief per concept (K-way stances), every seed in lockstep.",
     config_help="Multi-concept config (a path or a shipped name, e.g. multi_fj).",
-    load="simulate.belief.multi_config:load_multi_config", source="simulate.belief.multi_config:resolve_multi_config_path",
-    run="simulate.belief.multi_report:run_multi_experiment", show=_print_summary, unit="utterances",
+    load="simulate.belief.config:load_multi_config", source="simulate.belief.config:resolve_multi_config_path",
+    run="simulate.belief.experiment:run_experiment", check="simulate.belief.experiment:plan_engines", show=_print_summary, unit="utterances",
     errors=("serving.profiles:ModelError",)))
 add_verbs(app, "belief")
 
@@ -244,8 +241,7 @@ def cross(model: Optional[List[str]] = typer.Option(None, "--model", help="A mod
 @app.command()
 def topics() -> None:
     """List the shipped topics (single-concept, then multi-concept)."""
-    from simulate.belief.multi_topics import list_multi_topics, load_multi_topic
-    from simulate.belief.topics import list_topics, load_topic
+    from simulate.belief.topics import list_multi_topics, list_topics, load_multi_topic, load_topic
     for t in list_topics():
         tp = load_topic(t)
         typer.echo(f"{tp.id}: {tp.title} (a+ {tp.a_plus_short!r}, a- {tp.a_minus_short!r})")

@@ -1,113 +1,66 @@
 """Typed experiment configs for the belief layer. Defaults are the seed's values (N = 20,
 5 seeds, 20 rounds, gamma = 0.7, w = 1, complete graph); every number is configurable.
 
-A config describes one condition; an optional ``sweep`` maps dotted field paths to lists of
-values, and ``expand`` turns it into the cartesian grid of conditions, each validated before
-anything runs (an invalid value fails naming the field and the value)."""
+``BeliefConfig`` (``chorus belief run | sweep``) describes one condition on a Beta topic; an
+optional ``sweep`` maps dotted field paths to lists of values, and ``expand`` turns it into the
+cartesian grid of conditions, each validated before anything runs (an invalid value fails naming
+the field and the value).
+
+``MultiBeliefConfig`` (``chorus belief multi``) names a multi-concept topic
+(``simulate/topics/multi/``) and gives every concept a population (kappa per agent, initial
+credences), a forgetting factor gamma and a weight w: the top-level ``population`` / ``gamma`` /
+``w`` are the defaults, ``concepts.<id>`` overrides them for one concept. Couplings declared by
+the topic apply only with ``couplings: true``. Initial credences per concept
+(``population.b0.kind``): ``spread`` / ``uniform`` / ``values`` are the Beta layer's draws (K = 2
+only, the same stream and code, so a K = 2 concept reproduces the Beta engine); ``dirichlet``
+draws every agent's b0 from a symmetric Dirichlet (any K); ``values`` also takes one K-vector per
+agent; ``auto`` (default) is ``spread`` for K = 2 and ``dirichlet`` for K > 2. Both share the
+topology, the seeds, the generator and the analysis blocks."""
 from __future__ import annotations
 
 import copy
 import itertools
 import json
-import math
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from core.config import Strict, load_named, resolve_config, set_dotted, validate
+from core.config import ConfigError, Strict, load_named, resolve_config, set_dotted, validate
 from serving.spec import MaxTokens, ModelSpec, Sampling, Temperature, fold_legacy
+
+from .population import ConceptPopulation, Population, Topology, check_topology
 
 CONFIGS_DIR = Path(__file__).resolve().parent / "configs"
 
 
-
-class Topology(Strict):
-    kind: Literal["complete", "ring", "small_world", "scale_free", "edges"] = "complete"
-    k: int = Field(4, ge=2, description="ring / small-world: neighbours per agent (even)")
-    p: float = Field(0.1, ge=0.0, le=1.0, description="small-world rewiring probability")
-    m: int = Field(2, ge=1, description="scale-free: edges per new node")
-    edges: list[tuple[int, int]] | None = Field(None, description="kind=edges: explicit edge list")
-    require_connected: bool = True
-
-    @model_validator(mode="after")
-    def _edges(self) -> "Topology":
-        if self.kind == "edges" and not self.edges:
-            raise ValueError("topology.kind = 'edges' needs a non-empty topology.edges list")
-        return self
-
-
-class InitialBeliefs(Strict):
-    """How the initial stances b0 are drawn (per seed). ``spread``: evenly spaced on
-    [low, high] plus uniform jitter, clipped to [0.05, 0.95]; ``uniform``: i.i.d. uniform on
-    [low, high]; ``values``: given per agent."""
-    kind: Literal["spread", "uniform", "values"] = "spread"
-    low: float = Field(0.1, ge=0.0, le=1.0)
-    high: float = Field(0.9, ge=0.0, le=1.0)
-    jitter: float = Field(0.02, ge=0.0, le=0.5)
-    values: list[float] | None = None
-
-    @field_validator("values")
-    @classmethod
-    def _unit(cls, v):
-        if v is not None and any(not (0.0 <= x <= 1.0) for x in v):
-            raise ValueError(f"every initial belief must lie in [0, 1], got {v}")
-        return v
-
-
-def _positive_kappa(v: float) -> float:
-    if not (v > 0) or math.isnan(v):
-        raise ValueError(f"kappa must be > 0, got {v}")
+def _check_seeds(v: int | list[int]) -> int | list[int]:
+    if isinstance(v, int):
+        if v < 1:
+            raise ValueError(f"seeds must be >= 1, got {v}")
+    elif not v or len(set(v)) != len(v) or any(x < 0 for x in v):
+        raise ValueError(f"seeds must be distinct non-negative ints, got {v}")
     return v
 
 
-class Population(Strict):
-    """Who is in the population.
+class PopulationRun(Strict):
+    """What every belief config starts with, in this order: a population of ``n_agents`` talking
+    for ``rounds`` rounds, replicated over ``seeds`` under one root ``seed``."""
+    name: str = "belief"
+    mode: Literal["oracle", "llm"] = "oracle"
+    seed: int = Field(0, ge=0, description="root seed: spawns every generator and model seed")
+    seeds: int | list[int] = Field(5, description="replicates: a count (0..n-1) or a list")
+    n_agents: int = Field(20, ge=2)
+    rounds: int = Field(20, ge=1)
 
-    - ``degroot``: everyone pliable (``kappa``, default 0.1), b0 from ``b0``.
-    - ``uniform``: everyone shares ``kappa`` (the kappa-recovery sweep), b0 from ``b0``.
-    - ``fj``: stubborn camps (``stubborn_kappa``) hold the most extreme b0 (a
-      ``stubborn_fraction`` of agents, half at each end), pliable agents (``pliable_kappa``)
-      are between.
-    - ``committed``: a ``committed_fraction`` never moves (kappa -> inf) at ``committed_b``;
-      the free agents share ``kappa`` and start at ``free_b0``.
-    - ``custom``: per-agent ``kappas`` (``.inf`` = committed) and ``b0.values``.
-    """
-    kind: Literal["degroot", "uniform", "fj", "committed", "custom"] = "uniform"
-    kappa: float | None = None
-    b0: InitialBeliefs = InitialBeliefs()
-    stubborn_kappa: float = 16.0
-    pliable_kappa: float = 1.0
-    stubborn_fraction: float = Field(0.5, ge=0.0, le=1.0)
-    committed_fraction: float = Field(0.1, ge=0.0, lt=1.0)
-    committed_b: float = Field(1.0, ge=0.0, le=1.0)
-    free_b0: float = Field(0.05, ge=0.0, le=1.0)
-    kappas: list[float] | None = None
-
-    @field_validator("kappa", "stubborn_kappa", "pliable_kappa")
+    @field_validator("seeds")
     @classmethod
-    def _k(cls, v):
-        return v if v is None else _positive_kappa(v)
+    def _seeds(cls, v):
+        return _check_seeds(v)
 
-    @field_validator("kappas")
-    @classmethod
-    def _ks(cls, v):
-        if v is not None:
-            for x in v:
-                if math.isnan(x) or x <= 0:
-                    raise ValueError(f"every kappa must be > 0 (.inf = committed), got {v}")
-        return v
-
-    @model_validator(mode="after")
-    def _defaults(self) -> "Population":
-        if self.kappa is None:
-            self.kappa = 0.1 if self.kind == "degroot" else 4.0
-        if math.isinf(self.kappa) and self.kind != "custom":
-            raise ValueError("population.kappa must be finite (use kind 'committed' or 'custom' "
-                             "for committed agents)")
-        if self.kind == "custom" and self.kappas is None:
-            raise ValueError("population.kind = 'custom' needs population.kappas")
-        return self
+    @property
+    def seed_list(self) -> list[int]:
+        return list(range(self.seeds)) if isinstance(self.seeds, int) else list(self.seeds)
 
 
 class GeneratorCfg(Sampling):
@@ -181,13 +134,8 @@ class OracleCfg(Strict):
     channel: ChannelCfg = ChannelCfg()
 
 
-class BeliefConfig(Strict):
+class BeliefConfig(PopulationRun):
     name: str = "belief"
-    mode: Literal["oracle", "llm"] = "oracle"
-    seed: int = Field(0, ge=0, description="root seed: spawns every generator and model seed")
-    seeds: int | list[int] = Field(5, description="replicates: a count (0..n-1) or a list")
-    n_agents: int = Field(20, ge=2)
-    rounds: int = Field(20, ge=1)
     gamma: float = Field(0.7, gt=0.0, le=1.0)
     w: float = Field(1.0, gt=0.0)
     topology: Topology = Topology()
@@ -201,17 +149,6 @@ class BeliefConfig(Strict):
                                     "'chorus belief correct fit' for this topic and model/channel), or "
                                     "a path to a correction JSON or a run directory holding one")
     sweep: dict[str, list[Any]] = Field(default_factory=dict)
-
-    @field_validator("seeds")
-    @classmethod
-    def _seeds(cls, v):
-        if isinstance(v, int):
-            if v < 1:
-                raise ValueError(f"seeds must be >= 1, got {v}")
-        else:
-            if not v or len(set(v)) != len(v) or any(x < 0 for x in v):
-                raise ValueError(f"seeds must be distinct non-negative ints, got {v}")
-        return v
 
     @field_validator("sweep")
     @classmethod
@@ -236,24 +173,12 @@ class BeliefConfig(Strict):
         if p.kind == "committed" and round(p.committed_fraction * n) >= n:
             raise ValueError(f"population.committed_fraction = {p.committed_fraction} leaves no "
                              f"free agent at n_agents={n}")
-        if self.topology.kind == "edges":
-            bad = [e for e in self.topology.edges if not (0 <= e[0] < n and 0 <= e[1] < n)
-                   or e[0] == e[1]]
-            if bad:
-                raise ValueError(f"topology.edges has invalid edges for n_agents={n}: {bad[:5]}")
-        if self.topology.kind in ("ring", "small_world") and self.topology.k >= n:
-            raise ValueError(f"topology.k = {self.topology.k} must be < n_agents = {n}")
-        if self.topology.kind == "scale_free" and self.topology.m >= n:
-            raise ValueError(f"topology.m = {self.topology.m} must be < n_agents = {n}")
+        check_topology(self.topology, n)
         ch = self.oracle.channel
         if self.mode == "llm" and (ch.kind != "faithful" or ch.noise > 0):
             raise ValueError(f"oracle.channel.kind = {ch.kind!r} (noise {ch.noise}) is a synthetic "
                              f"channel for mode = 'oracle' only; the LLM mode's channel is the model")
         return self
-
-    @property
-    def seed_list(self) -> list[int]:
-        return list(range(self.seeds)) if isinstance(self.seeds, int) else list(self.seeds)
 
 
 def _set_path(data: dict, dotted: str, value: Any) -> None:
@@ -303,3 +228,97 @@ def _label(ov: dict[str, Any]) -> str:
             v = (f"{v['kind']} ({rest})" if rest else v["kind"]) if "kind" in v else json.dumps(v, sort_keys=True)
         parts.append(f"{short}={v}")
     return ",".join(parts)
+
+
+# -- multi-concept configs ---------------------------------------------------------------------
+class ConceptCfg(Strict):
+    """Overrides for one concept (null = the top-level value)."""
+    gamma: float | None = Field(None, gt=0.0, le=1.0)
+    w: float | None = Field(None, gt=0.0)
+    population: ConceptPopulation | None = None
+
+
+class MultiAppraiserCfg(Strict):
+    temperature: Temperature = 0.0
+    max_tokens: MaxTokens = 200   # one JSON object rating every stance of every concept
+    max_retries: int = Field(2, ge=0, description="extra calls for the concepts still failed")
+    retry_temperature: Temperature = 0.7
+    tau: float = Field(1.0, gt=0.0, description="temperature scaling on the simplex (1 = none; no "
+                       "multi-concept calibration set exists yet)")
+
+
+class MultiLLMCfg(Strict):
+    model: ModelSpec = Field(default_factory=ModelSpec, description="the agents' model role; a profile name is "
+                             "short for {profile: NAME}")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy(cls, data: Any) -> Any:
+        return fold_legacy(data, ("backend", "dtype"), "model", "llm")
+    generator: GeneratorCfg = GeneratorCfg(max_tokens=90)
+    appraiser: MultiAppraiserCfg = MultiAppraiserCfg()
+
+
+class MultiBeliefConfig(PopulationRun):
+    name: str = "multi"
+    topic: str = "aldenvale_council"
+    couplings: bool = Field(False, description="apply the couplings the topic declares")
+    gamma: float = Field(0.7, gt=0.0, le=1.0)
+    w: float = Field(1.0, gt=0.0)
+    population: ConceptPopulation = ConceptPopulation()
+    concepts: dict[str, ConceptCfg] = Field(default_factory=dict)
+    topology: Topology = Topology()
+    turn_order: Literal["shuffle", "fixed"] = "shuffle"
+    llm: MultiLLMCfg = MultiLLMCfg()
+    analysis: AnalysisCfg = AnalysisCfg()
+
+    @model_validator(mode="after")
+    def _fits(self) -> MultiBeliefConfig:
+        check_topology(self.topology, self.n_agents)
+        return self
+
+    # -- per concept -----------------------------------------------------------------------
+    def concept(self, cid: str) -> tuple[float, float, ConceptPopulation]:
+        """(gamma, w, population) of concept ``cid`` after its overrides."""
+        c = self.concepts.get(cid, ConceptCfg())
+        return (self.gamma if c.gamma is None else c.gamma, self.w if c.w is None else c.w,
+                self.population if c.population is None else c.population)
+
+
+def check_against_topic(cfg: MultiBeliefConfig, topic) -> None:
+    """The checks that need the topic (K per concept), each naming the field."""
+    ids = topic.concept_ids
+    for cid in cfg.concepts:
+        if cid not in ids:
+            raise ConfigError(f"concepts.{cid}: topic {topic.id!r} has no concept {cid!r} (concepts: {', '.join(ids)})")
+    n = cfg.n_agents
+    for ci, c in enumerate(topic.concepts):
+        _, _, p = cfg.concept(c.id)
+        where = f"concepts.{c.id}.population" if cfg.concepts.get(c.id, ConceptCfg()).population else "population"
+        kind = p.b0.kind
+        if kind in ("spread", "uniform") and c.K != 2:
+            raise ConfigError(f"{where}.b0.kind = {kind!r} draws a scalar credence and needs K = 2; concept "
+                              f"{c.id!r} has K = {c.K} (use 'dirichlet' or 'values')")
+        if kind == "values":
+            v = p.b0.values
+            if v is None or len(v) != n:
+                raise ConfigError(f"{where}.b0.values must list {n} initial credences for concept {c.id!r}")
+            for a, x in enumerate(v):
+                vec = [x, 1.0 - x] if isinstance(x, (int, float)) and c.K == 2 else x
+                if not isinstance(vec, list) or len(vec) != c.K or any(not (0.0 <= y <= 1.0) for y in vec) \
+                        or abs(sum(vec) - 1.0) > 1e-9:
+                    raise ConfigError(f"{where}.b0.values[{a}] = {x!r}: concept {c.id!r} needs a point of "
+                                      f"the simplex with K = {c.K} entries")
+        if p.kind == "custom":
+            if len(p.kappas) != n:
+                raise ConfigError(f"{where}.kappas has {len(p.kappas)} entries for n_agents={n}")
+            if kind != "values":
+                raise ConfigError(f"{where}.kind = 'custom' needs {where}.b0.kind = 'values'")
+
+
+def resolve_multi_config_path(name: str | Path) -> Path:
+    return resolve_config_path(name)
+
+
+def load_multi_config(path: str | Path, overrides: dict[str, Any] | None = None) -> MultiBeliefConfig:
+    return load_named(path, MultiBeliefConfig, CONFIGS_DIR, overrides)

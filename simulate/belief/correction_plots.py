@@ -9,7 +9,7 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from core.plots import subplots
+from core.plots import save, subplots
 
 from .correction_map import CorrectionMap
 
@@ -43,9 +43,7 @@ def fit(pairs: pd.DataFrame, rec: dict[str, Any], path: Path) -> Path:
     a2.set_xlabel("appraised evidence e")
     a2.set_ylabel("corrected evidence g(e)")
     a2.set_title(f"correction g (chosen: {rec['family']})", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    return path
+    return save(fig, path)
 
 
 def correction(tables, derived, path: Path) -> Path | None:
@@ -101,9 +99,7 @@ def correction(tables, derived, path: Path) -> Path | None:
         a3.set_ylabel("pliable population mean belief")
         a3.set_title("DeGroot consensus per arm", fontsize=9)
         a3.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    return path
+    return save(fig, path)
 
 
 PLOTS: dict[str, Callable] = {"correction": correction}

@@ -16,6 +16,7 @@ from serving.spec import Backend, Dtype, ModelSpec, RoleSpec
 
 from .config import AppraiserCfg, GeneratorCfg
 
+TABLES = ("utterances", "appraisals")   # what a cross-appraisal run writes
 COMMAND = "cross"
 
 

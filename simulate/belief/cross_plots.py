@@ -1,4 +1,4 @@
-"""Figures of a cross-appraisal run (``cross.py``'s report draws them; ``core.plots``: Agg, no
+"""Figures of a cross-appraisal run (``cross_report.py`` draws them; ``core.plots``: Agg, no
 pyplot): the transfer-curve grid (rows generator, columns appraiser), the rendering and reading
 parts per model, and the pair-bias matrix with the additive fit's residuals. Each takes
 (appraisals, transfer curves, pairs, parts, config, path) and returns the path written."""
@@ -9,11 +9,12 @@ from pathlib import Path
 
 import numpy as np
 
+from core.plots import save, subplots
+
 
 def plot_transfer_grid(app, tc, pairs, parts, cfg, path: Path) -> Path:
     """Rows generator, columns appraiser: each pair's utterances, binned means with intervals,
     the diagonal; the title gives the pair's bias and Pearson."""
-    from core.plots import subplots
     M = len(cfg.panel())
     fig, axes = subplots(M, M, figsize=(2.9 * M + 0.6, 2.7 * M + 0.4), squeeze=False, sharex=True, sharey=True)
     pi = pairs.set_index(["generator", "appraiser"])
@@ -39,15 +40,12 @@ def plot_transfer_grid(app, tc, pairs, parts, cfg, path: Path) -> Path:
             if ai == 0:
                 ax.set_ylabel(f"generator {g}\ne", fontsize=8)
     fig.suptitle("cross-appraisal transfer curves (rows: generator, columns: appraiser; red: self)", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    return path
+    return save(fig, path)
 
 
 def plot_parts(app, tc, pairs, parts, cfg, path: Path) -> Path:
     """Per model, two bars: the rendering and the reading part (intervals), for the bias (top)
     and the slope (bottom); the shared part mu in each row's title."""
-    from core.plots import subplots
     M = len(cfg.panel())
     fig, axes = subplots(2, M, figsize=(2.4 * M + 0.8, 5.4), squeeze=False, sharey="row")
     for row, qn in enumerate(("bias", "slope")):
@@ -68,14 +66,11 @@ def plot_parts(app, tc, pairs, parts, cfg, path: Path) -> Path:
                                 f"\nshared mu = {sh.estimate:+.3f}{ci}", fontsize=8)
     what = f"anchor {cfg.analysis.anchor} reads faithfully" if cfg.analysis.anchor else "sum-to-zero over the panel"
     fig.suptitle(f"channel bias = mu + rendering(generator) + reading(appraiser); {what}", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    return path
+    return save(fig, path)
 
 
 def plot_pair_bias(app, tc, pairs, parts, cfg, path: Path) -> Path:
     """The pair-bias matrix, each cell annotated with its value and the additive fit's residual."""
-    from core.plots import subplots
     M = len(cfg.panel())
     B = pairs.pivot(index="generator", columns="appraiser", values="bias").reindex(index=cfg.panel(),
                                                                                  columns=cfg.panel())
@@ -94,9 +89,7 @@ def plot_pair_bias(app, tc, pairs, parts, cfg, path: Path) -> Path:
     ax.set_xlabel("appraiser (reading)")
     ax.set_ylabel("generator (rendering)")
     fig.colorbar(im, ax=ax, label="bias mean(e - s)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    return path
+    return save(fig, path)
 
 
 PLOTS: dict[str, Callable] = {"cross_transfer_grid": plot_transfer_grid, "cross_parts": plot_parts,

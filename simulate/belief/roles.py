@@ -1,8 +1,13 @@
-"""The three model-facing roles behind small Protocols, batch-first.
+"""The three model-facing roles behind small Protocols, batch-first, for any number of concepts.
 
-- generator: renders each speaker's credence as a comment (``Turn`` -> ``Utterances``);
-- appraiser: reads each comment back into evidence e in [0, 1] (temperature-scaled p_plus);
-- probe: an independent 0-100 self-report per agent per round (never fed back).
+- generator: renders each speaker's credence as a comment (``Turn`` -> ``Utterances``); the
+  topic renders a Beta credence or a (concepts, stances) array;
+- appraiser: reads each comment back into evidence: e in [0, 1] (temperature-scaled p_plus) for
+  a Beta topic; for a multi-concept topic ONE structured call per utterance (an integer rating
+  0..100 per stance of every concept) normalised to each concept's simplex, then
+  temperature-scaled (``dirichlet.temperature_scale``); a concept missing from the answer or an
+  invalid distribution on it fails that concept only (NaN evidence, moves nobody on it);
+- probe: an independent 0-100 self-report per agent per round (never fed back; Beta topics).
 
 Every call is one batch across the runs advancing in lockstep; every request carries its own
 seed, derived from (root seed, run seed, round, turn or agent, role, attempt) with
@@ -22,7 +27,8 @@ import numpy as np
 
 from core.seeding import call_seed
 
-from .topics import Topic
+from . import dirichlet
+from .topics import WEIGHT_MAX, MultiTopic, Topic
 
 GEN, APPRAISE, PROBE = 1, 2, 3  # role ids in the seed keys
 
@@ -89,11 +95,12 @@ class Utterances:
 
 @dataclass
 class Appraisals:
-    p_raw: np.ndarray           # (R,) the appraiser's stated p_plus (NaN if failed)
-    e: np.ndarray               # (R,) calibrated evidence (NaN if failed: updates nobody)
+    """Beta topics: (R,) arrays; multi-concept topics: (R, C, K_max), NaN rows for failed concepts."""
+    p_raw: np.ndarray           # the appraiser's stated p_plus / normalised ratings (NaN if failed)
+    e: np.ndarray               # calibrated evidence (NaN if failed: updates nobody)
     attempts: np.ndarray        # (R,) model calls spent
-    errors: list[str | None] = field(default_factory=list)
-    e_raw: np.ndarray | None = None  # (R,) evidence before a channel correction (None: no correction)
+    errors: list = field(default_factory=list)  # R errors (None = ok); multi-concept: R lists of C
+    e_raw: np.ndarray | None = None  # evidence before a channel correction (None: no correction)
 
 
 @runtime_checkable
@@ -130,11 +137,22 @@ class OracleGenerator:
 
 
 class OracleAppraiser:
-    """e = s: the language round-trip replaced by a perfect channel."""
+    """e = s: the language round-trip replaced by a perfect channel. Multi-concept: the speaker's
+    credence vector per concept with its last stance closed as 1 - the rest, so K = 2 gives the
+    Beta layer's (s, 1 - s)."""
+
+    def __init__(self):
+        self._last: dict[str, np.ndarray] = {}  # per topic: (C, Kmax) mask of each concept's last stance
 
     def appraise(self, turn: Turn, utterances: Utterances) -> Appraisals:
         n = len(turn.s)
-        return Appraisals(p_raw=turn.s, e=turn.s, attempts=np.zeros(n, dtype=np.int32))
+        if turn.s.ndim == 1:
+            return Appraisals(p_raw=turn.s, e=turn.s, attempts=np.zeros(n, dtype=np.int32))
+        topic: MultiTopic = turn.runs[0].topic
+        last = self._last.get(topic.id)
+        if last is None:
+            last = self._last[topic.id] = np.arange(turn.s.shape[-1]) == (np.array(topic.Ks) - 1)[:, None]
+        return Appraisals(p_raw=turn.s, e=dirichlet.close_simplex(turn.s, last), attempts=np.zeros(n, dtype=np.int32))
 
 
 class OracleProbe:
@@ -279,3 +297,97 @@ class LLMProbe:
                     out[i, j] = v / 100.0
             todo = again
         return out, len(todo)
+
+
+# -- multi-concept LLM appraiser ----------------------------------------------------------------
+def parse_ratings(out: Any, topic: MultiTopic) -> tuple[np.ndarray, list[str | None]]:
+    """(C, Kmax) normalised ratings (NaN rows for failed concepts) and the per-concept errors."""
+    C, Kmax = topic.C, max(topic.Ks)
+    p = np.full((C, Kmax), np.nan)
+    parsed = getattr(out, "parsed", None)
+    if parsed is None:
+        try:  # a non-conforming answer may still carry some concepts
+            parsed = json.loads(out.text)
+        except (json.JSONDecodeError, TypeError):
+            why = "non-conforming output" if getattr(out, "conformed", None) is False else "not valid JSON"
+            return p, [why] * C
+    if not isinstance(parsed, dict):
+        return p, ["answer is not a JSON object"] * C
+    errors: list[str | None] = []
+    for ci, c in enumerate(topic.concepts):
+        obj = parsed.get(c.id)
+        why = None
+        if obj is None:
+            why = f"no {c.id!r} in the answer"
+        elif not isinstance(obj, dict):
+            why = f"{c.id} is not an object"
+        elif set(obj) != set(c.stance_ids):
+            miss, extra = sorted(set(c.stance_ids) - set(obj)), sorted(set(obj) - set(c.stance_ids))
+            why = f"{c.id}: " + "; ".join(([f"missing {miss}"] if miss else []) + ([f"unknown {extra}"] if extra else []))
+        else:
+            vals = [obj[s] for s in c.stance_ids]
+            if any(isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) for v in vals):
+                why = f"{c.id}: a rating is not a number"
+            elif any(not (0 <= v <= WEIGHT_MAX) for v in vals):
+                why = f"{c.id}: a rating is outside 0..{WEIGHT_MAX}"
+            elif sum(vals) <= 0:
+                why = f"{c.id}: every rating is zero (no distribution)"
+            else:
+                v = np.asarray(vals, dtype=float)
+                p[ci, : c.K] = v / v.sum()
+                p[ci, c.K:] = 0.0
+        errors.append(why)
+    return p, errors
+
+
+class MultiLLMAppraiser:
+    """One JSON-schema-constrained call per utterance for every concept; per-concept failures."""
+
+    def __init__(self, engine: Any, temperature: float = 0.0, max_tokens: int = 200,
+                 max_retries: int = 2, retry_temperature: float = 0.7):
+        self.engine = engine
+        self.temperature, self.max_tokens = temperature, max_tokens
+        self.max_retries, self.retry_temperature = max_retries, retry_temperature
+        self.requests = 0
+
+    def appraise(self, turn: Turn, utterances: Utterances) -> Appraisals:
+        R = len(turn.runs)
+        topic: MultiTopic = turn.runs[0].topic
+        if any(rk.topic.id != topic.id for rk in turn.runs):
+            raise ValueError("every run of a multi-concept group must share its topic")
+        C, Kmax = topic.C, max(topic.Ks)
+        texts = utterances.texts or [None] * R
+        p = np.full((R, C, Kmax), np.nan)
+        attempts = np.zeros(R, dtype=np.int32)
+        errors: list[list[str | None]] = [["no utterance"] * C if t is None else [None] * C for t in texts]
+        todo = [i for i, t in enumerate(texts) if t is not None]
+        schema = topic.appraiser_schema()
+        for attempt in range(1 + self.max_retries):
+            if not todo:
+                break
+            temp = self.temperature if attempt == 0 else self.retry_temperature
+            self.requests += len(todo)
+            outs = self.engine.chat([topic.appraiser_messages(texts[i]) for i in todo], json_schema=schema,
+                                    temperature=temp, max_tokens=self.max_tokens,
+                                    seed=[turn.seed(i, APPRAISE, attempt) for i in todo])
+            again = []
+            for i, o in zip(todo, outs):
+                attempts[i] += 1
+                pi, why = parse_ratings(o, topic)
+                for ci in range(C):
+                    if np.isnan(p[i, ci, 0]):  # only concepts still failed take this answer
+                        if why[ci] is None:
+                            p[i, ci], errors[i][ci] = pi[ci], None
+                        else:
+                            errors[i][ci] = why[ci]
+                if any(e is not None for e in errors[i]):
+                    again.append(i)
+            todo = again
+        tau = np.array([rk.tau for rk in turn.runs], dtype=float)
+        e = np.full_like(p, np.nan)
+        for ci, K in enumerate(topic.Ks):
+            ok = np.isfinite(p[:, ci, 0])
+            if ok.any():
+                e[ok, ci, :K] = dirichlet.temperature_scale(p[ok, ci, :K], tau[ok])
+                e[ok, ci, K:] = 0.0
+        return Appraisals(p_raw=p, e=e, attempts=attempts, errors=errors)

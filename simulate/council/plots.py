@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from core.plots import subplots
+from core.plots import save, subplots
 
 
 def accuracy_bars(table: pd.DataFrame, path: Path, note: str | None = None) -> Path:
@@ -30,9 +30,7 @@ def accuracy_bars(table: pd.DataFrame, path: Path, note: str | None = None) -> P
         ax.set_ylabel("accuracy")
         ax.set_title(f"{ds}\n" + textwrap.fill(f"({note})", 110) if note else ds, fontsize=9)
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    return path
+    return save(fig, path)
 
 
 def cost_accuracy(table: pd.DataFrame, path: Path) -> Path:
@@ -45,6 +43,4 @@ def cost_accuracy(table: pd.DataFrame, path: Path) -> Path:
     ax.set_xlabel("tokens per task (council arms: the council's own calls)")
     ax.set_ylabel("accuracy")
     ax.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    return path
+    return save(fig, path)
