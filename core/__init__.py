@@ -8,6 +8,7 @@
     core.progress  the progress convention ``progress(total, k)`` from the engine to the CLI's bar
     core.cliutil   the CLI's error exit and ``--set`` parsing
     core.plots     one way to make a matplotlib figure
+    core.paper     the paper renderers' markdown cells, tables, figure copies and numbers-then-paper write
 
 Layers import downward only: core <- serving <- simulate / aggregate <- interventions <- chorus
 (the application: CLI, demo, report). ``tests/test_layering.py`` keeps it so.

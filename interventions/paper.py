@@ -12,15 +12,14 @@ them), no model is called, and a section whose runs are missing names the comman
 """
 from __future__ import annotations
 
-import hashlib
 import json
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from core.config import ConfigError
-from core.runs import json_safe, write_json
+from core.paper import copy_figures, md_table, missing_line, write_paper
+from core.runs import file_sha256, json_safe
 from serving.profiles import embedded_note
 
 SCHEMA = "chorus.influence-paper/1"
@@ -50,7 +49,7 @@ def _read_run(path: Path) -> dict[str, Any]:
     else:
         raise PaperError(f"{path}: neither a debate run nor an influence run (provenance part {part!r})")
     return {"path": str(path), "name": path.name, "kind": kind, "model": s.get("model"), "summary": s,
-            "summary_sha256": hashlib.sha256(sp.read_bytes()).hexdigest(), "prov": prov}
+            "summary_sha256": file_sha256(sp), "prov": prov}
 
 
 def _src(r: dict) -> dict[str, Any]:
@@ -326,20 +325,9 @@ def export(run_dirs: Sequence[str | Path]) -> dict[str, Any]:
                                for r in runs], "sections": sections})
 
 
-def _f(x: Any) -> str:
-    if x is None:
-        return "-"
-    if isinstance(x, bool):
-        return str(x)
-    if isinstance(x, float):
-        return "nan" if x != x else (f"{x:.3g}" if x != 0 and abs(x) < 1e-3 else f"{x:.3f}")
-    return str(x)
-
-
 def _table(rows: list[dict]) -> str:
-    cols = list(dict.fromkeys(k for r in rows for k in r))
-    out = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
-    return "\n".join(out + ["| " + " | ".join(_f(r.get(c)) for c in cols) + " |" for r in rows])
+    """Rows of differing keys: every key any row has is a column, in first-seen order."""
+    return md_table(list(dict.fromkeys(k for r in rows for k in r)), rows)
 
 
 def render(numbers: dict[str, Any], out: Path) -> str:
@@ -353,26 +341,15 @@ def render(numbers: dict[str, Any], out: Path) -> str:
     for key, s in numbers["sections"].items():
         parts.append(f"\n## {s['title']}\n")
         if "missing" in s:
-            parts.append(f"*Missing:* {s['missing']}; then `chorus influence paper RUN... --out DIR` again.")
+            parts.append(missing_line(s["missing"], "chorus influence paper RUN... --out DIR"))
             continue
         if s.get("note"):
             parts.append(f"{s['note']}\n")
         parts.append(_table(s["rows"]))
-        for run, rel in s.get("figures", []):
-            name = f"{Path(run).name}__{Path(rel).name}"
-            (out / "figures").mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(Path(run) / rel, out / "figures" / name)
-            parts.append(f"\n![{name}](figures/{name})")
+        parts += [f"\n{line}" for line in copy_figures(s.get("figures", []), out)]
     return "\n".join(parts) + "\n"
 
 
 def build_paper(run_dirs: Sequence[str | Path], out: str | Path) -> tuple[Path, dict[str, Any]]:
     """``out/numbers.json`` from the runs, then ``out/paper.md`` from that file; (paper.md, numbers)."""
-    out = Path(out)
-    numbers = export(run_dirs)
-    out.mkdir(parents=True, exist_ok=True)
-    write_json(out / "numbers.json", numbers)
-    numbers = json.loads((out / "numbers.json").read_text())
-    p = out / "paper.md"
-    p.write_text(render(numbers, out))
-    return p, numbers
+    return write_paper(Path(out), export(run_dirs), render)

@@ -9,11 +9,11 @@ Runs are recognised by their ``summary.json`` (``experiment``, ``mode``, ``model
 (``command: calibrate``)."""
 from __future__ import annotations
 
-import hashlib
 import json
-import shutil
 from pathlib import Path
 from typing import Any, Sequence
+
+from core.paper import copy_figures, fmt, md_table, missing_line, run_plots, write_paper
 
 SCHEMA = "chorus.belief-paper/1"
 LLM = "--set mode=llm --set llm.model=PROFILE"
@@ -23,11 +23,8 @@ class PaperError(ValueError):
     """A run that cannot be read into the report (one line naming it)."""
 
 
-def _sha(p: Path) -> str:
-    return hashlib.sha256(p.read_bytes()).hexdigest()
-
-
 def _read_run(path: Path) -> dict[str, Any]:
+    from core.runs import file_sha256
     if not path.is_dir():
         raise PaperError(f"{path}: not a run directory")
     prov = json.loads((path / "provenance.json").read_text()) if (path / "provenance.json").is_file() else {}
@@ -42,8 +39,7 @@ def _read_run(path: Path) -> dict[str, Any]:
     if isinstance(model, dict):
         model = model.get("profile") or model.get("path")
     return {"path": str(path), "kind": str(kind), "mode": s.get("mode"), "model": None if model is None else str(model),
-            "summary": s, "summary_sha256": _sha(sp), "plots": sorted(str(p.relative_to(path))
-                                                                        for p in (path / "plots").glob("*.png"))}
+            "summary": s, "summary_sha256": file_sha256(sp), "plots": run_plots(path)}
 
 
 def _pick(runs: list[dict], *kinds: str) -> list[dict]:
@@ -119,47 +115,22 @@ def export(run_dirs: Sequence[str | Path]) -> dict[str, Any]:
     return json_safe({"schema": SCHEMA, "runs": [_src(r) | {"kind": r["kind"]} for r in runs], "sections": sec})
 
 
-def _f(x: Any, nd: int = 3) -> str:
-    if x is None:
-        return "-"
-    if isinstance(x, float):
-        return f"{x:.{nd}g}" if abs(x) < 1e-3 and x != 0 else f"{x:.{nd}f}"
-    return str(x)
-
-
-def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    return "\n".join(out + ["| " + " | ".join(_f(v) for v in r) + " |" for r in rows])
-
-
 def render(numbers: dict[str, Any], out: Path) -> str:
     """paper.md from the numbers dict; the runs' figures are copied to ``out/figures``."""
-    figs = out / "figures"
     parts = ["# Belief-layer paper report", "",
              f"Rendered by `chorus belief paper` from `numbers.json` alone ({numbers['schema']}). Runs:", ""]
     parts += [f"- `{r['run']}`: {r['kind']}, {r['mode']}, model {r['model']}" for r in numbers["runs"]]
-
-    def figures(s: dict) -> list[str]:
-        lines = []
-        for run, rel in s.get("figures", []):
-            src = Path(run) / rel
-            if src.is_file():
-                figs.mkdir(parents=True, exist_ok=True)
-                name = f"{Path(run).name}__{Path(rel).name}"
-                shutil.copyfile(src, figs / name)
-                lines.append(f"![{name}](figures/{name})")
-        return lines
 
     def section(title: str, key: str, body) -> None:
         s = numbers["sections"].get(key, {"missing": "not exported"})
         parts.append(f"\n## {title}\n")
         if "missing" in s:
-            parts.append(f"*Missing:* {s['missing']}; then `chorus belief paper RUN... --out DIR` again.")
+            parts.append(missing_line(s["missing"], "chorus belief paper RUN... --out DIR"))
             return
         parts.append(body(s))
-        parts.extend(f"\n{line}" for line in figures(s))
+        parts.extend(f"\n{line}" for line in copy_figures(s.get("figures", []), out))
 
-    section("Figure 2: one knob, three regimes (against their closed forms)", "fig2_regimes", lambda s: _table(
+    section("Figure 2: one knob, three regimes (against their closed forms)", "fig2_regimes", lambda s: md_table(
         ["run", "model", "DeGroot initial mean", "DeGroot landing", "DeGroot final var.", "FJ final var.", "FJ persists",
          "FJ R²", "committed monotone", "committed smooth"],
         [[Path(r["run"]).name, r["model"], r["degroot_initial_mean"], r["degroot_landing"], r["degroot_final_variance"],
@@ -169,20 +140,22 @@ def render(numbers: dict[str, Any], out: Path) -> str:
     def kappa(s):
         out = []
         for r in s["rows"]:
-            out.append(f"**{Path(r['run']).name}** ({r['model']}): pooled Spearman {_f(r['kappa_spearman'])}, "
-                       f"per-seed minimum {_f(r['kappa_spearman_by_seed_min'])} (every seed 1.0: "
+            out.append(f"**{Path(r['run']).name}** ({r['model']}): pooled Spearman {fmt(r['kappa_spearman'])}, "
+                       f"per-seed minimum {fmt(r['kappa_spearman_by_seed_min'])} (every seed 1.0: "
                        f"{r['kappa_spearman_every_seed_one']}), one-step identity max relative error "
-                       f"{_f(r['kappa_exact_max_rel_error'])}")
-            out.append(_table(["prescribed kappa", "median kappa_hat", "IQR", "CI low", "CI high", "events", "retained"],
-                              [[c["kappa"], c["kappa_hat_median"], c["kappa_hat_iqr"], c.get("kappa_hat_ci_low"),
-                                c.get("kappa_hat_ci_high"), c["events"], c["retained"]] for c in r["by_condition"] or []]))
-            out.append(_table(["seed", "levels", "Spearman", "median rel. error"],
-                              [[b["seed"], b["levels"], b["spearman"], b["median_rel_error"]] for b in r["by_seed"] or []]))
+                       f"{fmt(r['kappa_exact_max_rel_error'])}")
+            out.append(md_table(
+                ["prescribed kappa", "median kappa_hat", "IQR", "CI low", "CI high", "events", "retained"],
+                [[c["kappa"], c["kappa_hat_median"], c["kappa_hat_iqr"], c.get("kappa_hat_ci_low"),
+                  c.get("kappa_hat_ci_high"), c["events"], c["retained"]] for c in r["by_condition"] or []]))
+            out.append(md_table(["seed", "levels", "Spearman", "median rel. error"],
+                                [[b["seed"], b["levels"], b["spearman"], b["median_rel_error"]]
+                                 for b in r["by_seed"] or []]))
         return "\n\n".join(out)
     section("§5.1 / Figure 5: prescribed kappa recovered through the channel", "kappa_recovery", kappa)
 
     def conds(s):
-        return "\n\n".join(f"**{Path(r['run']).name}** ({r['model'] or r['mode']})\n\n" + _table(
+        return "\n\n".join(f"**{Path(r['run']).name}** ({r['model'] or r['mode']})\n\n" + md_table(
             ["condition", "final mean", "landing shift", "final variance", "persists", "FJ R²", "channel r"],
             [[c["label"], c["final_mean"], c["landing_shift"], c["final_variance"], c["persists"], c["fj_r2"],
               c["channel_pearson"]] for c in r["conditions"]]) for r in s["rows"])
@@ -192,16 +165,16 @@ def render(numbers: dict[str, Any], out: Path) -> str:
     def t2(s):
         rows = s["table"]
         cols = [c for c in rows[0] if c != "metric"] if rows else []
-        return _table(["metric"] + cols, [[r.get("metric")] + [r.get(c) for c in cols] for r in rows]) + \
+        return md_table(["metric"] + cols, [[r.get("metric")] + [r.get(c) for c in cols] for r in rows]) + \
             "\n\nSources (model -> metric -> run): `" + json.dumps(s["sources"]) + "`"
     section("Table 2: the full pipeline across models", "table2_models", t2)
-    section("Table 3: recovered stubbornness per prescribed kappa", "table3_kappa", lambda s: _table(
+    section("Table 3: recovered stubbornness per prescribed kappa", "table3_kappa", lambda s: md_table(
         list(s["rows"][0]) if s["rows"] else ["-"], [list(r.values()) for r in s["rows"]]))
-    section("Appendix B: appraiser calibration per model", "appB_calibration", lambda s: _table(
+    section("Appendix B: appraiser calibration per model", "appB_calibration", lambda s: md_table(
         ["run", "model", "tau", "ECE before", "ECE after", "CE before", "CE after", "train / val", "failed"],
         [[Path(r["run"]).name, r["model"], r["tau"], r["ece_before"], r["ece_after"], r["ce_before"], r["ce_after"],
           f"{r['n_train']} / {r['n_val']}", r["n_failed"]] for r in s["rows"]]))
-    section("Appendix C: auditing the language channel (transfer curves)", "appC_channel", lambda s: _table(
+    section("Appendix C: auditing the language channel (transfer curves)", "appC_channel", lambda s: md_table(
         ["run", "model", "channel Pearson (e vs s)", "transfer bins"],
         [[Path(r["run"]).name, r["model"], r["channel_pearson"], len(r["transfer"] or [])] for r in s["rows"]]))
     section("Appendix C: directional channel correction", "appC_correction", lambda s: "\n\n".join(
@@ -211,11 +184,6 @@ def render(numbers: dict[str, Any], out: Path) -> str:
 
 def build_paper(run_dirs: Sequence[str | Path], out: str | Path) -> Path:
     """``out/numbers.json`` from the runs, then ``out/paper.md`` from it; returns paper.md."""
-    from core.runs import write_json
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    numbers = export(run_dirs)
-    write_json(out / "numbers.json", numbers)
-    p = out / "paper.md"
-    p.write_text(render(json.loads((out / "numbers.json").read_text()), out))
-    return p
+    return write_paper(out, export(run_dirs), render)[0]

@@ -6,10 +6,10 @@ A section whose inputs the campaign lacks says so and gives the command that mak
 Writes ``CAMPAIGN/paper.md`` and ``CAMPAIGN/figures/*.png``."""
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
+from core.paper import fmt, md_table
 from simulate.council.campaign import read_numbers
 
 HEADLINE = ("accuracy", "ece_ew", "brier")
@@ -17,18 +17,13 @@ RUN_ATTACK = "chorus council run full --out RUN  (its attack-k1 / attack-k2 cond
 RUN_CLEAN = "chorus council run full --out RUN"
 
 
-def _f(x: Any, nd: int = 3) -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "-"
-    if isinstance(x, float):
-        return f"{x:.{nd}f}"
-    return str(x)
+def _f(x: Any) -> str:
+    """The campaign's cells: NaN shows as "-" and every float in three decimals (no significant digits)."""
+    return fmt(x, sig=None, nan="-")
 
 
 def _table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(_f(v) for v in r) + " |" for r in rows]
-    return "\n".join(lines)
+    return md_table(header, rows, _f)
 
 
 def _missing(what: str, command: str) -> str:

@@ -9,15 +9,15 @@ recognised by ``provenance.json`` ``part``: roleplay (``run``/``eval``; summary 
 (its ``compare_run`` read too), roleplay-annotators, roleplay-stats, roleplay-probes."""
 from __future__ import annotations
 
-import hashlib
 import importlib
 import json
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from core.config import ConfigError
+from core.paper import copy_figures, fmt, md_table, run_plots, write_paper
+from core.runs import file_sha256, json_safe
 
 SCHEMA = "chorus.roleplay-paper/1"
 OWN_FILE = {"roleplay": "summary.json", "sft": "summary.json", "roleplay-annotators": "annotators.json",
@@ -67,8 +67,8 @@ def _read_run(path: Path) -> dict[str, Any]:
     if (path / "config.yaml").is_file():
         import yaml
         cfg = yaml.safe_load((path / "config.yaml").read_text()) or {}
-    return {"path": str(path), "part": part, "file": OWN_FILE[part], "sha256": hashlib.sha256(f.read_bytes()).hexdigest(),
-            "data": data, "config": cfg, "plots": sorted(str(p.relative_to(path)) for p in (path / "plots").glob("*.png"))}
+    return {"path": str(path), "part": part, "file": OWN_FILE[part], "sha256": file_sha256(f), "data": data,
+            "config": cfg, "plots": run_plots(path)}
 
 
 def read_runs(run_dirs: Sequence[str | Path]) -> list[dict[str, Any]]:
@@ -215,7 +215,7 @@ def _stamp(rows: list[dict], c: Ctx) -> list[dict]:
 
     def of(p: str) -> str | None:
         f = Path(p) / "summary.json"
-        return sha.get(p) or (hashlib.sha256(f.read_bytes()).hexdigest() if f.is_file() else None)
+        return sha.get(p) or (file_sha256(f) if f.is_file() else None)
     for x in rows:
         if isinstance(x.get("run"), str):
             x["summary_sha256"] = of(x["run"])
@@ -319,7 +319,6 @@ def _fig12(c: Ctx) -> dict[str, Any]:
 
 def export(run_dirs: Sequence[str | Path]) -> dict[str, Any]:
     """The numbers dict of the runs, by paper section (no file written)."""
-    from core.runs import json_safe
     from serving.profiles import embedded_note
     c = Ctx(read_runs(run_dirs))
     models = [m.get("profile") for r in c.runs for m in ((r.get("config") or {}).get("models") or [])
@@ -334,18 +333,14 @@ def _f(v: Any) -> str:
         return _f(v["mean"]) + (f" [{_f(v.get('lo'))}, {_f(v.get('hi'))}]" if v.get("lo") is not None else "")
     if isinstance(v, dict) and "rho" in v:
         return f"{_f(v['rho'])} (n={v.get('n')})"
-    if isinstance(v, float):
-        return "nan" if v != v else f"{v:.3f}" if abs(v) >= 1e-3 or v == 0 else f"{v:.2g}"
     if isinstance(v, list):
         return ", ".join(Path(x).name if isinstance(x, str) and "/" in x else _f(x) for x in v)
-    return "-" if v is None else Path(v).name if isinstance(v, str) and v.startswith("/") else str(v)
+    # a run's path shows as its name; a tiny float in two significant digits
+    return Path(v).name if isinstance(v, str) and v.startswith("/") else fmt(v, sig=2)
 
 
 def _table(cols: list[str], rows: list[dict]) -> str:
-    if not rows:
-        return "(none)"
-    out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    return "\n".join(out + ["| " + " | ".join(_f(r.get(k)) for k in cols) + " |" for r in rows])
+    return md_table(cols, rows, _f) if rows else "(none)"
 
 
 def render(numbers: dict[str, Any], out: Path) -> str:
@@ -366,22 +361,10 @@ def render(numbers: dict[str, Any], out: Path) -> str:
             if name in s:
                 parts += ([f"\n**{name}**\n"] if len(cols) > 1 else []) + [_table(cs, s[name])]
         parts += [f"\nmissing: {m['missing']}; run: `{m['command']}`" for m in s.get("also_missing", [])]
-        for run, rel in s.get("figures", []):
-            if (Path(run) / rel).is_file():
-                name = f"{Path(run).name}__{Path(rel).name}"
-                (out / "figures").mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(Path(run) / rel, out / "figures" / name)
-                parts.append(f"\n![{name}](figures/{name})")
+        parts += [f"\n{line}" for line in copy_figures(s.get("figures", []), out)]
     return "\n".join(parts) + "\n"
 
 
 def build_paper(run_dirs: Sequence[str | Path], out: str | Path) -> Path:
     """``out/numbers.json`` from the runs, then ``out/paper.md`` from it; returns paper.md."""
-    from core.runs import write_json
-    out = Path(out)
-    numbers = export(run_dirs)
-    out.mkdir(parents=True, exist_ok=True)
-    write_json(out / "numbers.json", numbers)
-    p = out / "paper.md"
-    p.write_text(render(json.loads((out / "numbers.json").read_text()), out))
-    return p
+    return write_paper(Path(out), export(run_dirs), render)[0]
