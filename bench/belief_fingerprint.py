@@ -70,6 +70,7 @@ def main() -> int:
     g.add_argument("--check", help="compare with the fingerprints recorded here")
     ap.add_argument("--seeds", type=int, default=2, help="replicates per condition (0: the config's own)")
     ap.add_argument("--rounds", type=int, default=6, help="rounds (0: the config's own)")
+    ap.add_argument("--out", help="with --check: write the comparison as JSON here")
     a = ap.parse_args()
     t0 = time.perf_counter()
     fp = fingerprints(a.seeds, a.rounds)
@@ -83,6 +84,17 @@ def main() -> int:
            if want.get(c, {}).get(t) != fp.get(c, {}).get(t)]
     print(f"{sum(map(len, fp.values()))} tables of {len(fp)} configs in {wall:.1f} s: "
           + ("identical" if not bad else f"{len(bad)} differ: {', '.join(bad)}"))
+    if a.out:
+        import os
+        import platform
+        import subprocess
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+        Path(a.out).write_text(json.dumps({
+            "command": "belief_fingerprint.py " + " ".join(sys.argv[1:]), "revision": rev, "against": a.check,
+            "seeds": a.seeds or "config", "rounds": a.rounds or "config", "configs": len(fp),
+            "tables": sum(map(len, fp.values())), "differ": bad, "identical": not bad, "wall_s": round(wall, 2),
+            "machine": {"cores": os.cpu_count(), "python": platform.python_version(), "cpu": platform.processor()}},
+            indent=1) + "\n")
     return 1 if bad else 0
 
 

@@ -3,9 +3,10 @@ that runs while the command runs (in first-call order), the files they live in, 
 chain of project calls. Run it at two revisions to compare (issue 29's before / after):
 
     .venv/bin/python bench/walk.py --out bench/results/walk-HEAD.json -- belief multi multi_fj --set seeds=2 --out /tmp/w
-    git worktree add /tmp/before REV && .venv/bin/python bench/walk.py --root /tmp/before -- belief multi ...
+    .venv/bin/python bench/walk.py --rev REV --out ... -- belief multi ...   # the same command at REV
 
-``--root`` is the source tree the command is imported from (default: this checkout); only its
+``--root`` is the source tree the command is imported from (default: this checkout; ``--rev`` makes a
+detached worktree of that revision under the system temp directory and walks it); only its
 packages count (core, serving, aggregate, simulate, interventions, chorus). Pydantic validators
 and other project functions called by libraries count too: they are project code a reader meets.
 """
@@ -74,11 +75,24 @@ def walk(argv: list[str], root: Path) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--root", default=str(Path(__file__).resolve().parents[1]))
+    ap.add_argument("--rev", default=None, help="walk this git revision (a detached worktree) instead")
     ap.add_argument("--out", default=None, help="write the walk as JSON here")
     ap.add_argument("argv", nargs=argparse.REMAINDER, help="-- then the chorus command")
     a = ap.parse_args()
     argv = a.argv[1:] if a.argv[:1] == ["--"] else a.argv
-    res = walk(argv, Path(a.root).resolve())
+    root = Path(a.root).resolve()
+    if a.rev:
+        import subprocess
+        import tempfile
+        sha = subprocess.run(["git", "rev-parse", "--short", a.rev], cwd=root, capture_output=True, text=True,
+                             check=True).stdout.strip()
+        tree = Path(tempfile.gettempdir()) / f"chorus-walk-{sha}"
+        if not tree.is_dir():
+            subprocess.run(["git", "worktree", "add", "--detach", "-f", str(tree), sha], cwd=root, check=True,
+                           capture_output=True)
+        root = tree
+    res = walk(argv, root)
+    res["revision"] = a.rev or "working tree"
     print(f"{res['command']}: {res['functions']} project functions in {res['files']} files, deepest chain "
           f"{res['deepest_chain']} calls")
     if a.out:

@@ -21,8 +21,9 @@ held-out distance of the corrected transfer curve from the diagonal (count-weigh
 bias over quantile bins of s); the per-pair squared error of g(e) against s is reported beside it
 (it is not the criterion: it rewards shrinking toward the calibration run's mean).
 
-The map g itself (its families, evaluation and file form, ``CorrectionMap``) is
-``correction_map.py``, below this module and the figures (``correction_plots.py``) alike.
+The map g itself (its families, evaluation, file form and fit: ``CorrectionMap``, ``fit_map``) is
+``correction_map.py``, the measure of success ``correction_measure.py``, both below this module and
+the figures (``correction_plots.py``) alike.
 
 The synthetic channel (``ChannelAppraiser``, ``oracle.channel`` in the config) distorts the oracle
 appraiser by a known curve, so the mechanism is testable without a model that can judge stance.
@@ -48,19 +49,20 @@ import numpy as np
 import pandas as pd
 
 from core.config import ConfigError, load_config
-from core.seeding import rng
 
 from . import calibration
 from .config import BeliefConfig, ChannelCfg, Condition
-from .correction_map import EPS, FAMILIES, CorrectionMap, _logit, _ramps, _sigmoid
+# the map and its fit, and the measure of success, live beside this module; re-exported here so
+# ``simulate.belief.correction`` keeps every name it had
+from .correction_map import (EPS, FAMILIES, FOLDS, MIN_EVENTS, CorrectionMap, diagonal_mse, fit_map, folds,  # noqa: F401
+                             s_bins)
+from .correction_map import _logit, _sigmoid
+from .correction_measure import applies, condition_arms, diagonal_bins, headline, measure  # noqa: F401
 from .roles import Appraisals, OracleAppraiser, Turn, Utterances
 from .topics import load_topic
 
 FORMAT = 1
-MIN_EVENTS = 50
-FOLDS = 5
 CHANNEL = 41        # role id of the synthetic channel's noise in the request-seed keys
-STREAM_FOLDS = 31
 CORRECTION_FILE = "correction.json"
 
 
@@ -110,118 +112,6 @@ class ChannelAppraiser:
                           for i in range(len(e))])
             e = _sigmoid(_logit(e) + self.channel.noise * z)
         return Appraisals(p_raw=e, e=e, attempts=np.zeros(len(e), dtype=np.int32))
-
-
-# -- fitting the monotone map (the map itself: correction_map.py) ----------------------------------
-def s_bins(s: np.ndarray, n_bins: int) -> np.ndarray:
-    """Bin index of each s: (at most) ``n_bins`` bins of equal count."""
-    q = np.unique(np.quantile(s, np.linspace(0, 1, n_bins + 1)))
-    return np.clip(np.digitize(s, q[1:-1]), 0, max(len(q) - 2, 0))
-
-
-def diagonal_mse(s, g_e, n_bins: int) -> float:
-    """Count-weighted mean squared bias of the corrected transfer curve over quantile bins of s:
-    sum_b n_b (mean_b g(e) - mean_b s)^2 / n."""
-    s, g_e = np.asarray(s, float), np.asarray(g_e, float)
-    d = pd.DataFrame({"b": s_bins(s, n_bins), "d": g_e - s}).groupby("b").d.agg(["mean", "size"])
-    return float((d["size"] * d["mean"] ** 2).sum() / d["size"].sum())
-
-
-def _fit_moment(s: np.ndarray, e: np.ndarray) -> CorrectionMap:
-    """g monotone piecewise linear (knots at quantiles of e) with mean g(e) = mean s in every
-    quantile bin of s: non-negative least squares on the bin means, weighted by sqrt(count)."""
-    from scipy.optimize import lsq_linear
-    n = len(s)
-    knots = np.unique(np.quantile(e, np.linspace(0, 1, max(2, min(12, n // 20)) + 1)))
-    if len(knots) < 2:  # e constant: g can only be a constant
-        knots = np.array([knots[0], knots[0] + EPS])
-    X = _ramps(e, knots)
-    b = s_bins(s, max(X.shape[1] + 2, min(2 * X.shape[1], n // 5)))
-    df = pd.DataFrame(X).assign(b=b, s=s).groupby("b")
-    A, y, w = df[list(range(X.shape[1]))].mean().to_numpy(), df.s.mean().to_numpy(), np.sqrt(df.size().to_numpy())
-    lo, hi = np.r_[0.0, np.zeros(X.shape[1] - 1)], np.r_[1.0, np.full(X.shape[1] - 1, np.inf)]
-    r = lsq_linear(A * w[:, None], y * w, bounds=(lo, hi))
-    return CorrectionMap("moment", {"knots": knots.tolist(), "coef": r.x.tolist()})
-
-
-def _fit_family(family: str, s: np.ndarray, e: np.ndarray) -> CorrectionMap:
-    if family == "moment":
-        return _fit_moment(s, e)
-    if family == "isotonic":
-        from sklearn.isotonic import IsotonicRegression
-        ir = IsotonicRegression(increasing=True, y_min=0.0, y_max=1.0, out_of_bounds="clip").fit(s, e)
-        return CorrectionMap("isotonic", {"s": ir.X_thresholds_.tolist(), "e": ir.y_thresholds_.tolist()})
-    from scipy.optimize import least_squares
-    if family == "logit_linear":
-        x = _logit(s)
-        r = least_squares(lambda p: _sigmoid(p[0] * x + p[1]) - e, x0=[1.0, 0.0],
-                          bounds=([1e-3, -20.0], [100.0, 20.0]))
-        return CorrectionMap("logit_linear", {"a": float(r.x[0]), "b": float(r.x[1])})
-    sc = np.clip(s, EPS, 1.0 - EPS)
-    ls, l1s = np.log(sc), np.log1p(-sc)
-    r = least_squares(lambda p: _sigmoid(p[0] * ls - p[1] * l1s + p[2]) - e, x0=[1.0, 1.0, 0.0],
-                      bounds=([0.0, 0.0, -20.0], [100.0, 100.0, 20.0]))
-    a, b, c = (float(v) for v in r.x)
-    if a + b < 1e-9:  # flat: keep it strictly increasing so it has an inverse
-        a = b = 1e-9
-    return CorrectionMap("beta", {"a": a, "b": b, "c": c})
-
-
-def folds(n: int, k: int, seed: int) -> np.ndarray:
-    """Fold index of each pair: a seeded permutation cut into k nearly equal parts."""
-    f = np.empty(n, dtype=np.int64)
-    f[rng(seed, STREAM_FOLDS).permutation(n)] = np.arange(n) % k
-    return f
-
-
-def fit_map(s, e, *, min_events: int = MIN_EVENTS, n_folds: int = FOLDS, seed: int = 0,
-            families: Sequence[str] = FAMILIES) -> dict[str, Any]:
-    """Fit every family on the (s, e) pairs and score it by K-fold cross-validation: each pair's
-    g(e) from the fit without its fold, then the corrected transfer curve's distance from the
-    diagonal (``heldout_diagonal_mse``, the criterion), the per-pair squared error of g(e)
-    against s (``heldout_mse``) and of f(s) against e (``heldout_forward_mse``). The lowest
-    criterion is chosen; every family is refit on all pairs. Fewer than ``min_events`` valid
-    pairs is refused with the count."""
-    s = np.asarray(s, dtype=float)
-    e = np.asarray(e, dtype=float)
-    ok = np.isfinite(s) & np.isfinite(e)
-    n = int(ok.sum())
-    if n < min_events:
-        raise ConfigError(f"channel correction: {n} appraised utterances with finite (s, e) "
-                          f"({int((~ok).sum())} failed or missing), fewer than min_events = {min_events}; "
-                          f"fit it on a longer calibration run (or lower --min-events, at your risk)")
-    s, e = s[ok], e[ok]
-    if np.ptp(s) == 0:
-        raise ConfigError(f"channel correction: all {n} speaker beliefs s equal {s[0]:.4g}; a map "
-                          f"of e onto s needs a calibration run whose speakers span the stance range")
-    k = max(2, min(n_folds, n // 2))
-    fold = folds(n, k, seed)
-    n_bins = max(2, min(20, n // 10))
-    cands: dict[str, dict[str, Any]] = {}
-    for fam in families:
-        g_e, f_s = np.empty(n), np.empty(n)
-        for j in range(k):
-            tr, va = fold != j, fold == j
-            m = _fit_family(fam, s[tr], e[tr])
-            g_e[va], f_s[va] = m(e[va]), m.forward(s[va])
-        full = _fit_family(fam, s, e)
-        cands[fam] = {"heldout_diagonal_mse": diagonal_mse(s, g_e, n_bins),
-                      "heldout_mse": float(np.mean((g_e - s) ** 2)),
-                      "heldout_forward_mse": float(np.mean((f_s - e) ** 2)) if full.has_forward else None,
-                      "map": full.to_dict()}
-    best = min(cands, key=lambda f: cands[f]["heldout_diagonal_mse"])
-    # does e rise with s at all? (the isotonic transfer curve's rise over the calibration range)
-    iso = _fit_family("isotonic", s, e)
-    spread = float(np.ptp(iso.forward(np.linspace(s.min(), s.max(), 101))))
-    return {
-        "family": best, "map": cands[best]["map"], "candidates": cands, "criterion": "heldout_diagonal_mse",
-        "n_events": n, "n_dropped": int((~ok).sum()), "min_events": int(min_events),
-        "folds": int(k), "diagonal_bins": int(n_bins), "split_seed": int(seed),
-        "s_range": [float(s.min()), float(s.max())], "e_range": [float(e.min()), float(e.max())],
-        "pearson_s_e": float(np.corrcoef(s, e)[0, 1]) if np.ptp(e) > 0 else None,
-        # a transfer curve that barely rises carries no stance signal: its inverse is arbitrary
-        "informative": bool(spread > 0.05),
-    }
 
 
 # -- from a run directory, to a file ------------------------------------------------------------------
@@ -402,136 +292,3 @@ def appraiser_for(cfg: BeliefConfig, inner, corrections: dict[tuple[str, str], A
     if corrections:
         inner = CorrectedAppraiser(inner or OracleAppraiser(), corrections)
     return inner
-
-
-# -- the measure of success -------------------------------------------------------------------------
-def diagonal_bins(s, e, bins: int, tolerance: float, level: float = 0.95) -> pd.DataFrame:
-    """Transfer curve with intervals: per equal-width bin of s, the mean of e, the ``level``
-    t-interval of mean(e - s), and whether that interval (widened by ``tolerance``) covers 0,
-    i.e. the curve is on the diagonal there. Bins with fewer than 2 utterances are not assessed."""
-    from scipy.stats import t as student_t
-    s = np.asarray(s, dtype=float)
-    e = np.asarray(e, dtype=float)
-    ok = np.isfinite(s) & np.isfinite(e)
-    s, e = s[ok], e[ok]
-    edges = np.linspace(0, 1, bins + 1)
-    idx = np.clip(np.digitize(s, edges) - 1, 0, bins - 1)
-    df = pd.DataFrame({"bin": idx, "s": s, "e": e, "d": e - s})
-    g = df.groupby("bin").agg(n=("d", "size"), s_mean=("s", "mean"), e_mean=("e", "mean"),
-                              d_mean=("d", "mean"), d_sd=("d", "std")).reindex(range(bins)).reset_index()
-    n = g.n.fillna(0).to_numpy()
-    with np.errstate(invalid="ignore", divide="ignore"):
-        half = np.where(n >= 2, student_t.ppf(0.5 + level / 2, np.maximum(n - 1, 1)) * g.d_sd / np.sqrt(n), np.nan)
-    g["n"] = n.astype(np.int64)
-    g["half_width"] = half
-    g["e_lo"], g["e_hi"] = g.e_mean - half, g.e_mean + half
-    g["assessed"] = n >= 2
-    g["on_diagonal"] = g.assessed & (g.d_mean.abs() <= g.half_width + tolerance)
-    g["s_lo"], g["s_hi"] = edges[:-1], edges[1:]
-    return g
-
-
-def condition_arms(tables: dict[str, pd.DataFrame], cfg: BeliefConfig) -> pd.DataFrame:
-    """Per condition: its channel_correction ('arm') and a key shared by conditions that differ
-    only in it (their twins)."""
-    rows = []
-    for c, ov in zip(tables["conditions"].condition, tables["conditions"].overrides):
-        o = json.loads(ov)
-        arm = o.pop("channel_correction", cfg.channel_correction)
-        rows.append({"condition": int(c), "arm": str(arm), "twin": json.dumps(o, sort_keys=True, default=str)})
-    return pd.DataFrame(rows)
-
-
-def applies(tables: dict[str, pd.DataFrame], cfg: BeliefConfig) -> bool:
-    return "e_raw" in tables["utterances"].columns or (condition_arms(tables, cfg).arm != "none").any()
-
-
-def _landings(beliefs: pd.DataFrame, conditions) -> pd.Series:
-    """Final mean belief of the free agents, per run of the given conditions."""
-    b = beliefs[beliefs.condition.isin(list(conditions)) & ~beliefs.committed]
-    return b[b["round"] == b.groupby("run")["round"].transform("max")].groupby("run").b.mean()
-
-
-def _rel(a, b) -> float | None:
-    return None if a is None or b is None else float(a - b)
-
-
-def measure(tables: dict[str, pd.DataFrame], cfg: BeliefConfig, derived: dict[str, pd.DataFrame],
-            provenance: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, pd.DataFrame]]:
-    """The seed's measure of success, per arm (channel_correction value): where the pliable
-    (DeGroot) consensus lands against the initial mean, the share of transfer-curve bins on the
-    diagonal (raw evidence and consumed evidence), kappa recovery from s (median relative error,
-    Spearman over kappa levels). ``success`` compares the uncorrected arm with the corrected ones
-    where both ran (as twins of one sweep, with common random numbers)."""
-    from .analysis import spearman
-    arms = condition_arms(tables, cfg)
-    ut = tables["utterances"].merge(arms[["condition", "arm"]], on="condition")
-    raw_col = "e_raw" if "e_raw" in ut.columns else "e"
-    cm = derived["condition_metrics"].merge(arms, on="condition")
-    kr = derived["kappa_recovery"].merge(arms, on="condition")
-    bins, tol = cfg.analysis.transfer_bins, cfg.analysis.diagonal_tolerance
-    per_arm, curves = [], []
-    for arm, u in ut.groupby("arm", sort=False):
-        row: dict[str, Any] = {"arm": arm, "conditions": sorted(int(c) for c in arms.condition[arms.arm == arm]),
-                               "utterances": int(len(u))}
-        for name, col in (("raw", raw_col), ("consumed", "e")):
-            d = diagonal_bins(u.s, u[col], bins, tol)
-            curves.append(d.assign(arm=arm, evidence=name))
-            a = d[d.assessed]
-            row[f"{name}_bins_assessed"] = int(len(a))
-            row[f"{name}_on_diagonal_share"] = float(a.on_diagonal.mean()) if len(a) else None
-            row[f"{name}_max_abs_bin_gap"] = float(a.d_mean.abs().max()) if len(a) else None
-        dg = cm[(cm.arm == arm) & (cm.population == "degroot")]
-        row["degroot_initial_mean"] = float(dg.initial_mean.mean()) if len(dg) else None
-        row["degroot_landing"] = float(dg.final_mean.mean()) if len(dg) else None
-        row["degroot_gap"] = float((dg.final_mean - dg.initial_mean).abs().max()) if len(dg) else None
-        # a noisy channel makes a pliable consensus wander (every listener hears the same e):
-        # the spread of the landing over seeds tells that wander from a bias
-        land = _landings(tables["beliefs"], dg.condition)
-        row["degroot_landing_seed_sd"] = float(land.std(ddof=1)) if len(land) > 1 else None
-        row["degroot_landing_se"] = float(land.std(ddof=1) / np.sqrt(len(land))) if len(land) > 1 else None
-        k = kr[(kr.arm == arm)].dropna(subset=["kappa_hat_median"])
-        lv = k.groupby("kappa").kappa_hat_median.median()
-        row["kappa_levels"] = int(len(lv))
-        row["kappa_spearman"] = spearman(lv.index, lv.values) if len(lv) >= 3 else None
-        row["kappa_median_rel_error"] = float(k.groupby("kappa").rel_error.median().median()) if len(k) else None
-        per_arm.append({kk: (None if isinstance(v, float) and math.isnan(v) else v) for kk, v in row.items()})
-    consensus = []
-    for _, r in cm[cm.population == "degroot"].iterrows():
-        consensus.append({"condition": int(r.condition), "arm": r.arm, "label": r.label,
-                          "initial_mean": float(r.initial_mean), "final_mean": float(r.final_mean),
-                          "gap": float(abs(r.final_mean - r.initial_mean))})
-    by_arm = {a["arm"]: a for a in per_arm}
-    unc = by_arm.get("none")
-    cor = [a for a in per_arm if a["arm"] != "none"]
-    success = None
-    if cor:
-        c = cor[0]
-        gap_c, gap_u = c["degroot_gap"], unc["degroot_gap"] if unc else None
-        ke_c, ke_u = c["kappa_median_rel_error"], unc["kappa_median_rel_error"] if unc else None
-        success = {
-            "corrected_arm": c["arm"],
-            "consensus_gap_uncorrected": gap_u, "consensus_gap_corrected": gap_c,
-            "consensus_landing_se_corrected": c["degroot_landing_se"],
-            "consensus_within_0.05": None if gap_c is None else bool(gap_c <= 0.05),
-            "raw_on_diagonal_share": c["raw_on_diagonal_share"],
-            "corrected_on_diagonal_share": c["consumed_on_diagonal_share"],
-            "kappa_median_rel_error_uncorrected": ke_u, "kappa_median_rel_error_corrected": ke_c,
-            "kappa_spearman_uncorrected": unc["kappa_spearman"] if unc else None,
-            "kappa_spearman_corrected": c["kappa_spearman"],
-            "kappa_not_worse": None if ke_c is None or ke_u is None else bool(ke_c <= ke_u + 1e-12),
-            "kappa_error_change": _rel(ke_c, ke_u),
-        }
-    block = {"applied": (provenance or {}).get("channel_correction"), "evidence_column_raw": raw_col,
-             "diagonal_tolerance": tol, "arms": per_arm, "consensus": consensus, "success": success}
-    return block, {"transfer_correction": pd.concat(curves, ignore_index=True), "correction_arms": arms}
-
-
-def headline(block: dict[str, Any]) -> dict[str, Any]:
-    """A few headline numbers of a corrected run."""
-    s = block.get("success") or {}
-    return {"correction_consensus_gap_uncorrected": s.get("consensus_gap_uncorrected"),
-            "correction_consensus_gap_corrected": s.get("consensus_gap_corrected"),
-            "correction_raw_on_diagonal": s.get("raw_on_diagonal_share"),
-            "correction_on_diagonal": s.get("corrected_on_diagonal_share"),
-            "correction_kappa_not_worse": s.get("kappa_not_worse")}

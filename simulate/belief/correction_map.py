@@ -1,18 +1,25 @@
 """The correction map g of ``simulate.belief.correction``: a monotone map of appraised evidence e
-onto speaker belief s, its families and its (de)serialisation. The fit, the stored files and
-the measure of success are ``correction.py`` (which re-exports these names); the figures of
-``correction_plots.py`` draw maps read back from a fit. Below both, so neither imports the other."""
+onto speaker belief s, its families, its (de)serialisation and its fit (``fit_map``: every family
+scored by K-fold cross-validation on the corrected transfer curve's distance from the diagonal).
+The stored files and the application are ``correction.py``, the measure of success
+``correction_measure.py`` (``correction.py`` re-exports these names); the figures of
+``correction_plots.py`` draw maps read back from a fit. Below all three, so none imports another."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
+import pandas as pd
 
 from core.config import ConfigError
+from core.seeding import rng
 
 FAMILIES = ("isotonic", "logit_linear", "beta", "moment")
 EPS = 1e-6
+MIN_EVENTS = 50
+FOLDS = 5
+STREAM_FOLDS = 31
 
 
 def _sigmoid(z):
@@ -126,3 +133,115 @@ class CorrectionMap:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "CorrectionMap":
         return cls(family=d["family"], params=dict(d["params"]))
+
+
+# -- fitting the monotone map --------------------------------------------------------------------
+def s_bins(s: np.ndarray, n_bins: int) -> np.ndarray:
+    """Bin index of each s: (at most) ``n_bins`` bins of equal count."""
+    q = np.unique(np.quantile(s, np.linspace(0, 1, n_bins + 1)))
+    return np.clip(np.digitize(s, q[1:-1]), 0, max(len(q) - 2, 0))
+
+
+def diagonal_mse(s, g_e, n_bins: int) -> float:
+    """Count-weighted mean squared bias of the corrected transfer curve over quantile bins of s:
+    sum_b n_b (mean_b g(e) - mean_b s)^2 / n."""
+    s, g_e = np.asarray(s, float), np.asarray(g_e, float)
+    d = pd.DataFrame({"b": s_bins(s, n_bins), "d": g_e - s}).groupby("b").d.agg(["mean", "size"])
+    return float((d["size"] * d["mean"] ** 2).sum() / d["size"].sum())
+
+
+def _fit_moment(s: np.ndarray, e: np.ndarray) -> CorrectionMap:
+    """g monotone piecewise linear (knots at quantiles of e) with mean g(e) = mean s in every
+    quantile bin of s: non-negative least squares on the bin means, weighted by sqrt(count)."""
+    from scipy.optimize import lsq_linear
+    n = len(s)
+    knots = np.unique(np.quantile(e, np.linspace(0, 1, max(2, min(12, n // 20)) + 1)))
+    if len(knots) < 2:  # e constant: g can only be a constant
+        knots = np.array([knots[0], knots[0] + EPS])
+    X = _ramps(e, knots)
+    b = s_bins(s, max(X.shape[1] + 2, min(2 * X.shape[1], n // 5)))
+    df = pd.DataFrame(X).assign(b=b, s=s).groupby("b")
+    A, y, w = df[list(range(X.shape[1]))].mean().to_numpy(), df.s.mean().to_numpy(), np.sqrt(df.size().to_numpy())
+    lo, hi = np.r_[0.0, np.zeros(X.shape[1] - 1)], np.r_[1.0, np.full(X.shape[1] - 1, np.inf)]
+    r = lsq_linear(A * w[:, None], y * w, bounds=(lo, hi))
+    return CorrectionMap("moment", {"knots": knots.tolist(), "coef": r.x.tolist()})
+
+
+def _fit_family(family: str, s: np.ndarray, e: np.ndarray) -> CorrectionMap:
+    if family == "moment":
+        return _fit_moment(s, e)
+    if family == "isotonic":
+        from sklearn.isotonic import IsotonicRegression
+        ir = IsotonicRegression(increasing=True, y_min=0.0, y_max=1.0, out_of_bounds="clip").fit(s, e)
+        return CorrectionMap("isotonic", {"s": ir.X_thresholds_.tolist(), "e": ir.y_thresholds_.tolist()})
+    from scipy.optimize import least_squares
+    if family == "logit_linear":
+        x = _logit(s)
+        r = least_squares(lambda p: _sigmoid(p[0] * x + p[1]) - e, x0=[1.0, 0.0],
+                          bounds=([1e-3, -20.0], [100.0, 20.0]))
+        return CorrectionMap("logit_linear", {"a": float(r.x[0]), "b": float(r.x[1])})
+    sc = np.clip(s, EPS, 1.0 - EPS)
+    ls, l1s = np.log(sc), np.log1p(-sc)
+    r = least_squares(lambda p: _sigmoid(p[0] * ls - p[1] * l1s + p[2]) - e, x0=[1.0, 1.0, 0.0],
+                      bounds=([0.0, 0.0, -20.0], [100.0, 100.0, 20.0]))
+    a, b, c = (float(v) for v in r.x)
+    if a + b < 1e-9:  # flat: keep it strictly increasing so it has an inverse
+        a = b = 1e-9
+    return CorrectionMap("beta", {"a": a, "b": b, "c": c})
+
+
+def folds(n: int, k: int, seed: int) -> np.ndarray:
+    """Fold index of each pair: a seeded permutation cut into k nearly equal parts."""
+    f = np.empty(n, dtype=np.int64)
+    f[rng(seed, STREAM_FOLDS).permutation(n)] = np.arange(n) % k
+    return f
+
+
+def fit_map(s, e, *, min_events: int = MIN_EVENTS, n_folds: int = FOLDS, seed: int = 0,
+            families: Sequence[str] = FAMILIES) -> dict[str, Any]:
+    """Fit every family on the (s, e) pairs and score it by K-fold cross-validation: each pair's
+    g(e) from the fit without its fold, then the corrected transfer curve's distance from the
+    diagonal (``heldout_diagonal_mse``, the criterion), the per-pair squared error of g(e)
+    against s (``heldout_mse``) and of f(s) against e (``heldout_forward_mse``). The lowest
+    criterion is chosen; every family is refit on all pairs. Fewer than ``min_events`` valid
+    pairs is refused with the count."""
+    s = np.asarray(s, dtype=float)
+    e = np.asarray(e, dtype=float)
+    ok = np.isfinite(s) & np.isfinite(e)
+    n = int(ok.sum())
+    if n < min_events:
+        raise ConfigError(f"channel correction: {n} appraised utterances with finite (s, e) "
+                          f"({int((~ok).sum())} failed or missing), fewer than min_events = {min_events}; "
+                          f"fit it on a longer calibration run (or lower --min-events, at your risk)")
+    s, e = s[ok], e[ok]
+    if np.ptp(s) == 0:
+        raise ConfigError(f"channel correction: all {n} speaker beliefs s equal {s[0]:.4g}; a map "
+                          f"of e onto s needs a calibration run whose speakers span the stance range")
+    k = max(2, min(n_folds, n // 2))
+    fold = folds(n, k, seed)
+    n_bins = max(2, min(20, n // 10))
+    cands: dict[str, dict[str, Any]] = {}
+    for fam in families:
+        g_e, f_s = np.empty(n), np.empty(n)
+        for j in range(k):
+            tr, va = fold != j, fold == j
+            m = _fit_family(fam, s[tr], e[tr])
+            g_e[va], f_s[va] = m(e[va]), m.forward(s[va])
+        full = _fit_family(fam, s, e)
+        cands[fam] = {"heldout_diagonal_mse": diagonal_mse(s, g_e, n_bins),
+                      "heldout_mse": float(np.mean((g_e - s) ** 2)),
+                      "heldout_forward_mse": float(np.mean((f_s - e) ** 2)) if full.has_forward else None,
+                      "map": full.to_dict()}
+    best = min(cands, key=lambda f: cands[f]["heldout_diagonal_mse"])
+    # does e rise with s at all? (the isotonic transfer curve's rise over the calibration range)
+    iso = _fit_family("isotonic", s, e)
+    spread = float(np.ptp(iso.forward(np.linspace(s.min(), s.max(), 101))))
+    return {
+        "family": best, "map": cands[best]["map"], "candidates": cands, "criterion": "heldout_diagonal_mse",
+        "n_events": n, "n_dropped": int((~ok).sum()), "min_events": int(min_events),
+        "folds": int(k), "diagonal_bins": int(n_bins), "split_seed": int(seed),
+        "s_range": [float(s.min()), float(s.max())], "e_range": [float(e.min()), float(e.max())],
+        "pearson_s_e": float(np.corrcoef(s, e)[0, 1]) if np.ptp(e) > 0 else None,
+        # a transfer curve that barely rises carries no stance signal: its inverse is arbitrary
+        "informative": bool(spread > 0.05),
+    }

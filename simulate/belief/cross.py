@@ -54,20 +54,20 @@ import numpy as np
 import pandas as pd
 
 from core.config import ConfigError, load_config
-from core.runs import RunDir, amends_run, run_dir_path
+from core.runs import RunDir, run_dir_path
 from core.seeding import call_seed, rng, stable_int
 from serving.backends import synthetic as synthetic_backend
 from serving.backends.synthetic import SyntheticBackend
 
-from . import analysis
 from .config import AppraiserCfg, BeliefConfig, GeneratorCfg
 # the config, the decomposition and the plots live beside this module; re-exported here so
 # ``simulate.belief.cross`` keeps every name it had
-from .cross_analysis import (STREAM_BOOT, additive_fit, bootstrap_pairs, crossed, decompose, design,
+from .cross_analysis import (STREAM_BOOT, additive_fit, bootstrap_pairs, crossed, decompose, design,  # noqa: F401
                              pair_stats, transfer_curves)
-from .cross_config import COMMAND, TABLES, CrossAnalysisCfg, CrossConfig, GenerateCfg, SyntheticCfg, is_cross_run
-from .cross_plots import PLOTS, plot_pair_bias, plot_parts, plot_transfer_grid
-from .cross_report import CONSTRAINTS, report, summary_rows
+from .cross_config import (COMMAND, TABLES, CrossAnalysisCfg, CrossConfig, GenerateCfg, SyntheticCfg,  # noqa: F401
+                           is_cross_run)
+from .cross_plots import PLOTS, plot_pair_bias, plot_parts, plot_transfer_grid  # noqa: F401
+from .cross_report import CONSTRAINTS, report, summary_rows  # noqa: F401
 from .roles import APPRAISE, LLMAppraiser, LLMGenerator, RunKey, Turn, temperature_scale
 from .topics import list_topics, load_topic
 

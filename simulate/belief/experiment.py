@@ -15,7 +15,7 @@ import numpy as np
 from core.config import ConfigError, load_config
 from core.runs import RunDir, amends_run, run_dir_path
 
-from . import analysis, concept_analysis, correction, correction_plots, plots
+from . import analysis, concept_analysis, correction, correction_measure, correction_plots, plots
 from .calibration import find_fit, fit_path, load_fit
 from .config import BeliefConfig, Condition, MultiBeliefConfig, expand
 from .engine import RunSpec, prepare, run_group
@@ -223,9 +223,9 @@ def report(path: str | Path, make_plots: bool = True, tables: dict | None = None
         figures = plots.CONCEPT_PLOTS
     else:
         summary, derived = analysis.analyse(tabs, cfg, prov)
-        if correction.applies(tabs, cfg):
-            summary["channel_correction"], extra = correction.measure(tabs, cfg, derived, prov)
-            summary["headline"].update(correction.headline(summary["channel_correction"]))
+        if correction_measure.applies(tabs, cfg):
+            summary["channel_correction"], extra = correction_measure.measure(tabs, cfg, derived, prov)
+            summary["headline"].update(correction_measure.headline(summary["channel_correction"]))
             derived.update(extra)
         figures = {name: fn for name, fn in {**plots.PLOTS, **correction_plots.PLOTS}.items()
                    if name != "probe" or cfg.mode == "llm"}

@@ -36,7 +36,7 @@ from serving.spec import ModelSpec
 from .calibration import min_labelled
 from .config import GeneratorCfg
 from .roles import GEN, LLMGenerator, RunKey, Turn
-from .topics import _LOWER, _LOWER2, _UPPER, Topic, load_topic, stance_bin
+from .topics import _LOWER, _LOWER2, _UPPER, Topic, load_topic
 
 STREAM_SHUFFLE = 41
 TOPUP_FACTOR = 3          # default cap on draws per bin, in multiples of per_bin
