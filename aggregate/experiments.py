@@ -16,13 +16,18 @@ import numpy as np
 import pandas as pd
 
 from aggregate.config import RunConfig, SweepConfig
+from aggregate.corrupt import corrupt_traces, corruption_counts, sleeper_from_traces, split_by_question
 from aggregate.counts import Pool
 from aggregate.errors import TraceError
 from aggregate.methods import make_method
-from aggregate.metrics import brier_per_task, paired_bootstrap, summarize
+from aggregate.metrics import (brier_per_task, line_plot, paired_bootstrap, reliability_diagram,
+                               reliability_overlay, summarize)
+from aggregate.results_file import render_markdown, write_results
 from aggregate.selection import KEY_BOOT, CVResult, fit_predict_split, nested_cv, seed_int
-from aggregate.trace import Trace, dump_traces, load_traces, traces_sha256
+from aggregate.synthetic import Adversary, generate_council, permute_labels, sleeper_traces, truncate_traces
+from aggregate.trace import FORCES, Trace, dump_traces, load_traces, traces_sha256
 from core.progress import Progress
+from core.runs import RunDir, library_versions, run_dir_path
 
 SCHEMA = "chorus.aggregate.results/1"
 _DETERMINISM = ("every random stream (folds, label budget, tie-breaks, synthetic councils, bootstrap) "
@@ -40,8 +45,6 @@ class Cell:
 
 
 def move_inventory(traces: Sequence[Trace]) -> dict[str, int]:
-    from aggregate.trace import FORCES
-
     c = Counter(m.force for tr in traces for m in tr.moves)
     return {f: int(c.get(f, 0)) for f in FORCES}
 
@@ -157,8 +160,6 @@ def seed_metrics(cv: CVResult, traces: Sequence[Trace]) -> dict[str, Any] | None
 # -- run ----------------------------------------------------------------------------------------
 def prepare_traces(cfg: RunConfig, config_dir: Path | None = None) -> list[Trace]:
     """Load or synthesise the traces of a run, then apply the controls it asks for."""
-    from aggregate.synthetic import Adversary, generate_council, permute_labels, truncate_traces
-
     if cfg.synthetic is not None:
         adv = None
         if cfg.synthetic.adversary is not None:
@@ -203,8 +204,6 @@ def evaluate_run(cfg: RunConfig, traces: Sequence[Trace], progress: Progress | N
 
 
 def _results_header(kind: str, cfg) -> dict[str, Any]:
-    from core.runs import library_versions
-
     return {"schema": SCHEMA, "kind": kind, "name": cfg.name,
             "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "versions": library_versions(), "config": cfg.model_dump(mode="json", by_alias=True)}
@@ -213,9 +212,6 @@ def _results_header(kind: str, cfg) -> dict[str, Any]:
 def run_experiment(cfg: RunConfig, out: Path, *, config_dir: Path | None = None,
                    progress: Progress | None = None) -> Path:
     """Write a complete run directory under ``out`` and return the results file path."""
-    from aggregate.results_file import render_markdown, write_results
-    from core.runs import RunDir
-
     run = RunDir.create(out, part="aggregate", config=cfg, seeds={"seed": cfg.seed},
                         command="run", backend="numpy/scipy (no model calls)",
                         determinism=_DETERMINISM)
@@ -253,8 +249,6 @@ def _write_run_tables(run, cell: Cell) -> None:
 
 
 def _run_plots(run, cell: Cell) -> None:
-    from aggregate.metrics import reliability_diagram, reliability_overlay
-
     cv = cell.cv
     curves = {}
     for name in cv.methods:
@@ -286,9 +280,6 @@ def sweep_cell_traces(cfg: SweepConfig, params: dict[str, Any],
                       source: Sequence[Trace] | None = None) -> tuple[list[Trace], int | None]:
     """A cell's traces: a synthetic council, or (``cfg.traces``; ``source`` = the file's traces)
     the real traces corrupted by the cell's adversary (``aggregate.corrupt``)."""
-    from aggregate.corrupt import corrupt_traces, sleeper_from_traces
-    from aggregate.synthetic import Adversary, generate_council, sleeper_traces
-
     if cfg.traces is not None and source is None:
         raise ValueError("a sweep over a trace file needs the file's traces (source)")
     if cfg.kind == "dose_response":
@@ -314,7 +305,6 @@ def sweep_source(cfg: SweepConfig) -> tuple[SweepConfig, list[Trace] | None]:
     the window and deployment sizes it gets (what results.json and results.md state)."""
     if cfg.traces is None:
         return cfg, None
-    from aggregate.corrupt import split_by_question
 
     source = load_traces(cfg.traces)
     if cfg.kind == "sleeper":
@@ -332,16 +322,12 @@ def evaluate_sweep_cell(cfg: SweepConfig, params: dict[str, Any], traces: Sequen
     rec = cell_record(cid, dict(params, n_calibration=n_calibration), traces, pool, cv,
                       f"traces/{cid}.jsonl.gz")
     if cfg.traces is not None:
-        from aggregate.corrupt import corruption_counts
 
         rec["corruption"] = corruption_counts(traces)  # read back from the stored traces' records
     return Cell(rec, pool, cv)
 
 
 def run_sweep(cfg: SweepConfig, out: Path, *, progress: Progress | None = None) -> Path:
-    from aggregate.results_file import render_markdown, write_results
-    from core.runs import RunDir
-
     cfg, source = sweep_source(cfg)
     if source:   # an adversary the traces cannot hold: refused before a run directory is made
         seats = min(len(tr.agents) for tr in source)
@@ -386,8 +372,6 @@ def run_sweep(cfg: SweepConfig, out: Path, *, progress: Progress | None = None) 
 
 
 def _sweep_plots(run, cfg: SweepConfig, metrics: pd.DataFrame) -> None:
-    from aggregate.metrics import line_plot
-
     what = "synthetic count-level adversary" if cfg.traces is None else \
         f"count-level adversary on {Path(cfg.traces).name}"
     if cfg.kind == "dose_response":
@@ -407,7 +391,6 @@ def run_to_dir(cfg: RunConfig, out: Path | None = None, *, progress: Progress | 
                source: str | None = None):
     """``chorus aggregate run``: ``run_experiment`` into ``out`` (default runs/aggregate/NAME-run-TIME);
     ``source`` is the config file, whose folder relative trace paths are read from."""
-    from core.runs import RunDir, run_dir_path
     out = run_dir_path(out, "aggregate", f"{cfg.name}-run")
     run_experiment(cfg, out, config_dir=Path(source).parent if source else None, progress=progress)
     run = RunDir(out)
@@ -416,7 +399,6 @@ def run_to_dir(cfg: RunConfig, out: Path | None = None, *, progress: Progress | 
 
 def sweep_to_dir(cfg: SweepConfig, out: Path | None = None, *, progress: Progress | None = None):
     """``chorus aggregate sweep``: ``run_sweep`` into ``out`` (default runs/aggregate/NAME-sweep-TIME)."""
-    from core.runs import RunDir, run_dir_path
     out = run_dir_path(out, "aggregate", f"{cfg.name}-sweep")
     run_sweep(cfg, out, progress=progress)
     run = RunDir(out)

@@ -39,8 +39,12 @@ import numpy as np
 import pandas as pd
 
 from aggregate.corrupt import council_seats, corrupt_traces, split_by_question
+from aggregate.counts import Pool
+from aggregate.metrics import summarize
+from aggregate.selection import fit_predict_split
 from aggregate.synthetic import Adversary
 from aggregate.trace import Trace
+from core.plots import subplots
 
 ORDERS = ("forward", "reverse")
 LIES_ON = ("all", "even", "odd", "none")
@@ -140,10 +144,7 @@ def shift_table(traces: Sequence[Trace], methods: Sequence[str], *, kinds: Seque
     """One row per (kind, part, method): metrics on the deployment tasks under the old policy (``no_shift``)
     and the new one (``shift``), every method fitted once per kind on the calibration window (old policy;
     a seeded question split of the clean traces, ``corrupt.split_by_question``)."""
-    from aggregate.counts import Pool
-    from aggregate.methods import make_method
-    from aggregate.metrics import summarize
-    from aggregate.selection import fit_predict_split
+    from aggregate.methods import make_method  # lazy: pulls in scipy
 
     traces = list(traces)
     K = len(_shared(traces))
@@ -184,7 +185,6 @@ def before_after(table: pd.DataFrame, reference: str = "bda_per_agent") -> pd.Da
 
 def plot(table: pd.DataFrame, path) -> None:
     """Accuracy without and with the shift, per kind and method (grouped bars)."""
-    from core.plots import subplots
     kinds = list(dict.fromkeys(table["kind"]))
     methods = list(dict.fromkeys(table["method"]))
     fig, axes = subplots(1, len(kinds), figsize=(3.2 * len(kinds) + 0.6, 3.6), squeeze=False)

@@ -67,6 +67,7 @@ class Stage:
 
 
 # -- stages ------------------------------------------------------------------------------------
+# each stage's imports stay inside it, deliberately (module docstring): importing this module stays cheap
 def _serving(out: Path, cfg: DemoConfig, progress: Progress) -> dict[str, Any]:
     import pandas as pd
 

@@ -63,8 +63,13 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from core.config import ConfigError
-from interventions.probes import ProbeError
+from core.config import ConfigError, load_yaml, resolve_config
+from core.seeding import rng as make_rng
+from interventions.experiment import source_turns, start_run
+from interventions.knockout import layer_map
+from interventions.probes import ProbeError, _folds, label_null, null_summary, span_means
+from interventions.spans import SpanError, message_token_span
+from simulate.debate.prompts import readout_prefill, turn_messages
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 SITES = ("reading", "decision")
@@ -125,8 +130,6 @@ def validate_lexicon(d: Any, source: str = "lexicon") -> Lexicon:
 
 def load_lexicon(name: str | Path) -> Lexicon:
     """A lexicon by name (``interventions/data/NAME.yaml``) or path."""
-    from core.config import load_yaml, resolve_config
-
     p = resolve_config(name, DATA_DIR, missing=f"concepts.lexicon = {str(name)!r}: not found")
     return validate_lexicon(load_yaml(p), str(p))
 
@@ -192,8 +195,6 @@ def null_directions(X: np.ndarray, y: Sequence, *, n_perm: int, seed: int = 0, m
                     C: float = 1.0) -> np.ndarray:
     """(n_perm, H) unit directions fitted the same way on shuffled labels (the standardiser is
     label-free, so ``fit_direction``'s mu and sd apply to each)."""
-    from interventions.probes import label_null
-
     yb = _binary(y)
     mu, sd = standardizer(X)
     Z = (np.asarray(X, dtype=float) - mu) / sd
@@ -205,8 +206,6 @@ def heldout_auroc(X: np.ndarray, y: Sequence, groups: Sequence, *, n_splits: int
                   method: str = "mean_diff", C: float = 1.0, folds: list | None = None) -> float:
     """AUROC of out-of-fold scores: direction and standardiser fitted on the training folds only."""
     from sklearn.metrics import roc_auc_score
-
-    from interventions.probes import _folds
 
     yb = _binary(y)
     X = np.asarray(X, dtype=float)
@@ -223,8 +222,6 @@ def heldout_auroc(X: np.ndarray, y: Sequence, groups: Sequence, *, n_splits: int
 def probe_table(X: np.ndarray, y: Sequence, groups: Sequence, *, n_perm: int, n_splits: int, seed: int,
                 method: str, C: float) -> dict[str, Any]:
     """Held-out AUROC of the direction beside its shuffled-label null (same folds)."""
-    from interventions.probes import _folds, label_null, null_summary
-
     yb = _binary(y)
     folds = _folds(yb, np.asarray(groups), n_splits, seed)
     a = heldout_auroc(X, yb, groups, method=method, C=C, folds=folds)
@@ -289,8 +286,6 @@ def contrast_rows(scores: np.ndarray, null: np.ndarray, meta: pd.DataFrame) -> l
 # -- prompts and contexts ----------------------------------------------------------------------------
 def _token_positions(engine: Any, conv: list[dict], idx: int, parts: Sequence[str]) -> list[int]:
     """Token positions of the given substrings of message ``idx`` (searched in order)."""
-    from interventions.spans import SpanError, message_token_span
-
     p = engine.render(conv)
     content = conv[idx]["content"]
     cursor, pos = 0, []
@@ -322,9 +317,6 @@ def debate_contexts(engine: Any, items: dict, turns: pd.DataFrame, P: dict, *, m
     """(pairs meta, conversations, spans, skipped): per (question, agent) with round-0 turns the
     debate and reflection round-1 prompts with the readout prefill, alternating debate,
     reflection; spans = [reading positions, decision (-1)]."""
-    from core.seeding import rng as make_rng
-    from simulate.debate.prompts import readout_prefill, turn_messages
-
     r0 = turns[turns["round"] == 0].drop_duplicates(["qid", "agent"]).sort_values(["qid", "agent"])
     qids = [q for q in sorted(r0["qid"].unique()) if q in items]
     if max_questions is not None and len(qids) > max_questions:
@@ -362,8 +354,6 @@ def debate_contexts(engine: Any, items: dict, turns: pd.DataFrame, P: dict, *, m
 
 def cached_span_means(path: Path, engine: Any, convs: list, spans: list, layers: list[int]) -> np.ndarray:
     """``probes.span_means`` cached in ``path`` (npz) under a hash of contexts, spans, layers, model."""
-    from interventions.probes import span_means
-
     h = hashlib.sha256(json.dumps({"convs": convs, "spans": spans, "layers": layers, "model": engine.identity},
                                   sort_keys=True, default=str).encode()).hexdigest()
     if path.is_file():
@@ -456,9 +446,6 @@ def run_concepts(cfg: Any, out: Path | None = None, *, progress: Any = None, mak
     dispatcher (``interventions.internals.experiment.run_internals``) passes its own ``report``,
     which reads this module's ``summarize``; this module does not import the dispatcher back.
     Without one the run is finished with no summary.json and (run, {}) is returned."""
-    from interventions.experiment import source_turns, start_run
-    from interventions.knockout import layer_map
-
     spec = cfg.concepts
     lex = load_lexicon(spec.lexicon)  # bad lexicons fail before any model is loaded
     concepts = select_concepts(lex, spec.concepts)

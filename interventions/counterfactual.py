@@ -41,6 +41,19 @@ import pandas as pd
 from pydantic import Field, model_validator
 
 from core.config import Strict
+from core.runs import RunDir
+from core.stats import cluster_bootstrap
+from interventions import knockout as ko
+from interventions.knockout_generate import greedy
+from interventions.spans import find_range
+from serving.roles import build_engines, plan_roles
+from serving.types import Completion
+from simulate.debate.bda import DebateTraceError, read_run
+from simulate.debate.config import DebateConfig, load
+from simulate.debate.metrics import question_table
+from simulate.debate.plots import counterfactual as plot_counterfactual
+from simulate.debate.prompts import load_prompts, peer_block, turn_messages
+from simulate.debate.protocol import TURN_COLUMNS, run_protocol, turn_seed, turns_by_question
 
 ARMS = ("factual", "replay", "cut")
 
@@ -96,9 +109,6 @@ def parse_layers(text: str) -> Union[str, list[int]]:
 
 # -- reading the debate -----------------------------------------------------------------------------
 def _source(run_dir: Path, cfg: CounterfactualConfig):
-    from simulate.debate.bda import DebateTraceError, read_run
-    from simulate.debate.config import DebateConfig, load
-
     try:
         turns, items, _ = read_run(run_dir)
     except DebateTraceError as err:
@@ -121,7 +131,6 @@ def _source(run_dir: Path, cfg: CounterfactualConfig):
 
 def _history(deb: pd.DataFrame, rnd: int) -> dict[str, dict[int, list[str]]]:
     """qid -> round -> every agent's response, for the questions the debate played through round ``rnd``."""
-    from simulate.debate.protocol import turns_by_question
     by = turns_by_question(deb, "debate")
     return {q: v for q, v in by.items() if rnd in v and rnd - 1 in v}
 
@@ -131,12 +140,6 @@ def run_counterfactual(run_dir: str | Path, cfg: CounterfactualConfig | None = N
                        engine: Any = None, make_plots: bool = True, progress: Any = None) -> tuple[Path, dict[str, Any]]:
     """``chorus influence counterfactual RUN``: the factual, replayed and cut debates of every question
     -> ``RUN/counterfactual-.../`` (or ``out``); returns (its path, summary)."""
-    from core.runs import RunDir
-    from interventions import knockout as ko
-    from interventions.spans import find_range
-    from simulate.debate.prompts import load_prompts, peer_block, turn_messages
-    from simulate.debate.protocol import TURN_COLUMNS, run_protocol, turn_seed
-
     cfg = cfg or CounterfactualConfig()
     src = Path(run_dir)
     deb, items, dcfg, R = _source(src, cfg)
@@ -220,7 +223,6 @@ def run_counterfactual(run_dir: str | Path, cfg: CounterfactualConfig | None = N
                    excluded={arm: d["excluded"] for arm, d in info.items()})
     run.write_summary(summary)
     if make_plots:
-        from simulate.debate.plots import counterfactual as plot_counterfactual
         plot_counterfactual(summary, run.plot_path("counterfactual"))
     run.finish()
     return run.path, summary
@@ -229,14 +231,12 @@ def run_counterfactual(run_dir: str | Path, cfg: CounterfactualConfig | None = N
 def _engine(src: Path, dcfg) -> Any:
     """The debate's model on transformers (knockout edits its attention), on the debate's call store:
     the factual side's calls are found there, and a rerun repeats nothing."""
-    from serving.roles import build_engines, plan_roles
     spec = dcfg.model.model_copy(update={"backend": "hf"})
     plan = plan_roles({"model": spec}, phase_of=lambda role: "counterfactual")
     return build_engines({"model": spec}, store=src / "calls.sqlite", plan=plan)["model"]
 
 
 def _generate(eng: Any, reqs: list[dict], todo: list[int], progress: Any) -> list[dict]:
-    from interventions.knockout_generate import greedy
     out = []
     for i in todo:
         r = reqs[i]
@@ -252,13 +252,11 @@ def _generate(eng: Any, reqs: list[dict], todo: list[int], progress: Any) -> lis
 
 
 def _completion(d: dict[str, Any]):
-    from serving.types import Completion
     return Completion(text=d["text"], prompt_tokens=d["prompt_tokens"], completion_tokens=d["completion_tokens"],
                       finish_reason=d["finish_reason"], cached=True)
 
 
 def _stored_completion(row: Any):
-    from serving.types import Completion
     return Completion(text=row.response, prompt_tokens=int(row.prompt_tokens), completion_tokens=int(row.completion_tokens),
                       finish_reason="length" if bool(row.truncated) else "stop", cached=True)
 
@@ -267,7 +265,6 @@ def _stored_completion(row: Any):
 def question_arms(turns: pd.DataFrame, cfg: CounterfactualConfig, R: int, seed: int) -> pd.DataFrame:
     """One row per (arm, question): the debate's per-question indicators (``simulate.debate.metrics.
     question_table``) plus the receiver's answers and whether it took the peer's pre-round answer."""
-    from simulate.debate.metrics import question_table
     q = question_table(turns, seed=seed)
     q = q.rename(columns={"condition": "arm"})
     ans = turns.set_index(["condition", "qid", "agent", "round"])["answer"]
@@ -301,7 +298,6 @@ def summarize(turns: pd.DataFrame, q: pd.DataFrame, cfg: CounterfactualConfig, s
     factual, replay - factual) with family-clustered bootstrap intervals; how many final majorities
     and receiver answers the cut changed; and whether the replay reproduced the stored debate (every
     turn's text at every round from ``cfg.round`` on)."""
-    from core.stats import cluster_bootstrap
     R = int(q["final_round"].max())
     w = {a: q[q["arm"] == a].set_index("qid").sort_index() for a in ARMS}
     qids = w["factual"].index

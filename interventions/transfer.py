@@ -42,7 +42,16 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+import serving  # serving.build_engine looked up per call: tests replace it
+from core.config import ConfigError
+from core.seeding import rng as make_rng
+from core.stats import cluster_bootstrap, ratio_ci
 from interventions.knockout import hf_backend, _nnsight_model, envoy_layers, layer_map
+from interventions.patching import option_ids as single_ids
+from interventions.probes import activations
+from interventions.spans import message_token_span
+from simulate.debate.forced_choice import forced_choice, option_strings
+from simulate.debate.prompts import debate_messages, readout_prefill, reflection_messages
 
 ARMS = ("transfer", "elsewhere", "scrambled", "message", "none")
 SITES = ("readout", "anchor")
@@ -133,8 +142,6 @@ def contexts(item: Any, own_text: str, peer_text: str, P: dict, *, peer_name: st
     """The three conversations of one (receiver, sender) pair: ``sender`` (the sender's readout
     after its own response), ``none`` (the receiver's no-message readout), ``message`` (the
     receiver reading the sender's response as a peer message)."""
-    from simulate.debate.prompts import debate_messages, readout_prefill, reflection_messages
-
     return {"sender": readout_prefill(reflection_messages(item, peer_text, P), "", P),
             "none": readout_prefill(reflection_messages(item, own_text, P), "", P),
             "message": readout_prefill(debate_messages(item, own_text, [(peer_name, peer_text)], P), "", P)}
@@ -144,8 +151,6 @@ def site_positions(engine: Any, conversation: list[dict]) -> dict[str, int]:
     """Token positions of the sites in the rendered ``conversation`` (its last message is the
     readout prefill): readout, anchor (last content token of the final user turn), elsewhere
     (first content token of the first user turn)."""
-    from interventions.spans import message_token_span
-
     p = engine.render(conversation)
     users = [i for i, m in enumerate(conversation) if m["role"] == "user"]
     if not users:
@@ -159,7 +164,6 @@ def site_positions(engine: Any, conversation: list[dict]) -> dict[str, int]:
 
 def scramble(vec: np.ndarray, seed: Sequence[int]) -> np.ndarray:
     """``vec`` with its coordinates permuted by a permutation seeded by ``seed`` (norm kept)."""
-    from core.seeding import rng as make_rng
     return np.asarray(vec)[make_rng(*seed).permutation(np.shape(vec)[-1])]
 
 
@@ -242,8 +246,6 @@ def transfer_layers(sender: Any, receiver: Any, sender_ctx: Any, receiver_ctx: A
     ``{"none": (O,), "sender": (O,), "transfer"|"elsewhere"|"scrambled": (K, O), "positions": ...}``.
     ``maps``: {(layer_s, layer_r): LinearMap} (required where widths differ); contexts are
     conversations (rendered by each engine) or token ids."""
-    from interventions.patching import option_ids as single_ids
-
     if site not in SITES:
         raise TransferError(f"site must be one of {', '.join(SITES)}, got {site!r}")
     maps = maps or {}
@@ -335,8 +337,6 @@ def fit_map(sender: Any, receiver: Any, conversations: Sequence[list[dict]], lay
     from sklearn.metrics import r2_score
     from sklearn.model_selection import GroupKFold, KFold
 
-    from interventions.probes import activations
-
     pairs = [(int(a), int(b)) for a, b in layer_pairs]
     si, ri = model_info(sender), model_info(receiver)
     for ls, lr in pairs:
@@ -384,8 +384,6 @@ def run_pairs(sender: Any, receiver: Any, items: dict, pairs: Sequence[dict], P:
     """Table rows per pair, layer pair and arm (margin toward the sender's answer, share). The
     message arm is the receiver's ordinary readout (engine store); the others go through
     ``receiver.cached("transfer", ...)`` keyed on both models, the contexts, layers, site and map."""
-    from simulate.debate.forced_choice import forced_choice, option_strings
-
     maps = maps or {}
     ctxs = [contexts(items[p["qid"]], p["own_text"], p["peer_text"], P,
                      peer_name=P["peer_name"].format(k=p["peer"] + 1)) for p in pairs]
@@ -435,8 +433,6 @@ def summarize(t: pd.DataFrame, *, n_boot: int, seed: int, ci: float) -> dict[str
     """Per arm and layer pair: share as a ratio of means, mean(m_arm - m_none) /
     mean(m_message - m_none), with a question-clustered (family) bootstrap interval, and the
     mean margin shift in logits."""
-    from core.stats import cluster_bootstrap, ratio_ci
-
     out: dict[str, Any] = {"curve": []}
     if not len(t):
         return out
@@ -467,8 +463,6 @@ def by_sender(t: pd.DataFrame, *, n_boot: int, seed: int, ci: float) -> list[dic
     """Figure 8's reading: on labelled pairs, the margin shift toward the *sender's* answer (m_arm - m_none,
     logits) of the transfer and message arms, split by whether the sender was right. A wrong sender's
     state still pulling toward its answer is transfer of the sender's answer, not of the truth."""
-    from core.stats import cluster_bootstrap
-
     if not {"reference", "peer_answer"} <= set(t.columns):
         return []
     lab = t[t["arm"].isin(["transfer", "message"]) & t["reference"].map(lambda r: isinstance(r, str))]
@@ -486,8 +480,6 @@ def by_sender(t: pd.DataFrame, *, n_boot: int, seed: int, ci: float) -> list[dic
 def fit_contexts(items: dict, pairs: Sequence[dict], P: dict) -> tuple[list[list[dict]], list[str]]:
     """The map's fit set: both agents' f = 0 readout contexts of every pair (the kind of state that
     is transferred) and the prompt file's neutral filler sentences; groups = question id."""
-    from simulate.debate.prompts import readout_prefill, reflection_messages
-
     convs, groups = [], []
     for p in pairs:
         for text in (p["own_text"], p["peer_text"]):
@@ -504,16 +496,13 @@ def run_experiment(cfg: Any, run: Any, receiver: Any, items: dict, pairs: Sequen
     """``chorus influence transfer``: load the sender (``transfer.sender``; 'same' = the receiver),
     resolve the layer pairs, fit and store the maps where widths differ (RUN/maps/*.npz), write
     tables/transfer.parquet; returns the run info."""
-    from core.config import ConfigError
-
     spec = cfg.transfer
     pairs = list(pairs)[:spec.max_pairs] if spec.max_pairs else list(pairs)
     sspec = spec.sender_spec(cfg.model) if sender is None else None
     own = sspec is not None
     if own:
-        from serving import build_engine
         # the sender's weights are read too (transformers); no store: states, not calls
-        sender = build_engine(sspec, role="sender")
+        sender = serving.build_engine(sspec, role="sender")
     sender = sender if sender is not None else receiver
     try:
         run.record_engines("sender", sender)

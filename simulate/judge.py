@@ -31,11 +31,16 @@ from typing import Any, Callable, Mapping, Sequence
 
 import pandas as pd
 
-from core.config import load_prompt_file
+import serving  # serving.build_engine looked up per call: tests replace it
+from core.config import load_config, load_prompt_file
 from core.seeding import call_seed, stable_int
-from core.runs import amends_run
+from core.runs import RunDir, amends_run, write_json
 from serving.profiles import DEFAULT_PROFILE
+from simulate.council.config import CouncilConfig
+from simulate.debate.config import DebateConfig
+from simulate.debate.metrics import condition_metrics, question_table
 from simulate.debate.parse import parse_answer
+from simulate.debate.questions import load_items
 
 PROMPTS_DIR = Path(__file__).resolve().parent / "prompts"
 DEFAULT_PROMPT = "judge_v1"
@@ -201,13 +206,10 @@ def _engine(profile: Any, backend: str, store: Path, engine: Any) -> Any:
     """The judge role's engine: ``profile`` is a profile name or a ``ModelSpec``."""
     if engine is not None:
         return engine
-    from serving import build_engine, spec_of
-    return build_engine(spec_of(profile, backend=backend), store=store, role="judge")
+    return serving.build_engine(serving.spec_of(profile, backend=backend), store=store, role="judge")
 
 
 def _write(run_dir: Path, ledger: pd.DataFrame, info: dict[str, Any], engine: Any) -> None:
-    from core.runs import RunDir, write_json
-
     run = RunDir(run_dir)
     run.write_table(LEDGER, ledger)
     write_json(run_dir / "judge.json", info)
@@ -279,9 +281,6 @@ def council_judge(run_dir: str | Path, *, profile: str = DEFAULT_JUDGE, backend:
     ``simulate.council.experiment.report(RUN)`` after it (``chorus council judge`` does).
     ``rerender``, ``make_plots`` and ``aggregate`` are deprecated and ignored (they were the
     re-render's), kept so that callers passing them still work."""
-    from core.config import load_config
-    from simulate.council.config import CouncilConfig
-
     run_dir = Path(run_dir)
     bpath = run_dir / "tables" / "baselines.parquet"
     if not (run_dir / "config.yaml").is_file() or not (run_dir / "tables" / "turns.parquet").is_file():
@@ -342,8 +341,6 @@ def apply_debate_verdicts(turns: pd.DataFrame, ledger: pd.DataFrame | None) -> p
 def debate_judged(turns: pd.DataFrame, ledger: pd.DataFrame | None, *, seed: int = 0) -> dict[str, Any]:
     """Per condition: parse rates before and after the pass and the collective metrics recomputed
     on the re-scored turns (the summary's own metrics stay the originals)."""
-    from simulate.debate.metrics import condition_metrics, question_table
-
     t = apply_debate_verdicts(turns, ledger)
     q = question_table(t, seed=seed)
     out: dict[str, Any] = {"counts": ledger_counts(ledger) if ledger is not None else None, "conditions": {}}
@@ -366,11 +363,6 @@ def debate_judge(run_dir: str | Path, *, profile: str = DEFAULT_JUDGE, backend: 
     rest of the summary and the plots are not touched: ``chorus debate judge`` re-renders the
     whole report after the pass). ``make_plots`` is deprecated and ignored (the judge entry has
     no figure)."""
-    from core.config import load_config
-    from core.runs import RunDir
-    from simulate.debate.config import DebateConfig
-    from simulate.debate.questions import load_items
-
     run_dir = Path(run_dir)
     if not (run_dir / "config.yaml").is_file() or not (run_dir / "tables" / "turns.parquet").is_file():
         raise FileNotFoundError(f"{run_dir}: no config.yaml / tables/turns.parquet (not a debate run directory?)")

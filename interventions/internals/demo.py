@@ -21,6 +21,17 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
+import serving  # serving.build_engine looked up per call: tests replace it
+from core.runs import RunDir
+from interventions import ablations as ab
+from interventions import plots as ip
+from interventions.experiment import source_turns
+from interventions.internals import experiment as ix
+from interventions.internals.config import InternalsConfig
+from interventions.probes import probe_layers
+from serving.profiles import embedded_note, get_profile
+from simulate.debate.prompts import load_prompts
+
 SIZES: dict[str, dict[str, Any]] = {
     # layers: "thirds" = first, ~1/3, ~2/3, last; "every4" = every fourth and the last (demo_layers)
     "tiny": {"questions": 6, "pairs": 4, "cue_pairs": 2, "layers": "thirds", "n_perm": 20,
@@ -47,7 +58,6 @@ def demo_layers(n_layers: int, rule: str) -> list[int]:
 def model_layers(profile: str) -> int:
     """``num_hidden_layers`` from the profile folder's config.json (the text model's, for a
     multimodal config); raises ``ModelError`` when the profile is not ready."""
-    from serving.profiles import get_profile
     cfg = json.loads((get_profile(profile).require() / "config.json").read_text())
     return int((cfg.get("text_config") or cfg)["num_hidden_layers"])
 
@@ -57,17 +67,6 @@ def run_demo(out: Path, *, profile: str, size: str = "tiny", progress: Callable[
     """``profile``: the model (chorus demo passes its ``--profile``). ``source_run``: a debate run
     whose round-0 turns supply the contexts (the demo passes its debate stage: no second generation
     pass on transformers); else round 0 is generated here."""
-    from core.runs import RunDir
-    from interventions import ablations as ab
-    from interventions import plots as ip
-    from interventions.experiment import source_turns
-    from interventions.internals import experiment as ix
-    from interventions.internals.config import InternalsConfig
-    from interventions.probes import probe_layers
-    from serving import build_engine
-    from serving.profiles import embedded_note
-    from simulate.debate.prompts import load_prompts
-
     if size not in SIZES:
         raise ValueError(f"size must be one of {', '.join(SIZES)}, got {size!r}")
     z = SIZES[size]
@@ -86,7 +85,7 @@ def run_demo(out: Path, *, profile: str, size: str = "tiny", progress: Callable[
     run = RunDir.create(out, part="influence", config=cfg, seeds={"root": cfg.seed}, command=f"demo internals {size}",
                         prompts={"name": P["_name"], "sha256": P["_sha256"]})
     # internals need the weights: transformers, float32 on the demo's CPU path
-    eng = build_engine(cfg.model.model_copy(update={"backend": "hf", "dtype": "float32"}), store=run.store_path)
+    eng = serving.build_engine(cfg.model.model_copy(update={"backend": "hf", "dtype": "float32"}), store=run.store_path)
     try:
         run.record_engines("model", eng)
         turns, items = source_turns(cfg, run, eng, 0, progress)

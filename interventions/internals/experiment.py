@@ -35,11 +35,28 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from core.config import ConfigError
+from core.config import ConfigError, load_config
 from core.progress import Progress
 from core.runs import RunDir, amends_run
+from core.seeding import rng as make_rng
 from core.stats import cluster_bootstrap, ratio_ci
+from interventions import ablations as ab
+from interventions import knockout as ko
+from interventions import patching as pt
+from interventions import plots as ip
+from interventions import transfer as tr
+from interventions.concepts import run_concepts
+from interventions.concepts import summarize as summarize_concepts
+from interventions.experiment import source_turns, start_run
 from interventions.internals.config import InternalsConfig
+from interventions.knockout import layer_map
+from interventions.probes import activations, probe_layers
+from interventions.recurrent import supported
+from interventions.spans import find_range, message_token_span
+from interventions.transfer import summarize as summarize_transfer
+from simulate.debate.experiment import plan_engines
+from simulate.debate.forced_choice import forced_choice, option_strings
+from simulate.debate.prompts import debate_messages, peer_block, readout_prefill, reflection_messages
 
 VERBS = ("knockout", "patch", "probe", "transfer", "concepts")
 
@@ -48,9 +65,6 @@ VERBS = ("knockout", "patch", "probe", "transfer", "concepts")
 def knockout_contexts(items: dict, pairs: Sequence[dict], P: dict, *, block: str = "peer_block") -> list[dict]:
     """Per pair: the single-peer debate context, the reflection (no message) context and the
     block target (message index, start, end) of the peer's message inside it."""
-    from interventions.spans import find_range
-    from simulate.debate.prompts import debate_messages, peer_block, readout_prefill, reflection_messages
-
     out = []
     for p in pairs:
         it = items[p["qid"]]
@@ -65,8 +79,6 @@ def knockout_contexts(items: dict, pairs: Sequence[dict], P: dict, *, block: str
 
 
 def cue_context(it, p: dict, P: dict, rec: str, st: str) -> tuple[list[dict], str]:
-    from simulate.debate.prompts import debate_messages, readout_prefill
-
     desc = f"{P['status'][st]}, {P['record'][rec]}"
     name = P["peer_name_cue"].format(k=p["peer"] + 1, desc=desc)
     return readout_prefill(debate_messages(it, p["own_text"], [(name, p["peer_text"])], P), "", P), desc
@@ -124,9 +136,6 @@ def knockout_conditions(eng: Any, spec) -> tuple[list[dict], dict]:
     """(conditions, plan): every layer set the sweep runs, per token mixer cut (``spec.mixers``):
     the attention layers masked (``layers``), the recurrent layers severed (``recurrent``), and the
     requested layers neither cuts (``unmaskable``)."""
-    from interventions.knockout import layer_map
-    from interventions.recurrent import supported
-
     lm = layer_map(eng)
     n = lm.n_layers
     sweep_layers = list(range(n)) if spec.layers == "all" else [int(x) for x in spec.layers]
@@ -161,9 +170,6 @@ def run_knockout_pairs(eng: Any, ctxs: list[dict], conds: list[dict], progress: 
     """Margins with the message, without it, and with each knockout condition, knocked out by ``route``.
     ``cross_check``: that many contexts (seeded) have every condition recomputed by the other route, and a
     difference above ``tol`` fails the run (``KnockoutError``); ``info`` receives the route and the check."""
-    from interventions import knockout as ko
-    from simulate.debate.forced_choice import forced_choice, option_strings
-
     full = forced_choice(eng, [c["full"] for c in ctxs], [c["meta"]["labels"] for c in ctxs])
     none = forced_choice(eng, [c["none"] for c in ctxs], [c["meta"]["labels"] for c in ctxs])
     todo_conds = [c for c in conds if c["layers"] or c.get("recurrent")]
@@ -241,8 +247,6 @@ def run_knockout_pairs(eng: Any, ctxs: list[dict], conds: list[dict], progress: 
 def _cross_check(eng: Any, contexts: list[tuple], route: str, n: int, tol: float, seed: int) -> dict[str, Any]:
     """Recompute ``n`` seeded contexts' conditions by the other route, exactly as the run computed them
     (the same rows in one shared-prefix call); a difference above ``tol`` is a ``KnockoutError``."""
-    from core.seeding import rng as make_rng
-    from interventions import knockout as ko
     other = "interface" if route == "nnsight" else "nnsight"
     if n == 0 or not contexts:
         return {"contexts": 0, "other_route": other}
@@ -326,10 +330,6 @@ def mixer_shares(t: pd.DataFrame, *, n_boot: int, seed: int, ci: float) -> dict[
 
 
 def run_patch_pairs(eng: Any, cps: list[dict], layers: Any, progress: Progress | None = None) -> tuple[pd.DataFrame, dict]:
-    from interventions import patching as pt
-    from interventions.knockout import layer_map
-    from interventions.spans import find_range, message_token_span
-
     lm = layer_map(eng)
     layers = list(range(lm.n_layers)) if layers == "all" else [int(x) for x in layers]
     bad = [x for x in layers if not 0 <= x < lm.n_layers]
@@ -398,8 +398,6 @@ def summarize_patch(t: pd.DataFrame, *, n_boot: int, seed: int, ci: float) -> di
 
 def probe_activations(run: RunDir, eng: Any, convs: list[list[dict]], layers: list[int]) -> np.ndarray:
     """Activations, cached in RUN/activations.npz under a hash of the contexts and layers."""
-    from interventions.probes import activations
-
     h = hashlib.sha256(json.dumps({"convs": convs, "layers": layers, "model": eng.identity},
                                   sort_keys=True).encode()).hexdigest()
     path = run.path / "activations.npz"
@@ -424,15 +422,11 @@ def held_beside(cfg: InternalsConfig, verb: str) -> dict[str, Any]:
 def plan_internals(cfg: InternalsConfig, verb: str):
     """The device plan of an internals verb, before anything loads (``chorus influence VERB --check``):
     the receiver on transformers, a transfer's sender beside it, one phase named after the verb."""
-    from simulate.debate.experiment import plan_engines
     ecfg = cfg.model_copy(update={"model": cfg.model.model_copy(update={"backend": "hf"})})
     return plan_engines(ecfg, verb, held_beside(cfg, verb))
 
 
 def _setup(cfg: InternalsConfig, verb: str, out: Path | None, engine: Any, progress: Progress | None):
-    from interventions import ablations as ab
-    from interventions.experiment import source_turns, start_run
-
     # internals need the weights: transformers; planned (device_plan in provenance) before it loads
     run, engine, P = start_run(cfg, verb, out, engine, backend="hf", roles=held_beside(cfg, verb))
     if verb == "knockout":  # a layer set or mixer this model cannot cut fails before any generation
@@ -449,7 +443,6 @@ def run_internals(cfg: InternalsConfig, verb: str, out: Path | None = None, *, p
     if verb not in VERBS:
         raise ConfigError(f"unknown verb {verb!r}: choose one of {', '.join(VERBS)}")
     if verb == "concepts":  # concept directions on debate vs reflection contexts: interventions/concepts.py
-        from interventions.concepts import run_concepts
         return run_concepts(cfg, out, progress=progress, make_plots=make_plots, engine=engine, report=report)
     run, eng, items, pairs, P = _setup(cfg, verb, out, engine, progress)
     info: dict[str, Any] = {"n_pairs": len(pairs)}
@@ -464,7 +457,6 @@ def run_internals(cfg: InternalsConfig, verb: str, out: Path | None = None, *, p
             run.write_table("knockout", run_knockout_pairs(eng, ctxs, conds, progress, route=k.route, cross_check=k.cross_check,
                                                            tol=k.cross_check_tol, seed=cfg.seed, info=info))
     elif verb == "patch":
-        from interventions.knockout import layer_map
         info["n_layers"] = layer_map(eng).n_layers
         if pairs:
             cps = cue_pairs(items, pairs, P, cfg.patch.contrast)
@@ -474,10 +466,8 @@ def run_internals(cfg: InternalsConfig, verb: str, out: Path | None = None, *, p
             info.update(pinfo)
             run.write_table("patch", table)
     elif verb == "transfer":  # latent state transfer: interventions/transfer.py
-        from interventions import transfer as tr
         info.update(tr.run_experiment(cfg, run, eng, items, pairs, P, progress))
     else:
-        from interventions.knockout import layer_map
         lm = layer_map(eng)
         layers = list(range(lm.n_layers)) if cfg.probe.layers == "all" else [int(x) for x in cfg.probe.layers]
         bad = [x for x in layers if not 0 <= x < lm.n_layers]
@@ -485,7 +475,6 @@ def run_internals(cfg: InternalsConfig, verb: str, out: Path | None = None, *, p
             raise ConfigError(f"probe.layers: {bad} out of range (valid 0..{lm.n_layers - 1})")
         info["n_layers"] = lm.n_layers
         if pairs:
-            from interventions.probes import probe_layers
             meta, convs, labels = probe_contexts(items, pairs, P, cfg.probe.concept)
             if progress:
                 progress(len(layers) + 1, 0)
@@ -510,8 +499,6 @@ def run_internals(cfg: InternalsConfig, verb: str, out: Path | None = None, *, p
 @amends_run
 def report(run_dir: str | Path, verb: str | None = None, *, make_plots: bool = True) -> dict[str, Any]:
     """summary.json and plots from RUN/config.yaml, RUN/tables/*.parquet and RUN/<verb>_info.json."""
-    from core.config import load_config
-
     run = RunDir(run_dir)
     if verb is None:
         verb = next((v for v in VERBS if (run.path / f"{v}_info.json").is_file()), None)
@@ -523,7 +510,6 @@ def report(run_dir: str | Path, verb: str | None = None, *, make_plots: bool = T
     summary: dict[str, Any] = {"experiment": cfg.name, "verb": verb, "model": cfg.model.profile, **info}
     tab = run.path / "tables" / f"{verb}.parquet"
     t = pd.read_parquet(tab) if tab.is_file() else pd.DataFrame()
-    from interventions import plots as ip
     if verb == "knockout":
         summary.update(summarize_knockout(t, n_boot=a.n_boot, seed=cfg.seed, ci=a.ci))
         if make_plots and summary.get("curves"):
@@ -535,7 +521,6 @@ def report(run_dir: str | Path, verb: str | None = None, *, make_plots: bool = T
         if make_plots and summary.get("curve"):
             ip.patch_curve(summary, run.plot_path("patch_curve"))
     elif verb == "concepts":
-        from interventions.concepts import summarize as summarize_concepts
         pt = run.path / "tables" / "concept_probe.parquet"
         probe = pd.read_parquet(pt) if pt.is_file() else pd.DataFrame()
         summary.update(summarize_concepts(t, probe))
@@ -543,7 +528,6 @@ def report(run_dir: str | Path, verb: str | None = None, *, make_plots: bool = T
             for site in info.get("sites", []):
                 ip.concept_site(t, probe, run.plot_path(f"concepts_{site}"), site=site, model=cfg.model.profile)
     elif verb == "transfer":
-        from interventions.transfer import summarize as summarize_transfer
         summary.update(summarize_transfer(t, n_boot=a.n_boot, seed=cfg.seed, ci=a.ci))
         if make_plots and summary.get("curve"):
             ip.transfer_curve(summary, run.plot_path("transfer_share"))

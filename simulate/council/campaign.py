@@ -19,10 +19,12 @@ from typing import Any, Optional
 
 from pydantic import Field, field_validator
 
-from core.config import Strict
-from core.runs import file_sha256, json_safe
+from aggregate.trace import load_traces
+from core.config import Strict, load_config
+from core.runs import RunDir, file_sha256, json_safe, mark_failed, write_json
 from simulate.council.campaign_inputs import CampaignError, collect
 from simulate.council.campaign_sections import SECTIONS, Context, Options
+from simulate.council.config import DEFAULT_AGG_METHODS
 
 NUMBERS = "numbers.json"
 SCHEMA = "chorus.campaign/1"
@@ -55,13 +57,12 @@ class CampaignConfig(Strict):
     @field_validator("methods")
     @classmethod
     def _methods(cls, v):
-        from aggregate.methods import check_method
+        from aggregate.methods import check_method  # lazy: pulls in scipy
         for m in v or []:
             check_method(m)
         return v
 
     def options(self) -> Options:
-        from simulate.council.config import DEFAULT_AGG_METHODS
         return Options(methods=tuple(self.methods or DEFAULT_AGG_METHODS), sweeps=tuple(self.sweeps),
                        outer_folds=self.outer_folds,
                        inner_folds=self.inner_folds, n_resamples=self.n_resamples, seed=self.seed,
@@ -75,7 +76,7 @@ def export(cfg: CampaignConfig, progress=None, collected=None) -> dict[str, Any]
     """The numbers dict of ``cfg``'s inputs (no file written); ``collected``: ``collect(cfg.inputs)`` done already."""
     sources, cells = collected if collected is not None else collect(cfg.inputs)
     ctx = Context(cells, cfg.options(), sources)
-    from aggregate.methods import describe
+    from aggregate.methods import describe  # lazy: pulls in scipy
     numbers: dict[str, Any] = {
         "schema": SCHEMA, "options": asdict(ctx.options),
         "methods": {m: describe(m) for m in ctx.options.methods},
@@ -97,14 +98,11 @@ def export(cfg: CampaignConfig, progress=None, collected=None) -> dict[str, Any]
 
 def build_campaign(cfg: CampaignConfig, out: str | Path, progress=None) -> Path:
     """Export ``cfg`` into ``out``: config, provenance, ``numbers.json``; returns the numbers file."""
-    from core.runs import RunDir, write_json
-
     collected = collect(cfg.inputs)   # bad inputs are refused before the campaign directory is touched
     run = RunDir.create(out, part="campaign", config=cfg, seeds={"root": cfg.seed}, command="council campaign")
     try:
         numbers = export(cfg, progress, collected)
     except BaseException as e:
-        from core.runs import mark_failed
         mark_failed(f"{type(e).__name__}: {e}")
         raise
     p = run.path / NUMBERS
@@ -205,9 +203,6 @@ def verify_campaign(campaign: str | Path, *, full: bool = False, tolerance: floa
     """Re-derive the numbers file from its stores: every trace file's sha256, the inventory recounted in
     plain Python, then the cheap sections (``full``: every section) re-exported and compared number by
     number. Returns (numbers compared, mismatches, sections re-derived)."""
-    from aggregate.trace import load_traces
-    from core.config import load_config
-
     root = Path(campaign)
     numbers = read_numbers(root)
     cfg = load_config(root / "config.yaml", CampaignConfig) if (root / "config.yaml").is_file() else None

@@ -14,8 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from core.config import ConfigError
+from aggregate.trace import iter_traces, load_traces
+from core.config import ConfigError, load_config
 from core.runs import file_sha256
+from simulate.council.config import CouncilConfig
 
 TRACE_NAME = re.compile(r"^(?P<dataset>[^_][^/]*?)__(?P<condition>[^/]+?)\.jsonl(\.gz)?$")
 
@@ -52,7 +54,6 @@ class CellInput:
     @property
     def traces(self) -> list:
         if self._traces is None:
-            from aggregate.trace import load_traces
             self._traces = [tr for p in self.files for tr in load_traces(p)]
         return self._traces
 
@@ -74,9 +75,6 @@ class CellInput:
 
 
 def _council_source(path: Path) -> Source:
-    from core.config import load_config
-    from simulate.council.config import CouncilConfig
-
     cfg = load_config(path / "config.yaml", CouncilConfig)
     seats = tuple(f"{a}={s.profile}/{s.persona}" for a, s in zip(cfg.agent_names(), cfg.seats))
     return Source(path, cfg.name, "council_run", seats, cfg.rounds, _trace_files(path))
@@ -91,8 +89,6 @@ def _trace_files(path: Path) -> list[Path]:
 
 
 def _store_source(path: Path) -> Source:
-    from aggregate.trace import iter_traces
-
     files = _trace_files(path)
     agents: set[str] = set()
     rounds = 0
@@ -136,7 +132,6 @@ def collect(paths: Sequence[str | Path]) -> tuple[list[Source], dict[str, CellIn
     for c in cells.values():
         seen: dict[str, Path] = {}
         for p in c.files:
-            from aggregate.trace import iter_traces
             for _, tr in iter_traces(p):
                 if tr.task_id in seen and seen[tr.task_id] != p:
                     raise CampaignError(f"campaign cell {c.key}: task {tr.task_id!r} is in {seen[tr.task_id]} and in "

@@ -25,27 +25,35 @@ from typing import Any
 
 import pandas as pd
 
-from core.config import ConfigError
+from aggregate.metrics import reliability_overlay
+from aggregate.trace import Trace, dump_traces, load_traces
+from core.config import ConfigError, load_config
 from core.progress import Progress
 from core.runs import RunDir, amends_run, run_dir_path, write_json
 from serving.profiles import embedded_note
+from serving.roles import close_engines, hold_engines, plan_roles
+from simulate.council import plots
+from simulate.council.adversary import compliance
 from simulate.council.config import CouncilConfig
+from simulate.council.data import MissingSet, load_tasks
+from simulate.council.llm_baselines import baseline_metrics, run_baselines
+from simulate.council.prompts import load_prompts
+from simulate.council.runner import Seat, make_councils, run_councils
+from simulate.council.seats import render as render_swaps
+from simulate.council.seats import seat_rows, seats_frame
+from simulate.judge import council_judge, council_judged, read_ledger
 
 
 def load_engines(cfg: CouncilConfig, store, plan=None) -> Any:
     """Each distinct profile's engine (its roles share it), all sharing one call store, keyed by
     profile as the protocol addresses seats and baselines: all held at once, or one at a time when
     the device plan (``plan_engines``) swaps or ``models.hold`` is swap."""
-    from serving.roles import hold_engines
-
     return hold_engines(cfg.engines(), store=store, hold=cfg.models.hold, plan=plan)
 
 
 def plan_engines(cfg: CouncilConfig):
     """The device plan over every role the run declares (seats, baselines, then the judge in its own
     phase: it runs after the council and the baselines are done); checked before any engine loads."""
-    from serving.roles import plan_roles
-
     return plan_roles(cfg.roles(), phase_of=lambda role: "judge" if role == "judge" else "council")
 
 
@@ -53,8 +61,6 @@ def select_tasks(cfg: CouncilConfig, skipped: list[str] | None = None):
     """The tasks of every data entry. An optional set that is not supplied (the ArgLLMs claims) is
     named in one line and left out while other sets remain (its reason appended to ``skipped``)."""
     import sys
-
-    from simulate.council.data import MissingSet, load_tasks
 
     out, missing = [], []
     for d in cfg.data:
@@ -83,8 +89,6 @@ def trace_file(run_dir: Path, dataset: str, condition: str) -> Path:
 def run_council_experiment(cfg: CouncilConfig, out: Path | None = None, *, progress: Progress | None = None,
                            engines: dict[str, Any] | None = None, make_plots: bool = True,
                            aggregate: bool = True) -> tuple[RunDir, dict[str, Any]]:
-    from simulate.council.prompts import load_prompts
-
     P = load_prompts(cfg.prompts)
     data = select_tasks(cfg)  # fails before any model call
     for s in cfg.seats:
@@ -110,16 +114,11 @@ def run_council_experiment(cfg: CouncilConfig, out: Path | None = None, *, progr
         return _run(cfg, run, engines, P, data, progress, make_plots, aggregate)
     finally:
         if owned:
-            from serving.roles import close_engines
             close_engines(engines if not isinstance(engines, dict) else engines.values())
 
 
 def _run(cfg: CouncilConfig, run: RunDir, engines: Any, P: dict, data: list, progress: Progress | None,
          make_plots: bool, aggregate: bool) -> tuple[RunDir, dict[str, Any]]:
-    from aggregate.trace import Trace, dump_traces
-    from simulate.council.llm_baselines import run_baselines
-    from simulate.council.runner import Seat, make_councils, run_councils
-
     run.record_engines("models", engines)
     roles = cfg.roles()
     run.update_provenance(seats=[{"agent": a, "persona": s.persona, **roles[a].model_dump()}
@@ -167,7 +166,6 @@ def _run(cfg: CouncilConfig, run: RunDir, engines: Any, P: dict, data: list, pro
     run.write_table("baselines", bdf)
     write_json(run.path / "generation.json", gen_info)
     if cfg.judge is not None:  # the frozen judge pass (BDA paper D.3); report() below reads its ledger
-        from simulate.judge import council_judge
         js = roles["judge"]
         if getattr(engines, "swapped", False):
             engines.release()  # the judge's phase: nothing of the council's stays on the device
@@ -184,8 +182,8 @@ def aggregate_traces(name: str, traces: list, cfg: CouncilConfig):
     """BDA over one trace file's traces, in memory: ``aggregate``'s nested CV of every method with its
     bootstrap (the record ``chorus aggregate run`` writes; abstentions are the only moves STRICT
     rejects, and ``on_violation: skip`` drops and counts them). Returns ``aggregate``'s ``Cell``."""
-    from aggregate.config import RunConfig
-    from aggregate.experiments import evaluate_run
+    from aggregate.config import RunConfig  # lazy: pulls in scipy
+    from aggregate.experiments import evaluate_run  # lazy: pulls in scipy
 
     a = cfg.aggregate
     acfg = RunConfig(name=name, seed=cfg.seed, traces=f"traces/{name}.jsonl", protocol="strict",
@@ -198,8 +196,7 @@ def aggregate_traces(name: str, traces: list, cfg: CouncilConfig):
 
 def _write_aggregates(run: RunDir, agg: dict[str, Any], make_plots: bool) -> None:
     """The BDA records of every trace file beside the council's own tables (no nested run directory)."""
-    from aggregate.experiments import per_task
-    from aggregate.metrics import reliability_overlay
+    from aggregate.experiments import per_task  # lazy: pulls in scipy
 
     write_json(run.path / "aggregate.json", {name: c.record for name, c in agg.items()})
     metrics, preds, boot = [], [], []
@@ -235,12 +232,6 @@ def _council_costs(turns: pd.DataFrame) -> pd.DataFrame:
 @amends_run
 def report(run_dir: str | Path, *, make_plots: bool = True, aggregate: bool = True) -> dict[str, Any]:
     """Recompute every table, summary.json and the plots from RUN's stored files alone."""
-    from aggregate.trace import load_traces
-    from core.config import load_config
-    from simulate.council.adversary import compliance
-    from simulate.council.llm_baselines import baseline_metrics
-    from simulate.council.seats import seat_rows, seats_frame
-
     run = RunDir(run_dir)
     if not (run.path / "tables" / "turns.parquet").is_file():
         raise FileNotFoundError(f"{run.path}: no tables/turns.parquet (not a council run directory?)")
@@ -302,7 +293,6 @@ def report(run_dir: str | Path, *, make_plots: bool = True, aggregate: bool = Tr
                 except Exception as err:  # reported, never hidden: tiny pools can defeat stratified CV
                     cell["aggregate_error"] = f"{type(err).__name__}: {err}"
             cells[f"{d.dataset}__{c.name}"] = cell
-    from simulate.judge import council_judged, read_ledger
     ledger = read_ledger(run.path)  # parse rate / accuracy after the judge pass, beside the originals
     judged = ({(j.pop("dataset"), j.pop("condition"), j.pop("method")): j for j in
                council_judged(base, ledger)[["dataset", "condition", "method", "parse_rate_judged",
@@ -335,7 +325,6 @@ def report(run_dir: str | Path, *, make_plots: bool = True, aggregate: bool = Tr
                           for k, v in gen.items() if isinstance(v, dict)},
                "note": note}
     if make_plots and len(table):
-        from simulate.council import plots
         plots.accuracy_bars(table, run.plot_path("accuracy"), note=note)
         plots.cost_accuracy(table, run.plot_path("cost_accuracy"))
     run.write_summary(summary)
@@ -391,6 +380,5 @@ def render_markdown(table: pd.DataFrame, cells: dict[str, Any], cfg: CouncilConf
             for _, r in sub.iterrows():
                 lines.append("| " + " | ".join(_f(r.get(c)) for c in cols) + " |")
             lines.append("")
-    from simulate.council.seats import render as render_swaps
     lines += render_swaps(table, cells, cfg)
     return "\n".join(lines)

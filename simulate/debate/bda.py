@@ -32,8 +32,13 @@ from typing import Any, Mapping
 
 import pandas as pd
 
-from aggregate.trace import Move, Trace
-from simulate.debate.questions import Item
+from aggregate.counts import Pool
+from aggregate.errors import LabelError
+from aggregate.selection import outer_splits, stratified_splits
+from aggregate.trace import Move, Trace, dump_traces
+from core.plots import subplots
+from core.runs import RunDir, write_json
+from simulate.debate.questions import Item, load_items, validate_item, write_bench
 
 MAPPING: dict[str, Any] = {
     "version": 1,
@@ -151,9 +156,6 @@ def candidate_groups(traces: list[Trace]) -> dict[str, list[Trace]]:
 
 def read_run(run_dir: str | Path) -> tuple[pd.DataFrame, dict[str, Item], pd.DataFrame | None]:
     """A debate run directory's turns, bench items and vote samples (None without the vote arm)."""
-    from core.runs import RunDir
-    from simulate.debate.questions import load_items
-
     run = RunDir(run_dir)
     if not (run.path / "tables" / "turns.parquet").is_file():
         raise DebateTraceError(f"{run.path}: no tables/turns.parquet (not a debate run directory?)")
@@ -172,8 +174,6 @@ def _feasible(traces: list[Trace], cfg: Any) -> None:
     before any run directory is made."""
     import numpy as np
 
-    from aggregate.counts import Pool
-    from aggregate.selection import outer_splits, stratified_splits
     pool = Pool.from_traces(traces, protocol=cfg.protocol, on_violation=cfg.on_violation)
     for tr, _ in outer_splits(pool, cfg.outer_folds, cfg.seed):
         gold = pool.gold[np.asarray(tr)]
@@ -184,7 +184,7 @@ def _feasible(traces: list[Trace], cfg: Any) -> None:
 
 
 def _config(config: str | Path, name: str, traces: Path, overrides: Mapping[str, Any] | None, vote_arm: bool):
-    from aggregate.config import load_run_config
+    from aggregate.config import load_run_config  # lazy: pulls in scipy
     over = {"name": name, **dict(overrides or {}), "traces": str(traces)}
     cfg = load_run_config(config, over)
     if not vote_arm and "vote_arm" in cfg.methods:  # the run has no vote arm: the method has nothing to read
@@ -208,10 +208,7 @@ def run_bda(run_dir: str | Path, *, condition: str = "debate", config: str | Pat
     plots) -> ``summary.json`` with each group's metrics beside the debate's own majorities."""
     import json
 
-    from aggregate.errors import LabelError
-    from aggregate.experiments import run_experiment
-    from aggregate.trace import dump_traces
-    from core.runs import write_json
+    from aggregate.experiments import run_experiment  # lazy: pulls in scipy
 
     turns, items, votes = read_run(run_dir)
     traces, info = debate_traces(turns, items, condition=condition, votes=votes)
@@ -261,7 +258,6 @@ def _debate_numbers(run_dir: str | Path, condition: str) -> dict[str, Any]:
 
 def _plot(summary: dict[str, Any], path: Path) -> None:
     """Accuracy and ECE of every method, one panel pair per candidate group."""
-    from core.plots import subplots
     groups = {k: g for k, g in summary["groups"].items() if "metrics" in g}
     fig, axes = subplots(len(groups), 2, figsize=(9.0, 0.5 + 2.6 * len(groups)), squeeze=False)
     for row, (name, g) in zip(axes, groups.items()):
@@ -287,8 +283,6 @@ def synthetic_debate(out: str | Path, reliabilities: list[float], *, n: int = 60
     of a switch, so BDA's fitted reliabilities must recover the planted ones."""
     import numpy as np
 
-    from core.runs import RunDir
-    from simulate.debate.questions import validate_item, write_bench
     rng = np.random.default_rng(seed)
     items = [validate_item({"id": f"q{k:05d}", "domain": "knowledge", "subdomain": "synthetic", "family": f"q{k:05d}",
                             "question": "?", "options": ["yes", "no"], "labels": ["yes", "no"],

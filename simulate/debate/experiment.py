@@ -9,12 +9,23 @@ from typing import Any
 
 import pandas as pd
 
-from core.config import ConfigError
+import serving  # serving.build_engine looked up per call: tests replace it
+from core.config import ConfigError, load_config
 from core.progress import Progress
 from core.runs import RunDir, amends_run, run_dir_path
+from serving.plan import DevicePlanError
+from serving.roles import plan_roles
+from simulate.debate import plots
 from simulate.debate.config import DebateConfig
+from simulate.debate.metrics import collective_summary, frame_dynamics
+from simulate.debate.numeric import numeric_summary
+from simulate.debate.outcomes import c2_summary  # seed 002 §C.2: long-debate curves, split / contested groups
 from simulate.debate.prompts import load_prompts
+from simulate.debate.protocol import run_protocol
 from simulate.debate.questions import Item, build_bench, load_bench, load_items, save_items  # noqa: F401 (re-exported)
+from simulate.debate.questions import item_frames
+from simulate.debate.voting import report_votes, run_voting
+from simulate.judge import debate_judged, read_ledger
 
 
 def select_items(spec) -> tuple[list[Item], dict[str, Any]]:
@@ -43,9 +54,6 @@ def plan_engines(cfg, phase: str = "debate", roles: dict[str, Any] | None = None
     (e.g. a transfer's sender), by role name -> ``ModelSpec``. A plan that cannot fit raises
     ``serving.plan.DevicePlanError`` (one line naming role, sizes and device); so does one that would
     swap, since these runs hold every engine of the phase at once."""
-    from serving.plan import DevicePlanError
-    from serving.roles import plan_roles
-
     plan = plan_roles({"model": cfg.model, **(roles or {})}, phase_of=lambda role: phase)
     swapped = [p for p in plan.phases if p.mode == "swap"]
     if swapped:
@@ -56,13 +64,11 @@ def plan_engines(cfg, phase: str = "debate", roles: dict[str, Any] | None = None
 def engine_for(cfg, run: RunDir, plan=None):
     """The engine a run's ``model`` block names; its store is RUN/calls.sqlite unless the config shares one.
     ``plan``: the run's device plan (``plan_engines``), whose share of the device it is started with."""
-    from serving import build_engine
-    return build_engine(cfg.model, store=run.store_path, plan=plan)
+    return serving.build_engine(cfg.model, store=run.store_path, plan=plan)
 
 
 def run_debate(cfg: DebateConfig, out: Path | None = None, *, progress: Progress | None = None,
                make_plots: bool = True, engine: Any = None) -> tuple[RunDir, dict[str, Any]]:
-    from simulate.debate.protocol import run_protocol
     P = load_prompts(cfg.prompts)
     items, binfo = select_items(cfg.bench)  # fails before any model call
     plan = plan_engines(cfg) if engine is None else None  # a plan that cannot fit fails here too
@@ -85,7 +91,6 @@ def run_debate(cfg: DebateConfig, out: Path | None = None, *, progress: Progress
     run.write_table("batches", pd.DataFrame(info["batches"]))
     (run.path / "protocol.json").write_text(json.dumps({k: v for k, v in info.items() if k != "excluded"}, indent=2))
     if cfg.voting.enabled:  # the compute-matched vote arm: spends, per question, the tokens debate spent
-        from simulate.debate.voting import run_voting
         g, v = cfg.generation, cfg.voting
         votes, vinfo = run_voting(eng, items, turns, agents=cfg.agents, temperature=g.temperature, top_p=g.top_p,
                                   max_tokens=g.max_tokens, seed=cfg.seed, prompts=P, max_samples=v.max_samples,
@@ -123,8 +128,6 @@ def _counterfactual_brief(s: dict[str, Any]) -> dict[str, Any]:
 @amends_run
 def report(run_dir: str | Path, *, make_plots: bool = True) -> dict[str, Any]:
     """summary.json and plots from RUN/config.yaml, RUN/tables/*.parquet and RUN/protocol.json."""
-    from core.config import load_config
-    from simulate.debate.metrics import collective_summary
     run = RunDir(run_dir)
     if not (run.path / "tables" / "turns.parquet").is_file():
         raise FileNotFoundError(f"{run.path}: no tables/turns.parquet (not a debate run directory?)")
@@ -135,7 +138,6 @@ def report(run_dir: str | Path, *, make_plots: bool = True) -> dict[str, Any]:
     a = cfg.analysis
     summary, q = collective_summary(turns, seed=cfg.seed, n_boot=a.n_boot, n_perm=a.n_perm, ci=a.ci, fdr_q=a.fdr_q)
     run.write_table("questions", q)
-    from simulate.debate.outcomes import c2_summary  # seed 002 §C.2: long-debate curves, split / contested groups
     c2, c2_tables = c2_summary(q, seed=cfg.seed, n_boot=a.n_boot, ci=a.ci)
     for name, tab in c2_tables.items():
         run.write_table(name, tab)
@@ -151,21 +153,16 @@ def report(run_dir: str | Path, *, make_plots: bool = True) -> dict[str, Any]:
     if proto.get("model_s"):
         summary["timing"]["tokens_per_s"] = proto["new_tokens"] / proto["model_s"]
     if (run.path / "tables" / "numeric_turns.parquet").is_file():  # numeric items: their own rows (numeric.py)
-        from simulate.debate.numeric import numeric_summary
         summary["numeric"], ntab = numeric_summary(run.read_table("numeric_turns"))
         run.write_table("numeric_by_round", ntab)
     if (run.path / "bench.jsonl").is_file():  # constructed scenarios: stance change by frame / stakes level
-        from simulate.debate.metrics import frame_dynamics
-        from simulate.debate.questions import item_frames
         frames = item_frames(load_items(run.path).values())
         if frames:
             summary["by_frame"], ftab = frame_dynamics(turns, frames)
             run.write_table("by_frame", ftab)
     if (run.path / "tables" / "judge_ledger.parquet").is_file():  # the judge pass: parse rates before / after
-        from simulate.judge import debate_judged, read_ledger
         summary["judge"] = debate_judged(turns, read_ledger(run.path), seed=cfg.seed)
     if (run.path / "tables" / "votes.parquet").is_file():  # the compute-matched vote arm (voting.py)
-        from simulate.debate.voting import report_votes
         summary["vote"] = report_votes(run, cfg, turns, q, make_plots=make_plots)
     bda = sorted(run.path.glob("bda-*/summary.json"))  # chorus debate bda (bda.py) wrote these inside the run
     if bda:
@@ -180,11 +177,9 @@ def report(run_dir: str | Path, *, make_plots: bool = True) -> dict[str, Any]:
             summary["counterfactual"][p.parent.name] = _counterfactual_brief(cs)
             rows += [{"counterfactual": p.parent.name, **d} for d in cs["deltas"]]
             if make_plots:
-                from simulate.debate import plots
                 plots.counterfactual(cs, run.plot_path(p.parent.name))
         run.write_table("counterfactual", pd.DataFrame(rows))
     if make_plots:
-        from simulate.debate import plots
         plots.by_round(summary, "unanimity_by_round", run.plot_path("unanimity_by_round"), ylabel="unanimous groups",
                        title="unanimity by round", extra_key="unanimity_by_round_split")
         plots.by_round(summary, "n_eff_by_round", run.plot_path("n_eff_by_round"),

@@ -37,9 +37,23 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
+from core.config import validate
+from core.plots import subplots
+from core.runs import RunDir
 from core.seeding import call_seed
-from simulate.debate.config import BeliefReadConfig
-from simulate.debate.questions import Item
+from core.stats import cluster_bootstrap
+from serving.roles import build_engines, plan_roles
+from simulate.belief import core as belief_core
+from simulate.belief.analysis import pearson, transfer_curve
+from simulate.belief.roles import LLMAppraiser, temperature_scale
+from simulate.belief.topics import Topic
+from simulate.belief.trajectory import Trajectories, fit, kappa_closed_form
+from simulate.debate.bda import DebateTraceError, read_run
+from simulate.debate.config import BeliefReadConfig, DebateConfig, load
+from simulate.debate.forced_choice import forced_choice
+from simulate.debate.prompts import load_prompts, readout_prefill, turn_messages
+from simulate.debate.protocol import qkey
+from simulate.debate.questions import Item, validate_item, write_bench
 
 MAPPING: dict[str, Any] = {
     "version": 1,
@@ -80,9 +94,6 @@ def stance_items(items: Mapping[str, Item], qids) -> tuple[dict[str, Item], dict
 
 def appraiser_topic(item: Item, template: Mapping[str, Any]):
     """The belief layer's topic for one two-option question (setting = the question)."""
-    from core.config import validate
-    from simulate.belief.topics import Topic
-
     def side(k: int) -> str:
         lab, text = item.labels[k], item.options[k]
         return text if text.lower() == lab.lower() else f"{lab}. {text}"
@@ -94,7 +105,6 @@ def appraiser_topic(item: Item, template: Mapping[str, Any]):
 
 
 def load_template(name: str) -> dict[str, Any]:
-    from simulate.debate.prompts import load_prompts
     return load_prompts(name)
 
 
@@ -110,7 +120,6 @@ def _responses(turns: pd.DataFrame) -> dict[tuple, list[str]]:
 def reading_jobs(items: Mapping[str, Item], turns: pd.DataFrame, P: dict) -> tuple[list[dict], list[list[dict]]]:
     """(keys, conversations) of every reading the analysis uses: f = 1 after each round-0 turn (shared by the
     conditions) and after each debate turn but the last round's; f = 0 at every round r >= 1 of each condition."""
-    from simulate.debate.prompts import readout_prefill, turn_messages
     resp = _responses(turns)
     last = int(turns["round"].max())
     conds = sorted(set(turns["condition"]))
@@ -135,7 +144,6 @@ def reading_jobs(items: Mapping[str, Item], turns: pd.DataFrame, P: dict) -> tup
 
 def probe_readings(engine: Any, items: Mapping[str, Item], turns: pd.DataFrame, P: dict, progress: Any = None) -> pd.DataFrame:
     """The debaters' forced-choice beliefs: P(a+) = softmax of the two label log-probs."""
-    from simulate.debate.forced_choice import forced_choice
     keys, convs = reading_jobs(items, turns, P)
     lps = forced_choice(engine, convs, [items[k["qid"]].labels for k in keys], progress=progress)
     rows = []
@@ -176,8 +184,6 @@ def heard_turns(turns: pd.DataFrame, items: Mapping[str, Item]) -> pd.DataFrame:
 def appraise(engine: Any, items: Mapping[str, Item], heard: pd.DataFrame, template: Mapping[str, Any], *,
              tau: float, seed: int) -> pd.DataFrame:
     """e of every heard turn by the belief layer's appraiser (one read per turn; seeds from the turn)."""
-    from simulate.belief.roles import LLMAppraiser, temperature_scale
-    from simulate.debate.protocol import qkey
     topics = {q: appraiser_topic(it, template) for q, it in items.items()}
     h = heard.reset_index(drop=True)
     texts = [t if isinstance(t, str) and t.strip() else None for t in h["response"]]
@@ -218,7 +224,6 @@ def observations(readings: pd.DataFrame, evidence: pd.DataFrame, items: Mapping[
     """(rows, Trajectories): one row per f = 0 reading of ``condition`` at round r >= 1 (``rounds``: only those),
     with what the agent heard before it: the debate's peer turns of rounds 0..r-1 (the reflection placebo hears
     the same turns it never read, so use it at round 1 only, where they are the shared round-0 turns)."""
-    from simulate.belief.trajectory import Trajectories
     b0 = {(q, int(a)): float(b) for q, a, b in zip(*(readings[(readings["f"] == SPOKE) & (readings["round"] == 0)
                                                               & (readings["condition"] == condition)][c]
                                                      for c in ("qid", "agent", "b")))}
@@ -247,7 +252,6 @@ def observations(readings: pd.DataFrame, evidence: pd.DataFrame, items: Mapping[
 
 def invert(df: pd.DataFrame, tr, cfg: BeliefReadConfig) -> pd.DataFrame:
     """The closed-form kappa of every reading at ``cfg.gamma``, and whether it is well conditioned."""
-    from simulate.belief.trajectory import kappa_closed_form
     A, M = tr.sums(cfg.gamma)
     ebar = tr.evidence_mean(cfg.gamma)
     k = kappa_closed_form(tr, cfg.gamma)
@@ -257,7 +261,6 @@ def invert(df: pd.DataFrame, tr, cfg: BeliefReadConfig) -> pd.DataFrame:
 
 # -- per-agent table --------------------------------------------------------------------------------------
 def _median_ci(k: np.ndarray, clusters: np.ndarray, cfg: BeliefReadConfig, key: int) -> tuple[float, float, float]:
-    from core.stats import cluster_bootstrap
     if not len(k):
         return float("nan"), float("nan"), float("nan")
     return cluster_bootstrap(lambda idx: float(np.median(k[idx])), clusters, n_boot=cfg.n_boot,
@@ -267,7 +270,6 @@ def _median_ci(k: np.ndarray, clusters: np.ndarray, cfg: BeliefReadConfig, key: 
 def _fit_ci(tr, clusters: np.ndarray, cfg: BeliefReadConfig, key: int) -> dict[str, Any]:
     """(kappa, gamma) by least squares, and their family-bootstrap intervals (each replicate refitted from
     the point estimate's gamma)."""
-    from simulate.belief.trajectory import fit
     point = fit(tr)
     out = {"kappa_fit": point["kappa"], "gamma_fit": point["gamma"], "fit_rmse": point["rmse"],
            "fit_n": point["n"], "kappa_fit_at_bound": point["kappa_at_bound"],
@@ -348,7 +350,6 @@ def drift_table(readings: pd.DataFrame) -> pd.DataFrame:
 def channel_audit(readings: pd.DataFrame, evidence: pd.DataFrame, cfg: BeliefReadConfig) -> dict[str, Any]:
     """The belief layer's audit: e against the speaker's s (Pearson, transfer curve), and s against the
     answer the turn stated (1 for a+, 0 for a-; parsed turns only)."""
-    from simulate.belief.analysis import pearson, transfer_curve
     s = _spoke(readings)
     ut = evidence.assign(s=[s.get((q, int(r), int(a)), np.nan) for q, r, a in
                             zip(evidence["qid"], evidence["round"], evidence["agent"])])
@@ -368,9 +369,6 @@ def run_belief(run_dir: str | Path, cfg: BeliefReadConfig | None = None, *, out:
                progress: Any = None) -> tuple[Path, dict[str, Any]]:
     """``chorus debate belief``: readings and evidence of a debate run -> RUN/belief/ (a run directory: config,
     provenance, tables readings / evidence / observations / agents / drift, summary.json, plots)."""
-    from core.runs import RunDir
-    from simulate.debate.bda import DebateTraceError, read_run
-
     cfg = cfg or BeliefReadConfig()
     src = Path(run_dir)
     try:
@@ -407,7 +405,6 @@ def run_belief(run_dir: str | Path, cfg: BeliefReadConfig | None = None, *, out:
     for role, eng in engines.items():
         run.record_engines(role, eng)
     if cfg.reading == "probe":
-        from simulate.debate.prompts import load_prompts
         readings = probe_readings(engines["model"], stance, turns, load_prompts(dcfg.prompts), progress=progress)
     else:
         readings = planted_readings(src, stance)
@@ -451,7 +448,6 @@ def run_belief(run_dir: str | Path, cfg: BeliefReadConfig | None = None, *, out:
 def _debate_config(src: Path):
     if not (src / "config.yaml").is_file():
         return None
-    from simulate.debate.config import DebateConfig, load
     return load(src / "config.yaml", DebateConfig)
 
 
@@ -465,7 +461,6 @@ def _engines(src: Path, dcfg, cfg: BeliefReadConfig, engine: Any, appraiser_engi
     another), on the debate run's call store: a rerun or a killed run repeats no finished call."""
     if engine is not None:
         return {"model": engine, "appraiser": appraiser_engine or engine}
-    from serving.roles import build_engines, plan_roles
     specs: dict[str, Any] = {"model": dcfg.model}
     if cfg.appraiser_model is not None:
         specs["appraiser"] = cfg.appraiser_model
@@ -476,7 +471,6 @@ def _engines(src: Path, dcfg, cfg: BeliefReadConfig, engine: Any, appraiser_engi
 
 def _plot(table: pd.DataFrame, drift: pd.DataFrame, audit: dict[str, Any], summary: dict[str, Any], path: Path) -> None:
     """Kappa per agent (debate, round 1, placebo) with intervals; drift by round; the transfer curve."""
-    from core.plots import subplots
     fig, (a1, a2, a3) = subplots(1, 3, figsize=(13.0, 3.8))
     x = np.arange(len(table))
     for off, col, lab in ((-0.25, "kappa", "debate, every round"), (0.0, "kappa_round1", "debate, round 1"),
@@ -521,9 +515,6 @@ def synthetic_belief_debate(out: str | Path, kappas: list[float], *, gamma: floa
     takes one ``core.step`` per peer turn of the round before, in seat order, and answers a+ when b > 1/2. The
     reflection agents hear nothing and keep b0. The latent beliefs are ``tables/beliefs.parquet`` (the readings'
     schema), so ``reading=planted appraiser=oracle`` must return every kappa (and gamma) exactly."""
-    from core.runs import RunDir
-    from simulate.belief import core
-    from simulate.debate.questions import validate_item, write_bench
     rng = np.random.default_rng(seed)
     kap = np.asarray(kappas, float)
     N = len(kap)
@@ -533,11 +524,11 @@ def synthetic_belief_debate(out: str | Path, kappas: list[float], *, gamma: floa
     turns, beliefs = [], []
     for it in items:
         b0 = rng.uniform(0.05, 0.95, N)
-        a0, c0 = core.prior_counts(kap, b0)
+        a0, c0 = belief_core.prior_counts(kap, b0)
         for cond in ("debate", "reflection"):
             al, be = a0.copy(), c0.copy()
             for r in range(rounds + 1):
-                b = core.credence(al, be)
+                b = belief_core.credence(al, be)
                 for a in range(N):
                     ans = "yes" if b[a] > 0.5 else "no"
                     turns.append({"qid": it.id, "family": it.family, "domain": it.domain, "subdomain": it.subdomain,
@@ -553,7 +544,7 @@ def synthetic_belief_debate(out: str | Path, kappas: list[float], *, gamma: floa
                     for a in range(N):
                         for j in range(N):
                             if j != a:
-                                al[a], be[a] = core.step(al[a], be[a], a0[a], c0[a], s[j], gamma, w)
+                                al[a], be[a] = belief_core.step(al[a], be[a], a0[a], c0[a], s[j], gamma, w)
     run = RunDir.create(Path(out), part="debate", seeds={"seed": seed},
                         synthetic={"kappas": list(map(float, kappas)), "gamma": gamma, "w": w})
     write_bench(items, run.path / "bench.jsonl")

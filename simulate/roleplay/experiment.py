@@ -13,14 +13,19 @@ from typing import Any, Callable, Iterable
 import numpy as np
 import pandas as pd
 
+import serving  # serving.build_engine looked up per call: tests replace it
 from core.compute import measure
 from core.config import ConfigError, load_config
 from core.progress import Progress
 from core.runs import RecordError, RunDir, amends_run, require_record, run_dir_path
 from serving.profiles import embedded_note
+from serving.roles import plan_roles
+from simulate.roleplay import plots, setups  # setups.simulate looked up per call: tests replace it
+from simulate.roleplay.classify import attach, classify_texts, parse_rates
 from simulate.roleplay.config import RoleplayConfig
 from simulate.roleplay.data import FIXTURE, Group, golden_mask, load_groups, select_split, to_record
 from simulate.roleplay.prompts import load_prompts
+from simulate.roleplay.setups import human_rows, steps, truncate_chats
 
 
 def select_groups(cfg: RoleplayConfig) -> tuple[list[Group], list[Group], list[dict], str]:
@@ -43,15 +48,12 @@ def select_groups(cfg: RoleplayConfig) -> tuple[list[Group], list[Group], list[d
 
 def plan_engines(cfg: RoleplayConfig):
     """The device plan: each model in its own phase (one held at a time), then the classifier."""
-    from serving.roles import plan_roles
-
     roles = {**{m.label: m for m in cfg.models}, "classifier": cfg.classifier.over_model(cfg.models[0])}
     return plan_roles(roles, phase_of=lambda role: role)
 
 
 def _load(spec, store, role: str | None = None, plan=None):
-    from serving import build_engine
-    return build_engine(spec, store=store, role=role or getattr(spec, "label", "model"), plan=plan)
+    return serving.build_engine(spec, store=store, role=role or getattr(spec, "label", "model"), plan=plan)
 
 
 def with_store(eng: Any, path: Path) -> Any:
@@ -90,8 +92,6 @@ def _simulate_and_report(cfg: RoleplayConfig, run: RunDir, P: dict, ev: list[Gro
                          excluded: list[dict], plan: Any, engines: dict[str, Any] | None,
                          progress: Progress | None, make_plots: bool) -> dict[str, Any]:
     """Everything a run does after its directory exists: simulate, classify, write, report."""
-    from simulate.roleplay.classify import classify_texts
-    from simulate.roleplay.setups import human_rows, simulate
     _write_groups(run.path / "groups.jsonl", ev)
     _write_groups(run.path / "train_groups.jsonl", train)
     run.write_table("exclusions", pd.DataFrame([{"group_id": e["group_id"], "topic": e["topic"],
@@ -105,7 +105,6 @@ def _simulate_and_report(cfg: RoleplayConfig, run: RunDir, P: dict, ev: list[Gro
     frames = [human_rows(ev, mu)]
     sim_progress = None
     if progress:  # one bar over every model and setup
-        from simulate.roleplay.setups import steps, truncate_chats
         total = sum(len(v) for _, v in steps([truncate_chats(g, mu) for g in ev])) * len(cfg.models) * len(cfg.setups)
         progress(total, 0)
         sim_progress = lambda _t, k: progress(total, k) if k else None  # noqa: E731
@@ -119,10 +118,10 @@ def _simulate_and_report(cfg: RoleplayConfig, run: RunDir, P: dict, ev: list[Gro
         models[spec.label] = eng
         run.record_engines("models", models)  # rewritten at finish, after every call
         for setup in cfg.setups:
-            msgs, info = simulate(eng, ev, setup, P, source=spec.label, seed=cfg.seed,
-                                  temperature=cfg.generation.temperature, top_p=cfg.generation.top_p,
-                                  max_tokens=cfg.generation.max_tokens, max_utterances=mu,
-                                  memory_ablate=cfg.memory.ablate, progress=sim_progress)
+            msgs, info = setups.simulate(eng, ev, setup, P, source=spec.label, seed=cfg.seed,
+                                         temperature=cfg.generation.temperature, top_p=cfg.generation.top_p,
+                                         max_tokens=cfg.generation.max_tokens, max_utterances=mu,
+                                         memory_ablate=cfg.memory.ablate, progress=sim_progress)
             frames.append(msgs)
             infos.append(info)
         if eng in own and len(cfg.models) > 1:  # one model loaded at a time (e.g. two vLLM engines on one GPU)
@@ -201,7 +200,7 @@ def embedder(name: str) -> Callable | None:
 
 def degroot_rows(ev: list[Group], alpha: float, human_labelled: pd.DataFrame, n_rounds: int) -> pd.DataFrame:
     """DeGroot predictions for the evaluated groups in the long format (stances, no texts)."""
-    from simulate.roleplay.metrics import degroot_predictions
+    from simulate.roleplay.metrics import degroot_predictions  # lazy: pulls in scipy
     init = human_labelled[human_labelled["kind"] == "initial"].set_index(["group_id", "participant"])["stance"]
     rows = []
     for g in ev:
@@ -226,7 +225,7 @@ def recompute(run: RunDir, labels: pd.DataFrame, *, classifier_profile: str | No
     ``roleplay annotators`` another classifier's. ``classifier_profile``: the profile behind the
     labels (default: the run's classifier), named in the embedded-model note; ``embed``: False skips
     the embedding similarity (it does not depend on the classifier)."""
-    from simulate.roleplay.classify import attach, parse_rates
+    # lazy: pulls in scipy
     from simulate.roleplay.metrics import (degroot_inputs, evaluate, fit_degroot, on_topic_by_round, on_topic_change,
                                            spearman, wide)
     if not (run.path / "tables" / "messages.parquet").is_file():
@@ -289,7 +288,6 @@ def report(run_dir: str | Path, *, make_plots: bool = True) -> dict[str, Any]:
         if len(df):
             run.write_table(name, df)
     if make_plots:
-        from simulate.roleplay import plots
         plots.sd_trajectories(summary, run.plot_path("sd_trajectories"))
         plots.endpoint_distributions(summary, run.plot_path("endpoint_distributions"))
         plots.convergence_bars(summary, run.plot_path("convergence"))

@@ -26,15 +26,21 @@ from typing import Any, Callable
 
 import pandas as pd
 
+import serving  # serving.build_engine looked up per call: tests replace it
 from core.compute import measure
 from core.config import ConfigError
 from core.runs import RunDir, run_dir_path
 from serving.device import cuda_free_gib, free_device_memory
-from simulate.roleplay.config import SftConfig
+from serving.memory import GIB, MemoryPlanError, parameter_count
+from serving.profiles import BUILTIN, get_profile, models_file
+from simulate.roleplay.classify import classify_texts
+from simulate.roleplay.config import RoleplayConfig, SftConfig, load
 from simulate.roleplay.data import FIXTURE, Group, golden_mask, load_groups, select_split
+from simulate.roleplay.experiment import run_roleplay
 from simulate.roleplay.memory import build_memory
 from simulate.roleplay.prompts import load_prompts, render
 from simulate.roleplay.setups import steps
+from simulate.roleplay.sft_memory import BNB_OPTIMIZERS, plan_training, settings_for
 
 
 def sft_examples(groups: list[Group], P: dict, kinds: list[str]) -> list[dict[str, Any]]:
@@ -115,11 +121,9 @@ def _open_run(cfg: SftConfig, out: Path, P: dict, path: str, train_groups: list[
 def _classify_unlabelled(cfg: SftConfig, examples: list[dict], P: dict, run: RunDir, classifier_engine: Any
                          ) -> dict[tuple[str, str], bool | None]:
     """On-topic labels for the targets the record leaves unlabelled; written as ``target_labels``."""
-    from simulate.roleplay.classify import classify_texts
     eng = classifier_engine
     if eng is None:
-        from serving import build_engine
-        eng = build_engine(cfg.classifier.over_model(cfg.base), store=run.store_path, role="classifier")
+        eng = serving.build_engine(cfg.classifier.over_model(cfg.base), store=run.store_path, role="classifier")
     lab = classify_texts(eng, [(ex["topic"], ex["completion"][0]["content"]) for ex in examples if ex["label"] is None],
                          P, max_tokens=cfg.classifier.max_tokens)
     if classifier_engine is None:
@@ -208,9 +212,6 @@ def _memory_check(lib: SimpleNamespace, cfg: SftConfig, base_path: Path, args: A
     training holds the same tensors. Returns (the record for provenance and summary, the plan)."""
     import importlib.util
 
-    from serving.memory import GIB, MemoryPlanError, parameter_count
-    from simulate.roleplay.config import load
-    from simulate.roleplay.sft_memory import BNB_OPTIMIZERS, plan_training, settings_for
     t = cfg.training
     if t.optim in BNB_OPTIMIZERS and importlib.util.find_spec("bitsandbytes") is None:
         raise ConfigError(f"training.optim = {t.optim!r} needs bitsandbytes, which is not installed (it is not a "
@@ -270,7 +271,6 @@ def _save_model(cfg: SftConfig, trainer: Any, tok: Any, run: RunDir) -> Path:
 def _write_results(cfg: SftConfig, run: RunDir, trainer: Any, result: Any, model_dir: Path, n_examples: int,
                    counts: dict[str, int], n_train_groups: int, memory: dict[str, Any]) -> dict[str, Any]:
     """Train log, summary (with the memory estimate) and optional registration."""
-    from serving.profiles import get_profile
     log = pd.DataFrame([r for r in trainer.state.log_history if "loss" in r])
     run.write_table("train_log", log)
     losses = log["loss"].tolist() if len(log) else []
@@ -326,7 +326,6 @@ def _check_released(released: dict[str, Any]) -> None:
 
 def train_sft(cfg: SftConfig, out: Path | None = None, *, progress: Callable[[int, int], None] | None = None,
               classifier_engine: Any = None) -> tuple[RunDir, dict[str, Any]]:
-    from serving.profiles import get_profile
     P = load_prompts(cfg.prompts)
     path, train_groups, excluded = _train_groups(cfg)
     base = get_profile(cfg.base.profile)
@@ -381,7 +380,6 @@ def register_profile(name: str, model_dir: Path, family: str = "other") -> str:
     profile then resolves like any other. Returns the file written."""
     import yaml
 
-    from serving.profiles import BUILTIN, models_file
     if name in BUILTIN:
         raise ConfigError(f"register_as = {name!r} is a built-in profile name")
     f = models_file()
@@ -394,8 +392,6 @@ def register_profile(name: str, model_dir: Path, family: str = "other") -> str:
 
 def compare(cfg: SftConfig, model_dir: Path, out: Path, progress=None) -> Path:
     """Run the roleplay config ``cfg.compare`` with the base and the SFT model side by side."""
-    from simulate.roleplay.config import RoleplayConfig, load
-    from simulate.roleplay.experiment import run_roleplay
     rcfg: RoleplayConfig = load(cfg.compare, RoleplayConfig)
     b = cfg.base
     # the SFT model is the base's role with the trained weights: same backend, dtype and options
