@@ -3,6 +3,7 @@ run (``source_run``) or are generated here with the debate protocol; readouts, a
 source cues are scored on them; tables, summary and plots are written beside the config."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ from core.config import ConfigError
 from core.progress import Progress
 from core.runs import RunDir, run_dir_path
 from interventions import ablations as ab
+from interventions import plots
 from interventions import readout as ro
 from interventions.config import InfluenceConfig
 from simulate.debate.experiment import engine_for, load_items, plan_engines, save_items, select_items
@@ -72,65 +74,79 @@ def start_run(cfg: InfluenceConfig, verb: str, out: Path | None, engine: Any = N
     return run, engine, P
 
 
+def _readout(cfg: InfluenceConfig, verb: str, run: RunDir, eng: Any, P: dict, summary: dict[str, Any],
+             progress: Progress | None, make_plots: bool) -> None:
+    """Forced-choice readouts of every debate receiver turn at each fraction of its reasoning."""
+    a = cfg.analysis
+    turns, items = source_turns(cfg, run, eng, cfg.rounds, progress)
+    table = ro.run_readouts(eng, items, turns, P, fractions=cfg.readout.fractions, rounds=cfg.readout.rounds,
+                            seed=cfg.seed, controls=cfg.readout.controls,
+                            progress=progress if cfg.source_run else None)
+    run.write_table("readouts", table)
+    if len(table):
+        summary["n_readouts"] = int(len(table))
+        summary["n_changed"] = {c: int(g[g["f"] == cfg.readout.fractions[0]]["changed"].sum())
+                                for c, g in table.groupby("condition")}
+        summary["committed_at_read"] = ro.committed_at_read(table, n_boot=a.n_boot, seed=cfg.seed, ci=a.ci)
+        if 0.0 in cfg.readout.fractions:  # seed 002 Table 9: paired by question, both conditions changed
+            paired = ro.paired_committed_at_read(table, n_boot=a.n_boot, seed=cfg.seed, ci=a.ci)
+            run.write_table("committed_paired", pd.DataFrame(paired.pop("questions", []), columns=[
+                "qid", "family", "debate", "reflection", "difference"]))
+            summary["committed_at_read"]["paired_f0"] = paired
+            ctl = [c for c in ro.gap_conditions(table["condition"]) if c != "debate"]
+            if ctl:  # the same pairing with the peers' content replaced (paper §4.1 controls)
+                summary["committed_at_read"]["paired_f0_controls"] = {
+                    c: {k: v for k, v in ro.paired_committed_at_read(
+                        table, n_boot=a.n_boot, seed=cfg.seed, ci=a.ci, condition=c).items() if k != "questions"}
+                    for c in ctl}
+        summary["message_effect_round1"] = ro.message_effects(table, n_boot=a.n_boot, seed=cfg.seed, ci=a.ci)
+        if make_plots:
+            plots.committed(summary["committed_at_read"], run.plot_path("committed_at_read"))
+            if len(summary["committed_at_read"].get("gaps_f0", {})) > 1:
+                plots.committed_gaps(summary["committed_at_read"]["gaps_f0"], run.plot_path("committed_gaps"))
+
+
+def _margins(cfg: InfluenceConfig, verb: str, run: RunDir, eng: Any, P: dict, summary: dict[str, Any],
+             progress: Progress | None, make_plots: bool) -> None:
+    """Answer margins of round-0 receiver contexts under message ablations (``ablate``) or source
+    cues (``cues``), paired by context."""
+    a = cfg.analysis
+    turns, items = source_turns(cfg, run, eng, 0, progress)
+    pairs = ab.select_pairs(items, turns, seed=cfg.seed, max_pairs=cfg.interventions.max_pairs,
+                            require_disagreement=cfg.interventions.require_disagreement)
+    summary["n_pairs"] = len(pairs)
+    if not pairs:
+        return
+    if verb == "ablate":
+        meta, convs = ab.ablation_contexts(items, pairs, P, eng.tokenizer, seed=cfg.seed)
+    else:
+        meta, convs = ab.cue_contexts(items, pairs, P, sets=cfg.cues.sets)
+    table = ab.score_margins(eng, meta, convs)
+    run.write_table("margins", table)
+    w = ab.effects(table)
+    run.write_table("effects", w)
+    summary.update(ab.summarize_effects(w, n_boot=a.n_boot, seed=cfg.seed, ci=a.ci))
+    for cs, d in summary.get("cue_sets", {}).items():   # the wording's length match, in this model's tokens
+        d["phrase_tokens"] = ab.phrase_tokens(P, cs, eng.tokenizer)
+    if make_plots and summary.get("effects"):
+        plots.effect_bars(summary["effects"], run.plot_path(f"{verb}_effects"),
+                          title="message ablations" if verb == "ablate" else "source cues / attribution")
+        if summary.get("cue_sets"):
+            plots.cue_sets(summary["cue_sets"], run.plot_path("cue_sets"))
+
+
+# the behavioural verbs: each fills the summary (and writes its tables) in a started run
+MEASURES: dict[str, Callable[..., None]] = {"readout": _readout, "ablate": _margins, "cues": _margins}
+
+
 def run_influence(cfg: InfluenceConfig, verb: str, out: Path | None = None, *, progress: Progress | None = None,
                   make_plots: bool = True, engine: Any = None) -> tuple[RunDir, dict[str, Any]]:
-    """verb: readout | ablate | cues."""
-    if verb not in ("readout", "ablate", "cues"):
+    """verb: readout | ablate | cues (``MEASURES``)."""
+    if verb not in MEASURES:
         raise ConfigError(f"unknown influence verb {verb!r}")
     run, eng, P = start_run(cfg, verb, out, engine)
-    a = cfg.analysis
     summary: dict[str, Any] = {"experiment": cfg.name, "verb": verb, "model": cfg.model.profile}
-    if verb == "readout":
-        turns, items = source_turns(cfg, run, eng, cfg.rounds, progress)
-        table = ro.run_readouts(eng, items, turns, P, fractions=cfg.readout.fractions, rounds=cfg.readout.rounds,
-                                seed=cfg.seed, controls=cfg.readout.controls,
-                                progress=progress if cfg.source_run else None)
-        run.write_table("readouts", table)
-        if len(table):
-            summary["n_readouts"] = int(len(table))
-            summary["n_changed"] = {c: int(g[g["f"] == cfg.readout.fractions[0]]["changed"].sum())
-                                    for c, g in table.groupby("condition")}
-            summary["committed_at_read"] = ro.committed_at_read(table, n_boot=a.n_boot, seed=cfg.seed, ci=a.ci)
-            if 0.0 in cfg.readout.fractions:  # seed 002 Table 9: paired by question, both conditions changed
-                paired = ro.paired_committed_at_read(table, n_boot=a.n_boot, seed=cfg.seed, ci=a.ci)
-                run.write_table("committed_paired", pd.DataFrame(paired.pop("questions", []), columns=[
-                    "qid", "family", "debate", "reflection", "difference"]))
-                summary["committed_at_read"]["paired_f0"] = paired
-                ctl = [c for c in ro.gap_conditions(table["condition"]) if c != "debate"]
-                if ctl:  # the same pairing with the peers' content replaced (paper §4.1 controls)
-                    summary["committed_at_read"]["paired_f0_controls"] = {
-                        c: {k: v for k, v in ro.paired_committed_at_read(
-                            table, n_boot=a.n_boot, seed=cfg.seed, ci=a.ci, condition=c).items() if k != "questions"}
-                        for c in ctl}
-            summary["message_effect_round1"] = ro.message_effects(table, n_boot=a.n_boot, seed=cfg.seed, ci=a.ci)
-            if make_plots:
-                from interventions import plots
-                plots.committed(summary["committed_at_read"], run.plot_path("committed_at_read"))
-                if len(summary["committed_at_read"].get("gaps_f0", {})) > 1:
-                    plots.committed_gaps(summary["committed_at_read"]["gaps_f0"], run.plot_path("committed_gaps"))
-    else:
-        turns, items = source_turns(cfg, run, eng, 0, progress)
-        pairs = ab.select_pairs(items, turns, seed=cfg.seed, max_pairs=cfg.interventions.max_pairs,
-                                require_disagreement=cfg.interventions.require_disagreement)
-        summary["n_pairs"] = len(pairs)
-        if pairs:
-            if verb == "ablate":
-                meta, convs = ab.ablation_contexts(items, pairs, P, eng.tokenizer, seed=cfg.seed)
-            else:
-                meta, convs = ab.cue_contexts(items, pairs, P, sets=cfg.cues.sets)
-            table = ab.score_margins(eng, meta, convs)
-            run.write_table("margins", table)
-            w = ab.effects(table)
-            run.write_table("effects", w)
-            summary.update(ab.summarize_effects(w, n_boot=a.n_boot, seed=cfg.seed, ci=a.ci))
-            for cs, d in summary.get("cue_sets", {}).items():   # the wording's length match, in this model's tokens
-                d["phrase_tokens"] = ab.phrase_tokens(P, cs, eng.tokenizer)
-            if make_plots and summary.get("effects"):
-                from interventions import plots
-                plots.effect_bars(summary["effects"], run.plot_path(f"{verb}_effects"),
-                                  title="message ablations" if verb == "ablate" else "source cues / attribution")
-                if summary.get("cue_sets"):
-                    plots.cue_sets(summary["cue_sets"], run.plot_path("cue_sets"))
+    MEASURES[verb](cfg, verb, run, eng, P, summary, progress, make_plots)
     run.write_summary(summary)
     run.finish()
     return run, summary

@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -429,67 +431,145 @@ def plan_internals(cfg: InternalsConfig, verb: str):
 def _setup(cfg: InternalsConfig, verb: str, out: Path | None, engine: Any, progress: Progress | None):
     # internals need the weights: transformers; planned (device_plan in provenance) before it loads
     run, engine, P = start_run(cfg, verb, out, engine, backend="hf", roles=held_beside(cfg, verb))
-    if verb == "knockout":  # a layer set or mixer this model cannot cut fails before any generation
-        knockout_conditions(engine, cfg.knockout)
+    MECHANICS[verb].precheck(cfg, engine)  # e.g. a layer set this model cannot cut, before any generation
     turns, items = source_turns(cfg, run, engine, 0, progress)
     pairs = ab.select_pairs(items, turns, seed=cfg.seed, max_pairs=cfg.interventions.max_pairs,
                             require_disagreement=cfg.interventions.require_disagreement)
     return run, engine, items, pairs, P
 
 
+# -- the five verbs: what each measures on the selected pairs, and how its table is summarized --------
+@dataclass(frozen=True)
+class Mechanic:
+    """One internals verb. ``measure(cfg, run, eng, items, pairs, P, progress, info)`` writes its
+    tables and fills ``info`` (RUN/<verb>_info.json); ``summarize(cfg, run, info, table, summary,
+    make_plots)`` adds its numbers and figures to the summary from the run directory alone;
+    ``precheck(cfg, eng)`` refuses what this model cannot do before any generation; ``own_run``: a
+    verb with a pipeline of its own (concepts reads debate and reflection contexts, not pairs)."""
+    measure: Callable[..., None] | None
+    summarize: Callable[..., None]
+    precheck: Callable[[InternalsConfig, Any], Any] = lambda cfg, eng: None
+    own_run: Callable[..., tuple[RunDir, dict[str, Any]]] | None = None
+
+
+def _measure_knockout(cfg, run, eng, items, pairs, P, progress, info) -> None:
+    conds, plan = knockout_conditions(eng, cfg.knockout)
+    info.update(plan, knockout_route=cfg.knockout.route)
+    run.update_provenance(knockout_route=cfg.knockout.route)
+    info["skipped_conditions"] = [c for c in conds if not c["layers"]]
+    if pairs:
+        ctxs = knockout_contexts(items, pairs, P, block=cfg.knockout.block)
+        k = cfg.knockout
+        run.write_table("knockout", run_knockout_pairs(eng, ctxs, conds, progress, route=k.route, cross_check=k.cross_check,
+                                                       tol=k.cross_check_tol, seed=cfg.seed, info=info))
+
+
+def _measure_patch(cfg, run, eng, items, pairs, P, progress, info) -> None:
+    info["n_layers"] = layer_map(eng).n_layers
+    if pairs:
+        cps = cue_pairs(items, pairs, P, cfg.patch.contrast)
+        if cfg.patch.max_pairs:
+            cps = cps[:cfg.patch.max_pairs]
+        table, pinfo = run_patch_pairs(eng, cps, cfg.patch.layers, progress)
+        info.update(pinfo)
+        run.write_table("patch", table)
+
+
+def _measure_transfer(cfg, run, eng, items, pairs, P, progress, info) -> None:
+    info.update(tr.run_experiment(cfg, run, eng, items, pairs, P, progress))  # latent state transfer
+
+
+def _measure_probe(cfg, run, eng, items, pairs, P, progress, info) -> None:
+    lm = layer_map(eng)
+    layers = list(range(lm.n_layers)) if cfg.probe.layers == "all" else [int(x) for x in cfg.probe.layers]
+    bad = [x for x in layers if not 0 <= x < lm.n_layers]
+    if bad:
+        raise ConfigError(f"probe.layers: {bad} out of range (valid 0..{lm.n_layers - 1})")
+    info["n_layers"] = lm.n_layers
+    if pairs:
+        meta, convs, labels = probe_contexts(items, pairs, P, cfg.probe.concept)
+        if progress:
+            progress(len(layers) + 1, 0)
+        acts = probe_activations(run, eng, convs, layers)
+        if progress:
+            progress(len(layers) + 1, 1)
+        groups = [m["family"] for m in meta]
+        t = probe_layers(acts, labels, layers=layers, groups=groups, n_perm=cfg.probe.n_perm,
+                         n_splits=cfg.probe.n_splits, seed=cfg.seed, C=cfg.probe.C)
+        t["concept"] = cfg.probe.concept
+        run.write_table("probe", t)
+        run.write_table("probe_contexts", pd.DataFrame([{**{k: v for k, v in m.items() if k != "labels"},
+                                                         "label": y} for m, y in zip(meta, labels)]))
+        if progress:
+            progress(len(layers) + 1, len(layers))
+
+
+def _summarize_knockout(cfg, run, info, t, summary, make_plots) -> None:
+    a = cfg.analysis
+    summary.update(summarize_knockout(t, n_boot=a.n_boot, seed=cfg.seed, ci=a.ci))
+    if make_plots and summary.get("curves"):
+        ip.knockout_curves(summary, run.plot_path("knockout_curves"))
+    if make_plots and summary.get("mixer_shares"):
+        ip.knockout_mixers(summary, run.plot_path("knockout_mixers"))
+
+
+def _summarize_patch(cfg, run, info, t, summary, make_plots) -> None:
+    a = cfg.analysis
+    summary.update(summarize_patch(t, n_boot=a.n_boot, seed=cfg.seed, ci=a.ci))
+    if make_plots and summary.get("curve"):
+        ip.patch_curve(summary, run.plot_path("patch_curve"))
+
+
+def _summarize_concepts(cfg, run, info, t, summary, make_plots) -> None:
+    pt = run.path / "tables" / "concept_probe.parquet"
+    probe = pd.read_parquet(pt) if pt.is_file() else pd.DataFrame()
+    summary.update(summarize_concepts(t, probe))
+    if make_plots and len(probe):
+        for site in info.get("sites", []):
+            ip.concept_site(t, probe, run.plot_path(f"concepts_{site}"), site=site, model=cfg.model.profile)
+
+
+def _summarize_transfer(cfg, run, info, t, summary, make_plots) -> None:
+    a = cfg.analysis
+    summary.update(summarize_transfer(t, n_boot=a.n_boot, seed=cfg.seed, ci=a.ci))
+    if make_plots and summary.get("curve"):
+        ip.transfer_curve(summary, run.plot_path("transfer_share"))
+
+
+def _summarize_probe(cfg, run, info, t, summary, make_plots) -> None:
+    if len(t):
+        summary["concept"] = cfg.probe.concept
+        summary["layers"] = t.to_dict(orient="records")
+        best = t.loc[t["auroc"].idxmax()]
+        summary["best_layer"] = {"layer": int(best["layer"]), "auroc": float(best["auroc"]),
+                                 "null_p90": float(best["null_p90"]), "p_value": float(best["p_value"])}
+        summary["n_layers_above_null_p90"] = int(t["above_null_p90"].sum())
+        if make_plots:
+            ip.probe_curve(t, run.plot_path("probe_auroc"), concept=cfg.probe.concept)
+
+
+MECHANICS: dict[str, Mechanic] = {
+    "knockout": Mechanic(_measure_knockout, _summarize_knockout,
+                         precheck=lambda cfg, eng: knockout_conditions(eng, cfg.knockout)),
+    "patch": Mechanic(_measure_patch, _summarize_patch),
+    "probe": Mechanic(_measure_probe, _summarize_probe),
+    "transfer": Mechanic(_measure_transfer, _summarize_transfer),
+    "concepts": Mechanic(None, _summarize_concepts, own_run=run_concepts),
+}
+assert tuple(MECHANICS) == VERBS  # one list of the internals verbs
+
+
 def run_internals(cfg: InternalsConfig, verb: str, out: Path | None = None, *, progress: Progress | None = None,
                   make_plots: bool = True, engine: Any = None) -> tuple[RunDir, dict[str, Any]]:
-    """verb: knockout | patch | probe."""
-    if verb not in VERBS:
+    """verb: knockout | patch | probe | transfer | concepts (``MECHANICS``)."""
+    if verb not in MECHANICS:
         raise ConfigError(f"unknown verb {verb!r}: choose one of {', '.join(VERBS)}")
-    if verb == "concepts":  # concept directions on debate vs reflection contexts: interventions/concepts.py
-        return run_concepts(cfg, out, progress=progress, make_plots=make_plots, engine=engine, report=report)
+    m = MECHANICS[verb]
+    if m.own_run is not None:
+        return m.own_run(cfg, out, progress=progress, make_plots=make_plots, engine=engine, report=report)
     run, eng, items, pairs, P = _setup(cfg, verb, out, engine, progress)
     info: dict[str, Any] = {"n_pairs": len(pairs)}
-    if verb == "knockout":
-        conds, plan = knockout_conditions(eng, cfg.knockout)
-        info.update(plan, knockout_route=cfg.knockout.route)
-        run.update_provenance(knockout_route=cfg.knockout.route)
-        info["skipped_conditions"] = [c for c in conds if not c["layers"]]
-        if pairs:
-            ctxs = knockout_contexts(items, pairs, P, block=cfg.knockout.block)
-            k = cfg.knockout
-            run.write_table("knockout", run_knockout_pairs(eng, ctxs, conds, progress, route=k.route, cross_check=k.cross_check,
-                                                           tol=k.cross_check_tol, seed=cfg.seed, info=info))
-    elif verb == "patch":
-        info["n_layers"] = layer_map(eng).n_layers
-        if pairs:
-            cps = cue_pairs(items, pairs, P, cfg.patch.contrast)
-            if cfg.patch.max_pairs:
-                cps = cps[:cfg.patch.max_pairs]
-            table, pinfo = run_patch_pairs(eng, cps, cfg.patch.layers, progress)
-            info.update(pinfo)
-            run.write_table("patch", table)
-    elif verb == "transfer":  # latent state transfer: interventions/transfer.py
-        info.update(tr.run_experiment(cfg, run, eng, items, pairs, P, progress))
-    else:
-        lm = layer_map(eng)
-        layers = list(range(lm.n_layers)) if cfg.probe.layers == "all" else [int(x) for x in cfg.probe.layers]
-        bad = [x for x in layers if not 0 <= x < lm.n_layers]
-        if bad:
-            raise ConfigError(f"probe.layers: {bad} out of range (valid 0..{lm.n_layers - 1})")
-        info["n_layers"] = lm.n_layers
-        if pairs:
-            meta, convs, labels = probe_contexts(items, pairs, P, cfg.probe.concept)
-            if progress:
-                progress(len(layers) + 1, 0)
-            acts = probe_activations(run, eng, convs, layers)
-            if progress:
-                progress(len(layers) + 1, 1)
-            groups = [m["family"] for m in meta]
-            t = probe_layers(acts, labels, layers=layers, groups=groups, n_perm=cfg.probe.n_perm,
-                             n_splits=cfg.probe.n_splits, seed=cfg.seed, C=cfg.probe.C)
-            t["concept"] = cfg.probe.concept
-            run.write_table("probe", t)
-            run.write_table("probe_contexts", pd.DataFrame([{**{k: v for k, v in m.items() if k != "labels"},
-                                                             "label": y} for m, y in zip(meta, labels)]))
-            if progress:
-                progress(len(layers) + 1, len(layers))
+    m.measure(cfg, run, eng, items, pairs, P, progress, info)
     (run.path / f"{verb}_info.json").write_text(json.dumps(info, indent=2, default=str))
     summary = report(run.path, verb, make_plots=make_plots)
     run.finish()
@@ -506,40 +586,9 @@ def report(run_dir: str | Path, verb: str | None = None, *, make_plots: bool = T
             raise FileNotFoundError(f"{run.path}: no knockout/patch/probe results (not an internals run?)")
     cfg = load_config(run.path / "config.yaml", InternalsConfig)
     info = json.loads((run.path / f"{verb}_info.json").read_text())
-    a = cfg.analysis
     summary: dict[str, Any] = {"experiment": cfg.name, "verb": verb, "model": cfg.model.profile, **info}
     tab = run.path / "tables" / f"{verb}.parquet"
     t = pd.read_parquet(tab) if tab.is_file() else pd.DataFrame()
-    if verb == "knockout":
-        summary.update(summarize_knockout(t, n_boot=a.n_boot, seed=cfg.seed, ci=a.ci))
-        if make_plots and summary.get("curves"):
-            ip.knockout_curves(summary, run.plot_path("knockout_curves"))
-        if make_plots and summary.get("mixer_shares"):
-            ip.knockout_mixers(summary, run.plot_path("knockout_mixers"))
-    elif verb == "patch":
-        summary.update(summarize_patch(t, n_boot=a.n_boot, seed=cfg.seed, ci=a.ci))
-        if make_plots and summary.get("curve"):
-            ip.patch_curve(summary, run.plot_path("patch_curve"))
-    elif verb == "concepts":
-        pt = run.path / "tables" / "concept_probe.parquet"
-        probe = pd.read_parquet(pt) if pt.is_file() else pd.DataFrame()
-        summary.update(summarize_concepts(t, probe))
-        if make_plots and len(probe):
-            for site in info.get("sites", []):
-                ip.concept_site(t, probe, run.plot_path(f"concepts_{site}"), site=site, model=cfg.model.profile)
-    elif verb == "transfer":
-        summary.update(summarize_transfer(t, n_boot=a.n_boot, seed=cfg.seed, ci=a.ci))
-        if make_plots and summary.get("curve"):
-            ip.transfer_curve(summary, run.plot_path("transfer_share"))
-    else:
-        if len(t):
-            summary["concept"] = cfg.probe.concept
-            summary["layers"] = t.to_dict(orient="records")
-            best = t.loc[t["auroc"].idxmax()]
-            summary["best_layer"] = {"layer": int(best["layer"]), "auroc": float(best["auroc"]),
-                                     "null_p90": float(best["null_p90"]), "p_value": float(best["p_value"])}
-            summary["n_layers_above_null_p90"] = int(t["above_null_p90"].sum())
-            if make_plots:
-                ip.probe_curve(t, run.plot_path("probe_auroc"), concept=cfg.probe.concept)
+    MECHANICS[verb].summarize(cfg, run, info, t, summary, make_plots)
     run.write_summary(summary)
     return summary
