@@ -504,20 +504,16 @@ def _measure_probe(cfg, run, eng, items, pairs, P, progress, info) -> None:
             progress(len(layers) + 1, len(layers))
 
 
-def _summarize_knockout(cfg, run, info, t, summary, make_plots) -> None:
-    a = cfg.analysis
-    summary.update(summarize_knockout(t, n_boot=a.n_boot, seed=cfg.seed, ci=a.ci))
-    if make_plots and summary.get("curves"):
-        ip.knockout_curves(summary, run.plot_path("knockout_curves"))
-    if make_plots and summary.get("mixer_shares"):
-        ip.knockout_mixers(summary, run.plot_path("knockout_mixers"))
-
-
-def _summarize_patch(cfg, run, info, t, summary, make_plots) -> None:
-    a = cfg.analysis
-    summary.update(summarize_patch(t, n_boot=a.n_boot, seed=cfg.seed, ci=a.ci))
-    if make_plots and summary.get("curve"):
-        ip.patch_curve(summary, run.plot_path("patch_curve"))
+def _bootstrapped(summarize: Callable[..., dict], *figures: tuple[str, Callable, str]) -> Callable[..., None]:
+    """A verb's summary from its table with the run's bootstrap settings, and a figure per
+    ``(summary key, plot, name)`` where the summary has that key."""
+    def summarize_verb(cfg, run, info, t, summary, make_plots) -> None:
+        a = cfg.analysis
+        summary.update(summarize(t, n_boot=a.n_boot, seed=cfg.seed, ci=a.ci))
+        for key, plot, name in figures:
+            if make_plots and summary.get(key):
+                plot(summary, run.plot_path(name))
+    return summarize_verb
 
 
 def _summarize_concepts(cfg, run, info, t, summary, make_plots) -> None:
@@ -527,13 +523,6 @@ def _summarize_concepts(cfg, run, info, t, summary, make_plots) -> None:
     if make_plots and len(probe):
         for site in info.get("sites", []):
             ip.concept_site(t, probe, run.plot_path(f"concepts_{site}"), site=site, model=cfg.model.profile)
-
-
-def _summarize_transfer(cfg, run, info, t, summary, make_plots) -> None:
-    a = cfg.analysis
-    summary.update(summarize_transfer(t, n_boot=a.n_boot, seed=cfg.seed, ci=a.ci))
-    if make_plots and summary.get("curve"):
-        ip.transfer_curve(summary, run.plot_path("transfer_share"))
 
 
 def _summarize_probe(cfg, run, info, t, summary, make_plots) -> None:
@@ -549,11 +538,12 @@ def _summarize_probe(cfg, run, info, t, summary, make_plots) -> None:
 
 
 MECHANICS: dict[str, Mechanic] = {
-    "knockout": Mechanic(_measure_knockout, _summarize_knockout,
+    "knockout": Mechanic(_measure_knockout, _bootstrapped(summarize_knockout, ("curves", ip.knockout_curves, "knockout_curves"),
+                                                          ("mixer_shares", ip.knockout_mixers, "knockout_mixers")),
                          precheck=lambda cfg, eng: knockout_conditions(eng, cfg.knockout)),
-    "patch": Mechanic(_measure_patch, _summarize_patch),
+    "patch": Mechanic(_measure_patch, _bootstrapped(summarize_patch, ("curve", ip.patch_curve, "patch_curve"))),
     "probe": Mechanic(_measure_probe, _summarize_probe),
-    "transfer": Mechanic(_measure_transfer, _summarize_transfer),
+    "transfer": Mechanic(_measure_transfer, _bootstrapped(summarize_transfer, ("curve", ip.transfer_curve, "transfer_share"))),
     "concepts": Mechanic(None, _summarize_concepts, own_run=run_concepts),
 }
 assert tuple(MECHANICS) == VERBS  # one list of the internals verbs
