@@ -9,10 +9,13 @@ chain of project calls. Run it at two revisions to compare (issue 29's before / 
 detached worktree of that revision under the system temp directory and walks it); only its
 packages count (core, serving, aggregate, simulate, interventions, chorus). Pydantic validators
 and other project functions called by libraries count too: they are project code a reader meets.
+Module and class bodies running at import do not: where an import sits (module top or inside a
+function) does not change the walk.
 """
 from __future__ import annotations
 
 import argparse
+from inspect import CO_NEWLOCALS
 import json
 import sys
 import time
@@ -44,11 +47,13 @@ def walk(argv: list[str], root: Path) -> dict:
         if rel is None:
             return
         if event == "call":
+            if not frame.f_code.co_flags & CO_NEWLOCALS:  # a module or class body running at import, not a call
+                return
             order.setdefault((rel, frame.f_code.co_qualname), len(order))
             chain.append(f"{rel}:{frame.f_code.co_qualname}")
             if len(chain) > len(deepest):
                 deepest[:] = chain
-        elif chain:
+        elif frame.f_code.co_flags & CO_NEWLOCALS and chain:
             chain.pop()
 
     import typer.main
