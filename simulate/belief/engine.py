@@ -281,8 +281,15 @@ def run_group(grp: Group, generator: Generator | None = None, appraiser: Apprais
     probe_fail = 0
     ar = np.arange(R)
     movable = ~committed
-    # the Beta layer's roles see scalars (the first stance) and answer scalars
-    lift = (lambda x: dirichlet.binary(x)[:, None, :]) if grp.beta else (lambda x: x)
+    # the Beta layer's roles see scalars (the first stance) and answer scalars: lift them to (x, 1 - x),
+    # the values of dirichlet.binary, written into a fresh (R, 1, 2) array (cheaper than stacking)
+    def lift(x):
+        if not grp.beta:
+            return x
+        out = np.empty((R, 1, 2))
+        out[:, 0, 0] = x
+        out[:, 0, 1] = 1.0 - np.asarray(x, dtype=float)
+        return out
     for t in range(T):
         r, j = divmod(t, N)
         A[t] = alpha
