@@ -28,14 +28,12 @@ import numpy as np
 
 from . import core, dirichlet
 from .config import BeliefConfig, MultiBeliefConfig, check_against_topic
-from .population import (STREAM_GRAPH, STREAM_INIT, STREAM_ORDER, build_graph, concept_stream, initial_credences,
-                         turn_order)
+from .population import build_graph, concept_stream, initial_credences, turn_order
 from .population import population as build_concept_population
 from .roles import Appraiser, Generator, OracleAppraiser, OracleGenerator, OracleProbe, Probe, ProbeRound, RunKey, Turn
 from .topics import MultiTopic, load_multi_topic, load_topic
 
-__all__ = ["STREAM_INIT", "STREAM_GRAPH", "STREAM_ORDER", "RunSpec", "Group", "GroupResult", "Result", "plan",
-           "prepare", "run_group", "simulate", "build_graph"]
+__all__ = ["RunSpec", "Group", "GroupResult", "Result", "plan", "prepare", "run_group", "simulate"]
 
 
 @dataclass

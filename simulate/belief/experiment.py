@@ -203,10 +203,6 @@ def code_hash() -> str:
     return h.hexdigest()[:16]
 
 
-def is_multi_run(path: str | Path) -> bool:
-    return RunDir(path).provenance().get("kind") == MULTI
-
-
 @amends_run
 def report(path: str | Path, make_plots: bool = True, tables: dict | None = None) -> dict:
     """Summary JSON and plots recomputed from a run directory's files alone (a Beta or a
