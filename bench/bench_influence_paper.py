@@ -1,6 +1,6 @@
 """The peer-influence paper report (``chorus influence paper``) as a user builds it, on the embedded
 model through the CLI: one smoke debate, then every influence verb reading its turns
-(``--set source_run=``), then the report over all of them. Times each command; keeps paper.md,
+(``--set source.run=``), then the report over all of them. Times each command; keeps paper.md,
 numbers.json and figures/. SmolLM2-135M numbers are plumbing, not findings (the report says so per
 run through its model column); the long-debate section names the run it needs.
 
@@ -47,12 +47,12 @@ def main() -> None:
         runs = [debate]
         for verb, extra in BEHAVIOUR.items():
             out = Path(tmp) / verb
-            run(f"influence {verb}", "influence", verb, "influence_smoke", "--set", f"source_run={debate}", *extra,
+            run(f"influence {verb}", "influence", verb, "influence_smoke", "--set", f"source.run={debate}", *extra,
                 "--out", str(out))
             runs.append(out)
         for verb in INTERNALS:
             out = Path(tmp) / verb
-            run(f"influence {verb}", "influence", verb, "internals_smoke", "--set", f"source_run={debate}",
+            run(f"influence {verb}", "influence", verb, "internals_smoke", "--set", f"source.run={debate}",
                 "--out", str(out))
             runs.append(out)
         keep = a.out.with_suffix("")

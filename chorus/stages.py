@@ -157,7 +157,7 @@ def _readout(out: Path, cfg: DemoConfig, progress: Progress) -> dict[str, Any]:
     if not (src / "tables" / "turns.parquet").is_file():
         raise RuntimeError("needs the debate stage's turns (debate/tables/turns.parquet): run the debate stage first")
     icfg = load("influence_smoke", InfluenceConfig, {
-        "name": "demo", "seed": cfg.seed, "source_run": str(src), "model.profile": cfg.profile,
+        "name": "demo", "seed": cfg.seed, "source.run": str(src), "model.profile": cfg.profile,
         "model.backend": cfg.backend, "model.dtype": None, "analysis.n_boot": 500, "analysis.n_perm": 500,
         "readout.fractions": cfg.sizes["readout_fractions"], "readout.rounds": cfg.sizes.get("readout_rounds")})
     _, summary = run_influence(icfg, "readout", out, progress=progress)

@@ -264,6 +264,9 @@ def _same_record(path: Path, config: BaseModel) -> None:
     except (yaml.YAMLError, UnicodeDecodeError) as err:
         raise RunDirConflict(f"{stored}: the run's config record is unreadable ({type(err).__name__}); "
                              f"choose another --out") from None
+    fold = getattr(type(config), "fold_legacy", None)   # a record of an older shape, compared in today's
+    if fold is not None and isinstance(old, dict):
+        old = fold(old)
     new = config.model_dump(mode="json")
     for k in getattr(type(config), "RECORD_EXEMPT", ()):   # fields a rerun may change (a demo's --stage)
         if isinstance(old, dict):

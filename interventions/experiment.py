@@ -1,5 +1,5 @@
 """Run directories for ``chorus influence readout|ablate|cues``: turns come from a finished debate
-run (``source_run``) or are generated here with the debate protocol; readouts, ablations and
+run (``source.run``) or are generated here with the debate protocol; readouts, ablations and
 source cues are scored on them; tables, summary and plots are written beside the config."""
 from __future__ import annotations
 
@@ -11,39 +11,42 @@ import pandas as pd
 
 from core.config import ConfigError
 from core.progress import Progress
-from core.runs import RunDir, run_dir_path
+from core.runs import RunDir, require_record, run_dir_path
 from interventions import ablations as ab
 from interventions import plots
 from interventions import readout as ro
-from interventions.config import InfluenceConfig
+from interventions.config import InfluenceConfig, SourcedConfig
 from simulate.debate.experiment import engine_for, load_items, plan_engines, save_items, select_items
 from simulate.debate.prompts import load_prompts
 from simulate.debate.protocol import run_protocol
 from simulate.debate.questions import Item, write_bench
 
 
-def source_turns(cfg: InfluenceConfig, run: RunDir, eng: Any, rounds: int,
+def source_turns(cfg: SourcedConfig, run: RunDir, eng: Any, rounds: int,
                   progress: Progress | None) -> tuple[pd.DataFrame, dict[str, Item]]:
-    """Turns from ``source_run`` or generated here (``rounds`` rounds, both conditions)."""
-    if cfg.source_run:
-        src = RunDir(cfg.source_run)
+    """Turns from the source run (``source.run``) or generated here with the source's debate
+    settings (``rounds`` rounds)."""
+    s = cfg.source
+    if s.run:
+        src = RunDir(s.run)
         if not (src.path / "tables" / "turns.parquet").is_file():
-            raise ConfigError(f"source_run = {cfg.source_run!r}: no tables/turns.parquet there")
+            raise ConfigError(f"source.run = {s.run!r}: no tables/turns.parquet there")
         items = load_items(src.path)
         turns = src.read_table("turns")
         write_bench(items.values(), run.path / "bench.jsonl")
         return turns, items
-    items, _ = select_items(cfg.bench)
+    items, _ = select_items(s.bench)
     save_items(run, items)
     P = load_prompts(cfg.prompts)
-    turns, info = run_protocol(eng, items, agents=cfg.agents, rounds=rounds, conditions=cfg.conditions,
-                               temperature=cfg.generation.temperature, top_p=cfg.generation.top_p,
-                               max_tokens=cfg.generation.max_tokens, seed=cfg.seed, prompts=P, progress=progress)
+    g = s.generation
+    turns, info = run_protocol(eng, items, agents=s.agents, rounds=rounds, conditions=s.conditions,
+                               temperature=g.temperature, top_p=g.top_p, max_tokens=g.max_tokens, seed=cfg.seed,
+                               prompts=P, progress=progress)
     run.write_table("turns", turns)
     return turns, {it.id: it for it in items}
 
 
-def start_run(cfg: InfluenceConfig, verb: str, out: Path | None, engine: Any = None,
+def start_run(cfg: SourcedConfig, verb: str, out: Path | None, engine: Any = None,
               backend: str | None = None, *, roles: dict[str, Any] | None = None) -> tuple[RunDir, Any, dict]:
     """The run directory of one influence verb, its engine (``backend`` overrides the config's)
     and the prompts; the question set is validated before any model call. An engine built here is
@@ -52,13 +55,12 @@ def start_run(cfg: InfluenceConfig, verb: str, out: Path | None, engine: Any = N
     the verb holds beside it, e.g. a transfer's sender) and the plan is written to provenance
     (``device_plan``); a plan that cannot fit fails before the run directory is made."""
     P = load_prompts(cfg.prompts)
-    if not cfg.source_run:
-        select_items(cfg.bench)
+    if not cfg.source.run:
+        select_items(cfg.source.bench)
     else:   # the run it reads: there, and as that run wrote it, before this one is made
-        from core.runs import require_record
-        src = Path(cfg.source_run)
+        src = Path(cfg.source.run)
         if not (src / "tables" / "turns.parquet").is_file():
-            raise ConfigError(f"source_run = {cfg.source_run!r}: no tables/turns.parquet there "
+            raise ConfigError(f"source.run = {cfg.source.run!r}: no tables/turns.parquet there "
                               f"({'no such directory' if not src.is_dir() else 'not a debate run directory?'})")
         require_record(src)
     ecfg = cfg if backend is None else cfg.model_copy(
@@ -66,7 +68,7 @@ def start_run(cfg: InfluenceConfig, verb: str, out: Path | None, engine: Any = N
     plan = plan_engines(ecfg, verb, roles) if engine is None else None
     run = RunDir.create(run_dir_path(out, "influence", f"{cfg.name}-{verb}"), part="influence", config=cfg,
                         seeds={"root": cfg.seed}, command=f"influence {verb}",
-                        prompts={"name": P["_name"], "sha256": P["_sha256"]}, source_run=cfg.source_run)
+                        prompts={"name": P["_name"], "sha256": P["_sha256"]}, source_run=cfg.source.run)
     if engine is None:
         run.update_provenance(device_plan=plan.to_dict())
         engine = engine_for(ecfg, run, plan)
@@ -78,10 +80,10 @@ def _readout(cfg: InfluenceConfig, verb: str, run: RunDir, eng: Any, P: dict, su
              progress: Progress | None, make_plots: bool) -> None:
     """Forced-choice readouts of every debate receiver turn at each fraction of its reasoning."""
     a = cfg.analysis
-    turns, items = source_turns(cfg, run, eng, cfg.rounds, progress)
+    turns, items = source_turns(cfg, run, eng, cfg.source.rounds, progress)
     table = ro.run_readouts(eng, items, turns, P, fractions=cfg.readout.fractions, rounds=cfg.readout.rounds,
                             seed=cfg.seed, controls=cfg.readout.controls,
-                            progress=progress if cfg.source_run else None)
+                            progress=progress if cfg.source.run else None)
     run.write_table("readouts", table)
     if len(table):
         summary["n_readouts"] = int(len(table))

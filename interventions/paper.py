@@ -26,7 +26,7 @@ SCHEMA = "chorus.influence-paper/1"
 LONG_ROUNDS = 4   # a debate of more rounds than the paper's three is a long debate (Table 14: twelve)
 DEBATE = "chorus debate run default --set model.profile=PROFILE"
 LONG = "chorus debate run long --set model.profile=PROFILE"
-INFLUENCE = "chorus influence {verb} {config} --set source_run=DEBATE_RUN --set model.profile=PROFILE"
+INFLUENCE = "chorus influence {verb} {config} --set source.run=DEBATE_RUN --set model.profile=PROFILE"
 
 
 class PaperError(ConfigError):
@@ -165,7 +165,7 @@ def _cues(r):
                 yield {"quantity": k, "cue_set": cs, **_ci(d[k])}
 
 
-_INT = "chorus influence {verb} internals --set source_run=DEBATE_RUN --set model.profile=PROFILE"
+_INT = "chorus influence {verb} internals --set source.run=DEBATE_RUN --set model.profile=PROFILE"
 
 
 @section("s44_knockout", "§4.4: attention knockout, share of the peer-message effect removed", ["knockout"],

@@ -1,6 +1,7 @@
-"""Typed config for ``chorus influence knockout|patch|probe``: an influence config (source run or
-bench, model, seed, pairs) plus the knockout, patching and probe settings. Validated before
-any model call; the model must run on the transformers backend (internals need the weights)."""
+"""Typed config of ``chorus influence knockout | patch | probe | concepts | transfer``: what every
+influence verb holds (``interventions.config.SourcedConfig``: the debate it reads, the model, seed,
+pair selection) plus each internals verb's own spec. Validated before any model call; the model must
+run on the transformers backend (internals need the weights)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,7 +11,7 @@ from pydantic import Field, field_validator, model_validator
 
 from core.config import Strict
 from serving.spec import ModelSpec, RoleSpec
-from interventions.config import InfluenceConfig
+from interventions.config import SourcedConfig, fold_flat_source, load as load_influence
 
 Layers = Union[Literal["all"], list[int]]
 
@@ -128,13 +129,18 @@ class ConceptSpec(Strict):
         return v
 
 
-class InternalsConfig(InfluenceConfig):
+class InternalsConfig(SourcedConfig):
     name: str = "internals"
     knockout: KnockoutSpec = KnockoutSpec()
     patch: PatchSpec = PatchSpec()
     probe: ProbeSpec = ProbeSpec()
     concepts: ConceptSpec = ConceptSpec()
     transfer: TransferSpec = TransferSpec()
+
+    @classmethod
+    def fold_legacy(cls, data):
+        # records from when this config derived from the readout verbs' also carry their blocks
+        return fold_flat_source(data, unused=("voting", "readout", "cues"))
 
     @model_validator(mode="after")
     def _hf_only(self):
@@ -146,5 +152,4 @@ class InternalsConfig(InfluenceConfig):
 
 def load(config: str | Path, overrides: dict | None = None) -> InternalsConfig:
     """An internals config by path or shipped name (``interventions/configs``), with overrides."""
-    from interventions.config import load as load_influence
     return load_influence(config, InternalsConfig, overrides)

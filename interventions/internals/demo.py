@@ -10,7 +10,7 @@ cumulative) plus all layers for both query variants, 2 cue pairs patched at the 
 'record' probe at those layers with a 20-permutation null. full: 6 contexts, every fourth layer
 and the last, 3 cue pairs, 20 permutations (sized for the demo's 15 minutes). The layers come
 from the model's own layer count (``num_hidden_layers`` of its config.json). With
-``source_run`` (the demo's debate stage) the contexts come from that run's round 0 instead of a
+``source_run`` (the demo's debate stage: the config's ``source.run``) the contexts come from that run's round 0 instead of a
 generation pass here. Every model call goes through the run's store
 (resumable). The summary's ``note`` says when an embedded model made the numbers
 (``serving.profiles.embedded_note``).
@@ -72,15 +72,16 @@ def run_demo(out: Path, *, profile: str, size: str = "tiny", progress: Callable[
     z = SIZES[size]
     layers = demo_layers(model_layers(profile), z["layers"])
     cfg = InternalsConfig.model_validate({
-        "name": f"internals_demo_{size}", "seed": 0, "agents": 3,
-        "generation": {"temperature": 0.7, "max_tokens": z["max_tokens"]},
+        "name": f"internals_demo_{size}", "seed": 0,
+        "source": {"run": str(source_run) if source_run is not None else None, "agents": 3,
+                   "generation": {"temperature": 0.7, "max_tokens": z["max_tokens"]},
+                   "bench": {"build_seed": 0, "limit": z["questions"]}},
         "model": {"profile": profile, "backend": "hf", "dtype": "float32"},
-        "bench": {"build_seed": 0, "limit": z["questions"]}, "analysis": {"n_boot": 200, "n_perm": 200},
+        "analysis": {"n_boot": 200, "n_perm": 200},
         "interventions": {"max_pairs": z["pairs"]},
         "knockout": {"queries": ["after", "decision"], "sweep_queries": ["after"], "layers": layers},
         "patch": {"contrast": "record", "layers": layers, "max_pairs": z["cue_pairs"]},
-        "probe": {"concept": "record", "layers": layers, "n_perm": z["n_perm"], "n_splits": 4},
-        "source_run": str(source_run) if source_run is not None else None})
+        "probe": {"concept": "record", "layers": layers, "n_perm": z["n_perm"], "n_splits": 4}})
     P = load_prompts(cfg.prompts)
     run = RunDir.create(out, part="influence", config=cfg, seeds={"root": cfg.seed}, command=f"demo internals {size}",
                         prompts={"name": P["_name"], "sha256": P["_sha256"]})

@@ -1,6 +1,6 @@
 """``chorus influence knockout|patch|probe`` over a debate run directory or a bench file.
 
-Contexts come from round 0 of a debate run (``source_run``) or are generated here from the
+Contexts come from round 0 of a debate run (``source.run``) or are generated here from the
 bench (the debate part's helpers), one (receiver, peer) pair per question whose answers differ
 (``interventions.ablations.select_pairs``), read at f = 0 as adoption margins
 ``logit(peer answer) - logit(receiver's previous answer)``.

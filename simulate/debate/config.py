@@ -61,6 +61,13 @@ class Voting(Strict):
                                     "(default: estimated from the tokens still to spend; results do not depend on it)")
 
 
+def check_conditions(cls, v: list[str]) -> list[str]:
+    """The debate's conditions (a ``field_validator``): non-empty, no repeats."""
+    if not v or len(set(v)) != len(v):
+        raise ValueError(f"conditions must be a non-empty list without repeats, got {v}")
+    return v
+
+
 class DebateConfig(Strict):
     name: str = "debate"
     seed: int = Field(0, ge=0)
@@ -74,12 +81,7 @@ class DebateConfig(Strict):
     analysis: Analysis = Analysis()
     voting: Voting = Voting()
 
-    @field_validator("conditions")
-    @classmethod
-    def _conds(cls, v):
-        if not v or len(set(v)) != len(v):
-            raise ValueError(f"conditions must be a non-empty list without repeats, got {v}")
-        return v
+    _conds = field_validator("conditions")(check_conditions)
 
     @model_validator(mode="after")
     def _voting(self):
