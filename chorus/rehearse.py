@@ -432,16 +432,15 @@ def _probe(r: _Rehearsal) -> dict[str, Any]:
 # -- simulate (on the engine already loaded) ----------------------------------------------------------
 def _debate(backend: str) -> Callable[[_Rehearsal], dict[str, Any]]:
     def run(r: _Rehearsal) -> dict[str, Any]:
-        from simulate.debate.config import DebateConfig, load
-        from simulate.debate.experiment import run_debate
+        from chorus.registry import run_verb
         eng = r.engine(backend)
         # short questions (misconceptions) and 16 new tokens: plumbing, not a finding
-        cfg = load("smoke", DebateConfig, {
+        run_, _summary = run_verb(("debate", "run"), "smoke", {
             "name": f"rehearse-{backend}", "rounds": 1, "agents": 3, "bench.limit": 2,
             "bench.subdomains": ["misconceptions"], "generation.max_tokens": 16,
             "analysis.n_boot": 50, "analysis.n_perm": 50,
-            "model.profile": r.model, "model.backend": backend, "model.dtype": eng.dtype})
-        run_, _summary = run_debate(cfg, r.tmp / f"debate-{backend}", engine=eng, make_plots=False)
+            "model.profile": r.model, "model.backend": backend, "model.dtype": eng.dtype},
+            r.tmp / f"debate-{backend}", engine=eng, make_plots=False)
         turns = run_.read_table("turns")
         proto = json.loads((run_.path / "protocol.json").read_text())
         d = {"questions": int(turns["qid"].nunique()), "turns": len(turns),
@@ -453,16 +452,14 @@ def _debate(backend: str) -> Callable[[_Rehearsal], dict[str, Any]]:
 
 
 def _council(r: _Rehearsal) -> dict[str, Any]:
-    from simulate.council.config import load
-    from simulate.council.experiment import run_council_experiment
+    from chorus.registry import run_verb
     eng = r.engine("hf")
     seats = [{"profile": r.model, "persona": p} for p in ("analyst", "skeptic", "analyst")]
-    cfg = load("tiny", {"name": "rehearse-council", "data": [{"dataset": "truthfulqa_claims", "n": 2, "balanced": True}],
+    run_, _summary = run_verb(("council", "run"), "tiny", {"name": "rehearse-council", "data": [{"dataset": "truthfulqa_claims", "n": 2, "balanced": True}],
                         "seats": seats, "rounds": 2, "conditions": [{"name": "clean"}],
                         "generation": {"temperature": 0.7, "max_chars": 20, "max_tokens": 48, "max_retries": 0},
-                        "baselines.methods": [], "models.backend": "hf"})
-    run_, _summary = run_council_experiment(cfg, r.tmp / "council", engines={r.model: eng}, make_plots=False,
-                                            aggregate=False)
+                        "baselines.methods": [], "models.backend": "hf"},
+        r.tmp / "council", engines={r.model: eng}, make_plots=False, aggregate=False)
     turns = run_.read_table("turns")
     gen = json.loads((run_.path / "generation.json").read_text())
     stats = next(v for k, v in gen.items() if not k.startswith("_"))
@@ -497,8 +494,7 @@ def _belief(r: _Rehearsal) -> dict[str, Any]:
 def _sft(r: _Rehearsal) -> dict[str, Any]:
     import shutil
 
-    from simulate.roleplay.config import SftConfig, load
-    from simulate.roleplay.sft import train_sft
+    from chorus.registry import run_verb
     if "hf" in r.engines:
         tok = r.engines["hf"].tokenizer
     else:  # the tokenizer alone answers this; no need to load the serving copy for it
@@ -508,13 +504,12 @@ def _sft(r: _Rehearsal) -> dict[str, Any]:
         raise Skip("the tokenizer has no chat template; the SFT set is conversational")
     # TRL loads its own trainable copy: the serving copy goes first (this is the last hf path)
     r.release("hf")
-    cfg = load("smoke", SftConfig, {"name": "rehearse-sft", "base.profile": r.model, "base.backend": "hf",
-                                    "data.limit": 2, "data.kinds": ["tweet"], "training.max_steps": 1,
-                                    "training.per_device_batch_size": 2, "register_as": None, "compare": None},
-               part="sft")
+    over = {"name": "rehearse-sft", "base.profile": r.model, "base.backend": "hf", "data.limit": 2,
+            "data.kinds": ["tweet"], "training.max_steps": 1, "training.per_device_batch_size": 2,
+            "register_as": None, "compare": None}
     out = r.tmp / "sft"
     try:
-        _run, s = train_sft(cfg, out)
+        _run, s = run_verb(("sft", "train"), "smoke", over, out)
     finally:
         shutil.rmtree(out, ignore_errors=True)  # the merged model is a full copy of the weights
         _free()

@@ -124,43 +124,38 @@ def _bar_plot(rd, profile: str, path: Path) -> None:
 
 def _belief(mode: str) -> Callable[[Path, DemoConfig, Progress], dict[str, Any]]:
     def stage(out: Path, cfg: DemoConfig, progress: Progress) -> dict[str, Any]:
-        from simulate.belief.config import load_belief_config
-        from simulate.belief.experiment import run_experiment
+        from chorus.registry import run_verb
         s = cfg.sizes
         over = {"mode": mode, "seed": cfg.seed, "seeds": s["belief_seeds"], "llm.model": {"profile": cfg.profile,
                                                                                   "backend": cfg.backend}}
         if mode == "llm":  # the language round-trip is the slow part: a smaller population
             over.update({"n_agents": s["belief_agents"], "rounds": s["belief_rounds"],
                          "llm.generator.max_tokens": s["belief_gen_tokens"]})
-        bcfg = load_belief_config("all_small", over)
-        _, summary = run_experiment(bcfg, out, sweep=True, progress=progress, source="demo")
+        _, summary = run_verb(("belief", "sweep"), "all_small", over, out, progress=progress, source="demo")
         return summary
     return stage
 
 
 def _debate(out: Path, cfg: DemoConfig, progress: Progress) -> dict[str, Any]:
-    from simulate.debate.config import DebateConfig, load
-    from simulate.debate.experiment import run_debate
+    from chorus.registry import run_verb
     s = cfg.sizes
-    dcfg = load("default", DebateConfig, {
+    _, summary = run_verb(("debate", "run"), "default", {
         "name": "demo", "seed": cfg.seed, "rounds": s["debate_rounds"], "bench.limit": s["debate_questions"],
         "generation.max_tokens": s["debate_max_tokens"], "model.profile": cfg.profile, "model.backend": cfg.backend,
-        "analysis.n_boot": 500, "analysis.n_perm": 500})
-    _, summary = run_debate(dcfg, out, progress=progress)
+        "analysis.n_boot": 500, "analysis.n_perm": 500}, out, progress=progress)
     return summary
 
 
 def _readout(out: Path, cfg: DemoConfig, progress: Progress) -> dict[str, Any]:
-    from interventions.config import InfluenceConfig, load
-    from interventions.experiment import run_influence
+    from chorus.registry import run_verb
     src = out.parent / "debate"
     if not (src / "tables" / "turns.parquet").is_file():
         raise RuntimeError("needs the debate stage's turns (debate/tables/turns.parquet): run the debate stage first")
-    icfg = load("influence_smoke", InfluenceConfig, {
+    _, summary = run_verb(("influence", "readout"), "influence_smoke", {
         "name": "demo", "seed": cfg.seed, "source.run": str(src), "model.profile": cfg.profile,
         "model.backend": cfg.backend, "model.dtype": None, "analysis.n_boot": 500, "analysis.n_perm": 500,
-        "readout.fractions": cfg.sizes["readout_fractions"], "readout.rounds": cfg.sizes.get("readout_rounds")})
-    _, summary = run_influence(icfg, "readout", out, progress=progress)
+        "readout.fractions": cfg.sizes["readout_fractions"], "readout.rounds": cfg.sizes.get("readout_rounds")},
+        out, progress=progress)
     return summary
 
 

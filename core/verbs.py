@@ -89,3 +89,16 @@ def resolve(ref: str) -> Any:
     if not module or not name:
         raise ValueError(f"not a 'module:name' reference: {ref!r}")
     return getattr(importlib.import_module(module), name)
+
+
+def run_verb(key: tuple[str, str], config: str, overrides: dict[str, Any] | None = None, out: Any = None,
+             **run_kw: Any) -> tuple[Any, dict[str, Any]]:
+    """Run a registered verb as its command does (``chorus GROUP NAME CONFIG --set ... --out OUT``):
+    the config loaded with ``overrides``, then the verb's ``run`` with its fixed arguments; ``run_kw``
+    adds keywords (``progress``, ``make_plots``, an ``engine`` already loaded). The demo's stages and
+    the rehearsal's paths run the parts this way. Returns ``(RunDir, summary)``."""
+    if key not in REGISTRY:
+        raise KeyError(f"no verb {' '.join(key)!r} is registered (import the part's cli module first)")
+    v = REGISTRY[key]
+    cfg = v.load_config(config, dict(overrides or {}))
+    return resolve(v.run)(cfg, *v.run_args, out, **{**v.run_kw, **run_kw})
