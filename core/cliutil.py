@@ -2,7 +2,7 @@
 is ``core.progress``)."""
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Callable, Optional
 
 import typer
 
@@ -42,7 +42,8 @@ SET_HELP = "Override a config field: --set seed=1 --set model.profile=NAME (YAML
 
 def add_verbs(app: typer.Typer, group: str) -> None:
     """Mount every registered verb of ``group`` on ``app``: ``NAME CONFIG [--out] [--set] [--no-plots]
-    [--check] [own options]``, plus the group's report command (``RUN [--no-plots]``) where a verb
+    [--check] [own options]`` (``[CONFIG]`` for a verb with a ``default_config``; a verb's own ``out``
+    option in place of ``--out``), plus the group's report command (``RUN [--no-plots]``) where a verb
     names one."""
     from core.verbs import verbs
 
@@ -61,50 +62,109 @@ def _bad_input(v) -> tuple[type[BaseException], ...]:
     return (ConfigError, FileNotFoundError, *v.error_types())
 
 
+def config_value(val: Any) -> Any:
+    """An option's value as a config override: typed as ``--set`` would read it (a path as its string,
+    a repeatable option as a list, an enum as its value; numbers and booleans as they are)."""
+    from enum import Enum
+    from pathlib import PurePath
+    if isinstance(val, (list, tuple)):
+        return [config_value(x) for x in val]
+    if isinstance(val, PurePath):
+        return str(val)
+    if isinstance(val, Enum):
+        return val.value
+    return val
+
+
+def option_values(v, kw: dict, given: Callable[[str], bool]) -> tuple[dict, dict, dict]:
+    """A verb's own options by where they go: (config overrides, ``run`` keywords, progress-bar
+    keywords). ``given(name)``: whether the option was on the command line; a ``config:`` option
+    overrides its field only then (and not as None), so a config file's value stands otherwise."""
+    over: dict = {}
+    run_kw: dict = {}
+    bar: dict = {}
+    for o in v.options:
+        kind, _, target = o.into.partition(":")
+        val = kw[o.name]
+        if kind == "config":
+            if val is None or not given(o.name):
+                continue
+            if o.const is not None:   # a flag that sets its field to one value (--synthetic: mode=synthetic)
+                if val:
+                    over[target] = o.const
+                continue
+            over[target] = config_value((not val) if o.negate else val)
+        else:   # run: a keyword of the verb's run; progress: of the progress bar
+            (run_kw if kind == "run" else bar)[target] = (not val) if o.negate else val
+    return over, run_kw, bar
+
+
+def _given(ctx: typer.Context | None, name: str) -> bool:
+    """Whether option ``name`` of the running command was given, not left at its default (its
+    parameter source is the command line or the environment)."""
+    src = ctx.get_parameter_source(name) if ctx is not None else None
+    return src is not None and src.name not in ("DEFAULT", "DEFAULT_MAP")
+
+
+def _out_option(v):
+    """The run directory's option: the verb's own, else the shared ``--out`` (run's positional)."""
+    from pathlib import Path
+
+    from core.verbs import Option
+    suffix = "-VERB" if v.run_args else ""
+    return v.out or Option("out", "--out", Optional[Path], None,
+                           f"Run directory (default runs/{v.group}/NAME{suffix}-TIME); rerun it to resume.", "")
+
+
 def _run_command(v):
     import inspect
-    from pathlib import Path
     from typing import List
+
+    out_opt = _out_option(v)
 
     def command(**kw):
         from rich.console import Console
 
         from core.progress import progress
         from core.verbs import resolve
-        run_kw: dict = dict(v.run_kw)
-        bar: dict = {}
+        con = Console()
         try:
             over = parse_overrides(kw["set_"])
-            for o in v.options:
-                kind, _, target = o.into.partition(":")
-                val = kw[o.name]
-                if kind == "config":
-                    if val is not None:
-                        over[target] = str(val)
-                else:   # run: a keyword of the verb's run; progress: of the progress bar
-                    (run_kw if kind == "run" else bar)[target] = (not val) if o.negate else val
+            own, run_kw, bar = option_values(v, kw, lambda name: _given(kw["ctx"], name))
+            over.update(own)
+            run_kw = {**v.run_kw, **run_kw}
             cfg = v.load_config(kw["config"], over)
             if v.source:
                 run_kw["source"] = str(resolve(v.source)(kw["config"]))
             if kw["check"]:
                 _print_check(v, cfg)
                 return
-            label = f"{cfg.name} {v.run_args[0]}" if v.run_args else cfg.name
+            if v.announce:
+                v.announce(con, cfg)
+            name = getattr(cfg, "name", None) or v.name
+            label = v.label(cfg) if v.label else f"{name} {v.run_args[0]}" if v.run_args else name
             if v.plots:
                 run_kw["make_plots"] = not kw["no_plots"]
+            if v.out:   # the verb's own run-directory option: a keyword of run
+                run_kw[v.out.into.partition(":")[2]] = kw[v.out.name]
+                out_arg: tuple = ()
+            else:
+                out_arg = (kw["out"],)
             with progress(label, v.unit, **bar) as update:
-                rundir, summary = resolve(v.run)(cfg, *v.run_args, kw["out"], progress=update, **run_kw)
+                rundir, summary = resolve(v.run)(cfg, *v.run_args, *out_arg, progress=update, **run_kw)
         except _bad_input(v) as err:
             fail(err)
-        v.show(Console(), rundir.path, summary)
+        v.show(con, rundir.path, summary)
 
     P = inspect.Parameter
-    suffix = "-VERB" if v.run_args else ""
+    config_arg = (typer.Argument(..., help=v.config_help) if v.default_config is None else
+                  typer.Argument(v.default_config, help=v.config_help))
     params = [
-        (P("config", P.POSITIONAL_OR_KEYWORD, annotation=str, default=typer.Argument(..., help=v.config_help))),
-        P("out", P.KEYWORD_ONLY, annotation=Optional[Path], default=typer.Option(
-            None, "--out", help=f"Run directory (default runs/{v.group}/NAME{suffix}-TIME); rerun it to resume.")),
-        P("set_", P.KEYWORD_ONLY, annotation=Optional[List[str]], default=typer.Option(None, "--set", help=SET_HELP)),
+        P("config", P.POSITIONAL_OR_KEYWORD, annotation=str, default=config_arg),
+        P(out_opt.name, P.KEYWORD_ONLY, annotation=out_opt.type,
+          default=typer.Option(out_opt.default, out_opt.flag, help=out_opt.help)),
+        P("set_", P.KEYWORD_ONLY, annotation=Optional[List[str]],
+          default=typer.Option(None, "--set", help=v.set_help or SET_HELP)),
     ]
     if v.plots:
         params.append(P("no_plots", P.KEYWORD_ONLY, annotation=bool,
@@ -114,6 +174,7 @@ def _run_command(v):
     params.append(P("check", P.KEYWORD_ONLY, annotation=bool, default=typer.Option(
         False, "--check", help="Validate the config and print what the run would hold (its device plan); "
                                "no model is loaded or called, no run directory made.")))
+    params.append(P("ctx", P.KEYWORD_ONLY, annotation=typer.Context, default=None))   # filled in by typer
 
     def entry(*args, **kwargs):
         bound = sig.bind(*args, **kwargs)
@@ -152,7 +213,10 @@ def _print_check(v, cfg) -> None:
     from core.verbs import resolve
     con = Console()
     plan = resolve(v.check)(cfg, *v.run_args) if v.check else None   # raises on a plan that cannot hold
-    con.print(f"config OK: {cfg.name} ({v.group} {v.name}); no model was loaded or called", highlight=False)
+    name = getattr(cfg, "name", None) or v.name
+    con.print(f"config OK: {name} ({v.group} {v.name}); no model was loaded or called", highlight=False)
+    if v.announce:
+        v.announce(con, cfg)
     if plan is None:   # a verb that holds no model (an oracle run), or one without a plan yet
         return
     for ph in plan.phases:

@@ -2,7 +2,8 @@
 same few functions, named as "module:function" references and imported only when the command runs
 (so ``chorus --help`` loads no part's heavy modules):
 
-- ``load``: the config (a shipped name or a path) with ``--set`` overrides, validated, no model call;
+- ``load``: the config (a shipped name or a path; a verb with ``default_config`` may leave it out) with
+  ``--set`` overrides, validated, no model call;
 - ``check``: what the run would hold (its device plan) and the inputs it reads, still no model call;
 - ``run``: the run into a run directory, returning ``(RunDir, summary)``;
 - ``report``: the summary (and plots) recomputed from a run directory alone.
@@ -20,10 +21,14 @@ from typing import Any, Callable
 
 @dataclass(frozen=True)
 class Option:
-    """A verb's own option beyond the shared ones: ``into`` is ``config:FIELD`` (the value becomes an
-    override of FIELD, as a string), ``run:KWARG`` (a keyword of ``run``) or ``progress:KWARG`` (of
-    the progress bar, e.g. ``enabled``); ``negate`` for a flag whose keyword is its opposite
-    (``--no-aggregate``: aggregate=False; ``--quiet``: enabled=False)."""
+    """A verb's own option beyond the shared ones: ``into`` is ``config:FIELD`` (the value overrides
+    the dotted FIELD, as ``--set FIELD=...`` would, typed: a number stays a number, a repeatable
+    option a list, a path a string; only when the option is given, so a config file's value stands
+    otherwise), ``run:KWARG`` (a keyword of ``run``) or ``progress:KWARG`` (of the progress bar, e.g.
+    ``enabled``); ``negate`` for a flag whose value is its opposite (``--no-aggregate``:
+    aggregate=False; ``--quiet``: enabled=False; ``--no-store``: store=False); ``const`` for a flag
+    into a config field that takes this value when the flag is given (``--synthetic``:
+    mode=synthetic). ``default`` ``...`` makes the option required."""
     name: str
     flag: str
     type: Any
@@ -31,6 +36,7 @@ class Option:
     help: str
     into: str
     negate: bool = False
+    const: Any = None
 
 
 @dataclass(frozen=True)
@@ -54,6 +60,13 @@ class Verb:
     plots: bool = True               # whether the verb draws figures (``--no-plots``)
     options: tuple[Option, ...] = ()
     errors: tuple[str, ...] = ()     # "module:Class" of the part's bad-input errors (exit 2)
+    default_config: str | None = None  # CONFIG may be left out ([CONFIG]): this shipped name is loaded
+    out: Option | None = None        # the run directory's own option (flag, help, "run:KWARG"), passed to
+                                     # ``run`` as that keyword, in place of the shared --out (run's positional)
+    set_help: str | None = None      # the --set help, where the verb's own says more than the shared one
+    label: Callable[[Any], str] | None = None   # (cfg) -> the progress bar's label (default: the config's name)
+    announce: Callable[[Any, Any], None] | None = None  # (console, cfg): printed once the config is valid,
+                                                        # before the run (and under --check)
 
     @property
     def key(self) -> tuple[str, str]:
