@@ -60,6 +60,12 @@ CASES = [
     ("unread_role", ["council", "run", "tiny", "--set", "baselines.methods=[moa]", "--set",
                      "baselines.argllms_generator=gemma3-270m", "--out", "{tmp}/r11"], 2,
      "baselines.argllms_generator is set but no baseline of this run reads it", "r11"),
+    ("calibrate_negative_seed", ["belief", "calibrate", "--set", "seed=-1", "--out", "{tmp}/r14"], 2,
+     "invalid chorus belief calibrate: seed = -1: Input should be greater than or equal to 0", "r14"),
+    ("cross_unknown_config", ["belief", "cross", "nosuch", "--synthetic", "--out", "{tmp}/r15"], 2,
+     "config not found: nosuch", "r15"),
+    ("labelset_per_bin_zero", ["belief", "labelset", "--out", "{tmp}/set.csv", "--per-bin", "0",
+                               "--run-dir", "{tmp}/r16"], 2, "per_bin = 0: Input should be greater than", "r16"),
 ]
 
 

@@ -6,7 +6,8 @@ cross-entropy are reported before and after on the held-out 20%. One fit per (to
 written to the user cache, ``$CHORUS_CACHE/fits/<topic>/<model>.json`` (``CHORUS_CACHE`` defaults
 to ``~/.cache/chorus``, ``serving.profiles.cache_dir``), and reused by later runs. A run reads a
 fit from the cache first, then from the read-only defaults shipped with the package
-(``simulate/topics/calibration/fits/``); nothing is ever written into the package tree."""
+(``simulate/topics/calibration/fits/``); nothing is ever written into the package tree.
+``chorus belief calibrate`` is ``calibrate_run.run_calibrate``."""
 from __future__ import annotations
 
 import datetime as _dt

@@ -1,4 +1,5 @@
-"""``chorus belief``: run | sweep | multi (built from the verb registry, ``core.verbs``) | report | calibrate | labelset | cross | correct | models. Heavy imports (numpy-heavy modules,
+"""``chorus belief``: run | sweep | multi | calibrate | labelset | cross (built from the verb registry,
+``core.verbs``) | report | correct | models | paper | topics. Heavy imports (numpy-heavy modules,
 serving, matplotlib) stay inside the commands so ``chorus --help`` stays fast."""
 from __future__ import annotations
 
@@ -9,9 +10,7 @@ import typer
 
 from core.cliutil import add_verbs
 from core.cliutil import fail as _fail
-from core.cliutil import parse_overrides as _overrides
-from core.progress import progress
-from core.verbs import Verb, register
+from core.verbs import Option, Verb, register
 from serving.profiles import DEFAULT_PROFILE
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
@@ -77,57 +76,14 @@ register(Verb(
 add_verbs(app, "belief")
 
 
-@app.command()
-def calibrate(model: str = typer.Option(DEFAULT_PROFILE, "--model", help="Model profile."),
-              backend: str = typer.Option("auto", "--backend", help="hf | vllm | openai | auto."),
-              topic: Optional[str] = typer.Option(None, "--topic", help="Topic with a labelled set (default: "
-                                                  "transit_priority, or the --labels file's topic)."),
-              seed: int = typer.Option(0, "--seed", help="Split and request seed."),
-              out: Optional[Path] = typer.Option(None, "--out", help="Run directory for the scores and plot."),
-              no_store: bool = typer.Option(False, "--no-store", help="Do not store the fit for reuse."),
-              labels: Optional[Path] = typer.Option(None, "--labels", help="A filled-in labelset CSV (chorus "
-                                                    "belief labelset) instead of the topic's shipped set."),
-              skip_unlabelled: bool = typer.Option(False, "--skip-unlabelled", help="With --labels: leave rows "
-                                                   "without a label out (counted) instead of refusing.")) -> None:
-    """Fit the appraiser temperature tau for a model on a topic's labelled utterances."""
-    from rich.console import Console
-
-    from core.config import ConfigError
-    from core.runs import RunDir, run_dir_path
-    from simulate.belief import plots
-    from simulate.belief.calibration import calibrate as _calibrate
-    from simulate.belief.calibration import load_labels
-    from simulate.belief.labelset import read_labels_csv
-    console = Console()
-    labelled = None
-    try:
-        if labels is None:
-            topic = topic or "transit_priority"
-            load_labels(topic)
-        else:   # a person's labels of a model's own generations (belief-layer paper App. B)
-            labelled = read_labels_csv(labels, topic, skip_unlabelled)
-            topic = labelled.attrs["topic"]
-    except ConfigError as err:
-        _fail(err)
+def _announce_calibrate(console, cfg) -> None:
+    _, labelled = cfg.inputs()
     if labelled is not None and labelled.attrs["n_unlabelled"]:
-        console.print(f"skipped {labelled.attrs['n_unlabelled']} unlabelled rows of {labels}; "
+        console.print(f"skipped {labelled.attrs['n_unlabelled']} unlabelled rows of {cfg.labels}; "
                       f"fitting on the {len(labelled)} labelled ones")
-    out = run_dir_path(out, "belief", f"calibrate-{topic}")
-    run = RunDir.create(out, part="belief", seeds={"root": seed}, command="calibrate",
-                        model=model, topic=topic, labels_file=str(labels) if labels else None)
-    from serving import build_engine
-    with console.status(f"loading {model} ({backend})"):
-        engine = build_engine({"profile": model, "backend": backend}, store=run.store_path)
-    try:
-        with console.status("appraising the labelled set"):
-            fit, scores = _calibrate(engine, model, topic, seed=seed, store=not no_store, labels=labelled)
-    finally:
-        engine.close()
-    run.write_table("calibration_scores", scores)
-    plots.calibration(scores, fit["tau"], run.plot_path("calibration"))
-    run.write_summary(fit)
-    run.update_provenance(engine=getattr(engine, "identity", None))
-    run.finish()
+
+
+def _show_calibrate(console, path: Path, fit: dict) -> None:
     console.print(f"tau = {fit['tau']:.3f}; held-out ECE {fit['ece_before']:.3f} -> {fit['ece_after']:.3f}, "
                   f"cross-entropy {fit['ce_before']:.3f} -> {fit['ce_after']:.3f} "
                   f"({fit['n_train']} train / {fit['n_val']} val, {fit['n_failed']} failed appraisals)")
@@ -137,53 +93,75 @@ def calibrate(model: str = typer.Option(DEFAULT_PROFILE, "--model", help="Model 
                       "the calibrated evidence is close to uninformative")
     if fit.get("stored_at"):
         console.print(f"fit stored: [bold]{fit['stored_at']}[/bold]")
-    console.print(f"results: [bold]{run.path}[/bold]")
+    console.print(f"results: [bold]{path}[/bold]")
 
 
-@app.command()
-def labelset(out: Path = typer.Option(..., "--out", help="The CSV to label (FILE.key.csv, FILE.instructions.txt "
-                                      "and the run directory FILE.run/ are written beside it)."),
-             model: str = typer.Option(DEFAULT_PROFILE, "--model", help="Model profile whose generator writes."),
-             backend: str = typer.Option("auto", "--backend", help="hf | vllm | openai | auto."),
-             topic: str = typer.Option("transit_priority", "--topic", help="Topic."),
-             per_bin: int = typer.Option(10, "--per-bin", help="Distinct utterances per stance bin (nine bins)."),
-             seed: int = typer.Option(0, "--seed", help="Request seeds and the row shuffle."),
-             max_draws: Optional[int] = typer.Option(None, "--max-draws", help="Cap on draws per bin when "
-                                                     "duplicates or empty comments need top-ups (default: "
-                                                     "a multiple of --per-bin)."),
-             max_tokens: Optional[int] = typer.Option(None, "--max-tokens", help="Generator max tokens "
-                                                      "(default: the belief runs' generator setting)."),
-             temperature: Optional[float] = typer.Option(None, "--temperature", help="Generator temperature "
-                                                         "(default: the belief runs' generator setting)."),
-             run_dir: Optional[Path] = typer.Option(None, "--run-dir", help="Run directory (default FILE.run/ "
-                                                    "beside the CSV: the same command again resumes).")) -> None:
-    """Draw a calibration set from a model's own generations at each stance bin and write it out for a
-    person to label (then: chorus belief calibrate --labels FILE.csv)."""
-    from rich.console import Console
+_BACKEND = "hf | vllm | openai | auto."
+_MODEL_ERRORS = ("serving.profiles:ModelError", "serving.store:StoreError")
+_DEFAULT_CONFIG = "a path or a shipped name: default, every field at its default"
+register(Verb(
+    "belief", "calibrate", help="Fit the appraiser temperature tau for a model on a topic's labelled utterances.",
+    config_help=f"Calibrate config ({_DEFAULT_CONFIG}).", default_config="default",
+    load="simulate.belief.calibrate_run:load_calibrate_config", run="simulate.belief.calibrate_run:run_calibrate",
+    check="simulate.belief.calibrate_run:plan_engines", show=_show_calibrate, announce=_announce_calibrate,
+    label=lambda cfg: f"{cfg.model.profile}: appraising the labelled set", unit="appraisals", plots=False,
+    out=Option("out", "--out", Optional[Path], None, "Run directory for the scores and plot.", "run:out"),
+    options=(Option("model", "--model", str, DEFAULT_PROFILE, "Model profile.", "config:model.profile"),
+             Option("backend", "--backend", str, "auto", _BACKEND, "config:model.backend"),
+             Option("topic", "--topic", Optional[str], None, "Topic with a labelled set (default: transit_priority, "
+                    "or the --labels file's topic).", "config:topic"),
+             Option("seed", "--seed", int, 0, "Split and request seed.", "config:seed"),
+             Option("no_store", "--no-store", bool, False, "Do not store the fit for reuse.", "config:store",
+                    negate=True),
+             Option("labels", "--labels", Optional[Path], None, "A filled-in labelset CSV (chorus belief labelset) "
+                    "instead of the topic's shipped set.", "config:labels"),
+             Option("skip_unlabelled", "--skip-unlabelled", bool, False, "With --labels: leave rows without a label "
+                    "out (counted) instead of refusing.", "config:skip_unlabelled")),
+    errors=_MODEL_ERRORS))
+add_verbs(app, "belief")
 
-    from core.config import ConfigError, validate
-    from serving import ModelError, StoreError
-    from simulate.belief.labelset import LabelsetConfig, run_labelset
-    gen = {k: v for k, v in {"max_tokens": max_tokens, "temperature": temperature}.items() if v is not None}
-    console = Console()
-    try:
-        cfg = validate(LabelsetConfig, {"model": {"profile": model, "backend": backend}, "topic": topic,
-                                        "per_bin": per_bin, "max_draws": max_draws, "seed": seed,
-                                        "generator": gen}, source="chorus belief labelset")
-        with console.status(f"{model}: drawing {per_bin} utterances per stance bin"):
-            run, s = run_labelset(cfg, out, run_dir)
-    except (ConfigError, ModelError, StoreError) as err:
-        _fail(err)
+
+def _show_labelset(console, path: Path, s: dict) -> None:
     console.print(f"{s['rows']} utterances ({s['drawn']} drawn: {s['duplicates']} duplicates and {s['failed']} "
                   f"empty left out; {s['model_calls_computed']} model calls computed, the rest from the store)")
     if s["short_bins"]:
-        console.print(f"[yellow]warning:[/yellow] bins {s['short_bins']} have fewer than {cfg.per_bin} distinct "
-                      f"utterances after {cfg.max_draws} draws each (raise --max-draws or --temperature)")
+        console.print(f"[yellow]warning:[/yellow] bins {s['short_bins']} have fewer than {s['per_bin_wanted']} "
+                      f"distinct utterances after {s['max_draws']} draws each (raise --max-draws or --temperature)")
     f = s["files"]
     console.print(f"to label: [bold]{f['csv']}[/bold] (column label, 0..1; read {f['instructions']}); "
                   f"the bins, kept from the labeller: {f['key']}")
-    console.print(f"then: chorus belief calibrate --model {model} --labels {f['csv']}")
-    console.print(f"results: [bold]{run.path}[/bold]")
+    console.print(f"then: chorus belief calibrate --model {s['model']} --labels {f['csv']}")
+    console.print(f"results: [bold]{path}[/bold]")
+
+
+# labelset's --out is the CSV to label (as before the verb registry); the run directory keeps its
+# own option, --run-dir, in place of the shared --out
+register(Verb(
+    "belief", "labelset", help="Draw a calibration set from a model's own generations at each stance bin and write "
+                               "it out for a\nperson to label (then: chorus belief calibrate --labels FILE.csv).",
+    config_help=f"Labelset config ({_DEFAULT_CONFIG}).", default_config="default",
+    load="simulate.belief.labelset:load_labelset_config", run="simulate.belief.labelset:run_labelset",
+    check="simulate.belief.labelset:plan_engines", show=_show_labelset,
+    label=lambda cfg: f"{cfg.model.profile}: drawing {cfg.per_bin} utterances per stance bin", unit="utterances",
+    plots=False,
+    out=Option("run_dir", "--run-dir", Optional[Path], None, "Run directory (default FILE.run/ beside the CSV: the "
+               "same command again resumes).", "run:run_dir"),
+    options=(Option("csv", "--out", Path, ..., "The CSV to label (FILE.key.csv, FILE.instructions.txt and the run "
+                    "directory FILE.run/ are written beside it).", "run:out"),
+             Option("model", "--model", str, DEFAULT_PROFILE, "Model profile whose generator writes.",
+                    "config:model.profile"),
+             Option("backend", "--backend", str, "auto", _BACKEND, "config:model.backend"),
+             Option("topic", "--topic", str, "transit_priority", "Topic.", "config:topic"),
+             Option("per_bin", "--per-bin", int, 10, "Distinct utterances per stance bin (nine bins).", "config:per_bin"),
+             Option("seed", "--seed", int, 0, "Request seeds and the row shuffle.", "config:seed"),
+             Option("max_draws", "--max-draws", Optional[int], None, "Cap on draws per bin when duplicates or empty "
+                    "comments need top-ups (default: a multiple of --per-bin).", "config:max_draws"),
+             Option("max_tokens", "--max-tokens", Optional[int], None, "Generator max tokens (default: the belief "
+                    "runs' generator setting).", "config:generator.max_tokens"),
+             Option("temperature", "--temperature", Optional[float], None, "Generator temperature (default: the "
+                    "belief runs' generator setting).", "config:generator.temperature")),
+    errors=_MODEL_ERRORS))
+add_verbs(app, "belief")
 
 
 def _print_cross(console, path: Path, summary: dict) -> None:
@@ -207,35 +185,24 @@ def _print_cross(console, path: Path, summary: dict) -> None:
     console.print(f"results: [bold]{path}[/bold] (summary.json, tables/*.parquet, plots/cross_*.png)")
 
 
-@app.command()
-def cross(model: Optional[List[str]] = typer.Option(None, "--model", help="A model of the panel (repeat; "
-                                                   "--synthetic without --model: synth-a, synth-b, synth-c)."),
-          run_: Optional[List[Path]] = typer.Option(None, "--run", help="An LLM-mode belief run whose utterances "
-                                                    "its model contributes (repeat; no regeneration)."),
-          out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default runs/belief/cross-TIME)."),
-          synthetic: bool = typer.Option(False, "--synthetic", help="The model-free channel with known biases."),
-          backend: str = typer.Option("auto", "--backend", help="hf | vllm | openai | auto."),
-          set_: Optional[List[str]] = typer.Option(None, "--set", help="Override a field of the cross config: "
-                                                   "--set max_utterances=200 --set analysis.anchor=MODEL."),
-          no_plots: bool = typer.Option(False, "--no-plots", help="Skip the figures.")) -> None:
-    """Cross-appraisal: every model's appraiser reads every model's utterances; each channel's bias
-    split into a rendering (generator) and a reading (appraiser) part."""
-    from rich.console import Console
-
-    from core.config import ConfigError, set_dotted, validate
-    from serving import ModelError, StoreError
-    try:
-        data = {"mode": "synthetic" if synthetic else "llm", "models": list(model or []),
-                "runs": [str(r) for r in run_ or []], "backend": backend}
-        for k, v in _overrides(set_).items():
-            set_dotted(data, k, v)
-        from simulate.belief.cross import CrossConfig, run_cross
-        cfg = validate(CrossConfig, data, source="chorus belief cross")
-        with progress(f"cross-appraisal ({cfg.mode}, {len(cfg.panel())} models)", "calls") as update:
-            run, summary = run_cross(cfg, out, progress=update, make_plots=not no_plots)
-    except (ConfigError, ModelError, StoreError) as err:
-        _fail(err)
-    _print_cross(Console(), run.path, summary)
+register(Verb(
+    "belief", "cross", help="Cross-appraisal: every model's appraiser reads every model's utterances; each channel's "
+                            "bias\nsplit into a rendering (generator) and a reading (appraiser) part.",
+    config_help=f"Cross-appraisal config ({_DEFAULT_CONFIG}).", default_config="default",
+    load="simulate.belief.cross_config:load_cross_config", run="simulate.belief.cross:run_cross",
+    check="simulate.belief.cross:plan_engines", show=_print_cross,
+    label=lambda cfg: f"cross-appraisal ({cfg.mode}, {len(cfg.panel())} models)", unit="calls",
+    out=Option("out", "--out", Optional[Path], None, "Run directory (default runs/belief/cross-TIME).", "run:out"),
+    set_help="Override a field of the cross config: --set max_utterances=200 --set analysis.anchor=MODEL.",
+    options=(Option("model", "--model", Optional[List[str]], None, "A model of the panel (repeat; --synthetic "
+                    "without --model: synth-a, synth-b, synth-c).", "config:models"),
+             Option("run_", "--run", Optional[List[Path]], None, "An LLM-mode belief run whose utterances its model "
+                    "contributes (repeat; no regeneration).", "config:runs"),
+             Option("synthetic", "--synthetic", bool, False, "The model-free channel with known biases.",
+                    "config:mode", const="synthetic"),
+             Option("backend", "--backend", str, "auto", _BACKEND, "config:backend")),
+    errors=_MODEL_ERRORS))
+add_verbs(app, "belief")
 
 
 @app.command()

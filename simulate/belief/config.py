@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from core.config import ConfigError, Strict, load_named, resolve_config, set_dotted, validate
+from core.config import ConfigError, Strict, load_named, load_yaml, resolve_config, set_dotted, validate
 from serving.spec import MaxTokens, ModelSpec, Sampling, Temperature, fold_legacy
 
 from .population import ConceptPopulation, Population, Topology, check_topology
@@ -192,6 +192,27 @@ def resolve_config_path(name: str | Path) -> Path:
 
 def load_belief_config(path: str | Path, overrides: dict[str, Any] | None = None) -> BeliefConfig:
     return load_named(path, BeliefConfig, CONFIGS_DIR, overrides)
+
+
+DEFAULT_COMMAND_CONFIG = "default"   # the CONFIG of calibrate / labelset / cross when it is left out
+
+
+def load_command_config(config: str | Path, model: type[Any], command: str,
+                        overrides: dict[str, Any] | None = None) -> Any:
+    """The config of ``chorus belief COMMAND`` (cross, labelset, calibrate: CONFIG may be left out): a
+    path or a shipped name in ``configs/COMMAND/`` (``default``: every field at its default), with
+    ``--set`` overrides, validated as ``model`` (an error in the shipped default names the command,
+    one in a file its path). A ``model: NAME`` shorthand becomes ``{profile: NAME}`` first, so
+    ``--backend`` (``model.backend``) applies over it."""
+    d = CONFIGS_DIR / command
+    path = resolve_config(config, d)
+    data = load_yaml(path)
+    if isinstance(data.get("model"), str):
+        data["model"] = {"profile": data["model"]}
+    for k, v in (overrides or {}).items():
+        set_dotted(data, k, v)
+    shipped_default = path.resolve() == (d / f"{DEFAULT_COMMAND_CONFIG}.yaml").resolve()
+    return validate(model, data, source=f"chorus belief {command}" if shipped_default else str(path))
 
 
 class Condition(Strict):

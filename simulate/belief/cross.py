@@ -208,6 +208,34 @@ def appraise(engine: Any, ut: pd.DataFrame, cfg: AppraiserCfg, taus: dict[str, f
 
 
 # -- the run -----------------------------------------------------------------------------------
+def read_sources(cfg: CrossConfig) -> tuple[list[tuple[str, pd.DataFrame]], list[dict[str, Any]]]:
+    """The runs' utterances (model, frame) and their records, each run's model checked against the
+    panel, and every topic loaded: bad input fails here, before any model is loaded."""
+    sources, metas = [], []
+    for r in cfg.runs:
+        model, df, meta = run_utterances(r)
+        if model not in cfg.panel():
+            raise ConfigError(f"run {r}: its model {model!r} is not in the panel {cfg.panel()} (add --model {model})")
+        sources.append((model, df))
+        metas.append(meta)
+    for t in {cfg.generate.topic} | {t for _, d in sources for t in d.topic.unique()}:
+        load_topic(t)  # a bad topic fails before any model is loaded
+    return sources, metas
+
+
+def _panel_plan(cfg: CrossConfig):
+    """The device plan of an LLM-mode panel: one model at a time, a phase each."""
+    from serving.roles import plan_roles
+    return plan_roles({f"panel:{m}": cfg.spec(m) for m in cfg.panel()}, phase_of=lambda role: role)
+
+
+def plan_engines(cfg: CrossConfig):
+    """``chorus belief cross --check``: the runs and topics read and checked (no model call), then the
+    device plan of an LLM-mode panel; None in synthetic mode, which loads no model."""
+    read_sources(cfg)
+    return _panel_plan(cfg) if cfg.mode == "llm" else None
+
+
 def default_out(cfg: CrossConfig) -> Path:
     return run_dir_path(None, "belief", cfg.name)
 
@@ -218,19 +246,10 @@ def run_cross(cfg: CrossConfig, out: str | Path | None = None, *, load: Callable
     """Collect the utterances, appraise them with every model, write the run directory and its
     report. ``load(model)``: an engine for a model (default: ``serving.build_engine`` on the
     run's call store, or the synthetic engine); used one model at a time."""
-    sources, metas = [], []
-    for r in cfg.runs:
-        model, df, meta = run_utterances(r)
-        if model not in cfg.panel():
-            raise ConfigError(f"run {r}: its model {model!r} is not in the panel {cfg.panel()} (add --model {model})")
-        sources.append((model, df))
-        metas.append(meta)
-    for t in {cfg.generate.topic} | {t for _, d in sources for t in d.topic.unique()}:
-        load_topic(t)  # a bad topic fails before any model is loaded
+    sources, metas = read_sources(cfg)
     dplan = None
-    if load is None and cfg.mode == "llm":   # the panel, one model at a time: a phase each
-        from serving.roles import plan_roles   # (an unknown profile fails here, before the run directory)
-        dplan = plan_roles({f"panel:{m}": cfg.spec(m) for m in cfg.panel()}, phase_of=lambda role: role)
+    if load is None and cfg.mode == "llm":   # (an unknown profile fails here, before the run directory)
+        dplan = _panel_plan(cfg)
     out = Path(out) if out is not None else default_out(cfg)
     run = RunDir.create(out, part="belief", config=cfg, seeds={"root": cfg.seed}, command=COMMAND,
                         mode=cfg.mode, models=cfg.panel(), sources=metas,

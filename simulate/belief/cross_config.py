@@ -14,7 +14,7 @@ from pydantic import Field, model_validator
 from core.config import Strict
 from serving.spec import Backend, Dtype, ModelSpec, RoleSpec
 
-from .config import AppraiserCfg, GeneratorCfg
+from .config import AppraiserCfg, GeneratorCfg, load_command_config
 
 TABLES = ("utterances", "appraisals")   # what a cross-appraisal run writes
 COMMAND = "cross"
@@ -107,6 +107,11 @@ class CrossConfig(Strict):
         if len(set(self.runs)) != len(self.runs):
             raise ValueError(f"runs lists a run twice: {self.runs}")
         return self
+
+
+def load_cross_config(config: str | Path, overrides: dict | None = None) -> CrossConfig:
+    """``chorus belief cross [CONFIG]``: a path or a shipped name in ``configs/cross/`` (``default``)."""
+    return load_command_config(config, CrossConfig, COMMAND, overrides)
 
 
 def is_cross_run(path: str | Path) -> bool:

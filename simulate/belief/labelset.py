@@ -23,7 +23,7 @@ import hashlib
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 import pandas as pd
@@ -34,7 +34,7 @@ from core.seeding import call_seed, rng
 from serving.spec import ModelSpec
 
 from .calibration import min_labelled
-from .config import GeneratorCfg
+from .config import GeneratorCfg, load_command_config
 from .roles import GEN, LLMGenerator, RunKey, Turn
 from .topics import _LOWER, _LOWER2, _UPPER, Topic, load_topic
 
@@ -70,6 +70,18 @@ class LabelsetConfig(Strict):
         return self
 
 
+def load_labelset_config(config: str | Path, overrides: dict[str, Any] | None = None) -> LabelsetConfig:
+    """``chorus belief labelset [CONFIG]``: a path or a shipped name in ``configs/labelset/`` (``default``)."""
+    return load_command_config(config, LabelsetConfig, "labelset", overrides)
+
+
+def plan_engines(cfg: LabelsetConfig):
+    """``chorus belief labelset --check``: the topic loaded and the generator's device plan (no model call)."""
+    from serving.roles import plan_roles
+    load_topic(cfg.topic)
+    return plan_roles({"engine": cfg.model})
+
+
 @dataclass
 class BinTurn(Turn):
     """A batch of draws across bins: the bin takes the turn's place in each request seed."""
@@ -84,15 +96,19 @@ def dedup_key(text: str) -> str:
     return " ".join(text.split()).casefold()
 
 
-def draw(engine: Any, topic: Topic, cfg: LabelsetConfig) -> pd.DataFrame:
+def draw(engine: Any, topic: Topic, cfg: LabelsetConfig, progress: Callable[[int, int], Any] | None = None,
+         ) -> pd.DataFrame:
     """Every draw, one row each: bin, draw index, request seed, text and status (kept /
     duplicate / failed). Rounds of one batch each until every bin has ``per_bin`` kept or
-    ``max_draws`` drawn; a duplicate loses to the earlier draw (round, then bin, then index)."""
+    ``max_draws`` drawn; a duplicate loses to the earlier draw (round, then bin, then index).
+    ``progress``: counts the kept utterances of the nine bins' ``per_bin`` each."""
     g = LLMGenerator(engine, cfg.generator.temperature, cfg.generator.top_p, cfg.generator.max_tokens)
     nb = len(BIN_TARGETS)
     kept, nxt = [0] * nb, [0] * nb
     seen: set[str] = set()
     rows: list[dict[str, Any]] = []
+    if progress:
+        progress(nb * cfg.per_bin, 0)
     while True:
         want = [(k, j) for k in range(nb) for j in range(nxt[k], min(nxt[k] + cfg.per_bin - kept[k], cfg.max_draws))]
         if not want:
@@ -101,6 +117,7 @@ def draw(engine: Any, topic: Topic, cfg: LabelsetConfig) -> pd.DataFrame:
         turn = BinTurn(cfg.seed, 0, 0, [RunKey(seed=j, topic=topic) for _, j in want],
                        np.zeros(len(want), dtype=int), BIN_TARGETS[ks], bins=ks)
         out = g.generate(turn)
+        before = sum(kept)
         for i, ((k, j), text) in enumerate(zip(want, out.texts)):
             status = "failed" if text is None else "duplicate" if dedup_key(text) in seen else "kept"
             if status == "kept":
@@ -111,6 +128,8 @@ def draw(engine: Any, topic: Topic, cfg: LabelsetConfig) -> pd.DataFrame:
                          "text": text, "status": status,
                          "completion_tokens": int(out.completion_tokens[i]) if out.completion_tokens is not None else 0})
             nxt[k] = max(nxt[k], j + 1)
+        if progress and sum(kept) > before:
+            progress(nb * cfg.per_bin, sum(kept) - before)
     return pd.DataFrame(rows)
 
 
@@ -171,11 +190,12 @@ def _sha256(p: Path) -> str:
     return hashlib.sha256(p.read_bytes()).hexdigest()
 
 
-def run_labelset(cfg: LabelsetConfig, out: Path, run_dir: Path | None = None, engine: Any = None,
-                 ) -> tuple[Any, dict[str, Any]]:
+def run_labelset(cfg: LabelsetConfig, out: Path, run_dir: Path | None = None, engine: Any = None, *,
+                 progress: Callable[[int, int], Any] | None = None) -> tuple[Any, dict[str, Any]]:
     """Draw, deduplicate, shuffle, write the three files and the run directory (default: beside
     the CSV, ``FILE.run/``, so rerunning the same command resumes). ``engine``: a ready engine
-    (tests); default ``serving.build_engine`` on the run's call store."""
+    (tests); default ``serving.build_engine`` on the run's call store. ``progress``: the kept
+    utterances (``core.progress``)."""
     from core.runs import RunDir
     topic = load_topic(cfg.topic)
     out = Path(out)
@@ -194,7 +214,7 @@ def run_labelset(cfg: LabelsetConfig, out: Path, run_dir: Path | None = None, en
         engine = build_engine(cfg.model, store=run.store_path)
     t0 = time.perf_counter()
     try:
-        draws = draw(engine, topic, cfg)
+        draws = draw(engine, topic, cfg, progress)
     finally:
         computed = int(getattr(engine, "model_calls", 0) or 0)
         if own:
