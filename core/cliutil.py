@@ -132,7 +132,6 @@ def _run_command(v):
             over = parse_overrides(kw["set_"])
             own, run_kw, bar = option_values(v, kw, lambda name: _given(kw["ctx"], name))
             over.update(own)
-            run_kw = {**v.run_kw, **run_kw}
             cfg = v.load_config(kw["config"], over)
             if v.source:
                 run_kw["source"] = str(resolve(v.source)(kw["config"]))
@@ -145,13 +144,8 @@ def _run_command(v):
             label = v.label(cfg) if v.label else f"{name} {v.run_args[0]}" if v.run_args else name
             if v.plots:
                 run_kw["make_plots"] = not kw["no_plots"]
-            if v.out:   # the verb's own run-directory option: a keyword of run
-                run_kw[v.out.into.partition(":")[2]] = kw[v.out.name]
-                out_arg: tuple = ()
-            else:
-                out_arg = (kw["out"],)
             with progress(label, v.unit, **bar) as update:
-                rundir, summary = resolve(v.run)(cfg, *v.run_args, *out_arg, progress=update, **run_kw)
+                rundir, summary = v.execute(cfg, kw[out_opt.name], progress=update, **run_kw)
         except _bad_input(v) as err:
             fail(err)
         v.show(con, rundir.path, summary)

@@ -76,6 +76,16 @@ class Verb:
         args = (config, resolve(self.schema)) if self.schema else (config,)
         return resolve(self.load)(*args, overrides, **self.load_kw)
 
+    def execute(self, cfg: Any, run_dir: Any = None, /, **run_kw: Any) -> tuple[Any, dict[str, Any]]:
+        """``run`` on a loaded config with the verb's fixed arguments and keywords (``run_kw`` adds
+        more: ``progress``, ``make_plots``, an ``engine`` already loaded); ``run_dir`` goes where the
+        verb takes it (its own option's keyword, else run's positional)."""
+        kw = {**self.run_kw, **run_kw}
+        if self.out is not None:
+            kw[self.out.into.partition(":")[2]] = run_dir
+            return resolve(self.run)(cfg, *self.run_args, **kw)
+        return resolve(self.run)(cfg, *self.run_args, run_dir, **kw)
+
     def error_types(self) -> tuple[type[BaseException], ...]:
         return tuple(resolve(e) for e in self.errors)
 
@@ -104,14 +114,14 @@ def resolve(ref: str) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
-def run_verb(key: tuple[str, str], config: str, overrides: dict[str, Any] | None = None, out: Any = None,
-             **run_kw: Any) -> tuple[Any, dict[str, Any]]:
-    """Run a registered verb as its command does (``chorus GROUP NAME CONFIG --set ... --out OUT``):
+def run_verb(key: tuple[str, str], config: str | None = None, overrides: dict[str, Any] | None = None,
+             run_dir: Any = None, /, **run_kw: Any) -> tuple[Any, dict[str, Any]]:
+    """Run a registered verb as its command does (``chorus GROUP NAME CONFIG --set ... --out RUN_DIR``):
     the config loaded with ``overrides``, then the verb's ``run`` with its fixed arguments; ``run_kw``
     adds keywords (``progress``, ``make_plots``, an ``engine`` already loaded). The demo's stages and
     the rehearsal's paths run the parts this way. Returns ``(RunDir, summary)``."""
     if key not in REGISTRY:
         raise KeyError(f"no verb {' '.join(key)!r} is registered (import the part's cli module first)")
     v = REGISTRY[key]
-    cfg = v.load_config(config, dict(overrides or {}))
-    return resolve(v.run)(cfg, *v.run_args, out, **{**v.run_kw, **run_kw})
+    cfg = v.load_config(config if config is not None else v.default_config, dict(overrides or {}))
+    return v.execute(cfg, run_dir, **run_kw)

@@ -173,3 +173,16 @@ def test_shipped_default_configs_hold_every_field_at_its_default():
     assert load_labelset_config("default") == LabelsetConfig()
     with pytest.raises(ConfigError, match="(?s)invalid chorus belief cross:.*at least two models"):
         resolve("simulate.belief.cross_config:load_cross_config")("default")
+
+
+def test_run_verb_runs_a_registered_verb_as_its_command_does(monkeypatch, tmp_path):
+    # the demo's stages and the rehearsal's paths run parts this way: the verb's loader, its own
+    # run-directory keyword (labelset's --run-dir), extra keywords passed through
+    from core.verbs import run_verb
+    seen = []
+    monkeypatch.setattr("simulate.belief.labelset.run_labelset", lambda cfg, **kw: seen.append((cfg, kw)) or ("r", {}))
+    assert run_verb(("belief", "labelset"), None, {"per_bin": 2}, tmp_path / "r", out=tmp_path / "s.csv") == ("r", {})
+    cfg, kw = seen.pop()
+    assert (cfg.per_bin, cfg.topic, kw["run_dir"], kw["out"]) == (2, "transit_priority", tmp_path / "r", tmp_path / "s.csv")
+    with pytest.raises(KeyError, match="no verb 'x y' is registered"):
+        run_verb(("x", "y"), "c")
