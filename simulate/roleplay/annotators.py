@@ -26,6 +26,12 @@ import numpy as np
 import pandas as pd
 
 from core.config import ConfigError
+from core.runs import RunDir, run_dir_path, write_json
+from serving.profiles import ModelError, embedded_note, get_profile
+from simulate.roleplay.classify import classify_texts
+from simulate.roleplay.experiment import open_finished, recompute
+from simulate.roleplay.plots import annotator_agreement
+from simulate.roleplay.prompts import load_prompts
 
 STANCE_LABELS = (1, 2, 3, 4, 5, 6)
 ON_TOPIC_LABELS = (True, False)
@@ -144,7 +150,6 @@ def _rows(result: dict[str, Any]) -> dict[str, pd.DataFrame]:
 def _own_classifier(cfg: Any, profiles: list[str]) -> str:
     """The run's classifier profile, once ``profiles`` are known models other than it, or one
     AnnotatorInputError."""
-    from serving.profiles import ModelError, get_profile
     own = cfg.classifier.over_model(cfg.models[0]).profile
     if not profiles:
         raise AnnotatorInputError("give at least one --classifier PROFILE (the second classifier model)")
@@ -167,11 +172,6 @@ def annotate(run_dir: str | Path, profiles: list[str], out: str | Path | None = 
     tables/{kappa,confusion,headline,labels}.parquet and plots/annotators.png. ``engines``: loaded
     engines by profile (tests); others are built over the run's first model spec with the run's
     call store, one at a time."""
-    from core.runs import RunDir, run_dir_path, write_json
-    from serving.profiles import embedded_note
-    from simulate.roleplay.classify import classify_texts
-    from simulate.roleplay.experiment import open_finished, recompute
-    from simulate.roleplay.prompts import load_prompts
     # the run needs its classifier labels, not a summary: they are what is re-classified
     f = open_finished(Path(run_dir), AnnotatorInputError, needs="tables/labels.parquet",
                       refusal="not a roleplay run with classifier labels (tables/labels.parquet)",
@@ -190,7 +190,7 @@ def annotate(run_dir: str | Path, profiles: list[str], out: str | Path | None = 
         eng = (engines or {}).get(p)
         mine = eng is None
         if mine:
-            from serving import build_engine
+            from serving import build_engine  # looked up per call: tests replace it
             eng = build_engine(spec.over_model(cfg.models[0]), store=run.store_path, role=f"classifier {p}")
         try:
             labels[p] = classify_texts(eng, pairs, P, max_tokens=cfg.classifier.max_tokens,
@@ -217,7 +217,6 @@ def annotate(run_dir: str | Path, profiles: list[str], out: str | Path | None = 
     write_json(res.path / "annotators.json", result)
     (res.path / "annotators.md").write_text(markdown(result, tables))
     if make_plots:
-        from simulate.roleplay.plots import annotator_agreement
         annotator_agreement(tables["kappa"], tables["headline"], own, res.plot_path("annotators"))
     res.finish()
     return res.path, result
