@@ -42,9 +42,10 @@ SET_HELP = "Override a config field: --set seed=1 --set model.profile=NAME (YAML
 
 def add_verbs(app: typer.Typer, group: str) -> None:
     """Mount every registered verb of ``group`` on ``app``: ``NAME CONFIG [--out] [--set] [--no-plots]
-    [--check] [own options]`` (``[CONFIG]`` for a verb with a ``default_config``; a verb's own ``out``
-    option in place of ``--out``), plus the group's report command (``RUN [--no-plots]``) where a verb
-    names one."""
+    [--check] [own options]`` (``[CONFIG]`` for a verb with a ``default_config``; the verb's
+    ``argument``, e.g. RUN_DIR, in place of CONFIG; a verb's own ``out`` option in place of ``--out``,
+    none with ``no_out``), plus the group's report command (``RUN [--no-plots]``) where a verb names
+    one. ``group`` may be two words (``belief correct``: the verbs of a nested app)."""
     from core.verbs import verbs
 
     mounted = {c.name for c in app.registered_commands}   # a part may mount its verbs in several places
@@ -77,26 +78,49 @@ def config_value(val: Any) -> Any:
 
 
 def option_values(v, kw: dict, given: Callable[[str], bool]) -> tuple[dict, dict, dict]:
-    """A verb's own options by where they go: (config overrides, ``run`` keywords, progress-bar
-    keywords). ``given(name)``: whether the option was on the command line; a ``config:`` option
-    overrides its field only then (and not as None), so a config file's value stands otherwise."""
+    """A verb's positional ``argument`` (where it has one) and own options by where they go: (config
+    overrides, ``run`` keywords, progress-bar keywords). ``given(name)``: whether the option was on
+    the command line; a ``config:`` option overrides its field only then (and not as None), so a
+    config file's value stands otherwise (the argument, required, always does). An option with
+    ``parse`` goes there parsed; one into ``config`` (the config itself) is ``config_name``'s."""
     over: dict = {}
     run_kw: dict = {}
     bar: dict = {}
-    for o in v.options:
+    for o in ((v.argument,) if v.argument is not None else ()) + tuple(v.options):
         kind, _, target = o.into.partition(":")
+        if not target:   # into "config": which config is loaded (config_name), not a value in it
+            continue
         val = kw[o.name]
         if kind == "config":
-            if val is None or not given(o.name):
+            if val is None or not (o is v.argument or given(o.name)):
                 continue
             if o.const is not None:   # a flag that sets its field to one value (--synthetic: mode=synthetic)
                 if val:
                     over[target] = o.const
                 continue
-            over[target] = config_value((not val) if o.negate else val)
+            over[target] = config_value(_parsed(o, (not val) if o.negate else val))
         else:   # run: a keyword of the verb's run; progress: of the progress bar
-            (run_kw if kind == "run" else bar)[target] = (not val) if o.negate else val
+            (run_kw if kind == "run" else bar)[target] = _parsed(o, (not val) if o.negate else val)
     return over, run_kw, bar
+
+
+def _parsed(o, val: Any) -> Any:
+    """An option's value through its ``parse`` function (imported now), if it has one."""
+    if o.parse is None or val is None:
+        return val
+    from core.verbs import resolve
+    return resolve(o.parse)(val)
+
+
+def config_name(v, kw: dict) -> Any:
+    """The config a command loads: CONFIG as given; for a verb with an ``argument``, its option into
+    ``config`` where given (``--config FILE``), else the verb's ``default_config``."""
+    if v.argument is None:
+        return kw["config"]
+    for o in v.options:
+        if o.into == "config" and kw[o.name] is not None:
+            return str(kw[o.name])
+    return v.default_config
 
 
 def _given(ctx: typer.Context | None, name: str) -> bool:
@@ -107,10 +131,13 @@ def _given(ctx: typer.Context | None, name: str) -> bool:
 
 
 def _out_option(v):
-    """The run directory's option: the verb's own, else the shared ``--out`` (run's positional)."""
+    """The run directory's option: the verb's own, else the shared ``--out`` (run's positional); None
+    for a verb with ``no_out``."""
     from pathlib import Path
 
     from core.verbs import Option
+    if v.no_out:
+        return None
     suffix = "-VERB" if v.run_args else ""
     return v.out or Option("out", "--out", Optional[Path], None,
                            f"Run directory (default runs/{v.group}/NAME{suffix}-TIME); rerun it to resume.", "")
@@ -132,9 +159,10 @@ def _run_command(v):
             over = parse_overrides(kw["set_"])
             own, run_kw, bar = option_values(v, kw, lambda name: _given(kw["ctx"], name))
             over.update(own)
-            cfg = v.load_config(kw["config"], over)
+            config = config_name(v, kw)
+            cfg = v.load_config(config, over)
             if v.source:
-                run_kw["source"] = str(resolve(v.source)(kw["config"]))
+                run_kw["source"] = str(resolve(v.source)(config))
             if kw["check"]:
                 _print_check(v, cfg)
                 return
@@ -144,26 +172,32 @@ def _run_command(v):
             label = v.label(cfg) if v.label else f"{name} {v.run_args[0]}" if v.run_args else name
             if v.plots:
                 run_kw["make_plots"] = not kw["no_plots"]
+            if not v.bar:
+                bar["enabled"] = False
             with progress(label, v.unit, **bar) as update:
-                rundir, summary = v.execute(cfg, kw[out_opt.name], progress=update, **run_kw)
+                rundir, summary = v.execute(cfg, kw[out_opt.name] if out_opt else None, progress=update, **run_kw)
         except _bad_input(v) as err:
             fail(err)
         v.show(con, rundir.path, summary)
 
     P = inspect.Parameter
-    config_arg = (typer.Argument(..., help=v.config_help) if v.default_config is None else
-                  typer.Argument(v.default_config, help=v.config_help))
-    params = [
-        P("config", P.POSITIONAL_OR_KEYWORD, annotation=str, default=config_arg),
-        P(out_opt.name, P.KEYWORD_ONLY, annotation=out_opt.type,
-          default=typer.Option(out_opt.default, out_opt.flag, help=out_opt.help)),
-        P("set_", P.KEYWORD_ONLY, annotation=Optional[List[str]],
-          default=typer.Option(None, "--set", help=v.set_help or SET_HELP)),
-    ]
+    if v.argument is not None:   # a verb over a stored run: RUN_DIR in place of CONFIG
+        a = v.argument
+        params = [P(a.name, P.POSITIONAL_OR_KEYWORD, annotation=a.type, default=typer.Argument(a.default, help=a.help))]
+    else:
+        config_arg = (typer.Argument(..., help=v.config_help) if v.default_config is None else
+                      typer.Argument(v.default_config, help=v.config_help))
+        params = [P("config", P.POSITIONAL_OR_KEYWORD, annotation=str, default=config_arg)]
+    if out_opt is not None:
+        params.append(P(out_opt.name, P.KEYWORD_ONLY, annotation=out_opt.type,
+                        default=typer.Option(out_opt.default, out_opt.flag, help=out_opt.help)))
+    params.append(P("set_", P.KEYWORD_ONLY, annotation=Optional[List[str]],
+                    default=typer.Option(None, "--set", help=v.set_help or SET_HELP)))
     if v.plots:
         params.append(P("no_plots", P.KEYWORD_ONLY, annotation=bool,
-                        default=typer.Option(False, "--no-plots", help="Skip the figures.")))
-    params += [P(o.name, P.KEYWORD_ONLY, annotation=o.type, default=typer.Option(o.default, o.flag, help=o.help))
+                        default=typer.Option(False, "--no-plots", help=v.plots_help or "Skip the figures.")))
+    params += [P(o.name, P.KEYWORD_ONLY, annotation=o.type, default=typer.Option(
+                   o.default, o.flag, help=o.help, **({} if o.min is None else {"min": o.min})))
                for o in v.options]
     params.append(P("check", P.KEYWORD_ONLY, annotation=bool, default=typer.Option(
         False, "--check", help="Validate the config and print what the run would hold (its device plan); "

@@ -111,13 +111,17 @@ def set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
 
 
 def load_named(config: str | Path, model: type[M], configs_dir: Path,
-               overrides: dict[str, Any] | None = None) -> M:
-    """Load a shipped or user config, apply ``--set`` overrides, validate it as ``model``."""
+               overrides: dict[str, Any] | None = None, *, default_source: str | None = None) -> M:
+    """Load a shipped or user config, apply ``--set`` overrides, validate it as ``model``. With
+    ``default_source``, an error in the shipped ``default.yaml`` of ``configs_dir`` (the config of a
+    command that may be left out) is named by it (the command, or where the values came from) rather
+    than by the file's path."""
     path = resolve_config(config, configs_dir)
     data = load_yaml(path)
     for k, v in (overrides or {}).items():
         set_dotted(data, k, v)
-    return validate(model, data, source=str(path))
+    shipped_default = default_source is not None and path.resolve() == (Path(configs_dir) / "default.yaml").resolve()
+    return validate(model, data, source=default_source if shipped_default else str(path))
 
 
 @functools.lru_cache(maxsize=16)

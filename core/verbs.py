@@ -11,6 +11,12 @@ same few functions, named as "module:function" references and imported only when
 Parts register their verbs in their CLI modules; ``core.cliutil.add_verbs`` builds every typer
 command from this registry with the shared options (CONFIG, ``--set``, ``--out``, ``--no-plots``,
 ``--check``), so no command body is written twice.
+
+A verb over a stored run directory (``chorus belief correct fit RUN_DIR``, ``chorus influence
+counterfactual RUN_DIR``, ``chorus debate belief RUN_DIR``) has an ``argument`` in place of CONFIG:
+its value goes where the argument's ``into`` says (``config:run``), and the config is the verb's
+``default_config`` (a shipped default; the loader's own default where that is None) with its own
+options and ``--set`` over it.
 """
 from __future__ import annotations
 
@@ -28,7 +34,14 @@ class Option:
     ``enabled``); ``negate`` for a flag whose value is its opposite (``--no-aggregate``:
     aggregate=False; ``--quiet``: enabled=False; ``--no-store``: store=False); ``const`` for a flag
     into a config field that takes this value when the flag is given (``--synthetic``:
-    mode=synthetic). ``default`` ``...`` makes the option required."""
+    mode=synthetic). ``default`` ``...`` makes the option required. ``into`` ``config`` (no field), for
+    a verb with an ``argument``: the option names the config itself (a path or a shipped name) in
+    place of the verb's ``default_config`` (``chorus debate belief RUN --config FILE``).
+
+    ``parse``: a "module:function" reference turning the option's value, as given, into what goes
+    where ``into`` says (``--layers 3-7`` -> [3, ..., 7]), imported only when the command runs; its
+    errors are the verb's bad input. ``min``: the command line's lower bound of a number (typer's
+    ``min``: ``[x>=4]`` in the help, a usage error below it)."""
     name: str
     flag: str
     type: Any
@@ -37,6 +50,8 @@ class Option:
     into: str
     negate: bool = False
     const: Any = None
+    parse: str | None = None
+    min: float | None = None
 
 
 @dataclass(frozen=True)
@@ -67,6 +82,14 @@ class Verb:
     label: Callable[[Any], str] | None = None   # (cfg) -> the progress bar's label (default: the config's name)
     announce: Callable[[Any, Any], None] | None = None  # (console, cfg): printed once the config is valid,
                                                         # before the run (and under --check)
+    argument: Option | None = None   # the positional argument in place of CONFIG (a verb over a stored run:
+                                     # RUN_DIR into config:run; its flag is the name the docs give it, the
+                                     # help shows its parameter name); the config is then default_config
+                                     # (or an option into "config") with the own options and --set over it
+    no_out: bool = False             # no run-directory option at all: the verb writes where its argument
+                                     # says (correct fit: into RUN_DIR and the store); run gets none
+    bar: bool = True                 # whether the command draws a progress bar (False: a run that reports none)
+    plots_help: str | None = None    # the --no-plots help, where the verb's own says more than the shared one
 
     @property
     def key(self) -> tuple[str, str]:
@@ -79,8 +102,14 @@ class Verb:
     def execute(self, cfg: Any, run_dir: Any = None, /, **run_kw: Any) -> tuple[Any, dict[str, Any]]:
         """``run`` on a loaded config with the verb's fixed arguments and keywords (``run_kw`` adds
         more: ``progress``, ``make_plots``, an ``engine`` already loaded); ``run_dir`` goes where the
-        verb takes it (its own option's keyword, else run's positional)."""
+        verb takes it (its own option's keyword, else run's positional; a verb with ``no_out`` takes
+        none)."""
         kw = {**self.run_kw, **run_kw}
+        if self.no_out:
+            if run_dir is not None:
+                raise ValueError(f"verb {' '.join(self.key)!r} writes where its argument says: it takes no run "
+                                 f"directory (got {run_dir})")
+            return resolve(self.run)(cfg, *self.run_args, **kw)
         if self.out is not None:
             kw[self.out.into.partition(":")[2]] = run_dir
             return resolve(self.run)(cfg, *self.run_args, **kw)
@@ -119,7 +148,9 @@ def run_verb(key: tuple[str, str], config: str | None = None, overrides: dict[st
     """Run a registered verb as its command does (``chorus GROUP NAME CONFIG --set ... --out RUN_DIR``):
     the config loaded with ``overrides``, then the verb's ``run`` with its fixed arguments; ``run_kw``
     adds keywords (``progress``, ``make_plots``, an ``engine`` already loaded). The demo's stages and
-    the rehearsal's paths run the parts this way. Returns ``(RunDir, summary)``."""
+    the rehearsal's paths run the parts this way; a verb with an ``argument`` takes its value where
+    the argument goes (``overrides`` for ``config:FIELD``, ``run_kw`` for ``run:KWARG``). Returns
+    ``(RunDir, summary)``."""
     if key not in REGISTRY:
         raise KeyError(f"no verb {' '.join(key)!r} is registered (import the part's cli module first)")
     v = REGISTRY[key]

@@ -11,7 +11,7 @@ from typing import Optional
 import typer
 
 from core.cliutil import add_verbs
-from core.verbs import Verb, register
+from core.verbs import Option, Verb, register
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="Peer influence: readout, ablate, cues, knockout, patch, probe, concepts, transfer, "
@@ -73,57 +73,52 @@ for _verb, _help in [
 add_verbs(app, "influence")
 
 
-@app.command("counterfactual")
-def counterfactual(run_dir: Path = typer.Argument(..., help="A debate run directory (chorus debate run)."),
-                   receiver: int = typer.Option(0, "--receiver", help="the agent whose attention is cut (0-based)"),
-                   peer: int = typer.Option(1, "--peer", help="the peer it does not attend to (0-based)"),
-                   round_: int = typer.Option(1, "--round", help="the round replayed with the cut (1..rounds)"),
-                   layers: str = typer.Option("all", "--layers", help="all, a band A-B, or a list 3,4,7"),
-                   queries: str = typer.Option("after", "--queries", help="after | decision"),
-                   route: str = typer.Option("nnsight", "--route", help="nnsight | interface (bitwise equal)"),
-                   max_questions: Optional[int] = typer.Option(None, "--max-questions", help="the first N questions only"),
-                   out: Optional[Path] = typer.Option(None, "--out",
-                                                      help="output run directory (default RUN/counterfactual-...)"),
-                   no_plots: bool = typer.Option(False, "--no-plots", help="Skip the figures.")) -> None:
-    """What a stored debate would have become had one agent not attended to one peer at one round:
-    that reply regenerated with the peer's message cut in the chosen layers (same seed), the rest of the
-    debate continued normally; factual, replay (nothing cut) and cut compared per question."""
-    from rich.console import Console
-
-    from core.cliutil import fail
-    from core.config import ConfigError, validate
-    from core.progress import progress
-    from interventions.counterfactual import CounterfactualConfig, CounterfactualError, parse_layers, run_counterfactual
-    from interventions.families import FamilyError, LayerError
-    from interventions.knockout import KnockoutError
-    from interventions.spans import SpanError
-    from serving.profiles import ModelError
-    try:
-        cfg = validate(CounterfactualConfig, {"receiver": receiver, "peer": peer, "round": round_,
-                                              "layers": parse_layers(layers), "queries": queries, "route": route,
-                                              "max_questions": max_questions}, source="options")
-        with progress("counterfactual", "replies") as update:
-            path, s = run_counterfactual(run_dir, cfg, out=out, make_plots=not no_plots, progress=update)
-    except (CounterfactualError, ConfigError, FileNotFoundError, ModelError, FamilyError, LayerError, SpanError,
-            KnockoutError) as err:
-        fail(err)
-    con = Console()
+def _show_counterfactual(console, path: Path, s: dict) -> None:
     rep = s["replay_equals_factual"]
-    con.print(f"{s['n_questions']} questions; agent {s['receiver']} cut from agent {s['peer']} at round {s['round']} "
-              f"in layers {s['masked_layers'] if s['layers'] != 'all' else 'all'} (queries {s['queries']}); the replay "
-              f"equals the stored debate on {rep['questions']} of {rep['of']}", highlight=False)
+    console.print(f"{s['n_questions']} questions; agent {s['receiver']} cut from agent {s['peer']} at round {s['round']} "
+                  f"in layers {s['masked_layers'] if s['layers'] != 'all' else 'all'} (queries {s['queries']}); the replay "
+                  f"equals the stored debate on {rep['questions']} of {rep['of']}", highlight=False)
     for arm, m in s["arms"].items():
-        con.print(f"  {arm:<8} final-majority acc {m['majority_correct_final']:.3f}  unanimous {m['unanimous_final']:.3f}  "
-                  f"wrong unanimity {m['wrong_unanimous']:.3f}  receiver took the peer's answer: at the round "
-                  f"{m['adopted_at_round']:.3f}, at the end {m['adopted_final']:.3f}", highlight=False)
-    con.print(f"changed by the cut (vs replay): final majority {s['changed']['final_majority_cut_vs_replay']}, "
-              f"receiver's final answer {s['changed']['receiver_final_cut_vs_replay']}", highlight=False)
+        console.print(f"  {arm:<8} final-majority acc {m['majority_correct_final']:.3f}  unanimous {m['unanimous_final']:.3f}  "
+                      f"wrong unanimity {m['wrong_unanimous']:.3f}  receiver took the peer's answer: at the round "
+                      f"{m['adopted_at_round']:.3f}, at the end {m['adopted_final']:.3f}", highlight=False)
+    console.print(f"changed by the cut (vs replay): final majority {s['changed']['final_majority_cut_vs_replay']}, "
+                  f"receiver's final answer {s['changed']['receiver_final_cut_vs_replay']}", highlight=False)
     from serving.profiles import embedded_note
     note = embedded_note([s.get("model")])
     if note:
-        con.print(f"[yellow]{note}[/yellow]", highlight=False)
-    con.print(f"results: [bold]{path}[/bold] (summary.json, tables/turns.parquet, tables/questions.parquet, "
-              f"plots/counterfactual.png); chorus debate report {run_dir} shows it beside the debate")
+        console.print(f"[yellow]{note}[/yellow]", highlight=False)
+    console.print(f"results: [bold]{path}[/bold] (summary.json, tables/turns.parquet, tables/questions.parquet, "
+                  f"plots/counterfactual.png); chorus debate report {s.get('run_dir', s.get('source_run'))} shows it "
+                  f"beside the debate")
+
+
+# over a stored debate: RUN_DIR in place of CONFIG (into the config's run), the shipped default config
+# with the options over it; --layers parsed (all, A-B, 3,4,7) into the config's list
+register(Verb(
+    "influence", "counterfactual",
+    help="What a stored debate would have become had one agent not attended to one peer at one round:\nthat reply "
+         "regenerated with the peer's message cut in the chosen layers (same seed), the rest of the\ndebate "
+         "continued normally; factual, replay (nothing cut) and cut compared per question.",
+    config_help="", default_config="default",
+    load="interventions.counterfactual:load_counterfactual_config", run="interventions.counterfactual:run_counterfactual_verb",
+    check="interventions.counterfactual:plan_counterfactual", show=_show_counterfactual, unit="replies",
+    argument=Option("run_dir", "RUN_DIR", Path, ..., "A debate run directory (chorus debate run).", "config:run"),
+    out=Option("out", "--out", Optional[Path], None, "output run directory (default RUN/counterfactual-...)", "run:out"),
+    set_help="Override a config field: --set n_boot=500 --set ci=0.9 (YAML values; repeatable).",
+    options=(Option("receiver", "--receiver", int, 0, "the agent whose attention is cut (0-based)", "config:receiver"),
+             Option("peer", "--peer", int, 1, "the peer it does not attend to (0-based)", "config:peer"),
+             Option("round_", "--round", int, 1, "the round replayed with the cut (1..rounds)", "config:round"),
+             Option("layers", "--layers", str, "all", "all, a band A-B, or a list 3,4,7", "config:layers",
+                    parse="interventions.counterfactual:parse_layers"),
+             Option("queries", "--queries", str, "after", "after | decision", "config:queries"),
+             Option("route", "--route", str, "nnsight", "nnsight | interface (bitwise equal)", "config:route"),
+             Option("max_questions", "--max-questions", Optional[int], None, "the first N questions only",
+                    "config:max_questions")),
+    errors=("interventions.counterfactual:CounterfactualError", "serving.profiles:ModelError",
+            "interventions.families:FamilyError", "interventions.families:LayerError",
+            "interventions.spans:SpanError", "interventions.knockout:KnockoutError")))
+add_verbs(app, "influence")
 
 
 @app.command("paper", help="The peer-influence paper's tables and figures in the paper's order from stored runs "

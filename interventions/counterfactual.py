@@ -40,7 +40,7 @@ import numpy as np
 import pandas as pd
 from pydantic import Field, model_validator
 
-from core.config import Strict
+from core.config import Strict, load_named
 from core.runs import RunDir
 from core.stats import cluster_bootstrap
 from interventions import knockout as ko
@@ -63,6 +63,10 @@ class CounterfactualError(ValueError):
 
 
 class CounterfactualConfig(Strict):
+    run: Optional[str] = Field(None, exclude=True,
+                               description="the debate run directory (chorus influence counterfactual RUN_DIR); "
+                                           "not part of the run's config record: its provenance names the "
+                                           "source run")
     receiver: int = Field(0, ge=0, description="the agent whose attention is cut (0-based)")
     peer: int = Field(1, ge=0, description="the peer whose response it does not attend to (0-based)")
     round: int = Field(1, ge=1, description="the round whose reply is replayed with the cut (1..rounds)")
@@ -105,6 +109,40 @@ def parse_layers(text: str) -> Union[str, list[int]]:
         return [int(x) for x in t.split(",") if x.strip()]
     except ValueError:
         raise CounterfactualError(f"--layers {text!r}: give all, a band A-B (A <= B) or a list 3,4,7") from None
+
+
+# -- chorus influence counterfactual RUN_DIR: a registered verb (core.verbs) -------------------------
+CONFIGS_DIR = Path(__file__).resolve().parent / "configs" / "counterfactual"
+
+
+def load_counterfactual_config(config: str | Path, overrides: dict[str, Any] | None = None) -> CounterfactualConfig:
+    """The config of ``chorus influence counterfactual`` (the shipped ``default``, every field at its
+    default) with the command's options and ``--set`` over it, validated (errors named 'options', as
+    the command always named them)."""
+    return load_named(config, CounterfactualConfig, CONFIGS_DIR, overrides, default_source="options")
+
+
+def _source_dir(cfg: CounterfactualConfig) -> Path:
+    if cfg.run is None:
+        raise CounterfactualError("no debate run directory: give RUN_DIR (the config's run)")
+    return Path(cfg.run)
+
+
+def plan_counterfactual(cfg: CounterfactualConfig):
+    """``chorus influence counterfactual --check``: the debate run read and checked against the config
+    (its rounds and agents), then the device plan of its model on transformers; no model loaded."""
+    _, _, dcfg, _ = _source(_source_dir(cfg), cfg)
+    return _plan(dcfg)
+
+
+def run_counterfactual_verb(cfg: CounterfactualConfig, *, out: str | Path | None = None, progress: Any = None,
+                            make_plots: bool = True):
+    """``run_counterfactual`` as the verb runs it (``run(cfg, *, out=, progress=, make_plots=)``, the debate
+    run being ``cfg.run``). Returns ``(RunDir, summary)``; the summary's ``run_dir`` is the debate run as
+    given (for the terminal's last line; summary.json does not hold it)."""
+    src = _source_dir(cfg)
+    path, summary = run_counterfactual(src, cfg, out=out, make_plots=make_plots, progress=progress)
+    return RunDir(path), {**summary, "run_dir": str(src)}
 
 
 # -- reading the debate -----------------------------------------------------------------------------
@@ -232,8 +270,13 @@ def _engine(src: Path, dcfg) -> Any:
     """The debate's model on transformers (knockout edits its attention), on the debate's call store:
     the factual side's calls are found there, and a rerun repeats nothing."""
     spec = dcfg.model.model_copy(update={"backend": "hf"})
-    plan = plan_roles({"model": spec}, phase_of=lambda role: "counterfactual")
-    return build_engines({"model": spec}, store=src / "calls.sqlite", plan=plan)["model"]
+    return build_engines({"model": spec}, store=src / "calls.sqlite", plan=_plan(dcfg))["model"]
+
+
+def _plan(dcfg) -> Any:
+    """The device plan of the debate's model on transformers (knockout edits its attention)."""
+    spec = dcfg.model.model_copy(update={"backend": "hf"})
+    return plan_roles({"model": spec}, phase_of=lambda role: "counterfactual")
 
 
 def _generate(eng: Any, reqs: list[dict], todo: list[int], progress: Any) -> list[dict]:

@@ -18,32 +18,53 @@ EXPECTED = {("aggregate", "run"), ("aggregate", "sweep"), ("debate", "run"), ("c
             ("belief", "calibrate"), ("belief", "labelset"), ("belief", "cross"),
             *(("influence", v) for v in ("readout", "ablate", "cues", "knockout", "patch", "probe", "transfer",
                                         "concepts"))}
+# every verb over a stored run directory (RUN_DIR in place of CONFIG)
+OVER_A_RUN = {("belief correct", "fit"), ("influence", "counterfactual"), ("debate", "belief")}
+EXPECTED |= OVER_A_RUN
+
+
+def _help(v, command=None):
+    """``chorus GROUP NAME --help`` (a group may be two words: ``belief correct``)."""
+    return runner.invoke(app, [*v.group.split(), command or v.name, "--help"], terminal_width=200)
 
 
 def test_every_verb_is_registered_and_a_command_of_the_one_shape():
     assert EXPECTED <= set(REGISTRY)
     for v in verbs():
-        res = runner.invoke(app, [v.group, v.name, "--help"], terminal_width=200)
+        res = _help(v)
         assert res.exit_code == 0, (v.key, res.output)
-        for opt in ("--out", "--set", "--check", *(o.flag for o in v.options)):
+        # --out for every verb but one that writes where its argument says (no_out: it has none)
+        assert ("--out" in res.output) != v.no_out, v.key
+        for opt in ("--set", "--check", *(f for o in v.options for f in o.flag.split("/"))):  # --store/--no-store
             assert opt in res.output, (v.key, opt)
         assert ("--no-plots" in res.output) == v.plots, v.key
-        for ref in (v.load, v.run, v.schema, v.check, v.report, *v.errors):  # every reference resolves
+        for ref in (v.load, v.run, v.schema, v.check, v.report, *v.errors,  # every reference resolves
+                    *(o.parse for o in (v.argument, *v.options) if o is not None)):
             if ref is not None:
                 assert resolve(ref) is not None, (v.key, ref)
         if v.report_command:
-            res = runner.invoke(app, [v.group, v.report_command, "--help"], terminal_width=200)
+            res = _help(v, v.report_command)
             assert res.exit_code == 0 and "--no-plots" in res.output, (v.key, res.output)
 
 
 def test_optional_config_and_a_verbs_own_run_directory_option():
-    """CONFIG is optional ([CONFIG]) exactly for a verb with a default_config; a verb's own run-directory
-    option (labelset: --run-dir, its --out being the CSV) is in its help; the others keep the shared --out."""
+    """CONFIG is optional ([CONFIG]) exactly for a verb with a default_config; a verb over a stored run
+    takes its argument (RUN_DIR) in place of CONFIG; a verb's own run-directory option (labelset:
+    --run-dir, its --out being the CSV) is in its help; the others keep the shared --out, but for one
+    that writes into its argument's directory (correct fit: no run-directory option)."""
     assert {v.name for v in verbs("belief") if v.default_config} == {"calibrate", "labelset", "cross"}
+    assert {v.key for v in verbs() if v.argument is not None} == OVER_A_RUN
+    assert {v.key for v in verbs() if v.no_out} == {("belief correct", "fit")}
     for v in verbs():
-        res = runner.invoke(app, [v.group, v.name, "--help"], terminal_width=200)
-        assert ("[config]" in res.output.lower()) == (v.default_config is not None), (v.key, res.output)
-        assert (v.out.flag if v.out else "--out") in res.output, v.key
+        res = _help(v)
+        assert ("[config]" in res.output.lower()) == (v.default_config is not None and v.argument is None), \
+            (v.key, res.output)
+        usage = next(line for line in res.output.splitlines() if "Usage:" in line)
+        positional = (f"{{{v.argument.name}}}" if v.argument is not None else   # required: {NAME}, optional: [NAME]
+                      "{config}" if v.default_config is None else "[config]")
+        assert usage.rstrip().endswith(f"{v.name} [OPTIONS] {positional}"), (v.key, usage)
+        if not v.no_out:
+            assert (v.out.flag if v.out else "--out") in res.output, v.key
     assert REGISTRY[("belief", "labelset")].out.flag == "--run-dir"
 
 
@@ -186,3 +207,84 @@ def test_run_verb_runs_a_registered_verb_as_its_command_does(monkeypatch, tmp_pa
     assert (cfg.per_bin, cfg.topic, kw["run_dir"], kw["out"]) == (2, "transit_priority", tmp_path / "r", tmp_path / "s.csv")
     with pytest.raises(KeyError, match="no verb 'x y' is registered"):
         run_verb(("x", "y"), "c")
+
+
+# -- verbs over a stored run directory: RUN_DIR in place of CONFIG ---------------------------------
+def test_a_positional_argument_and_a_parsed_option_map_into_the_config():
+    from pathlib import Path
+    v = Verb("g", "n", help="x", config_help="x", load="m:f", run="m:f", show=print,
+             argument=Option("run_dir", "RUN_DIR", Path, ..., "x", "config:run"), options=(
+                 Option("n", "--n", str, "1", "x", "config:n", parse="builtins:int"),
+                 Option("letters", "--letters", str, "ba", "x", "run:letters", parse="builtins:sorted"),
+                 Option("config", "--config", str, None, "x", "config")))
+    kw = {"run_dir": Path("r/1"), "n": "3", "letters": "cab", "config": "c.yaml"}
+    over, run_kw, bar = option_values(v, kw, given=lambda name: True)
+    # the argument as --set run=... would give it (a path as its string); --n parsed, then typed;
+    # --config names the config, no field of it
+    assert over == {"run": "r/1", "n": 3} and run_kw == {"letters": ["a", "b", "c"]} and bar == {}
+    # nothing given on the line: the argument (required) still goes in, a run keyword is parsed at its default
+    over, run_kw, _ = option_values(v, {**kw, "config": None}, given=lambda name: False)
+    assert over == {"run": "r/1"} and run_kw == {"letters": ["a", "b", "c"]}
+    from core.cliutil import config_name
+    v = REGISTRY[("debate", "belief")]
+    assert config_name(v, {"run_dir": Path("r"), "config": None}) is None   # the loader's shipped default
+    assert config_name(v, {"run_dir": Path("r"), "config": Path("b.yaml")}) == "b.yaml"
+    assert config_name(REGISTRY[("influence", "counterfactual")], {"run_dir": Path("r")}) == "default"
+
+
+def test_counterfactual_run_dir_and_layers_reach_the_typed_config(tmp_path, monkeypatch):
+    got = _capture(monkeypatch, "interventions.counterfactual:plan_counterfactual")
+    src = tmp_path / "debate"
+    res = runner.invoke(app, ["influence", "counterfactual", str(src), "--layers", "3-5", "--receiver", "2",
+                              "--peer", "0", "--set", "n_boot=7", "--check"])
+    assert res.exit_code == 0, res.output
+    cfg = got.pop()
+    assert (cfg.run, cfg.layers, cfg.receiver, cfg.peer, cfg.round, cfg.queries, cfg.n_boot) == \
+        (str(src), [3, 4, 5], 2, 0, 1, "after", 7)
+    assert "run" not in cfg.model_dump()   # the run's config record is as before (provenance names the source)
+    assert runner.invoke(app, ["influence", "counterfactual", str(src), "--layers", "3,4,7", "--check"]).exit_code == 0
+    assert got.pop().layers == [3, 4, 7]
+    assert runner.invoke(app, ["influence", "counterfactual", str(src), "--check"]).exit_code == 0
+    assert got.pop().layers == "all"
+    res = runner.invoke(app, ["influence", "counterfactual", str(src), "--layers", "x-y", "--check"])
+    assert res.exit_code == 2 and "error: --layers 'x-y'" in res.output, res.output
+    res = runner.invoke(app, ["influence", "counterfactual", str(src), "--queries", "never", "--check"])
+    assert res.exit_code == 2 and "queries = 'never'" in res.output, res.output
+
+
+def test_correct_fit_maps_its_options_and_takes_no_run_directory(tmp_path, monkeypatch):
+    got = _capture(monkeypatch, "simulate.belief.correction:check_fit")
+    res = runner.invoke(app, ["belief", "correct", "fit", str(tmp_path / "cal"), "--topic", "t", "--min-events", "60",
+                              "--no-store", "--set", "n_folds=3", "--check"])
+    assert res.exit_code == 0 and "config OK: fit (belief correct fit); no model was loaded or called" in res.output
+    cfg = got.pop()
+    assert (cfg.run, cfg.model, cfg.topic, cfg.min_events, cfg.seed, cfg.store, cfg.n_folds) == \
+        (str(tmp_path / "cal"), None, "t", 60, 0, False, 3)
+    res = runner.invoke(app, ["belief", "correct", "fit", str(tmp_path / "cal"), "--min-events", "3"])
+    assert res.exit_code == 2 and "Invalid value for '--min-events'" in res.output   # the command line's bound, as before
+    res = runner.invoke(app, ["belief", "correct", "fit", str(tmp_path / "cal"), "--set", "min_events=3", "--check"])
+    assert res.exit_code == 2 and "invalid chorus belief correct fit:" in res.output and "min_events = 3" in res.output
+    with pytest.raises(ValueError, match="takes no run directory"):
+        REGISTRY[("belief correct", "fit")].execute(cfg, tmp_path / "elsewhere")
+
+
+def test_debate_belief_check_reads_the_run_and_makes_no_run_directory(tmp_path, monkeypatch):
+    from simulate.debate.stubbornness import synthetic_belief_debate
+    run = synthetic_belief_debate(tmp_path / "debate", [1.0, 2.0], n=4, rounds=1)
+    out = tmp_path / "out"
+    res = runner.invoke(app, ["debate", "belief", str(run), "--set", "reading=planted", "--set", "appraiser=oracle",
+                              "--out", str(out), "--check"], terminal_width=400)
+    assert res.exit_code == 0, res.output
+    assert "config OK: debate-belief (debate belief); no model was loaded or called" in res.output
+    assert not out.exists() and not (run / "belief").exists()
+    # read as the run reads it: probe readings need the debate's model (a synthetic run has no config.yaml)
+    res = runner.invoke(app, ["debate", "belief", str(run), "--check"])
+    assert res.exit_code == 2 and "no config.yaml" in res.output and not (run / "belief").exists(), res.output
+    # --config names the config; --set and RUN_DIR over it
+    conf = tmp_path / "b.yaml"
+    conf.write_text("reading: planted\nappraiser: oracle\ntau: 1.5\n")
+    got = _capture(monkeypatch, "simulate.debate.stubbornness:plan_belief")
+    res = runner.invoke(app, ["debate", "belief", str(run), "--config", str(conf), "--set", "gamma=0.5", "--check"])
+    assert res.exit_code == 0, res.output
+    cfg = got.pop()
+    assert (cfg.run, cfg.reading, cfg.tau, cfg.gamma) == (str(run), "planted", 1.5, 0.5)

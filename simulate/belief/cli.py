@@ -223,30 +223,7 @@ correct_app = typer.Typer(no_args_is_help=True, add_completion=False,
 app.add_typer(correct_app, name="correct")
 
 
-@correct_app.command("fit")
-def correct_fit(run_dir: Path = typer.Argument(..., help="A belief run directory (its logged (s, e) pairs)."),
-                model: Optional[str] = typer.Option(None, "--model", help="Store under this model/channel name "
-                                                    "(default: the run's model, or its synthetic oracle channel)."),
-                topic: Optional[str] = typer.Option(None, "--topic", help="Topic (default: the run's only topic)."),
-                min_events: int = typer.Option(50, "--min-events", min=4,
-                                               help="Refuse fewer (s, e) pairs than this."),
-                seed: int = typer.Option(0, "--seed", help="Seed of the K-fold split."),
-                store: bool = typer.Option(True, "--store/--no-store", help="Store beside the temperature fit "
-                                           "(channel_correction: stored); RUN_DIR/correction.json is always "
-                                           "written."),
-                no_plots: bool = typer.Option(False, "--no-plots", help="Skip the figure of the fit.")) -> None:
-    """Fit a channel correction g: e -> s from a run's (s, e) pairs; apply it in a later run with
-    --set channel_correction=stored (or =PATH)."""
-    from rich.console import Console
-
-    from core.config import ConfigError
-    from simulate.belief.correction import fit_run
-    console = Console()
-    try:
-        rec = fit_run(run_dir, model=model, topic=topic, min_events=min_events, store=store, seed=seed,
-                      plot=not no_plots)
-    except ConfigError as err:
-        _fail(err)
+def _show_fit(console, path: Path, rec: dict) -> None:
     console.print(f"{rec['model']} on {rec['topic']}: chosen [bold]{rec['family']}[/bold] from n = {rec['n_events']} "
                   f"(s, e) pairs ({rec['n_dropped']} failed appraisals left out); {rec['folds']}-fold held-out:")
     for k, v in rec["candidates"].items():
@@ -257,6 +234,28 @@ def correct_fit(run_dir: Path = typer.Argument(..., help="A belief run directory
                       "range: the channel carries almost no stance signal and its inverse is arbitrary")
     for p in rec["written"]:
         console.print(f"written: [bold]{p}[/bold]")
+
+
+# correct fit reads and writes a stored run: RUN_DIR in place of CONFIG, no run directory of its own
+# (no_out: the fit is written into RUN_DIR and, with --store, the store), no progress bar (no model)
+register(Verb(
+    "belief correct", "fit", help="Fit a channel correction g: e -> s from a run's (s, e) pairs; apply it in a "
+                                  "later run with\n--set channel_correction=stored (or =PATH).",
+    config_help="", default_config="default",
+    load="simulate.belief.correction:load_fit_config", run="simulate.belief.correction:fit",
+    check="simulate.belief.correction:check_fit", show=_show_fit, no_out=True, bar=False,
+    argument=Option("run_dir", "RUN_DIR", Path, ..., "A belief run directory (its logged (s, e) pairs).", "config:run"),
+    plots_help="Skip the figure of the fit.",
+    set_help="Override a field of the fit's config: --set n_folds=10 (YAML values; repeatable).",
+    options=(Option("model", "--model", Optional[str], None, "Store under this model/channel name (default: the "
+                    "run's model, or its synthetic oracle channel).", "config:model"),
+             Option("topic", "--topic", Optional[str], None, "Topic (default: the run's only topic).", "config:topic"),
+             Option("min_events", "--min-events", int, 50, "Refuse fewer (s, e) pairs than this.", "config:min_events",
+                    min=4),
+             Option("seed", "--seed", int, 0, "Seed of the K-fold split.", "config:seed"),
+             Option("store", "--store/--no-store", bool, True, "Store beside the temperature fit (channel_correction: "
+                    "stored); RUN_DIR/correction.json is always written.", "config:store"))))
+add_verbs(correct_app, "belief correct")
 
 
 @app.command()

@@ -43,19 +43,20 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import pandas as pd
+from pydantic import Field
 
-from core.config import ConfigError, load_config
+from core.config import ConfigError, Strict, load_config, load_named
 
 from . import calibration
 from .config import BeliefConfig, ChannelCfg, Condition
 # the map and its fit, and the measure of success, live beside this module; re-exported here so
 # ``simulate.belief.correction`` keeps every name it had
 from .correction_map import (EPS, FAMILIES, FOLDS, MIN_EVENTS, CorrectionMap, diagonal_mse, fit_map, folds,  # noqa: F401
-                             s_bins)
+                             s_bins, usable_pairs)
 from .correction_map import _logit, _sigmoid
 from .correction_measure import applies, condition_arms, diagonal_bins, headline, measure  # noqa: F401
 from .roles import Appraisals, OracleAppraiser, Turn, Utterances
@@ -180,6 +181,47 @@ def fit_run(run_dir: str | Path, *, model: str | None = None, topic: str | None 
         (run / "plots").mkdir(exist_ok=True)
         plot_fit(pairs, rec, run / "plots" / "correction_fit.png")
     return rec
+
+
+# -- chorus belief correct fit RUN_DIR: a registered verb (core.verbs) ------------------------------
+class CorrectFitConfig(Strict):
+    """``chorus belief correct fit RUN_DIR``: which run's (s, e) pairs are fitted, and how (the
+    command's options set these fields; ``--set`` any of them). The fit is written into the run
+    (``RUN/correction.json``, its plot) and, with ``store``, beside the temperature fit."""
+    run: str = Field(..., description="the belief run directory whose logged (s, e) pairs are fitted")
+    model: Optional[str] = Field(None, description="store under this model/channel name (default: the run's "
+                                                   "model, or its synthetic oracle channel)")
+    topic: Optional[str] = Field(None, description="topic (default: the run's only topic)")
+    min_events: int = Field(MIN_EVENTS, ge=4, description="refuse fewer (s, e) pairs than this")
+    n_folds: int = Field(FOLDS, ge=2, description="folds of the held-out choice of the family")
+    seed: int = Field(0, description="seed of the K-fold split")
+    store: bool = Field(True, description="store beside the temperature fit (channel_correction: stored)")
+
+
+FIT_CONFIGS_DIR = Path(__file__).resolve().parent / "configs" / "correct"
+
+
+def load_fit_config(config: str | Path, overrides: dict[str, Any] | None = None) -> CorrectFitConfig:
+    """The config of ``chorus belief correct fit`` (the shipped ``default``, every field at its default)
+    with the command's options and ``--set`` over it, validated."""
+    return load_named(config, CorrectFitConfig, FIT_CONFIGS_DIR, overrides,
+                      default_source="chorus belief correct fit")
+
+
+def check_fit(cfg: CorrectFitConfig) -> None:
+    """``chorus belief correct fit --check``: the run holds enough usable (s, e) pairs of the topic
+    (no fit, nothing written; no model is involved, so there is no device plan)."""
+    pairs, _ = run_pairs(cfg.run, cfg.topic)
+    usable_pairs(pairs.s, pairs.e, min_events=cfg.min_events)
+
+
+def fit(cfg: CorrectFitConfig, *, progress: Any = None, make_plots: bool = True):
+    """``fit_run`` as the verb runs it (``run(cfg, *, progress=, make_plots=)``; no run directory of
+    its own: the fit is written into ``cfg.run``). Returns ``(RunDir(cfg.run), the fit's record)``."""
+    from core.runs import RunDir
+    rec = fit_run(cfg.run, model=cfg.model, topic=cfg.topic, min_events=cfg.min_events, store=cfg.store,
+                  seed=cfg.seed, n_folds=cfg.n_folds, plot=make_plots)
+    return RunDir(cfg.run), rec
 
 
 def load_correction(spec: str, topic: str, model: str) -> tuple[CorrectionMap, dict[str, Any], Path]:

@@ -197,14 +197,10 @@ def folds(n: int, k: int, seed: int) -> np.ndarray:
     return f
 
 
-def fit_map(s, e, *, min_events: int = MIN_EVENTS, n_folds: int = FOLDS, seed: int = 0,
-            families: Sequence[str] = FAMILIES) -> dict[str, Any]:
-    """Fit every family on the (s, e) pairs and score it by K-fold cross-validation: each pair's
-    g(e) from the fit without its fold, then the corrected transfer curve's distance from the
-    diagonal (``heldout_diagonal_mse``, the criterion), the per-pair squared error of g(e)
-    against s (``heldout_mse``) and of f(s) against e (``heldout_forward_mse``). The lowest
-    criterion is chosen; every family is refit on all pairs. Fewer than ``min_events`` valid
-    pairs is refused with the count."""
+def usable_pairs(s, e, *, min_events: int = MIN_EVENTS) -> tuple[np.ndarray, np.ndarray]:
+    """The finite (s, e) pairs a map can be fitted on; fewer than ``min_events`` of them, or
+    speakers all at one belief, refused in one line (``chorus belief correct fit --check`` asks
+    this without fitting)."""
     s = np.asarray(s, dtype=float)
     e = np.asarray(e, dtype=float)
     ok = np.isfinite(s) & np.isfinite(e)
@@ -217,6 +213,20 @@ def fit_map(s, e, *, min_events: int = MIN_EVENTS, n_folds: int = FOLDS, seed: i
     if np.ptp(s) == 0:
         raise ConfigError(f"channel correction: all {n} speaker beliefs s equal {s[0]:.4g}; a map "
                           f"of e onto s needs a calibration run whose speakers span the stance range")
+    return s, e
+
+
+def fit_map(s, e, *, min_events: int = MIN_EVENTS, n_folds: int = FOLDS, seed: int = 0,
+            families: Sequence[str] = FAMILIES) -> dict[str, Any]:
+    """Fit every family on the (s, e) pairs and score it by K-fold cross-validation: each pair's
+    g(e) from the fit without its fold, then the corrected transfer curve's distance from the
+    diagonal (``heldout_diagonal_mse``, the criterion), the per-pair squared error of g(e)
+    against s (``heldout_mse``) and of f(s) against e (``heldout_forward_mse``). The lowest
+    criterion is chosen; every family is refit on all pairs. Fewer than ``min_events`` valid
+    pairs is refused with the count."""
+    n_pairs = np.asarray(s).size
+    s, e = usable_pairs(s, e, min_events=min_events)
+    n = len(s)
     k = max(2, min(n_folds, n // 2))
     fold = folds(n, k, seed)
     n_bins = max(2, min(20, n // 10))
@@ -238,7 +248,7 @@ def fit_map(s, e, *, min_events: int = MIN_EVENTS, n_folds: int = FOLDS, seed: i
     spread = float(np.ptp(iso.forward(np.linspace(s.min(), s.max(), 101))))
     return {
         "family": best, "map": cands[best]["map"], "candidates": cands, "criterion": "heldout_diagonal_mse",
-        "n_events": n, "n_dropped": int((~ok).sum()), "min_events": int(min_events),
+        "n_events": n, "n_dropped": int(n_pairs - n), "min_events": int(min_events),
         "folds": int(k), "diagonal_bins": int(n_bins), "split_seed": int(seed),
         "s_range": [float(s.min()), float(s.max())], "e_range": [float(e.min()), float(e.max())],
         "pearson_s_e": float(np.corrcoef(s, e)[0, 1]) if np.ptp(e) > 0 else None,

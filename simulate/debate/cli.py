@@ -10,7 +10,7 @@ import typer
 
 from core.cliutil import add_verbs
 from core.cliutil import fail as _fail
-from core.verbs import Verb, register
+from core.verbs import Option, Verb, register
 from serving.profiles import DEFAULT_PROFILE, embedded_note
 
 debate_app = typer.Typer(no_args_is_help=True, add_completion=False,
@@ -203,37 +203,8 @@ def bda(run_dir: Path = typer.Argument(..., help="A debate run directory."),
     console.print(f"results: [bold]{path}[/bold] (summary.json, mapping.json, traces/, one aggregate run per group)")
 
 
-@debate_app.command()
-def belief(run_dir: Path = typer.Argument(..., help="A debate run directory."),
-           config: Optional[Path] = typer.Option(None, "--config", help="A belief-reading config (YAML; default: the defaults)."),
-           sets: Optional[List[str]] = typer.Option(None, "--set", help="Override a config field: key=value (repeatable)."),
-           out: Optional[Path] = typer.Option(None, "--out", help="Output run directory (default RUN/belief)."),
-           no_plots: bool = typer.Option(False, "--no-plots", help="Skip the figures.")) -> None:
-    """The belief layer over a debate (simulate/debate/stubbornness.py): forced-choice readings of every agent,
-    the appraiser's e of every heard turn -> each agent's kappa (closed form and a joint kappa-gamma fit, with
-    family-bootstrap intervals) beside the reflection placebo and drift, and the channel audit."""
-    from rich.console import Console
+def _show_belief(console, path: Path, s: dict) -> None:
     from rich.table import Table
-
-    from core.cliutil import parse_overrides
-    from core.config import ConfigError, load_named
-    from serving.profiles import ModelError
-    from simulate.debate.config import CONFIGS_DIR, BeliefReadConfig
-    from simulate.debate.stubbornness import BeliefReadError, run_belief
-    try:
-        over = parse_overrides(sets)
-        if config is not None:
-            cfg = load_named(config, BeliefReadConfig, CONFIGS_DIR, over)
-        else:
-            from core.config import set_dotted, validate
-            data: dict = {}
-            for k, v in over.items():
-                set_dotted(data, k, v)
-            cfg = validate(BeliefReadConfig, data, source="--set")
-        path, s = run_belief(run_dir, cfg, out=out, make_plots=not no_plots)
-    except (BeliefReadError, ConfigError, FileNotFoundError, ModelError, ValueError) as err:
-        _fail(err)
-    console = Console()
     c = s["counts"]
     console.print(f"{c['stance_questions']} of {c['questions']} questions have a stance axis (left out {c['left_out']}); "
                   f"{c['heard_turns']} heard turns ({c['unparsed_turns']} turns unparsed, {c['no_evidence']} without "
@@ -258,6 +229,25 @@ def belief(run_dir: Path = typer.Argument(..., help="A debate run directory."),
     if note:
         console.print(f"[yellow]{note}[/yellow]", highlight=False)
     console.print(f"results: [bold]{path}[/bold] (summary.json, tables/agents.parquet, tables/observations.parquet, plots/belief.png)")
+
+
+# over a stored debate: RUN_DIR in place of CONFIG (into the config's run); the config is --config where
+# given, else the shipped default (the loader's, default_config None), with --set over it; no progress bar
+register(Verb(
+    "debate", "belief",
+    help="The belief layer over a debate (simulate/debate/stubbornness.py): forced-choice readings of every agent,"
+         "\nthe appraiser's e of every heard turn -> each agent's kappa (closed form and a joint kappa-gamma fit, with"
+         "\nfamily-bootstrap intervals) beside the reflection placebo and drift, and the channel audit.",
+    config_help="", load="simulate.debate.config:load_belief_read_config",
+    run="simulate.debate.stubbornness:run_belief_verb", check="simulate.debate.stubbornness:plan_belief",
+    show=_show_belief, bar=False,
+    argument=Option("run_dir", "RUN_DIR", Path, ..., "A debate run directory.", "config:run"),
+    out=Option("out", "--out", Optional[Path], None, "Output run directory (default RUN/belief).", "run:out"),
+    set_help="Override a config field: key=value (repeatable).",
+    options=(Option("config", "--config", Optional[Path], None, "A belief-reading config (YAML; default: the defaults).",
+                    "config"),),
+    errors=("simulate.debate.stubbornness:BeliefReadError", "serving.profiles:ModelError", "builtins:ValueError")))
+add_verbs(debate_app, "debate")
 
 
 def _run_model(run_dir: Path):

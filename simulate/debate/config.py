@@ -105,6 +105,9 @@ def load(config: str | Path, model: type, overrides: dict[str, Any] | None = Non
 class BeliefReadConfig(Strict):
     """``chorus debate belief``: a debate run read by the belief layer (``stubbornness.py``)."""
     name: str = "debate-belief"
+    run: Optional[str] = Field(None, exclude=True,
+                               description="the debate run directory (chorus debate belief RUN_DIR); not part of "
+                                           "the run's config record: its provenance names the source run")
     reading: Literal["probe", "planted"] = Field(
         "probe", description="belief readings: the debaters' forced-choice probe (a model call), or the "
                              "latent beliefs a synthetic run planted (tables/beliefs.parquet)")
@@ -124,3 +127,12 @@ class BeliefReadConfig(Strict):
     n_boot: int = Field(500, ge=0)
     ci: float = Field(0.95, gt=0.0, lt=1.0)
     seed: int = Field(0, ge=0)
+
+
+def load_belief_read_config(config: str | Path | None, overrides: dict[str, Any] | None = None) -> BeliefReadConfig:
+    """The config of ``chorus debate belief``: ``--config`` (a path, or a name of ``configs/``) where
+    given, else the shipped ``configs/belief/default.yaml`` (every field at its default; its errors
+    named '--set', where its values came from), with ``--set`` overrides, validated."""
+    if config is None:
+        return load_named("default", BeliefReadConfig, CONFIGS_DIR / "belief", overrides, default_source="--set")
+    return load_named(config, BeliefReadConfig, CONFIGS_DIR, overrides)

@@ -371,32 +371,7 @@ def run_belief(run_dir: str | Path, cfg: BeliefReadConfig | None = None, *, out:
     provenance, tables readings / evidence / observations / agents / drift, summary.json, plots)."""
     cfg = cfg or BeliefReadConfig()
     src = Path(run_dir)
-    try:
-        turns, items, _ = read_run(src)
-    except DebateTraceError as err:
-        raise BeliefReadError(str(err)) from None
-    conds = sorted(set(turns["condition"])) if len(turns) else []
-    if "debate" not in conds:
-        raise BeliefReadError(f"{src}: no debate condition in this run (it has {conds}): nothing was heard")
-    if cfg.reflection and "reflection" not in conds:
-        raise BeliefReadError(f"{src}: no reflection condition (it has {conds}): the debate kappa is read against "
-                              f"reflection drift; rerun with conditions [debate, reflection], or set reflection=false")
-    n_questions = int(turns["qid"].nunique())
-    stance, left = stance_items(items, turns["qid"])
-    if not stance:
-        raise BeliefReadError(f"{src}: no question with two options (a stance axis) among its {turns['qid'].nunique()} "
-                              f"questions (left out: {left})")
-    turns = turns[turns["qid"].isin(list(stance))]
-    if not cfg.reflection:
-        turns = turns[turns["condition"] == "debate"]
-    if int(turns["round"].max()) < 1:
-        raise BeliefReadError(f"{src}: the debate has round 0 only: no agent heard a peer")
-    template = load_template(cfg.appraiser_prompts)
-    dcfg = _debate_config(src)
-    need_model = cfg.reading == "probe" or cfg.appraiser == "model"
-    if need_model and dcfg is None:
-        raise BeliefReadError(f"{src}: no config.yaml, so the debate's model is unknown: reading = probe and "
-                              f"appraiser = model need it (a synthetic run takes reading=planted appraiser=oracle)")
+    turns, n_questions, stance, left, template, dcfg, need_model = _inputs(src, cfg)
     outp = Path(out) if out is not None else src / "belief"
     run = RunDir.create(outp, part="debate-belief", config=cfg, seeds={"seed": cfg.seed}, command="debate belief",
                         source_run=str(src.resolve()), mapping=MAPPING,
@@ -445,6 +420,63 @@ def run_belief(run_dir: str | Path, cfg: BeliefReadConfig | None = None, *, out:
     return run.path, summary
 
 
+def _inputs(src: Path, cfg: BeliefReadConfig):
+    """What ``run_belief`` reads of the debate run before any model: its turns (the stance questions',
+    the conditions read), the question count, the stance items and those left out, the appraiser's
+    template, the debate's config and whether a model is needed; one line naming what is missing."""
+    try:
+        turns, items, _ = read_run(src)
+    except DebateTraceError as err:
+        raise BeliefReadError(str(err)) from None
+    conds = sorted(set(turns["condition"])) if len(turns) else []
+    if "debate" not in conds:
+        raise BeliefReadError(f"{src}: no debate condition in this run (it has {conds}): nothing was heard")
+    if cfg.reflection and "reflection" not in conds:
+        raise BeliefReadError(f"{src}: no reflection condition (it has {conds}): the debate kappa is read against "
+                              f"reflection drift; rerun with conditions [debate, reflection], or set reflection=false")
+    n_questions = int(turns["qid"].nunique())
+    stance, left = stance_items(items, turns["qid"])
+    if not stance:
+        raise BeliefReadError(f"{src}: no question with two options (a stance axis) among its {turns['qid'].nunique()} "
+                              f"questions (left out: {left})")
+    turns = turns[turns["qid"].isin(list(stance))]
+    if not cfg.reflection:
+        turns = turns[turns["condition"] == "debate"]
+    if int(turns["round"].max()) < 1:
+        raise BeliefReadError(f"{src}: the debate has round 0 only: no agent heard a peer")
+    template = load_template(cfg.appraiser_prompts)
+    dcfg = _debate_config(src)
+    need_model = cfg.reading == "probe" or cfg.appraiser == "model"
+    if need_model and dcfg is None:
+        raise BeliefReadError(f"{src}: no config.yaml, so the debate's model is unknown: reading = probe and "
+                              f"appraiser = model need it (a synthetic run takes reading=planted appraiser=oracle)")
+    return turns, n_questions, stance, left, template, dcfg, need_model
+
+
+# -- chorus debate belief RUN_DIR: a registered verb (core.verbs) -------------------------------------
+def _source_dir(cfg: BeliefReadConfig) -> Path:
+    if cfg.run is None:
+        raise BeliefReadError("no debate run directory: give RUN_DIR (the config's run)")
+    return Path(cfg.run)
+
+
+def plan_belief(cfg: BeliefReadConfig):
+    """``chorus debate belief --check``: the debate run read and checked as the run reads it, then the
+    device plan of the models the readings and the appraiser need (None where none is: planted
+    readings, oracle appraiser); no model loaded."""
+    src = _source_dir(cfg)
+    *_, dcfg, need_model = _inputs(src, cfg)
+    return plan_roles(_specs(dcfg, cfg), phase_of=lambda role: "belief") if need_model else None
+
+
+def run_belief_verb(cfg: BeliefReadConfig, *, out: str | Path | None = None, progress: Any = None,
+                    make_plots: bool = True):
+    """``run_belief`` as the verb runs it (``run(cfg, *, out=, progress=, make_plots=)``, the debate run
+    being ``cfg.run``). Returns ``(RunDir, summary)``."""
+    path, summary = run_belief(_source_dir(cfg), cfg, out=out, make_plots=make_plots, progress=progress)
+    return RunDir(path), summary
+
+
 def _debate_config(src: Path):
     if not (src / "config.yaml").is_file():
         return None
@@ -461,12 +493,18 @@ def _engines(src: Path, dcfg, cfg: BeliefReadConfig, engine: Any, appraiser_engi
     another), on the debate run's call store: a rerun or a killed run repeats no finished call."""
     if engine is not None:
         return {"model": engine, "appraiser": appraiser_engine or engine}
-    specs: dict[str, Any] = {"model": dcfg.model}
-    if cfg.appraiser_model is not None:
-        specs["appraiser"] = cfg.appraiser_model
+    specs = _specs(dcfg, cfg)
     plan = plan_roles(specs, phase_of=lambda role: "belief")
     built = build_engines(specs, store=src / "calls.sqlite", plan=plan)
     return {"model": built["model"], "appraiser": built.get("appraiser", built["model"])}
+
+
+def _specs(dcfg, cfg: BeliefReadConfig) -> dict[str, Any]:
+    """The roles' models: the debate's own, and the appraiser's where ``appraiser_model`` names another."""
+    specs: dict[str, Any] = {"model": dcfg.model}
+    if cfg.appraiser_model is not None:
+        specs["appraiser"] = cfg.appraiser_model
+    return specs
 
 
 def _plot(table: pd.DataFrame, drift: pd.DataFrame, audit: dict[str, Any], summary: dict[str, Any], path: Path) -> None:
