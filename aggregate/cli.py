@@ -14,13 +14,13 @@ from core.cliutil import add_verbs
 from core.cliutil import fail as _fail
 from core.progress import progress
 from core.verbs import Option, Verb, register
+from core.config import ConfigError
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="BDA aggregation over council traces: run, sweep, verify.")
 
 def _user_errors() -> tuple[type[BaseException], ...]:
     from aggregate.errors import LabelError, PriorError, TraceError
-    from core.config import ConfigError
 
     return (ConfigError, TraceError, LabelError, PriorError, ValueError)
 

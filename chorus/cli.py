@@ -12,11 +12,12 @@ from aggregate.cli import app as aggregate_app
 from core.cliutil import fail
 from interventions.cli import app as influence_app
 from serving.cli import generate, models_app, serve, store_app
-from serving.profiles import DEFAULT_PROFILE
+from serving.profiles import DEFAULT_PROFILE, ModelError, cache_dir, get_profile
 from simulate.belief.cli import app as belief_app
 from simulate.council.cli import council_app
 from simulate.debate.cli import debate_app
 from simulate.roleplay.cli import roleplay_app, sft_app
+from core.progress import progress
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="chorus: self-hosted models that debate, simulate opinions and deliberate.")
@@ -96,10 +97,8 @@ def rehearse(model: str = typer.Argument(..., help="a profile, a model folder, o
     from rich.table import Table
 
     from chorus.rehearse import rehearse as run_rehearsal
-    from core.progress import progress
     from core.runs import run_dir_path
     from serving.dummy import architectures, build_dummy
-    from serving.profiles import ModelError, cache_dir, get_profile
 
     console = Console()
     target = model

@@ -6,6 +6,10 @@ from typing import Any, Callable, Optional
 
 import typer
 
+from core.config import ConfigError
+from core.progress import progress
+from core.verbs import Option, resolve, verbs
+
 
 def fail(err: object, code: int = 2) -> None:
     """Print a clear error on stderr and exit non-zero (2: bad input)."""
@@ -20,8 +24,6 @@ def fail(err: object, code: int = 2) -> None:
 def parse_overrides(sets: Optional[list[str]]) -> dict:
     """``--set a.b=VALUE`` pairs into {"a.b": value}; values are read as YAML."""
     import yaml
-
-    from core.config import ConfigError
 
     out = {}
     for s in sets or []:
@@ -46,8 +48,6 @@ def add_verbs(app: typer.Typer, group: str) -> None:
     ``argument``, e.g. RUN_DIR, in place of CONFIG; a verb's own ``out`` option in place of ``--out``,
     none with ``no_out``), plus the group's report command (``RUN [--no-plots]``) where a verb names
     one. ``group`` may be two words (``belief correct``: the verbs of a nested app)."""
-    from core.verbs import verbs
-
     mounted = {c.name for c in app.registered_commands}   # a part may mount its verbs in several places
     for v in verbs(group):
         if v.name in mounted:
@@ -59,7 +59,6 @@ def add_verbs(app: typer.Typer, group: str) -> None:
 
 
 def _bad_input(v) -> tuple[type[BaseException], ...]:
-    from core.config import ConfigError
     return (ConfigError, FileNotFoundError, *v.error_types())
 
 
@@ -108,7 +107,6 @@ def _parsed(o, val: Any) -> Any:
     """An option's value through its ``parse`` function (imported now), if it has one."""
     if o.parse is None or val is None:
         return val
-    from core.verbs import resolve
     return resolve(o.parse)(val)
 
 
@@ -135,7 +133,6 @@ def _out_option(v):
     for a verb with ``no_out``."""
     from pathlib import Path
 
-    from core.verbs import Option
     if v.no_out:
         return None
     suffix = "-VERB" if v.run_args else ""
@@ -152,8 +149,6 @@ def _run_command(v):
     def command(**kw):
         from rich.console import Console
 
-        from core.progress import progress
-        from core.verbs import resolve
         con = Console()
         try:
             over = parse_overrides(kw["set_"])
@@ -224,7 +219,6 @@ def _report_command(v):
                no_plots: bool = typer.Option(False, "--no-plots", help="Skip the figures.")) -> None:
         from rich.console import Console
 
-        from core.verbs import resolve
         try:
             summary = resolve(v.report)(run_dir, make_plots=not no_plots)
         except _bad_input(v) as err:
@@ -238,7 +232,6 @@ def _print_check(v, cfg) -> None:
     """``--check``: the config is valid; the device plan (every phase, engine, role and size) and its reason."""
     from rich.console import Console
 
-    from core.verbs import resolve
     con = Console()
     plan = resolve(v.check)(cfg, *v.run_args) if v.check else None   # raises on a plan that cannot hold
     name = getattr(cfg, "name", None) or v.name

@@ -10,8 +10,9 @@ from typing import Optional
 
 import typer
 
-from core.cliutil import add_verbs
+from core.cliutil import add_verbs, fail
 from core.verbs import Option, Verb, register
+from serving.profiles import embedded_note
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="Peer influence: readout, ablate, cues, knockout, patch, probe, concepts, transfer, "
@@ -30,7 +31,6 @@ def _show_behaviour(console, path: Path, summary: dict) -> None:
 def _show_internals(console, path: Path, summary: dict) -> None:
     import json
 
-    from serving.profiles import embedded_note
     keep = {k: v for k, v in summary.items() if k not in ("experiment", "verb", "curves", "curve", "layers")}
     console.print_json(json.dumps(keep, default=float))
     sender = summary.get("sender")  # transfer: the sender's model produced the written states
@@ -84,7 +84,6 @@ def _show_counterfactual(console, path: Path, s: dict) -> None:
                       f"{m['adopted_at_round']:.3f}, at the end {m['adopted_final']:.3f}", highlight=False)
     console.print(f"changed by the cut (vs replay): final majority {s['changed']['final_majority_cut_vs_replay']}, "
                   f"receiver's final answer {s['changed']['receiver_final_cut_vs_replay']}", highlight=False)
-    from serving.profiles import embedded_note
     note = embedded_note([s.get("model")])
     if note:
         console.print(f"[yellow]{note}[/yellow]", highlight=False)
@@ -129,7 +128,6 @@ def paper(runs: list[Path] = typer.Argument(..., metavar="RUN...", help="Debate 
           out: Path = typer.Option(..., "--out", help="Output directory (numbers.json, paper.md, figures/).")) -> None:
     from rich.console import Console
 
-    from core.cliutil import fail
     from interventions.paper import PaperError, build_paper
     try:
         path, numbers = build_paper(runs, out)

@@ -14,7 +14,11 @@ from rich.table import Table
 
 from core.cliutil import fail
 from core.progress import progress
-from serving.profiles import DEFAULT_PROFILE
+from serving.profiles import DEFAULT_PROFILE, ModelError, all_profiles, cache_dir, get_profile, models_file
+from serving.engine import default_dtype
+from serving.spec import Sampling
+from serving.store import CallStore, StoreError
+from serving.types import validate_conversations
 
 console = Console()
 models_app = typer.Typer(no_args_is_help=True)
@@ -24,8 +28,6 @@ store_app = typer.Typer(no_args_is_help=True)
 @models_app.command("list")
 def models_list() -> None:
     """Every profile with its local path and whether it is ready."""
-    from serving.profiles import ModelError, all_profiles, models_file
-
     try:
         profiles = all_profiles()
     except ModelError as err:
@@ -56,7 +58,6 @@ def models_dummy(arch: str = typer.Argument(..., help="a paper architecture: lla
     tokenizer, the family's chat template). Point a profile at it to rehearse a machine:
     CHORUS_MODEL_LLAMA_3_1_8B_INSTRUCT=FOLDER, or an entry in models.yaml."""
     from serving.dummy import architectures, build_dummy, published_config
-    from serving.profiles import ModelError, cache_dir
 
     if arch not in architectures():
         fail(f"unknown architecture {arch!r}; shipped: {', '.join(architectures())}")
@@ -78,7 +79,6 @@ def models_prepare(profiles: list[str] = typer.Argument(None, help="profiles to 
                    force: bool = typer.Option(False, help="convert again even if ready")) -> None:
     """Convert embedded models (GGUF from their PyPI package) into local safetensors folders, once."""
     from serving.prepare import prepare
-    from serving.profiles import DEFAULT_PROFILE, ModelError, get_profile
 
     for name in profiles or [DEFAULT_PROFILE]:
         try:
@@ -128,8 +128,6 @@ def generate(prompt: Optional[str] = typer.Argument(None, help="a user message (
     # every check before the model loads (a load is 15-20 s on a CPU, minutes at 8B)
     from pydantic import ValidationError
 
-    from serving.spec import Sampling
-    from serving.types import validate_conversations
     try:
         Sampling(temperature=temperature, top_p=top_p, max_tokens=max_tokens)
         validate_conversations(convs)
@@ -207,9 +205,6 @@ def serve(profile: str = typer.Argument(DEFAULT_PROFILE),
 
     Scale-out is vLLM's own: -tp / -pp / -dp on one node, --distributed-executor-backend ray for one
     model across a Ray cluster; or one server per node, all listed as the openai backend's endpoints."""
-    from serving.engine import default_dtype
-    from serving.profiles import ModelError, get_profile
-
     if distributed_executor_backend not in (None, "mp", "ray", "uni", "external_launcher"):
         fail(f"--distributed-executor-backend must be mp, ray, uni or external_launcher, got {distributed_executor_backend!r}")
     key = api_key or os.environ.get("VLLM_API_KEY")
@@ -241,8 +236,6 @@ def serve(profile: str = typer.Argument(DEFAULT_PROFILE),
 @store_app.command("stats")
 def store_stats(path: Path = typer.Argument(..., help="a calls.sqlite file or a run directory")) -> None:
     """Calls, tokens and model time in a call store, by model and backend."""
-    from serving.store import CallStore, StoreError
-
     if path.is_dir():
         path = path / "calls.sqlite"
     if not path.exists():

@@ -12,6 +12,7 @@ from core.cliutil import add_verbs
 from core.cliutil import fail as _fail
 from core.verbs import Option, Verb, register
 from serving.profiles import DEFAULT_PROFILE
+from core.config import ConfigError
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="Bayesian belief layer (BCA): run, sweep, report, calibrate.")
@@ -53,7 +54,6 @@ def report(run_dir: Path = typer.Argument(..., help="A belief run directory."),
     """Recompute summary.json and plots from a run directory's files alone."""
     from rich.console import Console
 
-    from core.config import ConfigError
     from simulate.belief.cross_config import is_cross_run
     from simulate.belief.experiment import report as _report  # a Beta or a multi-concept run
     if is_cross_run(run_dir):  # a cross-appraisal run (chorus belief cross)
@@ -268,7 +268,6 @@ def models(runs: List[Path] = typer.Argument(..., help="Belief run directories o
     from rich.console import Console
     from rich.table import Table
 
-    from core.config import ConfigError
     from core.runs import write_json
     from simulate.belief.models_table import TableError, fmt, models_tables, wide_table3
     try:
@@ -307,7 +306,6 @@ def paper(runs: List[Path] = typer.Argument(..., help="Belief run directories: r
           out: Path = typer.Option(..., "--out", help="Folder for numbers.json, paper.md and figures/.")) -> None:
     """The belief-layer paper's tables and figures in the paper's order, from one numbers file read out of the
     stored runs (no model call); a section without its run names the command that makes it."""
-    from core.config import ConfigError
     from simulate.belief.models_table import TableError
     from simulate.belief.paper import PaperError, build_paper
     try:

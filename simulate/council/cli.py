@@ -18,6 +18,8 @@ from core.cliutil import fail as _fail
 from core.cliutil import parse_overrides as _overrides
 from core.verbs import Option, Verb, register
 from serving.profiles import DEFAULT_PROFILE
+from core.config import ConfigError
+from core.progress import progress as _progress
 
 council_app = typer.Typer(no_args_is_help=True, add_completion=False,
                           help="Live LLM councils -> typed-move traces, stealth adversaries, LLM baselines.")
@@ -36,7 +38,6 @@ def _with_data(set_: Optional[List[str]], data: Optional[Path]) -> dict:
 
 def _errors():
     from aggregate.errors import LabelError, TraceError
-    from core.config import ConfigError
     return (ConfigError, TraceError, LabelError, FileNotFoundError, ValueError)
 
 
@@ -160,7 +161,6 @@ def campaign(inputs: List[Path] = typer.Argument(..., help="Council run director
     BDA paper; no model call), then render the paper report from it."""
     from rich.console import Console
 
-    from core.progress import progress as _progress
     from simulate.council.campaign import CampaignConfig, build_campaign
     from simulate.council.paper import render_paper
     try:

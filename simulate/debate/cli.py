@@ -8,10 +8,11 @@ from typing import List, Optional
 
 import typer
 
-from core.cliutil import add_verbs
+from core.cliutil import add_verbs, parse_overrides
 from core.cliutil import fail as _fail
 from core.verbs import Option, Verb, register
 from serving.profiles import DEFAULT_PROFILE, embedded_note
+from core.config import ConfigError
 
 debate_app = typer.Typer(no_args_is_help=True, add_completion=False,
                          help="Multi-agent debate vs matched reflection: bench, run, report.")
@@ -104,7 +105,6 @@ def bench_cmd(out: Path = typer.Option(Path("runs/bench/mad_bench.jsonl"), "--ou
     """Build a MAD-Bench-style JSONL (+ manifest) from the evaluation sets shipped with chorus (or --data)."""
     import json
 
-    from core.config import ConfigError
     from simulate.debate.questions import build_bench, write_bench
     try:
         counts = {}
@@ -142,7 +142,6 @@ def judge(run_dir: Path = typer.Argument(..., help="A debate run directory."),
     tables/judge_ledger.parquet, judge.json, and summary.json with parse rates before and after."""
     from rich.console import Console
 
-    from core.config import ConfigError
     from simulate.debate.experiment import report as _report
     from simulate.judge import JudgeError, debate_judge
     try:
@@ -170,8 +169,6 @@ def bda(run_dir: Path = typer.Argument(..., help="A debate run directory."),
     from rich.table import Table
 
     from aggregate.errors import LabelError, ProtocolError, TraceError
-    from core.cliutil import parse_overrides
-    from core.config import ConfigError
     from simulate.debate.bda import DebateTraceError, run_bda
     try:
         path, s = run_bda(run_dir, condition=condition, config=config, overrides=parse_overrides(sets),

@@ -6,8 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 import typer
 
-from core.cliutil import add_verbs
+from core.cliutil import add_verbs, fail
 from core.verbs import Verb, register
+from core.config import ConfigError
+from serving.profiles import ModelError
 
 roleplay_app = typer.Typer(no_args_is_help=True, add_completion=False,
                            help="DEBATE-style role-play groups: run both setups, evaluate against the humans.")
@@ -101,8 +103,6 @@ def stats_command(runs: list[Path] = typer.Argument(..., metavar="RUN...", help=
                   plots: bool = typer.Option(True, "--plots/--no-plots", help="Write plots/errors.png.")) -> None:
     from rich.console import Console
 
-    from core.cliutil import fail
-    from core.config import ConfigError
     from simulate.roleplay.stats import write_stats
     try:
         path, s = write_stats(runs, out, make_plots=plots)
@@ -131,9 +131,6 @@ def annotators_command(run: Path = typer.Argument(..., metavar="RUN", help="A fi
                        plots: bool = typer.Option(True, "--plots/--no-plots", help="Write plots/annotators.png.")) -> None:
     from rich.console import Console
 
-    from core.cliutil import fail
-    from core.config import ConfigError
-    from serving.profiles import ModelError
     from simulate.roleplay.annotators import annotate
     try:
         path, r = annotate(run, classifier, out, make_plots=plots)
@@ -161,8 +158,6 @@ def probes_command(runs: list[Path] = typer.Argument(..., metavar="RUN...", help
     from rich.console import Console
     from rich.markup import escape
 
-    from core.cliutil import fail
-    from core.config import ConfigError
     from simulate.roleplay.probes import write_probes
     try:
         path, s = write_probes(runs, out, make_plots=plots)
@@ -189,8 +184,6 @@ def paper_command(runs: list[Path] = typer.Argument(..., metavar="RUN...", help=
     from rich.console import Console
     from rich.markup import escape
 
-    from core.cliutil import fail
-    from core.config import ConfigError
     from simulate.roleplay.paper import build_paper
     try:
         p = build_paper(runs, out)
