@@ -50,6 +50,7 @@ import pandas as pd
 from pydantic import Field
 
 from core.config import ConfigError, Strict, load_config, load_named
+from core.runs import RunDir, library_versions, write_json
 
 from . import calibration
 from .config import BeliefConfig, ChannelCfg, Condition
@@ -119,7 +120,6 @@ class ChannelAppraiser:
 def run_pairs(run_dir: str | Path, topic: str | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
     """The (s, e) pairs a run logged for one topic (one row per appraised utterance; ``e`` is
     the appraiser's evidence before any correction: ``e_raw`` where the run was corrected)."""
-    from core.runs import RunDir
     run = RunDir(run_dir)
     if not (run.path / "config.yaml").is_file() or not (run.path / "tables" / "utterances.parquet").is_file():
         raise ConfigError(f"{run.path}: not a finished belief run directory (no config.yaml or "
@@ -162,7 +162,6 @@ def fit_run(run_dir: str | Path, *, model: str | None = None, topic: str | None 
             plot: bool = True) -> dict[str, Any]:
     """Fit a correction from a run's logged pairs; write ``RUN/correction.json`` (and its plot
     ``RUN/plots/correction_fit.png``), and with ``store`` the stored fit for (topic, model)."""
-    from core.runs import library_versions, write_json
     pairs, info = run_pairs(run_dir, topic)
     fit = fit_map(pairs.s, pairs.e, min_events=min_events, n_folds=n_folds, seed=seed)
     rec = {"kind": "channel_correction", "format": FORMAT, "model": model or info["channel"], **info, **fit,
@@ -218,7 +217,6 @@ def check_fit(cfg: CorrectFitConfig) -> None:
 def fit(cfg: CorrectFitConfig, *, progress: Any = None, make_plots: bool = True):
     """``fit_run`` as the verb runs it (``run(cfg, *, progress=, make_plots=)``; no run directory of
     its own: the fit is written into ``cfg.run``). Returns ``(RunDir(cfg.run), the fit's record)``."""
-    from core.runs import RunDir
     rec = fit_run(cfg.run, model=cfg.model, topic=cfg.topic, min_events=cfg.min_events, store=cfg.store,
                   seed=cfg.seed, n_folds=cfg.n_folds, plot=make_plots)
     return RunDir(cfg.run), rec
