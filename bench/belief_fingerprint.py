@@ -5,7 +5,7 @@ refactor of the belief layer leaves its outputs identical.
     .venv/bin/python bench/belief_fingerprint.py --check tests/data/belief_tables_sha256.json   # compare
 
 Each shipped config runs as a user runs it (``chorus belief sweep`` for a config with a sweep,
-``run`` otherwise, ``multi`` for a multi-concept one), forced to ``mode: oracle`` (LLM configs
+``run`` otherwise: one loader, the topic deciding two stances or concepts), forced to ``mode: oracle`` (LLM configs
 need a model; a sweep over a stored channel correction keeps 'none'), at ``--seeds`` replicates and ``--rounds`` rounds so the whole set takes a minute.
 A table's fingerprint is the sha256 of its column names, dtypes and row hashes.
 """
@@ -45,15 +45,10 @@ def fingerprint(path: Path, tmp: Path, seeds: int, rounds: int) -> dict[str, str
     out = tmp / path.stem
     if "stored" in (data.get("sweep") or {}).get("channel_correction", []):
         over["sweep.channel_correction"] = ["none"]   # a stored correction is a fit on the user's machine
-    if "concepts" in data or path.stem.startswith("multi_"):
-        from simulate.belief.config import load_multi_config
-        from simulate.belief.experiment import run_experiment
-        run_experiment(load_multi_config(path, over), out, make_plots=False)
-    else:
-        from simulate.belief.config import load_belief_config
-        from simulate.belief.experiment import run_experiment
-        cfg = load_belief_config(path, over)
-        run_experiment(cfg, out, sweep=bool(cfg.sweep), make_plots=False)
+    from simulate.belief.config import load_belief_config   # one config for every topic
+    from simulate.belief.experiment import run_experiment
+    cfg = load_belief_config(path, over)
+    run_experiment(cfg, out, sweep=bool(cfg.sweep), make_plots=False)
     run = RunDir(out)
     return {p.stem: table_sha256(run.read_table(p.stem)) for p in sorted((out / "tables").glob("*.parquet"))}
 

@@ -24,8 +24,9 @@ class ConfigError(ValueError):
 def format_validation_error(err: ValidationError, source: str = "config") -> str:
     lines = [f"invalid {source}:"]
     for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"]) or "<root>"
-        lines.append(f"  {loc} = {e.get('input')!r}: {e['msg']}")
+        loc = ".".join(str(p) for p in e["loc"])
+        # a cross-field check names its fields itself: the whole mapping as its "value" is noise
+        lines.append(f"  {loc} = {e.get('input')!r}: {e['msg']}" if loc else f"  {e['msg']}")
     return "\n".join(lines)
 
 

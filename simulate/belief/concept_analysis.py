@@ -17,7 +17,7 @@ import pandas as pd
 
 from . import dirichlet
 from .analysis import median_interval, nan_to_none, pearson, r2_no_intercept, records, recovery_by_seed, seed_headline
-from .config import MultiBeliefConfig
+from .config import BeliefConfig
 
 KIND = "multi"
 KAPPA_COLUMNS = ["concept", "K", "kappa", "gamma", "events", "retained", "kappa_hat_median", "kappa_hat_iqr",
@@ -69,7 +69,7 @@ def fixed_points(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
     return pd.concat(out, ignore_index=True)
 
 
-def concept_metrics(tables: dict[str, pd.DataFrame], cfg: MultiBeliefConfig,
+def concept_metrics(tables: dict[str, pd.DataFrame], cfg: BeliefConfig,
                     bstar: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(per concept, per concept x stance) metrics."""
     bel, concepts, ap = tables["beliefs"], tables["concepts"], tables["appraisals"]
@@ -111,7 +111,7 @@ def concept_metrics(tables: dict[str, pd.DataFrame], cfg: MultiBeliefConfig,
     return pd.DataFrame(crow), pd.DataFrame(srow)
 
 
-def kappa_recovery(tables: dict[str, pd.DataFrame], cfg: MultiBeliefConfig,
+def kappa_recovery(tables: dict[str, pd.DataFrame], cfg: BeliefConfig,
                    by_seed: list[pd.DataFrame] | None = None) -> pd.DataFrame:
     """Per (concept, prescribed kappa): kappa_hat from s per stance coordinate and pooled (least
     squares over the well-conditioned coordinates |s_k - b_k| > filter), the pooled median with a
@@ -169,7 +169,7 @@ def trajectories(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
     return mean.merge(var, on=["concept", "k", "round"])
 
 
-def analyse(tables: dict[str, pd.DataFrame], cfg: MultiBeliefConfig,
+def analyse(tables: dict[str, pd.DataFrame], cfg: BeliefConfig,
             provenance: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, pd.DataFrame]]:
     prov = provenance or {}
     bstar = fixed_points(tables)

@@ -1,21 +1,24 @@
-"""Typed experiment configs for the belief layer. Defaults are the seed's values (N = 20,
-5 seeds, 20 rounds, gamma = 0.7, w = 1, complete graph); every number is configurable.
+"""The belief layer's one typed experiment config, for any number of concepts and stances. Defaults
+are the seed's values (N = 20, 5 seeds, 20 rounds, gamma = 0.7, w = 1, complete graph); every number
+is configurable.
 
-``BeliefConfig`` (``chorus belief run | sweep``) describes one condition on a Beta topic; an
-optional ``sweep`` maps dotted field paths to lists of values, and ``expand`` turns it into the
-cartesian grid of conditions, each validated before anything runs (an invalid value fails naming
-the field and the value).
+``BeliefConfig`` names a topic, and the topic decides the rest: a two-stance topic
+(``simulate/topics/``) is one concept with K = 2 (the Beta layer); a multi-concept topic
+(``simulate/topics/multi/``) gives every concept a population (kappa per agent, initial credences),
+a forgetting factor gamma and a weight w: the top-level ``population`` / ``gamma`` / ``w`` are every
+concept's, ``concepts.<id>`` overrides them for one concept, and the couplings the topic declares
+apply with ``couplings: true``. Settings that only one kind of topic has are refused for the other,
+naming the field: ``concepts`` and ``couplings`` need concepts; the synthetic channel (``oracle``),
+``channel_correction``, the self-report probe (``llm.probe``) and ``sweep`` are a two-stance topic's
+for now. The defaults that differ are filled in at validation, so a run's config.yaml records them:
+a multi-concept topic's generator writes up to 90 tokens and its appraiser, one JSON object for every
+stance of every concept, up to 200 (two stances: 60 and 40); its appraiser temperature tau is 1 (no
+multi-concept calibration set exists yet; two stances: null = the stored fit).
 
-``MultiBeliefConfig`` (``chorus belief multi``) names a multi-concept topic
-(``simulate/topics/multi/``) and gives every concept a population (kappa per agent, initial
-credences), a forgetting factor gamma and a weight w: the top-level ``population`` / ``gamma`` /
-``w`` are the defaults, ``concepts.<id>`` overrides them for one concept. Couplings declared by
-the topic apply only with ``couplings: true``. Initial credences per concept
-(``population.b0.kind``): ``spread`` / ``uniform`` / ``values`` are the Beta layer's draws (K = 2
-only, the same stream and code, so a K = 2 concept reproduces the Beta engine); ``dirichlet``
-draws every agent's b0 from a symmetric Dirichlet (any K); ``values`` also takes one K-vector per
-agent; ``auto`` (default) is ``spread`` for K = 2 and ``dirichlet`` for K > 2. Both share the
-topology, the seeds, the generator and the analysis blocks."""
+An optional ``sweep`` maps dotted field paths to lists of values, and ``expand`` turns it into the
+cartesian grid of conditions, each validated before anything runs (an invalid value fails naming the
+field and the value). ``MultiBeliefConfig`` is the same schema with ``chorus belief multi``'s
+defaults (name ``multi``, topic ``aldenvale_council``)."""
 from __future__ import annotations
 
 import copy
@@ -24,12 +27,13 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from core.config import ConfigError, Strict, load_named, load_yaml, resolve_config, set_dotted, validate
 from serving.spec import MaxTokens, ModelSpec, Sampling, Temperature, fold_legacy
 
-from .population import ConceptPopulation, Population, Topology, check_topology
+from .population import Population, Topology, check_population, check_topology
+from .topics import topic_kind
 
 CONFIGS_DIR = Path(__file__).resolve().parent / "configs"
 
@@ -76,7 +80,8 @@ class AppraiserCfg(Strict):
     max_retries: int = Field(2, ge=0, description="extra attempts after an invalid output")
     retry_temperature: Temperature = 0.7
     tau: float | None = Field(None, gt=0.0, description="temperature scaling; null = the stored "
-                              "fit for this model and topic (chorus belief calibrate)")
+                              "fit for this model and topic (chorus belief calibrate); a multi-concept "
+                              "topic has none yet: 1")
 
 
 class ProbeCfg(Strict):
@@ -134,6 +139,17 @@ class OracleCfg(Strict):
     channel: ChannelCfg = ChannelCfg()
 
 
+class ConceptCfg(Strict):
+    """Overrides for one concept of a multi-concept topic (null = the top-level value)."""
+    gamma: float | None = Field(None, gt=0.0, le=1.0)
+    w: float | None = Field(None, gt=0.0)
+    population: Population | None = None
+
+
+# a multi-concept topic's defaults where they differ from a two-stance topic's
+MULTI_GENERATOR_TOKENS, MULTI_APPRAISER_TOKENS, MULTI_TAU = 90, 200, 1.0
+
+
 class BeliefConfig(PopulationRun):
     name: str = "belief"
     gamma: float = Field(0.7, gt=0.0, le=1.0)
@@ -149,6 +165,9 @@ class BeliefConfig(PopulationRun):
                                     "'chorus belief correct fit' for this topic and model/channel), or "
                                     "a path to a correction JSON or a run directory holding one")
     sweep: dict[str, list[Any]] = Field(default_factory=dict)
+    couplings: bool = Field(False, description="apply the couplings a multi-concept topic declares")
+    concepts: dict[str, ConceptCfg] = Field(default_factory=dict, description="a multi-concept topic: "
+                                            "gamma / w / population of one concept (by id)")
 
     @field_validator("sweep")
     @classmethod
@@ -161,24 +180,82 @@ class BeliefConfig(PopulationRun):
         return v
 
     @model_validator(mode="after")
-    def _population_fits(self) -> "BeliefConfig":
-        p, n = self.population, self.n_agents
-        if p.kind == "custom":
-            if len(p.kappas) != n:
-                raise ValueError(f"population.kappas has {len(p.kappas)} entries for n_agents={n}")
-            if p.b0.kind != "values":
-                raise ValueError("population.kind = 'custom' needs population.b0.kind = 'values'")
-        if p.b0.kind == "values" and (p.b0.values is None or len(p.b0.values) != n):
-            raise ValueError(f"population.b0.values must list {n} initial beliefs")
-        if p.kind == "committed" and round(p.committed_fraction * n) >= n:
-            raise ValueError(f"population.committed_fraction = {p.committed_fraction} leaves no "
-                             f"free agent at n_agents={n}")
-        check_topology(self.topology, n)
+    def _fits(self) -> "BeliefConfig":
+        check_topology(self.topology, self.n_agents)
         ch = self.oracle.channel
         if self.mode == "llm" and (ch.kind != "faithful" or ch.noise > 0):
             raise ValueError(f"oracle.channel.kind = {ch.kind!r} (noise {ch.noise}) is a synthetic "
                              f"channel for mode = 'oracle' only; the LLM mode's channel is the model")
+        kind = topic_kind(self.topic)
+        if kind == "multi":
+            self._multi_topic()
+        elif kind == "beta":
+            self._two_stances()
         return self
+
+    def _two_stances(self) -> None:
+        """A two-stance topic: one concept, K = 2; ``auto`` initial credences are recorded as ``spread``."""
+        if self.concepts:
+            raise ValueError(f"concepts: topic {self.topic!r} is a two-stance topic (one concept); set gamma, "
+                             f"w and population at the top level")
+        if self.couplings:
+            raise ValueError(f"couplings = true: topic {self.topic!r} is a two-stance topic and declares no couplings")
+        p = self.population
+        if p.b0.kind == "auto":
+            self.population = p.model_copy(update={"b0": p.b0.model_copy(update={"kind": "spread"})})
+        check_population("population", self.population, 2, self.n_agents)
+
+    def _multi_topic(self) -> None:
+        """A multi-concept topic: refuse what only a two-stance topic has, fill in its own defaults
+        (the per-concept checks need the topic's K: ``check_against_topic``)."""
+        why = f"a two-stance topic's; topic {self.topic!r} has concepts"
+        if self.oracle.channel != ChannelCfg():
+            raise ValueError(f"oracle.channel: the synthetic channel is {why}")
+        if self.channel_correction != "none":
+            raise ValueError(f"channel_correction = {self.channel_correction!r}: a channel correction is {why}")
+        if self.sweep:
+            raise ValueError(f"sweep: a sweep grid is {why} (run one config per condition)")
+        llm, upd = self.llm, {}
+        if "max_tokens" not in llm.generator.model_fields_set:
+            upd["generator"] = llm.generator.model_copy(update={"max_tokens": MULTI_GENERATOR_TOKENS})
+        app = {} if "max_tokens" in llm.appraiser.model_fields_set else {"max_tokens": MULTI_APPRAISER_TOKENS}
+        if llm.appraiser.tau is None:
+            app["tau"] = MULTI_TAU
+        if app:
+            upd["appraiser"] = llm.appraiser.model_copy(update=app)
+        if llm.probe.enabled:
+            if "enabled" in llm.probe.model_fields_set:
+                raise ValueError(f"llm.probe.enabled = true: the self-report probe is {why}")
+            upd["probe"] = llm.probe.model_copy(update={"enabled": False})
+        if upd:
+            self.llm = llm.model_copy(update=upd)
+
+    @property
+    def multi(self) -> bool:
+        """Whether the topic has concepts (``simulate/topics/multi/``), not two stances."""
+        return topic_kind(self.topic) == "multi"
+
+    def concept(self, cid: str) -> tuple[float, float, Population]:
+        """(gamma, w, population) of concept ``cid`` after its overrides."""
+        c = self.concepts.get(cid, ConceptCfg())
+        return (self.gamma if c.gamma is None else c.gamma, self.w if c.w is None else c.w,
+                self.population if c.population is None else c.population)
+
+    @classmethod
+    def fold_legacy(cls, data: dict[str, Any]) -> dict[str, Any]:
+        """A run record written before the one schema (a two-stance record without ``concepts``, a
+        multi-concept one without ``oracle`` or ``llm.probe``) in today's shape, so that run resumes;
+        a record this schema cannot read is compared as it is."""
+        try:
+            return cls.model_validate(data).model_dump(mode="json")
+        except ValidationError:
+            return data
+
+
+class MultiBeliefConfig(BeliefConfig):
+    """The one schema with ``chorus belief multi``'s defaults: a multi-concept topic."""
+    name: str = "multi"
+    topic: str = "aldenvale_council"
 
 
 def _set_path(data: dict, dotted: str, value: Any) -> None:
@@ -251,90 +328,17 @@ def _label(ov: dict[str, Any]) -> str:
     return ",".join(parts)
 
 
-# -- multi-concept configs ---------------------------------------------------------------------
-class ConceptCfg(Strict):
-    """Overrides for one concept (null = the top-level value)."""
-    gamma: float | None = Field(None, gt=0.0, le=1.0)
-    w: float | None = Field(None, gt=0.0)
-    population: ConceptPopulation | None = None
-
-
-class MultiAppraiserCfg(Strict):
-    temperature: Temperature = 0.0
-    max_tokens: MaxTokens = 200   # one JSON object rating every stance of every concept
-    max_retries: int = Field(2, ge=0, description="extra calls for the concepts still failed")
-    retry_temperature: Temperature = 0.7
-    tau: float = Field(1.0, gt=0.0, description="temperature scaling on the simplex (1 = none; no "
-                       "multi-concept calibration set exists yet)")
-
-
-class MultiLLMCfg(Strict):
-    model: ModelSpec = Field(default_factory=ModelSpec, description="the agents' model role; a profile name is "
-                             "short for {profile: NAME}")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _legacy(cls, data: Any) -> Any:
-        return fold_legacy(data, ("backend", "dtype"), "model", "llm")
-    generator: GeneratorCfg = GeneratorCfg(max_tokens=90)
-    appraiser: MultiAppraiserCfg = MultiAppraiserCfg()
-
-
-class MultiBeliefConfig(PopulationRun):
-    name: str = "multi"
-    topic: str = "aldenvale_council"
-    couplings: bool = Field(False, description="apply the couplings the topic declares")
-    gamma: float = Field(0.7, gt=0.0, le=1.0)
-    w: float = Field(1.0, gt=0.0)
-    population: ConceptPopulation = ConceptPopulation()
-    concepts: dict[str, ConceptCfg] = Field(default_factory=dict)
-    topology: Topology = Topology()
-    turn_order: Literal["shuffle", "fixed"] = "shuffle"
-    llm: MultiLLMCfg = MultiLLMCfg()
-    analysis: AnalysisCfg = AnalysisCfg()
-
-    @model_validator(mode="after")
-    def _fits(self) -> MultiBeliefConfig:
-        check_topology(self.topology, self.n_agents)
-        return self
-
-    # -- per concept -----------------------------------------------------------------------
-    def concept(self, cid: str) -> tuple[float, float, ConceptPopulation]:
-        """(gamma, w, population) of concept ``cid`` after its overrides."""
-        c = self.concepts.get(cid, ConceptCfg())
-        return (self.gamma if c.gamma is None else c.gamma, self.w if c.w is None else c.w,
-                self.population if c.population is None else c.population)
-
-
-def check_against_topic(cfg: MultiBeliefConfig, topic) -> None:
-    """The checks that need the topic (K per concept), each naming the field."""
+# -- multi-concept topics ----------------------------------------------------------------------
+def check_against_topic(cfg: BeliefConfig, topic) -> None:
+    """The checks that need a multi-concept topic (K per concept), each naming the field."""
     ids = topic.concept_ids
     for cid in cfg.concepts:
         if cid not in ids:
             raise ConfigError(f"concepts.{cid}: topic {topic.id!r} has no concept {cid!r} (concepts: {', '.join(ids)})")
-    n = cfg.n_agents
-    for ci, c in enumerate(topic.concepts):
+    for c in topic.concepts:
         _, _, p = cfg.concept(c.id)
         where = f"concepts.{c.id}.population" if cfg.concepts.get(c.id, ConceptCfg()).population else "population"
-        kind = p.b0.kind
-        if kind in ("spread", "uniform") and c.K != 2:
-            raise ConfigError(f"{where}.b0.kind = {kind!r} draws a scalar credence and needs K = 2; concept "
-                              f"{c.id!r} has K = {c.K} (use 'dirichlet' or 'values')")
-        if kind == "values":
-            v = p.b0.values
-            if v is None or len(v) != n:
-                raise ConfigError(f"{where}.b0.values must list {n} initial credences for concept {c.id!r}")
-            for a, x in enumerate(v):
-                vec = [x, 1.0 - x] if isinstance(x, (int, float)) and c.K == 2 else x
-                if not isinstance(vec, list) or len(vec) != c.K or any(not (0.0 <= y <= 1.0) for y in vec) \
-                        or abs(sum(vec) - 1.0) > 1e-9:
-                    raise ConfigError(f"{where}.b0.values[{a}] = {x!r}: concept {c.id!r} needs a point of "
-                                      f"the simplex with K = {c.K} entries")
-        if p.kind == "custom":
-            if len(p.kappas) != n:
-                raise ConfigError(f"{where}.kappas has {len(p.kappas)} entries for n_agents={n}")
-            if kind != "values":
-                raise ConfigError(f"{where}.kind = 'custom' needs {where}.b0.kind = 'values'")
+        check_population(where, p, c.K, cfg.n_agents, c.id)
 
 
 def resolve_multi_config_path(name: str | Path) -> Path:

@@ -8,11 +8,10 @@ each role call is one batch across runs; the belief updates are one vectorised D
 per turn (``dirichlet.step``) on state of shape (R runs, N agents, C concepts, K_max stances):
 padded stances hold zero counts and zero evidence, so updates and credences are exact.
 
-The Beta layer (``BeliefConfig``, one topic per run) is the case C = 1, K = 2: its groups keep
+A two-stance topic (the Beta layer, one topic per run) is the case C = 1, K = 2: its groups keep
 Beta-shaped arrays ((R, N) kappa and b0), its roles see scalar credences and evidence, and its
 result is a Beta view (``GroupResult``: alpha, beta) of the same state, bit for bit what a
-separate Beta engine computed. A multi-concept config (``MultiBeliefConfig``) gives one group of
-its topic's concepts with optional couplings (``dirichlet.mix_evidence``).
+separate Beta engine computed. A multi-concept topic gives one group of its concepts with optional couplings (``dirichlet.mix_evidence``).
 
 Every random choice of a run (initial beliefs, graph, turn order) comes from generators
 spawned by (root seed, run seed, stream[, concept]), and every model request's seed from
@@ -27,7 +26,7 @@ import networkx as nx
 import numpy as np
 
 from . import core, dirichlet
-from .config import BeliefConfig, MultiBeliefConfig, check_against_topic
+from .config import BeliefConfig, check_against_topic
 from .population import build_graph, concept_stream, initial_credences, turn_order
 from .population import population as build_concept_population
 from .roles import Appraiser, Generator, OracleAppraiser, OracleGenerator, OracleProbe, Probe, ProbeRound, RunKey, Turn
@@ -42,11 +41,11 @@ class RunSpec:
     index of its condition in a sweep."""
     run: int
     seed: int
-    config: BeliefConfig | MultiBeliefConfig
+    config: BeliefConfig
     condition: int = 0
 
 
-def plan(cfg: MultiBeliefConfig) -> list[RunSpec]:
+def plan(cfg: BeliefConfig) -> list[RunSpec]:
     """One run per replicate seed of a multi-concept config, checked against its topic (a Beta
     config's conditions and runs come from ``experiment.plan``)."""
     check_against_topic(cfg, load_multi_topic(cfg.topic))
@@ -115,7 +114,7 @@ class Group:
         return self.kappa, self.b0, self.committed, self.gamma[:, None], self.w[:, None]
 
 
-def _concepts(cfg: BeliefConfig | MultiBeliefConfig, topic: MultiTopic | None):
+def _concepts(cfg: BeliefConfig, topic: MultiTopic | None):
     """[(K, gamma, w, population)] per concept: the Beta layer is one K = 2 concept."""
     if topic is None:
         return [(2, cfg.gamma, cfg.w, cfg.population)]
@@ -167,7 +166,7 @@ def prepare(specs: Sequence[RunSpec], root_seed: int, taus: dict[str, float] | N
     by_key: dict[tuple, list[RunSpec]] = {}
     for sp in specs:
         cfg = sp.config
-        key = (cfg.n_agents, cfg.rounds) if isinstance(cfg, BeliefConfig) else ("concepts", id(cfg))
+        key = ("concepts", id(cfg)) if cfg.multi else (cfg.n_agents, cfg.rounds)
         by_key.setdefault(key, []).append(sp)
     out = []
     for key, ss in by_key.items():

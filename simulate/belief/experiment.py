@@ -1,8 +1,9 @@
 """Experiments end to end, for any number of concepts: config -> runs -> lockstep engine -> run
 directory (tables, summary, plots). ``report`` recomputes summary and plots from a run directory
-alone. A Beta config (``chorus belief run | sweep``) runs its conditions x seeds; a multi-concept
-config (``chorus belief multi``) runs its seeds over its topic's concepts (provenance ``kind:
-multi``); both go through the same engine, roles, run directory and model ownership."""
+alone. One config (``BeliefConfig``), its topic deciding: a two-stance topic runs its conditions
+(``chorus belief sweep``: the sweep grid) x seeds; a multi-concept topic runs its seeds over the
+topic's concepts (provenance ``kind: multi``); both go through the same engine, roles, run
+directory and model ownership."""
 from __future__ import annotations
 
 import hashlib
@@ -17,19 +18,19 @@ from core.runs import RunDir, amends_run, run_dir_path
 
 from . import analysis, concept_analysis, correction, correction_measure, correction_plots, plots
 from .calibration import find_fit, fit_path, load_fit
-from .config import BeliefConfig, Condition, MultiBeliefConfig, expand
+from .config import BeliefConfig, Condition, expand
 from .engine import RunSpec, prepare, run_group
 from .engine import plan as plan_concepts
 from .roles import LLMAppraiser, LLMGenerator, LLMProbe, MultiLLMAppraiser, OracleProbe
 from .tables import all_tables, concept_tables
-from .topics import load_multi_topic, load_topic
+from .topics import TOPICS_DIR, list_multi_topics, list_topics, load_multi_topic, load_topic, topic_kind
 
 NOT_SWEEPABLE = ("mode", "seed", "name", "llm", "analysis", "sweep", "oracle")
 TABLES = ("events", "utterances", "beliefs", "runs", "agents", "edges", "conditions")
 MULTI = concept_analysis.KIND
 
 
-def plan_engines(cfg: BeliefConfig | MultiBeliefConfig):
+def plan_engines(cfg: BeliefConfig):
     """The device plan of an LLM-mode run (the one role "model": generator, appraiser and probe share
     it), before it loads; None in oracle mode, which calls no model."""
     if cfg.mode != "llm":
@@ -51,6 +52,9 @@ def plan(cfg: BeliefConfig, sweep: bool) -> tuple[list[Condition], list[RunSpec]
     conditions = expand(cfg, use_sweep=sweep)
     specs, k = [], 0
     for c in conditions:
+        if c.config.multi:   # a sweep grid is a two-stance topic's (the config refuses it for concepts)
+            raise ConfigError(f"{cfg.name} condition {c.index} ({c.label}): topic {c.config.topic!r} has concepts; "
+                              f"a sweep grid runs two-stance topics")
         load_topic(c.config.topic)
         for s in c.config.seed_list:
             specs.append(RunSpec(run=k, condition=c.index, seed=s, config=c.config))
@@ -80,11 +84,11 @@ def resolve_taus(cfg: BeliefConfig, conditions: list[Condition]) -> dict[str, di
     return out
 
 
-def default_out(cfg: BeliefConfig | MultiBeliefConfig) -> Path:
+def default_out(cfg: BeliefConfig) -> Path:
     return run_dir_path(None, "belief", cfg.name)
 
 
-def run_experiment(cfg: BeliefConfig | MultiBeliefConfig, out: str | Path | None = None, *, sweep: bool = False,
+def run_experiment(cfg: BeliefConfig, out: str | Path | None = None, *, sweep: bool = False,
                    engine: Any = None, progress: Callable[[int, int], Any] | None = None,
                    make_plots: bool = True, source: str | None = None) -> tuple[RunDir, dict]:
     """Run ``cfg`` (a Beta config's sweep grid when ``sweep``) and write a complete run directory.
@@ -93,7 +97,11 @@ def run_experiment(cfg: BeliefConfig | MultiBeliefConfig, out: str | Path | None
     ``progress(total, advance)``: called with (total utterances, 0) once, then with the number
     of utterances each lockstep turn produced.
     """
-    if isinstance(cfg, MultiBeliefConfig):
+    if topic_kind(cfg.topic) is None and not any(k == "topic" for k in cfg.sweep):
+        raise ConfigError(f"topic = {cfg.topic!r}: no such topic file (neither a file nor a shipped name in "
+                          f"{TOPICS_DIR}; two-stance topics: {', '.join(list_topics())}; multi-concept topics: "
+                          f"{', '.join(list_multi_topics())})")
+    if cfg.multi:
         conditions, corrections = None, {}
         specs = plan_concepts(cfg)
         t = load_multi_topic(cfg.topic)
@@ -132,7 +140,7 @@ def run_experiment(cfg: BeliefConfig | MultiBeliefConfig, out: str | Path | None
 
 def _roles(cfg, engine, run, taus):
     """(generator, appraiser, probe) of the run's mode; LLM roles share the one engine."""
-    multi = isinstance(cfg, MultiBeliefConfig)
+    multi = cfg.multi
     if cfg.mode != "llm":
         return None, None, (None if multi else OracleProbe())
     lc = cfg.llm
@@ -156,7 +164,7 @@ def _roles(cfg, engine, run, taus):
 
 def _simulate_and_write(cfg, run, conditions, specs, groups, taus, engine, progress, make_plots,
                         corrections=None):
-    multi = isinstance(cfg, MultiBeliefConfig)
+    multi = cfg.multi
     gen, app, prb = _roles(cfg, engine, run, taus)
     total = sum(g.R * g.rounds * g.N for g in groups)  # utterances
     if progress:
@@ -212,7 +220,7 @@ def report(path: str | Path, make_plots: bool = True, tables: dict | None = None
         raise ConfigError(f"{run.path}: not a belief run directory (no config.yaml)")
     prov = run.provenance()
     multi = prov.get("kind") == MULTI
-    cfg = load_config(run.path / "config.yaml", MultiBeliefConfig if multi else BeliefConfig)
+    cfg = load_config(run.path / "config.yaml", BeliefConfig)
     tabs = tables or {name: run.read_table(name) for name in (concept_analysis.TABLES if multi else TABLES)}
     if multi:
         summary, derived = concept_analysis.analyse(tabs, cfg, prov)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 import networkx as nx
 import numpy as np
@@ -41,19 +41,24 @@ class Topology(Strict):
 
 
 class InitialBeliefs(Strict):
-    """How the initial stances b0 are drawn (per seed). ``spread``: evenly spaced on
-    [low, high] plus uniform jitter, clipped to [0.05, 0.95]; ``uniform``: i.i.d. uniform on
-    [low, high]; ``values``: given per agent."""
-    kind: Literal["spread", "uniform", "values"] = "spread"
+    """How the initial credences b0 are drawn (per seed and concept). ``spread``: evenly spaced on
+    [low, high] plus uniform jitter, clipped to [0, 1]; ``uniform``: i.i.d. uniform on [low, high]
+    (both on the first stance, K = 2 only); ``dirichlet``: a symmetric Dirichlet of
+    ``concentration`` (any K); ``values``: given per agent, a credence on the first stance (K = 2) or a
+    K-vector on the simplex; ``auto`` (default): ``spread`` for K = 2, ``dirichlet`` for K > 2 (a
+    two-stance topic's config records it as ``spread``)."""
+    kind: Literal["auto", "spread", "uniform", "values", "dirichlet"] = "auto"
     low: float = Field(0.1, ge=0.0, le=1.0)
     high: float = Field(0.9, ge=0.0, le=1.0)
     jitter: float = Field(0.02, ge=0.0, le=0.5)
-    values: list[float] | None = None
+    concentration: float = Field(1.0, gt=0.0, description="dirichlet: symmetric concentration")
+    values: list[float] | list[list[float]] | None = Field(None, description="values: per agent, a "
+                                                            "K-vector on the simplex (or, K = 2, b on the first stance)")
 
     @field_validator("values")
     @classmethod
     def _unit(cls, v):
-        if v is not None and any(not (0.0 <= x <= 1.0) for x in v):
+        if v is not None and any(not isinstance(x, list) and not (0.0 <= x <= 1.0) for x in v):
             raise ValueError(f"every initial belief must lie in [0, 1], got {v}")
         return v
 
@@ -82,42 +87,17 @@ def check_topology(t: "Topology", n: int) -> None:
         raise ValueError(f"topology.m = {t.m} must be < n_agents = {n}")
 
 
-class PopulationChecks(Strict):
-    """The kappa checks both population blocks share (each declares its fields in its own order)."""
-    committed_hint: ClassVar[str] = "use kind 'custom' with .inf kappas for committed agents"
-
-    @field_validator("kappa", "stubborn_kappa", "pliable_kappa", check_fields=False)
-    @classmethod
-    def _k(cls, v):
-        return _positive_kappa(v)
-
-    @field_validator("kappas", check_fields=False)
-    @classmethod
-    def _ks(cls, v):
-        return _positive_kappas(v)
-
-    @model_validator(mode="after")
-    def _defaults(self):
-        if self.kappa is None:
-            self.kappa = 0.1 if self.kind == "degroot" else 4.0
-        if math.isinf(self.kappa) and self.kind != "custom":
-            raise ValueError(f"population.kappa must be finite ({self.committed_hint})")
-        if self.kind == "custom" and self.kappas is None:
-            raise ValueError("population.kind = 'custom' needs population.kappas")
-        return self
-
-
-class Population(PopulationChecks):
-    """Who is in the population.
+class Population(Strict):
+    """Who is in the population (of every concept, unless ``concepts.<id>.population`` says otherwise).
 
     - ``degroot``: everyone pliable (``kappa``, default 0.1), b0 from ``b0``.
-    - ``uniform``: everyone shares ``kappa`` (the kappa-recovery sweep), b0 from ``b0``.
-    - ``fj``: stubborn camps (``stubborn_kappa``) hold the most extreme b0 (a
-      ``stubborn_fraction`` of agents, half at each end), pliable agents (``pliable_kappa``)
-      are between.
-    - ``committed``: a ``committed_fraction`` never moves (kappa -> inf) at ``committed_b``;
+    - ``uniform``: everyone shares ``kappa`` (default 4; the kappa-recovery sweep), b0 from ``b0``.
+    - ``fj``: stubborn camps (``stubborn_kappa``) hold the most extreme b0 (a ``stubborn_fraction``
+      of agents: for K = 2 half at each end, for K > 2 one camp per stance made of the agents with
+      the highest credence on it); pliable agents (``pliable_kappa``) are between.
+    - ``committed`` (K = 2): a ``committed_fraction`` never moves (kappa -> inf) at ``committed_b``;
       the free agents share ``kappa`` and start at ``free_b0``.
-    - ``custom``: per-agent ``kappas`` (``.inf`` = committed) and ``b0.values``.
+    - ``custom``: per-agent ``kappas`` (``.inf`` = committed, never moves) and ``b0.values``.
     """
     kind: Literal["degroot", "uniform", "fj", "committed", "custom"] = "uniform"
     kappa: float | None = None
@@ -129,32 +109,56 @@ class Population(PopulationChecks):
     committed_b: float = Field(1.0, ge=0.0, le=1.0)
     free_b0: float = Field(0.05, ge=0.0, le=1.0)
     kappas: list[float] | None = None
-    committed_hint: ClassVar[str] = "use kind 'committed' or 'custom' for committed agents"
+
+    @field_validator("kappa", "stubborn_kappa", "pliable_kappa")
+    @classmethod
+    def _k(cls, v):
+        return _positive_kappa(v)
+
+    @field_validator("kappas")
+    @classmethod
+    def _ks(cls, v):
+        return _positive_kappas(v)
+
+    @model_validator(mode="after")
+    def _defaults(self):
+        if self.kappa is None:
+            self.kappa = 0.1 if self.kind == "degroot" else 4.0
+        if math.isinf(self.kappa) and self.kind != "custom":
+            raise ValueError("population.kappa must be finite (use kind 'committed' or 'custom' for committed agents)")
+        if self.kind == "custom" and self.kappas is None:
+            raise ValueError("population.kind = 'custom' needs population.kappas")
+        return self
 
 
-class InitialCredences(Strict):
-    kind: Literal["auto", "spread", "uniform", "values", "dirichlet"] = "auto"
-    low: float = Field(0.1, ge=0.0, le=1.0)
-    high: float = Field(0.9, ge=0.0, le=1.0)
-    jitter: float = Field(0.02, ge=0.0, le=0.5)
-    concentration: float = Field(1.0, gt=0.0, description="dirichlet: symmetric concentration")
-    values: list[float] | list[list[float]] | None = Field(None, description="values: per agent, a "
-                                                            "K-vector on the simplex (or, K = 2, b on the first stance)")
-
-
-class ConceptPopulation(PopulationChecks):
-    """Per concept: ``degroot`` (everyone ``kappa``, default 0.1), ``uniform`` (everyone
-    ``kappa``, default 4), ``fj`` (stubborn camps at ``stubborn_kappa`` hold the most extreme
-    b0: for K = 2 half at each end as in the single-concept layer, for K > 2 one camp per stance
-    made of the agents with the highest credence on it; pliable agents at ``pliable_kappa``) or
-    ``custom`` (per-agent ``kappas``, ``.inf`` = committed, never moves)."""
-    kind: Literal["degroot", "uniform", "fj", "custom"] = "uniform"
-    kappa: float | None = None
-    b0: InitialCredences = InitialCredences()
-    stubborn_kappa: float = 16.0
-    pliable_kappa: float = 1.0
-    stubborn_fraction: float = Field(0.5, ge=0.0, le=1.0)
-    kappas: list[float] | None = None
+def check_population(where: str, p: Population, K: int, n: int, concept: str | None = None) -> None:
+    """A population's fit to a concept with K stances and n agents, each error naming the field
+    (``where``: its dotted path; ``concept``: the concept's id, None for a two-stance topic)."""
+    of = f" for concept {concept!r}" if concept else ""
+    kind = p.b0.kind
+    if kind in ("spread", "uniform") and K != 2:
+        raise ConfigError(f"{where}.b0.kind = {kind!r} draws a scalar credence and needs K = 2; concept "
+                          f"{concept!r} has K = {K} (use 'dirichlet' or 'values')")
+    if p.kind == "committed" and K != 2:
+        raise ConfigError(f"{where}.kind = 'committed' holds a two-stance minority; concept {concept!r} has "
+                          f"K = {K} (use 'custom' with .inf kappas)")
+    if p.kind == "custom":
+        if len(p.kappas) != n:
+            raise ConfigError(f"{where}.kappas has {len(p.kappas)} entries for n_agents={n}")
+        if kind != "values":
+            raise ConfigError(f"{where}.kind = 'custom' needs {where}.b0.kind = 'values'")
+    if kind == "values":
+        v = p.b0.values
+        if v is None or len(v) != n:
+            raise ConfigError(f"{where}.b0.values must list {n} initial " + (f"credences{of}" if concept else "beliefs"))
+        for a, x in enumerate(v):
+            vec = [x, 1.0 - x] if isinstance(x, (int, float)) and K == 2 else x
+            if not isinstance(vec, list) or len(vec) != K or any(not (0.0 <= y <= 1.0) for y in vec) \
+                    or abs(sum(vec) - 1.0) > 1e-9:
+                raise ConfigError(f"{where}.b0.values[{a}] = {x!r}: " + (f"concept {concept!r}" if concept else "a two-stance topic")
+                                  + f" needs a point of the simplex with K = {K} entries")
+    if p.kind == "committed" and round(p.committed_fraction * n) >= n:
+        raise ConfigError(f"{where}.committed_fraction = {p.committed_fraction} leaves no free agent at n_agents={n}")
 
 
 # -- builders ------------------------------------------------------------------------------------

@@ -336,3 +336,21 @@ def _load_multi(path: str) -> MultiTopic:
 def load_multi_topic(name: str | Path) -> MultiTopic:
     """A multi-concept topic by id (a file in ``simulate/topics/multi/``) or by path."""
     return _load_multi(str(multi_topic_path(name).resolve()))
+
+
+def topic_kind(name: str | Path) -> str | None:
+    """``"beta"`` (two stances, ``simulate/topics/``), ``"multi"`` (concepts, ``simulate/topics/multi/``)
+    or None when no topic by that name or path can be read (the loaders then say why): a topic file
+    with a ``concepts`` list is a multi-concept topic. Cheap, for a config's validation: it reads the
+    file's YAML and nothing else."""
+    p = Path(name)
+    if p.is_file():
+        try:
+            data = yaml.safe_load(p.read_bytes())
+        except (OSError, yaml.YAMLError):
+            return None
+        return "multi" if isinstance(data, dict) and "concepts" in data else "beta"
+    for kind, d in (("beta", TOPICS_DIR), ("multi", MULTI_TOPICS_DIR)):
+        if (d / (p.name if p.suffix == ".yaml" else f"{p.name}.yaml")).is_file():
+            return kind
+    return None
