@@ -81,7 +81,7 @@ def main() -> None:
     import torch
 
     from interventions import knockout as ko
-    from interventions.internals import experiment as ix
+    from interventions import knockout_pairs as kp
     from interventions.internals.config import KnockoutSpec
     from simulate.debate.forced_choice import option_strings
     from serving import load_engine
@@ -93,7 +93,7 @@ def main() -> None:
     P = load_prompts()
     n_needed = max(a.contexts, a.batch)
     items, pairs = run_pairs(a.source_run, n_needed) if a.source_run else synthetic_pairs(n_needed)
-    ctxs = ix.knockout_contexts(items, pairs, P)
+    ctxs = kp.knockout_contexts(items, pairs, P)
     be, lm = eng.backend, ko.layer_map(eng)
     res: dict = {"machine": machine(), "profile": a.profile, "n_layers": lm.n_layers, "dtype": eng.dtype,
                  "contexts_source": a.source_run or "synthetic"}
@@ -139,12 +139,12 @@ def main() -> None:
     # (2) full sweep
     if not a.skip_sweep:
         sc = ctxs[:a.contexts]
-        conds, _ = ix.knockout_conditions(eng, KnockoutSpec(queries=["after", "decision"], sweep_queries=["after"]))
+        conds, _ = kp.knockout_conditions(eng, KnockoutSpec(queries=["after", "decision"], sweep_queries=["after"]))
         eng.store = None
         t0 = time.perf_counter()
-        table = ix.run_knockout_pairs(eng, sc, conds, route=a.route)
+        table = kp.run_knockout_pairs(eng, sc, conds, route=a.route)
         wall = time.perf_counter() - t0
-        s = ix.summarize_knockout(table, n_boot=200, seed=0, ci=0.95)
+        s = kp.summarize_knockout(table, n_boot=200, seed=0, ci=0.95)
         res["sweep"] = {"route": a.route, "contexts": len(sc), "conditions": len(conds), "forward_rows": len(sc) * len(conds),
                         "wall_s": wall, "s_per_context": wall / len(sc),
                         "prompt_tokens_mean": float(statistics.mean(len(eng.render(c["full"]).ids) for c in sc)),

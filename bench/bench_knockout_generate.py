@@ -32,7 +32,7 @@ def main() -> None:
     a = ap.parse_args()
 
     from bench_knockout import synthetic_pairs
-    from interventions.internals import experiment as ix
+    from interventions import knockout_pairs as kp
     from interventions.knockout_generate import greedy
     from serving import load_engine
     from serving.engine import default_dtype
@@ -40,7 +40,7 @@ def main() -> None:
 
     eng = load_engine(a.profile, "hf", dtype=default_dtype())
     items, pairs = synthetic_pairs(a.contexts)
-    ctxs = ix.knockout_contexts(items, pairs, load_prompts())
+    ctxs = kp.knockout_contexts(items, pairs, load_prompts())
     convs = [c["full"][:-1] for c in ctxs]  # the receiver's turn, without the readout prefill: it writes
     blocks = [c["block"] for c in ctxs]
     res: dict = {"machine": machine(), "profile": a.profile, "contexts": len(convs), "max_new_tokens": a.tokens,

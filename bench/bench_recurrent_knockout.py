@@ -36,14 +36,14 @@ def contexts(eng: Any, n: int, words: int) -> tuple[list[list[dict]], list[tuple
     """``n`` single-peer debate contexts (the knockout experiment's layout) whose peer response is
     about ``words`` words; the block target is the quoted peer block."""
     from bench_knockout import synthetic_pairs
-    from interventions.internals import experiment as ix
+    from interventions import knockout_pairs as kp
     from simulate.debate.prompts import load_prompts
 
     items, pairs = synthetic_pairs(n)
     filler = " ".join(["Each option deserves a careful look before the final answer is given."] * max(1, words // 12))
     for p in pairs:
         p["peer_text"] = f"{filler} {p['peer_text']}"
-    ctxs = ix.knockout_contexts(items, pairs, load_prompts())
+    ctxs = kp.knockout_contexts(items, pairs, load_prompts())
     return [c["full"] for c in ctxs], [c["block"] for c in ctxs]
 
 

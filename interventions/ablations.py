@@ -216,6 +216,15 @@ def _pmeta(p: dict, it: Item) -> dict:
             "peer_answer": p["peer_answer"], "labels": list(it.labels)}
 
 
+def pair_meta(p: dict, it) -> dict:
+    """A pair's columns in the internals verbs' tables (knockout, patch, probe): ``_pmeta``'s
+    without ``domain``, as their stored tables have them. Here, beside ``select_pairs``, because
+    the three pipelines share it and none of them imports another for it."""
+    return {"qid": p["qid"], "family": p["family"], "subdomain": p["subdomain"], "receiver": p["receiver"],
+            "peer": p["peer"], "own_answer": p["own_answer"], "peer_answer": p["peer_answer"],
+            "labels": list(it.labels)}
+
+
 def score_margins(engine: Any, meta: list[dict], convs: list[list[dict]]) -> pd.DataFrame:
     lps = forced_choice(engine, convs, [m["labels"] for m in meta])
     rows = []

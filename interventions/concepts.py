@@ -65,8 +65,10 @@ import pandas as pd
 
 from core.config import ConfigError, load_yaml, resolve_config
 from core.seeding import rng as make_rng
+from interventions import plots as ip
 from interventions.experiment import source_turns, start_run
 from interventions.knockout import layer_map
+from interventions.mechanic import Mechanic
 from interventions.probes import ProbeError, _folds, label_null, null_summary, span_means
 from interventions.spans import SpanError, message_token_span
 from simulate.debate.prompts import readout_prefill, turn_messages
@@ -490,3 +492,15 @@ def run_concepts(cfg: Any, out: Path | None = None, *, progress: Any = None, mak
     summary = report(run.path, "concepts", make_plots=make_plots) if report is not None else {}
     run.finish()
     return run, summary
+
+
+def _summarize_concepts(cfg, run, info, t, summary, make_plots) -> None:
+    pt = run.path / "tables" / "concept_probe.parquet"
+    probe = pd.read_parquet(pt) if pt.is_file() else pd.DataFrame()
+    summary.update(summarize(t, probe))
+    if make_plots and len(probe):
+        for site in info.get("sites", []):
+            ip.concept_site(t, probe, run.plot_path(f"concepts_{site}"), site=site, model=cfg.model.profile)
+
+
+MECHANIC = Mechanic(None, _summarize_concepts, own_run=run_concepts)

@@ -6,14 +6,30 @@ The two contexts must tokenise to the same length and differ only inside the cue
 experiment builds cue pairs that way and skips, counting, any pair that does not), so a
 position in X is the same position in Y. One batched trace patches every layer at once: row
 ``i`` of the batch is Y patched at layer ``layers[i]``, plus one unpatched row.
+
+The experiment (``chorus influence patch``) pairs the source-cue contexts of
+``ablations.cue_contexts``'s design: the same peer text under two descriptions that differ in one
+factor (record: good -> poor with the status fixed; status: professor -> ordinary with the
+record fixed). Positions must align, so a pair whose descriptions tokenise to different lengths
+is skipped and counted. Its results are keyed in the run's call store like engine calls, so a
+killed run recomputes nothing it already stored.
 """
 from __future__ import annotations
 
 from typing import Any, Sequence
 
 import numpy as np
+import pandas as pd
 
+from core.config import ConfigError
+from core.progress import Progress
+from core.stats import cluster_bootstrap, ratio_ci
+from interventions import plots as ip
+from interventions.ablations import pair_meta
 from interventions.knockout import hf_backend, _nnsight_model, envoy_layers, layer_map
+from interventions.mechanic import Mechanic, bootstrapped
+from interventions.spans import find_range, message_token_span
+from simulate.debate.prompts import debate_messages, readout_prefill
 
 
 class PatchError(ValueError):
@@ -93,3 +109,109 @@ def restored_share(m_patched: np.ndarray, m_x: float, m_y: float) -> np.ndarray:
     """(m_patched - m_Y) / (m_X - m_Y): 0 = no X information carried, 1 = X's margin."""
     d = m_x - m_y
     return (np.asarray(m_patched, float) - m_y) / d if d != 0 else np.full(np.shape(m_patched), np.nan)
+
+
+# -- the experiment: cue pairs, the pair loop, the summary --------------------------------------------
+def cue_context(it, p: dict, P: dict, rec: str, st: str) -> tuple[list[dict], str]:
+    desc = f"{P['status'][st]}, {P['record'][rec]}"
+    name = P["peer_name_cue"].format(k=p["peer"] + 1, desc=desc)
+    return readout_prefill(debate_messages(it, p["own_text"], [(name, p["peer_text"])], P), "", P), desc
+
+
+def cue_pairs(items: dict, pairs: Sequence[dict], P: dict, contrast: str) -> list[dict]:
+    """(X, Y) source-cue contexts differing in one factor; ``x_cue``/``y_cue`` name them."""
+    out = []
+    for p in pairs:
+        it = items[p["qid"]]
+        fixed = ("professor", "ordinary") if contrast == "record" else ("good", "poor")
+        for f in fixed:
+            if contrast == "record":
+                (cx, dx), (cy, dy) = cue_context(it, p, P, "good", f), cue_context(it, p, P, "poor", f)
+                names = (f"good_{f}", f"poor_{f}")
+            else:
+                (cx, dx), (cy, dy) = cue_context(it, p, P, f, "professor"), cue_context(it, p, P, f, "ordinary")
+                names = (f"{f}_professor", f"{f}_ordinary")
+            out.append({"meta": {**pair_meta(p, it), "x_cue": names[0], "y_cue": names[1]},
+                        "x": cx, "y": cy, "x_desc": dx, "y_desc": dy})
+    return out
+
+
+def run_patch_pairs(eng: Any, cps: list[dict], layers: Any, progress: Progress | None = None) -> tuple[pd.DataFrame, dict]:
+    lm = layer_map(eng)
+    layers = list(range(lm.n_layers)) if layers == "all" else [int(x) for x in layers]
+    bad = [x for x in layers if not 0 <= x < lm.n_layers]
+    if bad:
+        raise ConfigError(f"patch.layers: {bad} out of range (the model has {lm.n_layers} layers, valid 0..{lm.n_layers - 1})")
+    jobs, skipped = [], []
+    for c in cps:
+        px, py = eng.render(c["x"]), eng.render(c["y"])
+        idx = len(c["y"]) - 2
+        sx = message_token_span(eng.tokenizer, px.text, px.ids, c["x"], (idx, *find_range(c["x"][idx]["content"], c["x_desc"])))
+        sy = message_token_span(eng.tokenizer, py.text, py.ids, c["y"], (idx, *find_range(c["y"][idx]["content"], c["y_desc"])))
+        if len(px.ids) != len(py.ids) or (sx.start, sx.end) != (sy.start, sy.end) or \
+                px.ids[:sy.start] != py.ids[:sy.start] or px.ids[sy.end:] != py.ids[sy.end:]:
+            skipped.append({"qid": c["meta"]["qid"], "x_cue": c["meta"]["x_cue"], "y_cue": c["meta"]["y_cue"],
+                            "reason": f"cue spans do not align ({sx.end - sx.start} vs {sy.end - sy.start} tokens)"})
+            continue
+        labs = c["meta"]["labels"]
+        oid = option_ids(eng, py, [" " + x for x in labs])
+        jobs.append((c, px, py, list(range(sy.start, sy.end)), oid))
+    if progress:
+        progress(len(jobs), 0)
+    reqs = [{"x": c["x"], "y": c["y"], "positions": pos, "layers": layers} for c, px, py, pos, oid in jobs]
+
+    def compute(todo: list[int]) -> list[dict]:
+        out = []
+        for t in todo:
+            c, px, py, pos, oid = jobs[t]
+            r = interchange(eng, px.ids, py.ids, pos, layers)
+            out.append({"x": r["x"][oid].tolist(), "y": r["y"][oid].tolist(), "patched": r["patched"][:, oid].tolist()})
+            if progress:
+                progress(len(jobs), 1)
+        return out
+    res = eng.cached("patch", reqs, compute)
+    rows = []
+    for (c, px, py, pos, oid), r in zip(jobs, res):
+        m = c["meta"]
+        labs = m["labels"]
+        ip, io = labs.index(m["peer_answer"]), labs.index(m["own_answer"])
+        mx, my = r["x"][ip] - r["x"][io], r["y"][ip] - r["y"][io]
+        for k, L in enumerate(layers):
+            mp = r["patched"][k][ip] - r["patched"][k][io]
+            rows.append({**{a: b for a, b in m.items() if a != "labels"}, "layer": L, "n_positions": len(pos),
+                         "margin_x": mx, "margin_y": my, "margin_patched": mp,
+                         "restored": float(restored_share(mp, mx, my))})
+    return pd.DataFrame(rows), {"n_pairs": len(jobs), "n_skipped": len(skipped), "skipped": skipped}
+
+
+def summarize_patch(t: pd.DataFrame, *, n_boot: int, seed: int, ci: float) -> dict[str, Any]:
+    """Per layer: mean patched margin shift (m_patched - m_Y) and the restored share as a ratio
+    of means, mean(m_patched - m_Y) / mean(m_X - m_Y)."""
+    out: dict[str, Any] = {"curve": []}
+    if not len(t):
+        return out
+    one = t.drop_duplicates(["qid", "x_cue"])
+    d = (one["margin_x"] - one["margin_y"]).to_numpy(float)
+    est, lo, hi = cluster_bootstrap(lambda i: float(d[i].mean()), one["family"].to_numpy(), n_boot=n_boot, seed=seed, ci=ci)
+    out["cue_effect_x_minus_y"] = {"mean": est, "ci_low": lo, "ci_high": hi, "n": int(len(one))}
+    for L, g in t.groupby("layer", sort=True):
+        num = (g["margin_patched"] - g["margin_y"]).to_numpy(float)
+        den = (g["margin_x"] - g["margin_y"]).to_numpy(float)
+        s, slo, shi = ratio_ci(num, den, g["family"].to_numpy(), n_boot=n_boot, seed=seed, ci=ci)
+        out["curve"].append({"layer": int(L), "restored": s, "ci_low": slo, "ci_high": shi,
+                             "shift": float(num.mean()), "n": int(len(g))})
+    return out
+
+
+def _measure_patch(cfg, run, eng, items, pairs, P, progress, info) -> None:
+    info["n_layers"] = layer_map(eng).n_layers
+    if pairs:
+        cps = cue_pairs(items, pairs, P, cfg.patch.contrast)
+        if cfg.patch.max_pairs:
+            cps = cps[:cfg.patch.max_pairs]
+        table, pinfo = run_patch_pairs(eng, cps, cfg.patch.layers, progress)
+        info.update(pinfo)
+        run.write_table("patch", table)
+
+
+MECHANIC = Mechanic(_measure_patch, bootstrapped(summarize_patch, ("curve", ip.patch_curve, "patch_curve")))

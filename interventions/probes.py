@@ -9,13 +9,31 @@ of out-of-fold decision values (folds grouped by question family when groups are
 question's paired contexts never sit on both sides). The null refits the same pipeline on
 shuffled labels ``n_perm`` times; its 90th percentile is reported beside every probe score,
 because shuffled-label directions can still separate topics (peer-influence paper §C.1).
+
+The experiment (``chorus influence probe``) reads, per selected pair, the knockout contexts with
+and without the peer's message (``probe.concept: message``, ``interventions.knockout_pairs``) or
+the four crossed source-cue contexts (``record``, ``status``: ``patching.cue_context``); its
+activations are cached in RUN/activations.npz, so a killed run recomputes nothing it already stored.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any, Callable, Sequence
 
 import numpy as np
 import pandas as pd
+
+from core.config import ConfigError
+from core.runs import RunDir
+from core.seeding import rng as make_rng
+from interventions import plots as ip
+from interventions.ablations import pair_meta
+from interventions.knockout import hf_backend, _nnsight_model, envoy_layers, layer_map
+from interventions.knockout_pairs import knockout_contexts
+from interventions.mechanic import Mechanic
+from interventions.patching import cue_context
+from serving.types import validate_conversations
 
 
 class ProbeError(ValueError):
@@ -35,9 +53,6 @@ def span_means(engine: Any, conversations: Sequence[list[dict]], spans: Sequence
     token, the readout position of ``activations``). One trace per batch reads every set."""
     import nnsight
     import torch
-
-    from interventions.knockout import hf_backend, _nnsight_model, envoy_layers, layer_map
-    from serving.types import validate_conversations
 
     be = hf_backend(engine)
     lm = layer_map(engine)
@@ -168,8 +183,6 @@ def label_null(yb: np.ndarray, refit: Callable[[np.ndarray], Any], *, n_perm: in
     """The shuffled-label null, the one loop every probe's null runs: ``refit`` (score or direction)
     on each of ``n_perm`` permutations of ``yb`` drawn in order from ``rng(seed, stream)``; a
     permutation that leaves a training fold of ``folds`` with one class is drawn, then skipped."""
-    from core.seeding import rng as make_rng
-
     r = make_rng(seed, stream)
     out = []
     for _ in range(n_perm):
@@ -211,3 +224,77 @@ def probe_layers(acts: np.ndarray, y: Sequence, *, layers: Sequence[int], groups
         null = shuffled_null(X, y, groups=groups, n_perm=n_perm, n_splits=n_splits, seed=seed, C=C)
         rows.append({"layer": int(layer), **null_summary(a, null, len(X))})
     return pd.DataFrame(rows)
+
+
+# -- the experiment: contexts, cached activations, the per-layer probes ---------------------------------
+def probe_contexts(items: dict, pairs: Sequence[dict], P: dict, concept: str) -> tuple[list[dict], list[list[dict]], list[int]]:
+    meta, convs, labels = [], [], []
+    for c in (knockout_contexts(items, pairs, P) if concept == "message" else []):
+        for lab, conv in ((1, c["full"]), (0, c["none"])):
+            meta.append({**c["meta"], "context": "full" if lab else "no_message"})
+            convs.append(conv)
+            labels.append(lab)
+    if concept in ("record", "status"):
+        for p in pairs:
+            it = items[p["qid"]]
+            for rec in ("good", "poor"):
+                for st in ("professor", "ordinary"):
+                    conv, _ = cue_context(it, p, P, rec, st)
+                    meta.append({**pair_meta(p, it), "context": f"{rec}_{st}"})
+                    convs.append(conv)
+                    labels.append(int(rec == "good") if concept == "record" else int(st == "professor"))
+    return meta, convs, labels
+
+
+def probe_activations(run: RunDir, eng: Any, convs: list[list[dict]], layers: list[int]) -> np.ndarray:
+    """Activations, cached in RUN/activations.npz under a hash of the contexts and layers."""
+    h = hashlib.sha256(json.dumps({"convs": convs, "layers": layers, "model": eng.identity},
+                                  sort_keys=True).encode()).hexdigest()
+    path = run.path / "activations.npz"
+    if path.is_file():
+        z = np.load(path, allow_pickle=False)
+        if str(z["key"]) == h:
+            return z["acts"]
+    acts = activations(eng, convs, layers)
+    np.savez_compressed(path, acts=acts, key=np.array(h))
+    return acts
+
+
+def _measure_probe(cfg, run, eng, items, pairs, P, progress, info) -> None:
+    lm = layer_map(eng)
+    layers = list(range(lm.n_layers)) if cfg.probe.layers == "all" else [int(x) for x in cfg.probe.layers]
+    bad = [x for x in layers if not 0 <= x < lm.n_layers]
+    if bad:
+        raise ConfigError(f"probe.layers: {bad} out of range (valid 0..{lm.n_layers - 1})")
+    info["n_layers"] = lm.n_layers
+    if pairs:
+        meta, convs, labels = probe_contexts(items, pairs, P, cfg.probe.concept)
+        if progress:
+            progress(len(layers) + 1, 0)
+        acts = probe_activations(run, eng, convs, layers)
+        if progress:
+            progress(len(layers) + 1, 1)
+        groups = [m["family"] for m in meta]
+        t = probe_layers(acts, labels, layers=layers, groups=groups, n_perm=cfg.probe.n_perm,
+                         n_splits=cfg.probe.n_splits, seed=cfg.seed, C=cfg.probe.C)
+        t["concept"] = cfg.probe.concept
+        run.write_table("probe", t)
+        run.write_table("probe_contexts", pd.DataFrame([{**{k: v for k, v in m.items() if k != "labels"},
+                                                         "label": y} for m, y in zip(meta, labels)]))
+        if progress:
+            progress(len(layers) + 1, len(layers))
+
+
+def _summarize_probe(cfg, run, info, t, summary, make_plots) -> None:
+    if len(t):
+        summary["concept"] = cfg.probe.concept
+        summary["layers"] = t.to_dict(orient="records")
+        best = t.loc[t["auroc"].idxmax()]
+        summary["best_layer"] = {"layer": int(best["layer"]), "auroc": float(best["auroc"]),
+                                 "null_p90": float(best["null_p90"]), "p_value": float(best["p_value"])}
+        summary["n_layers_above_null_p90"] = int(t["above_null_p90"].sum())
+        if make_plots:
+            ip.probe_curve(t, run.plot_path("probe_auroc"), concept=cfg.probe.concept)
+
+
+MECHANIC = Mechanic(_measure_probe, _summarize_probe)

@@ -46,7 +46,9 @@ import serving  # serving.build_engine looked up per call: tests replace it
 from core.config import ConfigError
 from core.seeding import rng as make_rng
 from core.stats import cluster_bootstrap, ratio_ci
+from interventions import plots as ip
 from interventions.knockout import hf_backend, _nnsight_model, envoy_layers, layer_map
+from interventions.mechanic import Mechanic, bootstrapped
 from interventions.patching import option_ids as single_ids
 from interventions.probes import activations
 from interventions.spans import message_token_span
@@ -547,3 +549,10 @@ def run_experiment(cfg: Any, run: Any, receiver: Any, items: dict, pairs: Sequen
     finally:
         if own:
             sender.close()
+
+
+def _measure_transfer(cfg, run, eng, items, pairs, P, progress, info) -> None:
+    info.update(run_experiment(cfg, run, eng, items, pairs, P, progress))  # latent state transfer
+
+
+MECHANIC = Mechanic(_measure_transfer, bootstrapped(summarize, ("curve", ip.transfer_curve, "transfer_share")))

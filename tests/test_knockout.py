@@ -176,7 +176,7 @@ def test_bad_input_errors(tiny, tokenizer):
 
 # -- effect accounting (exact) ----------------------------------------------------------------------
 def test_share_removed_hand_computed():
-    from interventions.internals.experiment import summarize_knockout
+    from interventions.knockout_pairs import summarize_knockout
     t = pd.DataFrame({"qid": ["q1", "q2", "q1", "q2"], "family": ["f1", "f2", "f1", "f2"],
                       "kind": ["all"] * 4, "layer": [-1] * 4, "queries": ["after", "after", "decision", "decision"],
                       "margin_full": [2.0, 4.0, 2.0, 4.0], "margin_no_message": [0.0, 0.0, 0.0, 0.0],
@@ -343,7 +343,7 @@ def _recipe_args():
 def test_cross_check_fails_the_run_on_a_route_disagreement(tiny, monkeypatch):
     """A context recomputed by the other route that differs beyond the tolerance is one KnockoutError
     naming both routes (the disagreement is made by a double: the routes themselves agree)."""
-    from interventions.internals.experiment import _cross_check
+    from interventions.knockout_pairs import _cross_check
     eng = tiny("llama")
     b = ko.prepare_rows(eng, [conversation()], OPTS, [target(conversation())])[0]
     rows = [ko.Row(b.prompt, b.options, b.span, frozenset([0]), "after")]

@@ -24,11 +24,12 @@ from typing import Any, Callable
 import serving  # serving.build_engine looked up per call: tests replace it
 from core.runs import RunDir
 from interventions import ablations as ab
+from interventions import knockout_pairs as kp
+from interventions import patching as pt
 from interventions import plots as ip
 from interventions.experiment import source_turns
-from interventions.internals import experiment as ix
 from interventions.internals.config import InternalsConfig
-from interventions.probes import probe_layers
+from interventions.probes import probe_activations, probe_contexts, probe_layers
 from serving.profiles import embedded_note, get_profile
 from simulate.debate.prompts import load_prompts
 
@@ -95,24 +96,24 @@ def run_demo(out: Path, *, profile: str, size: str = "tiny", progress: Callable[
         summary: dict[str, Any] = {"experiment": cfg.name, "model": cfg.model.profile, "size": size,
                                    "n_pairs": len(pairs), "note": embedded_note([cfg.model.profile])}
         if pairs:
-            conds, plan = ix.knockout_conditions(eng, cfg.knockout)
-            kt = ix.run_knockout_pairs(eng, ix.knockout_contexts(items, pairs, P), conds, progress)
+            conds, plan = kp.knockout_conditions(eng, cfg.knockout)
+            kt = kp.run_knockout_pairs(eng, kp.knockout_contexts(items, pairs, P), conds, progress)
             run.write_table("knockout", kt)
             ks = {**plan, "n_pairs": len(pairs), "model": cfg.model.profile,
-                  **ix.summarize_knockout(kt, n_boot=a.n_boot, seed=cfg.seed, ci=a.ci)}
+                  **kp.summarize_knockout(kt, n_boot=a.n_boot, seed=cfg.seed, ci=a.ci)}
             ip.knockout_curves(ks, run.plot_path("knockout_curves"))
             summary["knockout"] = {k: v for k, v in ks.items() if k != "curves"}
             summary["knockout"]["curves"] = ks["curves"]
 
-            cps = ix.cue_pairs(items, pairs, P, cfg.patch.contrast)[:cfg.patch.max_pairs]
-            pt_table, pinfo = ix.run_patch_pairs(eng, cps, cfg.patch.layers, progress)
+            cps = pt.cue_pairs(items, pairs, P, cfg.patch.contrast)[:cfg.patch.max_pairs]
+            pt_table, pinfo = pt.run_patch_pairs(eng, cps, cfg.patch.layers, progress)
             run.write_table("patch", pt_table)
-            ps = {**pinfo, "model": cfg.model.profile, **ix.summarize_patch(pt_table, n_boot=a.n_boot, seed=cfg.seed, ci=a.ci)}
+            ps = {**pinfo, "model": cfg.model.profile, **pt.summarize_patch(pt_table, n_boot=a.n_boot, seed=cfg.seed, ci=a.ci)}
             if ps.get("curve"):
                 ip.patch_curve(ps, run.plot_path("patch_curve"))
             summary["patch"] = ps
 
-            meta, convs, labels = ix.probe_contexts(items, pairs, P, cfg.probe.concept)
+            meta, convs, labels = probe_contexts(items, pairs, P, cfg.probe.concept)
             groups = [m["family"] for m in meta]
             if len(set(groups)) < 2:  # grouped folds need two questions (a model that rarely disagrees)
                 summary["probe"] = {"concept": cfg.probe.concept, "n_contexts": len(convs),
@@ -122,7 +123,7 @@ def run_demo(out: Path, *, profile: str, size: str = "tiny", progress: Callable[
                 upd = progress
                 if upd:
                     upd(2, 0)
-                acts = ix.probe_activations(run, eng, convs, list(cfg.probe.layers))
+                acts = probe_activations(run, eng, convs, list(cfg.probe.layers))
                 if upd:
                     upd(2, 1)
                 pr = probe_layers(acts, labels, layers=list(cfg.probe.layers), groups=groups,
