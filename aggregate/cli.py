@@ -15,6 +15,7 @@ from core.cliutil import fail as _fail
 from core.progress import progress
 from core.verbs import Option, Verb, register
 from core.config import ConfigError
+from core.runs import RecordError, require_record, write_json
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="BDA aggregation over council traces: run, sweep, verify.")
@@ -78,7 +79,6 @@ def verify(run_dir: Path = typer.Argument(..., help="A run directory holding res
     from aggregate.errors import VerifyError
     from aggregate.results import verify as do_verify
 
-    from core.runs import RecordError, require_record
 
     try:
         require_record(run_dir, exempt=("results.json",))   # the rest as written; results.json is recomputed below
@@ -164,7 +164,6 @@ def flips(traces: List[Path] = typer.Argument(..., help="Trace files (.jsonl / .
     from rich.table import Table
 
     from aggregate.flips import decision_flips, flip_summary, plot_ratios
-    from core.runs import write_json
 
     try:
         trs = _load_all(traces)
@@ -203,7 +202,6 @@ def switch(traces: List[Path] = typer.Argument(..., help="Trace files (.jsonl / 
     from rich.table import Table
 
     from aggregate.label_switching import demonstrate, plot, table
-    from core.runs import write_json
 
     try:
         trs = _load_all(traces)
@@ -244,7 +242,6 @@ def truncation(traces: List[Path] = typer.Argument(..., help="Trace files (.json
 
     from aggregate.methods import check_method
     from aggregate.truncation import truncation_table
-    from core.runs import write_json
 
     try:
         ms = [check_method(m.strip()) for m in methods.split(",") if m.strip()]
@@ -289,7 +286,6 @@ def lodo(sets: List[str] = typer.Argument(..., help="NAME=FILE trace sets (two o
     from aggregate.lodo import leave_one_dataset_out, transfer_gap
     from aggregate.methods import check_method
     from aggregate.trace import load_traces
-    from core.runs import write_json
 
     try:
         paths, named = {}, {}
@@ -338,7 +334,6 @@ def labels(traces: Path = typer.Argument(..., help="A labelled trace file (.json
     from aggregate.label_efficiency import efficiency_curve, label_efficiency, plot_curve
     from aggregate.methods import check_method
     from aggregate.trace import load_traces
-    from core.runs import write_json
 
     try:
         try:
@@ -402,7 +397,6 @@ def keys_ablation(traces: List[Path] = typer.Argument(..., help="Labelled trace 
     from rich.table import Table
 
     from aggregate.granularity import ablation_table, plot
-    from core.runs import write_json
 
     try:
         trs = _load_all(traces)
@@ -455,7 +449,6 @@ def shift(traces: List[Path] = typer.Argument(..., help="Clean labelled trace fi
 
     from aggregate.methods import check_method
     from aggregate.policy_shift import before_after, coalition, plot, shift_table
-    from core.runs import write_json
 
     try:
         ms = [check_method(m.strip()) for m in methods.split(",") if m.strip()]
@@ -512,7 +505,6 @@ def drift(traces: List[Path] = typer.Argument(..., help="Labelled trace files, r
     from aggregate.drift import (RowDriftDetector, StreamCounts, alarm_delay, first_alarm, plot_drift,
                                  shifted_fraction)
     from aggregate.policy_shift import coalition, shifted_stream
-    from core.runs import write_json
 
     try:
         trs = _load_all(traces)
@@ -579,7 +571,6 @@ def transfer(sources: List[str] = typer.Argument(..., help="NAME=FILE source tra
     from aggregate.methods import check_method
     from aggregate.trace import load_traces
     from aggregate.transfer import cross_domain_transfer, table_records, transfer_summary
-    from core.runs import write_json
 
     def named(spec: str, what: str) -> tuple[str, str]:
         name, sep, path = spec.partition("=")

@@ -9,6 +9,7 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from aggregate.methods import check_method
 from core.config import Strict, load_yaml, resolve_config, set_dotted, validate
+from aggregate.synthetic import CouncilSpec
 
 CONFIGS_DIR = Path(__file__).resolve().parent / "configs"
 
@@ -55,7 +56,6 @@ class SyntheticConfig(Strict):
         return self
 
     def spec(self):
-        from aggregate.synthetic import CouncilSpec
 
         return CouncilSpec(n_tasks=self.n_tasks, K=self.K, reliabilities=tuple(self.reliabilities),
                            rounds=self.rounds, p_concede=self.p_concede, p_challenge=self.p_challenge,

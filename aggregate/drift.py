@@ -37,6 +37,7 @@ import numpy as np
 from aggregate.counts import Pool
 from aggregate.posterior import MU_CLIP
 from core.seeding import rng as make_rng
+from core.plots import subplots
 
 KEY_DRIFT_BOOT = 41  # the noise floor's bootstrap stream (seed, KEY_DRIFT_BOOT)
 MIN_PER_CLASS = 10
@@ -192,7 +193,6 @@ def plot_drift(drift: np.ndarray, threshold: float, floor: float, path, *, windo
                shift_at: int | None = None, alarm: int | None = None) -> None:
     """Drift over the stream (x: the last task of each window) with the floor, the alarm line, the
     reference window, and the planted shift and first alarm when given."""
-    from core.plots import subplots
     fig, ax = subplots(figsize=(6.5, 3.6))
     t = np.arange(len(drift))
     ax.plot(t, drift, lw=1.0, color="C0", label="row drift vs reference")

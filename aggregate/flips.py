@@ -21,6 +21,7 @@ from aggregate.posterior import beta_params, one_coin_proba
 from aggregate.selection import argmax_random
 from aggregate.trace import Trace
 from core.seeding import rng as make_rng
+from core.plots import subplots
 
 NEUTRAL_B = 0.58  # the base of the BDA paper's fixed prior (b, kappa, s) = (0.58, 2, 16), kappa set to 0
 NEUTRAL_S = 16.0
@@ -75,7 +76,6 @@ def flip_summary(per_task: pd.DataFrame) -> pd.DataFrame:
 
 def plot_ratios(summary: pd.DataFrame, path: Any, *, title: str = "decision flips: fix / break by K") -> None:
     """Fig. 6: the fix / break ratio by K, with the counts written on each bar."""
-    from core.plots import subplots
     fig, ax = subplots(figsize=(4.5, 3.2))
     x = np.arange(len(summary))
     ax.bar(x, summary["ratio"].fillna(0.0), color="#4c72b0")

@@ -26,6 +26,7 @@ from aggregate.keys import KEYS, check_key, keyed_pool
 from aggregate.methods import make_method
 from aggregate.selection import nested_cv
 from aggregate.trace import Trace
+from core.plots import subplots
 
 FIXED_PRIOR = {"b": 0.58, "kappa": 2.0, "s": 16.0}  # the BDA paper's Table 7 granularity prior
 ESTIMATOR_ARMS = {"all": "bda_per_agent", "proposals": "bda_rel_proposals", "round0": "bda_rel_round0"}
@@ -95,7 +96,6 @@ def _basis_moves(pool: Pool, basis: str) -> int:
 
 def plot(table: pd.DataFrame, path: "str | Path", title: str = "") -> Path:
     """Accuracy, Brier and ECE (equal-width) per arm, the two halves side by side in each panel."""
-    from core.plots import subplots
 
     fig, axes = subplots(1, 3, figsize=(12.0, 3.8))
     colors = ["C0" if h == "granularity" else "C1" for h in table["half"]]

@@ -20,6 +20,7 @@ from aggregate.experiments import cell_metrics
 from aggregate.methods import make_method
 from aggregate.selection import budget_subsample, fit_predict_split, seed_int
 from aggregate.trace import Trace
+from core.plots import subplots
 
 KEY_LABELS = 23  # the calibration draw's seed stream (seed, KEY_LABELS, n)
 
@@ -56,7 +57,6 @@ def efficiency_curve(table: pd.DataFrame, metric: str = "accuracy") -> pd.DataFr
 
 
 def plot_curve(curve: pd.DataFrame, path, *, metric: str = "accuracy") -> None:
-    from core.plots import subplots
     fig, ax = subplots(figsize=(5.5, 3.8))
     for m, g in curve.groupby("method", sort=False):
         ax.errorbar(g["budget"], g["mean"], yerr=g["sd"].fillna(0.0), marker="o", capsize=3, label=m)

@@ -23,6 +23,8 @@ from aggregate.experiments import cell_metrics
 from aggregate.methods import make_method
 from aggregate.selection import nested_cv
 from aggregate.trace import Trace
+from aggregate.spectral import mirrored, one_coin_loglik
+from core.plots import subplots
 
 UNSUPERVISED = {"ds_em": "majority", "ds_em_spectral": "spectral"}
 
@@ -31,7 +33,6 @@ def demonstrate(traces: Sequence[Trace], *, compared: Sequence[str] = ("bda_per_
                 outer_folds: int = 5, inner_folds: int = 5, seed: int = 0, protocol: str = "strict",
                 on_violation: str = "error") -> dict[str, Any]:
     """The demonstration's numbers (module docstring) on the labelled K = 2 traces of ``traces``."""
-    from aggregate.spectral import mirrored, one_coin_loglik
 
     binary = [t for t in traces if len(t.candidates) == 2 and t.gold is not None]
     if len(binary) < 2 * outer_folds:
@@ -80,7 +81,6 @@ def table(result: dict[str, Any]) -> pd.DataFrame:
 
 def plot(result: dict[str, Any], path) -> None:
     """Accuracy of each arm, with every seat's own accuracy for reference."""
-    from core.plots import subplots
     t = table(result)
     fig, (a1, a2) = subplots(1, 2, figsize=(10.0, 3.6))
     a1.bar(range(len(result["seat_accuracy"])), list(result["seat_accuracy"].values()), color="0.6")

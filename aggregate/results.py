@@ -21,6 +21,7 @@ import numpy as np
 
 from aggregate.results_file import METRIC_COLS, RESULTS, read_results, render_markdown, write_results
 from core.progress import Progress
+from aggregate.trace import load_traces, traces_sha256
 
 __all__ = ["RESULTS", "METRIC_COLS", "write_results", "read_results", "render_markdown", "Check",
            "independent_plurality", "select_cells", "verify"]
@@ -138,7 +139,6 @@ def verify(run_dir: str | Path, *, cells: "str | int | None" = None, tolerance: 
     (``ok`` False where a number does not recompute)."""
     from aggregate.config import RunConfig, SweepConfig
     from aggregate.experiments import evaluate_run, evaluate_sweep_cell, move_inventory
-    from aggregate.trace import load_traces, traces_sha256
 
     run_dir = Path(run_dir)
     res = read_results(run_dir)

@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from aggregate.errors import VerifyError
+from core.runs import write_json
 
 RESULTS = "results.json"
 
 
 def write_results(run_dir: Path, results: dict[str, Any]) -> Path:
-    from core.runs import write_json
 
     path = Path(run_dir) / RESULTS
     write_json(path, results)

@@ -16,6 +16,7 @@ import pandas as pd
 
 from aggregate.experiments import cell_metrics, per_task, run_cell
 from aggregate.trace import Trace
+from core.stats import paired_bootstrap
 
 BASES = ("round0", "full")
 
@@ -25,7 +26,6 @@ def truncation_table(traces: Sequence[Trace], methods: Sequence[str], *, outer_f
                      grids: dict | None = None, n_boot: int = 2000, ci: float = 0.95) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(metrics: one row per (basis, method), accuracy, Brier and ECE; deltas: per method and metric,
     full - round0 in accuracy and Brier with a question-clustered paired bootstrap interval)."""
-    from core.stats import paired_bootstrap
     cvs = {}
     for basis in BASES:
         trs = [t.truncate(0) for t in traces] if basis == "round0" else list(traces)

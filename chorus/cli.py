@@ -18,6 +18,8 @@ from simulate.council.cli import council_app
 from simulate.debate.cli import debate_app
 from simulate.roleplay.cli import roleplay_app, sft_app
 from core.progress import progress
+from core.runs import run_dir_path, RecordError, require_record, MANIFEST, check_record, record_files
+from chorus.errors import run_command
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="chorus: self-hosted models that debate, simulate opinions and deliberate.")
@@ -97,7 +99,6 @@ def rehearse(model: str = typer.Argument(..., help="a profile, a model folder, o
     from rich.table import Table
 
     from chorus.rehearse import rehearse as run_rehearsal
-    from core.runs import run_dir_path
     from serving.dummy import architectures, build_dummy
 
     console = Console()
@@ -135,7 +136,6 @@ def report(run_dir: Path = typer.Argument(..., help="Any chorus run directory (a
            out: Path = typer.Option(None, "--out", help="HTML file to write (default RUN/report.html).")) -> None:
     """Render a single self-contained HTML report (no network, no external assets) for a run directory."""
     from chorus.report import ReportError, check_readable, render_report
-    from core.runs import RecordError, require_record
     try:
         if run_dir.is_dir():
             require_record(run_dir)   # a report never shows numbers the run did not write
@@ -151,7 +151,6 @@ def verify(run_dir: Path = typer.Argument(..., help="Any finished chorus run dir
     """Check every file a finished run wrote (summary, tables, traces, plots, configs) against the
     record it sealed when it finished (manifest.json); exit 1 naming each changed or missing file.
     Council aggregation runs: `chorus aggregate verify` also recomputes results.json from the traces."""
-    from core.runs import MANIFEST, check_record, record_files
     if not run_dir.is_dir():
         fail(f"{run_dir}: no such run directory")
     bad = check_record(run_dir)
@@ -166,7 +165,6 @@ def main() -> None:
     """The ``chorus`` command: the app behind the one error boundary (``chorus.errors``)."""
     import sys
 
-    from chorus.errors import run_command
     sys.exit(run_command(app))
 
 

@@ -31,6 +31,8 @@ from chorus.stages import REGISTRY, SIZES, STAGES, DemoConfig, Stage
 from core.config import validate
 from core.progress import progress as progress_bar
 from core.runs import RunDir, write_json
+from serving import engine_pool
+from serving.engine import default_dtype, pool_plans, release_pooled, resolve_backend
 
 __all__ = ["run_demo", "REGISTRY", "STAGES", "SIZES", "DemoConfig", "Stage"]
 
@@ -102,8 +104,6 @@ def run_demo(size: str, out: Path, profile: str = DEFAULT_PROFILE, backend: str 
     """Run the demo stages into ``out`` and render ``out/report.html``; returns its path."""
     import datetime as dt
 
-    from serving import engine_pool
-    from serving.engine import default_dtype, pool_plans, release_pooled, resolve_backend
 
     unknown = [s for s in (stages or []) if s not in REGISTRY]
     if unknown:

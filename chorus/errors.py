@@ -13,6 +13,12 @@ from __future__ import annotations
 import os
 import sys
 from typing import Callable
+from serving.memory import MemoryPlanError
+from serving.plan import DevicePlanError
+from serving.profiles import ModelError
+from serving.store import StoreError
+from core.logs import quiet_native_logs
+from core.runs import mark_failed
 
 BAD_INPUT_EXIT, FAILED_EXIT = 2, 1
 DEBUG_ENV = "CHORUS_DEBUG"
@@ -24,10 +30,6 @@ def bad_input_types() -> tuple[type[BaseException], ...]:
     cannot fit, YAML that does not parse, and a path that is missing or of the wrong kind."""
     import yaml
 
-    from serving.memory import MemoryPlanError
-    from serving.plan import DevicePlanError
-    from serving.profiles import ModelError
-    from serving.store import StoreError
 
     return (ValueError, ModelError, StoreError, DevicePlanError, MemoryPlanError, yaml.YAMLError,
             FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError, PermissionError)
@@ -61,9 +63,7 @@ def run_command(app: Callable[..., object], argv: list[str] | None = None) -> in
         os.environ[VERBOSE_ENV] = "1"
         argv = argv[1:]
     argv = [a for a in argv if a != "--debug"]
-    from core.logs import quiet_native_logs
     quiet_native_logs()
-    from core.runs import mark_failed
     try:
         app(argv, prog_name="chorus")
     except SystemExit as e:

@@ -32,6 +32,12 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from core.runs import library_versions, write_json
+from chorus.registry import run_verb
+from simulate.belief.roles import LLMAppraiser, LLMGenerator, LLMProbe, ProbeRound, RunKey, Turn
+from simulate.belief.topics import load_topic
+from serving import build_engine
+from serving.launch import free_port, start_server, stop_server, wait_healthy
+from serving.profiles import all_profiles, get_profile
 
 __all__ = ["PATHS", "BACKENDS", "rehearse", "Skip", "CheckFailed"]
 
@@ -225,7 +231,6 @@ class _Rehearsal:
             raise Skip(f"the {backend} engine did not load: {self.load_error[backend]}")
         if backend in self.released:
             raise Skip(f"the {backend} engine was already released (run its paths before hf.sft)")
-        from serving import build_engine
         kw: dict[str, Any] = {}
         if backend == "vllm":
             import importlib.util
@@ -432,7 +437,6 @@ def _probe(r: _Rehearsal) -> dict[str, Any]:
 # -- simulate (on the engine already loaded) ----------------------------------------------------------
 def _debate(backend: str) -> Callable[[_Rehearsal], dict[str, Any]]:
     def run(r: _Rehearsal) -> dict[str, Any]:
-        from chorus.registry import run_verb
         eng = r.engine(backend)
         # short questions (misconceptions) and 16 new tokens: plumbing, not a finding
         run_, _summary = run_verb(("debate", "run"), "smoke", {
@@ -452,7 +456,6 @@ def _debate(backend: str) -> Callable[[_Rehearsal], dict[str, Any]]:
 
 
 def _council(r: _Rehearsal) -> dict[str, Any]:
-    from chorus.registry import run_verb
     eng = r.engine("hf")
     seats = [{"profile": r.model, "persona": p} for p in ("analyst", "skeptic", "analyst")]
     run_, _summary = run_verb(("council", "run"), "tiny", {"name": "rehearse-council", "data": [{"dataset": "truthfulqa_claims", "n": 2, "balanced": True}],
@@ -474,8 +477,6 @@ def _council(r: _Rehearsal) -> dict[str, Any]:
 def _belief(r: _Rehearsal) -> dict[str, Any]:
     import numpy as np
 
-    from simulate.belief.roles import LLMAppraiser, LLMGenerator, LLMProbe, ProbeRound, RunKey, Turn
-    from simulate.belief.topics import load_topic
     eng = r.engine("hf")
     topic = load_topic("transit_priority")
     runs = [RunKey(seed=0, topic=topic), RunKey(seed=1, topic=topic)]
@@ -494,7 +495,6 @@ def _belief(r: _Rehearsal) -> dict[str, Any]:
 def _sft(r: _Rehearsal) -> dict[str, Any]:
     import shutil
 
-    from chorus.registry import run_verb
     if "hf" in r.engines:
         tok = r.engines["hf"].tokenizer
     else:  # the tokenizer alone answers this; no need to load the serving copy for it
@@ -523,10 +523,8 @@ def _sft(r: _Rehearsal) -> dict[str, Any]:
 def _openai_chat(r: _Rehearsal) -> dict[str, Any]:
     import importlib.util
 
-    from serving import build_engine
     if importlib.util.find_spec("vllm") is None:
         raise Skip("`chorus serve` needs vLLM, which is not installed")
-    from serving.launch import free_port, start_server, stop_server, wait_healthy
 
     port = free_port()
     url = f"http://127.0.0.1:{port}/v1"
@@ -646,7 +644,6 @@ def rehearse(model: str | Path, *, backends: Sequence[str] = ("hf", "vllm"), pat
     ``chat``). Returns the rehearsal dict and, with ``out``, writes ``out/rehearsal.json`` (after
     every path, so a killed rehearsal keeps what it measured). ``progress(total, k)``: the
     convention of ``core.progress``, one unit per path."""
-    from serving.profiles import all_profiles, get_profile
     selected = _select(list(backends), paths)
     if dtype is not None and dtype not in ("float32", "bfloat16", "float16"):
         raise ValueError(f"dtype must be float32, bfloat16 or float16, got {dtype!r}")

@@ -19,6 +19,7 @@ import pandas as pd
 
 from chorus import __version__
 from serving.profiles import embedded_note
+from chorus.stages import REGISTRY, STAGES
 
 CSS = """body{font-family:system-ui,-apple-system,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222;line-height:1.4}
 h1{font-size:1.6em}h2{border-bottom:2px solid #ddd;padding-bottom:.2em;margin-top:1.6em}h3{margin-bottom:.3em}
@@ -115,7 +116,6 @@ def _dig(d: Any, dotted: str) -> Any:
 def _key_numbers(name: str, rec: dict[str, Any] | None) -> str:
     """A few headline numbers of a demo stage for the overview (the stage's declared keys, else its
     first headline scalars)."""
-    from chorus.stages import REGISTRY
     summ = (rec or {}).get("summary") or {}
     keys = REGISTRY[name].keys if name in REGISTRY else ()
     pairs = [(k.split("/")[-1] if k.startswith("headline/") else k, _dig(summ, k)) for k in keys]
@@ -197,7 +197,6 @@ def _run_body(run: Path, title_level: int = 2, anchor: str = "") -> str:
 def _demo_stages(prov: dict[str, Any] | None, summ: dict[str, Any] | None) -> list[str]:
     """Stages to show: those the last invocation planned (it may have run only some, with --stage)
     plus those earlier invocations left in the summary, in the demo's order."""
-    from chorus.stages import STAGES
     wanted = set((prov or {}).get("stages") or STAGES) | set((summ or {}).get("stages", {}))
     return [s for s in STAGES if s in wanted] + sorted(wanted - set(STAGES))
 
@@ -220,7 +219,6 @@ def _demo_profiles(run: Path, stages: list[str], profile: str | None) -> list[st
 
 
 def _demo_body(run: Path, summ: dict[str, Any] | None, prov: dict[str, Any] | None) -> str:
-    from chorus.stages import REGISTRY
     stages = (summ or {}).get("stages", {})
     timing = (_read_json(run / "timing.json") or {}).get("stages", {})
     # the last invocation may have run only some stages (--stage); earlier ones stay in the summary

@@ -18,6 +18,8 @@ from core.progress import Progress
 from core.runs import RunDir
 from serving.profiles import DEFAULT_PROFILE
 from serving.spec import Backend
+from serving import build_engine
+from chorus.registry import run_verb
 
 # Stage sizes. "tiny" is the CI / first-look size (minutes); "full" the README's main job
 # (target: under 15 minutes on a 2-core CPU with a warm install).
@@ -71,7 +73,6 @@ class Stage:
 def _serving(out: Path, cfg: DemoConfig, progress: Progress) -> dict[str, Any]:
     import pandas as pd
 
-    from serving import build_engine
 
     n = cfg.sizes["serving_items"]
     items = yaml.safe_load((Path(__file__).parent / "data" / "demo_items.yaml").read_text())[:n]
@@ -124,7 +125,6 @@ def _bar_plot(rd, profile: str, path: Path) -> None:
 
 def _belief(mode: str) -> Callable[[Path, DemoConfig, Progress], dict[str, Any]]:
     def stage(out: Path, cfg: DemoConfig, progress: Progress) -> dict[str, Any]:
-        from chorus.registry import run_verb
         s = cfg.sizes
         over = {"mode": mode, "seed": cfg.seed, "seeds": s["belief_seeds"], "llm.model": {"profile": cfg.profile,
                                                                                   "backend": cfg.backend}}
@@ -137,7 +137,6 @@ def _belief(mode: str) -> Callable[[Path, DemoConfig, Progress], dict[str, Any]]
 
 
 def _debate(out: Path, cfg: DemoConfig, progress: Progress) -> dict[str, Any]:
-    from chorus.registry import run_verb
     s = cfg.sizes
     _, summary = run_verb(("debate", "run"), "default", {
         "name": "demo", "seed": cfg.seed, "rounds": s["debate_rounds"], "bench.limit": s["debate_questions"],
@@ -147,7 +146,6 @@ def _debate(out: Path, cfg: DemoConfig, progress: Progress) -> dict[str, Any]:
 
 
 def _readout(out: Path, cfg: DemoConfig, progress: Progress) -> dict[str, Any]:
-    from chorus.registry import run_verb
     src = out.parent / "debate"
     if not (src / "tables" / "turns.parquet").is_file():
         raise RuntimeError("needs the debate stage's turns (debate/tables/turns.parquet): run the debate stage first")

@@ -23,6 +23,7 @@ from pydantic import BaseModel
 
 from core import __version__
 from core.config import ConfigError, dump_config
+from core.logs import engine_logs_to
 
 if TYPE_CHECKING:  # pandas is imported where a table is read or written: `chorus --help` stays fast
     import pandas as pd
@@ -301,7 +302,6 @@ class RunDir:
                 _unlock(run.path)
                 raise
         (run.path / MANIFEST).unlink(missing_ok=True)   # open again: the record is renewed at finish
-        from core.logs import engine_logs_to
         engine_logs_to(run.path / "logs" / "engines.log")   # the terminal keeps chorus's own lines
         (run.path / "tables").mkdir(exist_ok=True)
         (run.path / "plots").mkdir(exist_ok=True)

@@ -51,6 +51,7 @@ from core.stats import cluster_bootstrap, ratio_ci
 from simulate.debate.forced_choice import forced_choice
 from simulate.debate.prompts import debate_messages, labels_text, peer_block, readout_prefill, reflection_messages
 from simulate.debate.questions import Item
+from simulate.debate.protocol import qkey
 
 ABLATIONS = ("no_message", "full", "answer_only", "reasoning_only", "filler", "unrelated")
 CUES = ("no_message", "plain", "good_professor", "good_ordinary", "poor_professor", "poor_ordinary",
@@ -100,7 +101,6 @@ def select_pairs(items: dict[str, Item], turns: pd.DataFrame, *, seed: int = 0, 
                  require_disagreement: bool = True) -> list[dict[str, Any]]:
     """One (receiver, peer) pair per question from round 0, answers parsed and (by default)
     different; seeded choice among candidates."""
-    from simulate.debate.protocol import qkey
     r0 = turns[(turns["round"] == 0)].drop_duplicates(["qid", "agent"]).sort_values(["qid", "agent"])
     pairs = []
     for qid, g in r0.groupby("qid", sort=True):

@@ -33,6 +33,7 @@ from typing import Any, Sequence
 from interventions.families import FamilyError, LayerError, LayerMap, discover
 from interventions.recurrent import MIXERS, RecurrentError, severed, supported
 from interventions.spans import Span, SpanError, message_token_span
+from serving.types import RequestError, validate_conversations
 
 KO_SDPA = "chorus_knockout"
 KO_EAGER = "chorus_knockout_eager"
@@ -427,7 +428,6 @@ def prepare_rows(engine: Any, conversations: Sequence[list[dict]], options: Sequ
                  block_message: Any) -> list[Row]:
     """Rendered prompts, option tokens and block spans (no layers yet). ``block_message``: one
     target for every conversation, or a list with one per conversation (None = plain)."""
-    from serving.types import RequestError, validate_conversations
 
     convs = validate_conversations(conversations)
     if isinstance(options, str) or not options or any(not isinstance(o, str) or not o for o in options):

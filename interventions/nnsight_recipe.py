@@ -16,6 +16,9 @@ from typing import Any, Sequence
 
 from simulate.debate.prompts import debate_messages, load_prompts, readout_prefill
 from simulate.debate.questions import validate_item
+from interventions import knockout as ko
+from serving import build_engine
+from serving.profiles import DEFAULT_PROFILE, embedded_note
 
 ITEM = {"id": "recipe", "domain": "knowledge", "subdomain": "recipe", "family": "recipe",
         "question": "Which planet is closest to the Sun?", "options": ["Mercury", "Venus"], "reference": "A"}
@@ -38,7 +41,6 @@ def mean_ablate(engine: Any, layers: Sequence[int] | None = None) -> dict[str, A
     mean-ablated at the output of ``layers`` (default: every layer), and with chorus's attention knockout."""
     import torch
 
-    from interventions import knockout as ko
 
     conv, block, opts = context()
     row = ko.prepare_rows(engine, [conv], opts, block)[0]  # prompt ids, option ids, the peer's token span
@@ -64,8 +66,6 @@ def mean_ablate(engine: Any, layers: Sequence[int] | None = None) -> dict[str, A
 
 
 def main() -> None:
-    from serving import build_engine
-    from serving.profiles import DEFAULT_PROFILE, embedded_note
 
     eng = build_engine({"profile": DEFAULT_PROFILE, "backend": "hf", "dtype": "float32"})
     r = mean_ablate(eng)

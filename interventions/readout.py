@@ -34,8 +34,10 @@ import pandas as pd
 from core.seeding import rng as make_rng
 from core.stats import cluster_bootstrap
 from simulate.debate.forced_choice import forced_choice
-from simulate.debate.prompts import readout_prefill, turn_messages
+from simulate.debate.prompts import readout_prefill, turn_messages, debate_messages
 from simulate.debate.questions import Item
+from interventions.ablations import filler_text, unrelated_reasoning
+from simulate.debate.protocol import qkey
 
 FRACTIONS = (0.0, 0.25, 0.5, 0.75, 1.0)
 CONTROLS = ("unrelated", "filler")
@@ -54,7 +56,6 @@ def control_peers(items: dict[str, Item], peers: Sequence[tuple[str, str]], cont
     ``unrelated`` reasoning drawn from ``pool`` outside ``family``, or ``filler`` matched in tokens
     to the text it replaces as the context shows it (stripped) (the texts of ``interventions.ablations``). None where no other family
     is in the pool."""
-    from interventions.ablations import filler_text, unrelated_reasoning
     out = []
     for name, text in peers:
         if control == "unrelated":
@@ -95,8 +96,6 @@ def readout_jobs(items: dict[str, Item], turns: pd.DataFrame, P: dict, *, fracti
                  controls: Sequence[str] = ()) -> tuple[list[dict], list[list[dict]]]:
     """(metadata rows, conversations) for every receiver turn (round >= 1) x fraction; a debate
     turn once more per control (condition ``debate@<control>``, see ``control_peers``)."""
-    from simulate.debate.prompts import debate_messages
-    from simulate.debate.protocol import qkey
     bad = [c for c in controls if c not in CONTROLS]
     if bad:
         raise ValueError(f"unknown readout control(s) {bad} (known: {', '.join(CONTROLS)})")

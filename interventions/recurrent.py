@@ -27,6 +27,7 @@ which an nnsight trace does not express; the hooks act inside either knockout ro
 from __future__ import annotations
 
 from typing import Any
+from interventions.families import KNOWN_FAMILIES
 
 # model_type -> the Gated DeltaNet input projections the edits act on (conv input, decay, write gate)
 RECURRENT_FAMILIES: dict[str, tuple[str, str, str]] = {
@@ -58,7 +59,6 @@ def supported(lm: Any) -> None:
 def modules(lm: Any) -> dict[int, Any]:
     """Decoder layer index -> its Gated DeltaNet module (the layers ``lm.unmaskable`` names)."""
     supported(lm)
-    from interventions.families import KNOWN_FAMILIES
     names = KNOWN_FAMILIES[lm.model_type][1]
     out = {}
     for i in lm.unmaskable:

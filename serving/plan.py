@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Sequence
 
 from serving.memory import BYTES, MemoryPlanError, weights_gib
+from serving.profiles import get_profile
 
 BACKENDS = ("vllm", "hf", "openai", "trainer")
 _RANK = {"cpu": 0, "share": 1, "swap": 2, "serve": 3}   # the overall mode is the worst phase's
@@ -105,7 +106,6 @@ class DevicePlan:
 
 def needs_gib(profile: str, dtype: str) -> float:
     """One copy of ``profile``'s weights in ``dtype``, GiB, from its local folder's safetensors headers."""
-    from serving.profiles import get_profile
 
     path = get_profile(profile).path
     if str(path) in ("", ".") or not path.is_dir():

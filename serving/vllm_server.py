@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.metadata as md
 import os
 import sys
+from serving.backends.vllm import vllm_env
 
 
 def _shim() -> None:
@@ -27,7 +28,6 @@ def _shim() -> None:
 
 
 def main(argv: list[str]) -> None:
-    from serving.backends.vllm import vllm_env
 
     vllm_env()
     # the API server's async engine runs its core in a separate process by design

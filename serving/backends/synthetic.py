@@ -21,6 +21,9 @@ import numpy as np
 
 from core.seeding import stable_int
 from serving.backends import Finished
+from serving.engine import Engine
+from serving.profiles import Profile
+from serving.store import CallStore
 
 
 class CharTokenizer:
@@ -101,9 +104,6 @@ def synthetic_engine(model: str, render_bias: float, read_bias: float, *, noise:
                      store: str | Path | None = None, description: str = "synthetic channel"):
     """A ``serving.Engine`` around the synthetic backend of ``model`` (its identity hashes the
     channel's parameters, so a changed bias never reads a stale store entry)."""
-    from serving.engine import Engine
-    from serving.profiles import Profile
-    from serving.store import CallStore
     be = SyntheticBackend(model, render_bias, read_bias, noise, fail_rate, phrases)
     h = hashlib.sha256(json.dumps(be.settings(), sort_keys=True).encode()).hexdigest()[:16]
     prof = Profile(model, "synthetic", description, chat=False)

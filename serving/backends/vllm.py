@@ -16,8 +16,10 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from serving.backends import Finished
-from serving.profiles import ModelError
+from serving.profiles import ModelError, cache_dir
 from serving.types import Sampling
+from serving.device import expandable_segments, cuda_capability, cuda_free_gib, free_device_memory
+from core.logs import engine_log
 
 # Single-token readouts ask vLLM for the log-probabilities of exactly the option tokens
 # (``logprob_token_ids``, at most vLLM's MAX_LOGPROB_TOKEN_IDS = 128 per request, with
@@ -37,7 +39,6 @@ def _cpu_only() -> bool:
 
 def vllm_env() -> dict[str, str]:
     """Environment vLLM needs here; set before it is imported. User settings win."""
-    from serving.profiles import cache_dir
 
     env = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
            "VLLM_CACHE_ROOT": str(cache_dir() / "vllm"),
@@ -195,7 +196,6 @@ _SLEEP_HOLDER: "weakref.ref[VLLMBackend] | None" = None
 
 
 def _check_sleep_mode(path: str) -> None:
-    from serving.device import expandable_segments
 
     holder = _SLEEP_HOLDER() if _SLEEP_HOLDER is not None else None
     if holder is not None and getattr(holder, "llm", None) is not None:
@@ -224,7 +224,6 @@ class VLLMBackend:
         cpu = _cpu_only()
         if llm_kwargs.get("enable_sleep_mode"):
             _check_sleep_mode(path)  # before vLLM is imported: a refused engine costs nothing
-        from serving.device import cuda_capability
 
         capability = cuda_capability()
         bi_env = os.environ.get("VLLM_BATCH_INVARIANT")
@@ -274,7 +273,6 @@ class VLLMBackend:
         self.llm_kwargs = {k: v for k, v in kw.items() if k not in ("model", "tokenizer")}
         self.batch_invariance_note = bi.reason
         t0 = time.perf_counter()
-        from core.logs import engine_log
         quiet = {"use_tqdm_on_load": False} if engine_log() is not None and "use_tqdm_on_load" not in kw else {}
         try:
             self.llm = LLM(**kw, **quiet)   # quiet: no shard-loading bar on a terminal the logs left (core.logs)
@@ -345,7 +343,6 @@ class VLLMBackend:
     def sleep(self) -> None:
         """Offload the weights to host memory and drop the KV cache (vLLM sleep mode, level 1).
         Needs ``enable_sleep_mode=True`` at start; the next request wakes the engine."""
-        from serving.device import cuda_free_gib
 
         if not self.llm_kwargs.get("enable_sleep_mode"):
             raise RuntimeError("this vLLM engine was started without enable_sleep_mode=True; it cannot sleep")
@@ -466,7 +463,6 @@ class VLLMBackend:
         the LLM, then vLLM's distributed state, Python's garbage and the CUDA cache, in that order
         (``serving.device.free_device_memory``). A later engine in this process starts normally."""
         global _SLEEP_HOLDER
-        from serving.device import free_device_memory
 
         llm = getattr(self, "llm", None)
         self.llm = None

@@ -17,6 +17,7 @@ import pandas as pd
 
 from . import core
 from .config import BeliefConfig
+from core.stats import cluster_bootstrap
 
 
 def pearson(x, y) -> float:
@@ -32,7 +33,6 @@ def median_interval(values, clusters, *, n_boot: int, seed: int, ci: float) -> t
     """The ``ci`` interval of the median of ``values`` (the retained kappa_hat of one prescribed
     kappa) under a bootstrap that resamples whole ``clusters`` (runs: a run's events share its
     agents and its history); NaN where there is nothing to resample."""
-    from core.stats import cluster_bootstrap
     v = np.asarray(values, dtype=float)
     if not len(v) or n_boot == 0:
         return float("nan"), float("nan")

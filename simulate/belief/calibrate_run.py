@@ -16,6 +16,10 @@ from serving.spec import ModelSpec
 from .calibration import calibrate, load_labels
 from .config import load_command_config
 from .labelset import read_labels_csv
+from serving.roles import plan_roles
+from core.runs import RunDir, run_dir_path
+from . import plots
+from serving import build_engine
 
 DEFAULT_TOPIC = "transit_priority"
 COMMAND = "calibrate"
@@ -60,7 +64,6 @@ def load_calibrate_config(config: str | Path, overrides: dict[str, Any] | None =
 
 def plan_engines(cfg: CalibrateConfig):
     """``chorus belief calibrate --check``: the appraiser's device plan (no model call)."""
-    from serving.roles import plan_roles
     cfg.inputs()
     return plan_roles({"appraiser": cfg.model})
 
@@ -70,14 +73,11 @@ def run_calibrate(cfg: CalibrateConfig, out: str | Path | None = None, *,
     """Appraise the labelled set with the config's model, fit tau, store the fit (``cfg.store``),
     write the run directory (default ``runs/belief/calibrate-TOPIC-TIME``: the scores table, the
     calibration plot, the fit as summary.json). Returns ``(RunDir, fit)``."""
-    from core.runs import RunDir, run_dir_path
 
-    from . import plots
     topic, labelled = cfg.inputs()
     model = cfg.model.profile
     run = RunDir.create(run_dir_path(out, "belief", f"{COMMAND}-{topic}"), part="belief", seeds={"root": cfg.seed},
                         command=COMMAND, model=model, topic=topic, labels_file=cfg.labels)
-    from serving import build_engine
     engine = build_engine(cfg.model, store=run.store_path)
     n = len(labelled) if labelled is not None else len(load_labels(topic))
     try:

@@ -13,6 +13,7 @@ from core.cliutil import fail as _fail
 from core.verbs import Option, Verb, register
 from serving.profiles import DEFAULT_PROFILE
 from core.config import ConfigError
+from core.runs import write_json
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="Bayesian belief layer (BCA): run, sweep, report, calibrate.")
@@ -268,7 +269,6 @@ def models(runs: List[Path] = typer.Argument(..., help="Belief run directories o
     from rich.console import Console
     from rich.table import Table
 
-    from core.runs import write_json
     from simulate.belief.models_table import TableError, fmt, models_tables, wide_table3
     try:
         t2, t3, sources = models_tables([str(p) for p in runs])

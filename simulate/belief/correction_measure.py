@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from .config import BeliefConfig
+from .analysis import spearman
 
 
 # -- the measure of success -------------------------------------------------------------------------
@@ -72,7 +73,6 @@ def measure(tables: dict[str, pd.DataFrame], cfg: BeliefConfig, derived: dict[st
     diagonal (raw evidence and consumed evidence), kappa recovery from s (median relative error,
     Spearman over kappa levels). ``success`` compares the uncorrected arm with the corrected ones
     where both ran (as twins of one sweep, with common random numbers)."""
-    from .analysis import spearman
     arms = condition_arms(tables, cfg)
     ut = tables["utterances"].merge(arms[["condition", "arm"]], on="condition")
     raw_col = "e_raw" if "e_raw" in ut.columns else "e"

@@ -70,6 +70,9 @@ from .cross_plots import PLOTS, plot_pair_bias, plot_parts, plot_transfer_grid  
 from .cross_report import CONSTRAINTS, report, summary_rows  # noqa: F401
 from .roles import APPRAISE, LLMAppraiser, LLMGenerator, RunKey, Turn, temperature_scale
 from .topics import list_topics, load_topic
+from .calibration import find_fit, load_fit
+from serving.roles import plan_roles
+from serving import build_engine
 
 STREAM_SUBSAMPLE = 31
 # midpoints of the nine stance bins (topics.stance_bin): what a synthetic generator reads off a phrase
@@ -164,7 +167,6 @@ def generate_texts(engine: Any, rows: pd.DataFrame, gen: GeneratorCfg) -> tuple[
 def resolve_tau(cfg: CrossConfig, model: str, topic: str) -> dict[str, Any]:
     """The appraiser temperature of ``model`` on ``topic``: appraiser.tau > taus[model] > the
     stored fit > 1.0 (uncalibrated), with where it came from."""
-    from .calibration import find_fit, load_fit
     if cfg.appraiser.tau is not None:
         return {"tau": float(cfg.appraiser.tau), "source": "config appraiser.tau"}
     if model in cfg.taus:
@@ -225,7 +227,6 @@ def read_sources(cfg: CrossConfig) -> tuple[list[tuple[str, pd.DataFrame]], list
 
 def _panel_plan(cfg: CrossConfig):
     """The device plan of an LLM-mode panel: one model at a time, a phase each."""
-    from serving.roles import plan_roles
     return plan_roles({f"panel:{m}": cfg.spec(m) for m in cfg.panel()}, phase_of=lambda role: role)
 
 
@@ -263,7 +264,6 @@ def run_cross(cfg: CrossConfig, out: str | Path | None = None, *, load: Callable
             run.update_provenance(device_plan=dplan.to_dict())
 
             def load(m):
-                from serving import build_engine
                 return build_engine(cfg.spec(m), store=run.store_path, role=f"panel:{m}", plan=dplan)
 
     # utterances: the runs' (subsampled), else generated

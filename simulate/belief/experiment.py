@@ -24,6 +24,7 @@ from .engine import plan as plan_concepts
 from .roles import LLMAppraiser, LLMGenerator, LLMProbe, MultiLLMAppraiser, OracleProbe
 from .tables import all_tables, concept_tables
 from .topics import TOPICS_DIR, list_multi_topics, list_topics, load_multi_topic, load_topic, topic_kind
+from serving.roles import plan_roles
 
 NOT_SWEEPABLE = ("mode", "seed", "name", "llm", "analysis", "sweep", "oracle")
 TABLES = ("events", "utterances", "beliefs", "runs", "agents", "edges", "conditions")
@@ -35,7 +36,6 @@ def plan_engines(cfg: BeliefConfig):
     it), before it loads; None in oracle mode, which calls no model."""
     if cfg.mode != "llm":
         return None
-    from serving.roles import plan_roles
     return plan_roles({"model": cfg.llm.model})
 
 

@@ -37,6 +37,8 @@ from .calibration import min_labelled
 from .config import GeneratorCfg, load_command_config
 from .roles import GEN, LLMGenerator, RunKey, Turn
 from .topics import _LOWER, _LOWER2, _UPPER, Topic, load_topic
+from serving.roles import plan_roles
+from core.runs import RunDir
 
 STREAM_SHUFFLE = 41
 TOPUP_FACTOR = 3          # default cap on draws per bin, in multiples of per_bin
@@ -77,7 +79,6 @@ def load_labelset_config(config: str | Path, overrides: dict[str, Any] | None = 
 
 def plan_engines(cfg: LabelsetConfig):
     """``chorus belief labelset --check``: the topic loaded and the generator's device plan (no model call)."""
-    from serving.roles import plan_roles
     load_topic(cfg.topic)
     return plan_roles({"engine": cfg.model})
 
@@ -196,7 +197,6 @@ def run_labelset(cfg: LabelsetConfig, out: Path, run_dir: Path | None = None, en
     the CSV, ``FILE.run/``, so rerunning the same command resumes). ``engine``: a ready engine
     (tests); default ``serving.build_engine`` on the run's call store. ``progress``: the kept
     utterances (``core.progress``)."""
-    from core.runs import RunDir
     topic = load_topic(cfg.topic)
     out = Path(out)
     if out.exists() and not out.is_file():

@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from .analysis import pearson
+from core.runs import RunDir
 
 POOLED = ("channel_pearson", "belief_probe_r", "appraisal_failure_rate")
 FROM_RUN = ("degroot_initial_mean", "degroot_landing", "fj_persists", "fj_r2", "committed_monotone",
@@ -39,7 +40,6 @@ class TableError(ValueError):
 
 
 def _read(run_dir: Path) -> dict[str, Any]:
-    from core.runs import RunDir
     if not (run_dir / "config.yaml").is_file():
         raise TableError(f"{run_dir}: not a belief run directory (no config.yaml)")
     s = json.loads((run_dir / "summary.json").read_text()) if (run_dir / "summary.json").is_file() else None

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from core.paper import copy_figures, fmt, md_table, missing_line, run_plots, write_paper
+from core.runs import file_sha256, json_safe
 
 SCHEMA = "chorus.belief-paper/1"
 LLM = "--set mode=llm --set llm.model=PROFILE"
@@ -24,7 +25,6 @@ class PaperError(ValueError):
 
 
 def _read_run(path: Path) -> dict[str, Any]:
-    from core.runs import file_sha256
     if not path.is_dir():
         raise PaperError(f"{path}: not a run directory")
     prov = json.loads((path / "provenance.json").read_text()) if (path / "provenance.json").is_file() else {}
@@ -111,7 +111,6 @@ def export(run_dirs: Sequence[str | Path]) -> dict[str, Any]:
                                        for r in corr]} if corr else {
         "missing": "a corrected-vs-raw sweep: chorus belief run channel_calibration --out CAL; chorus belief correct "
                    "fit CAL; chorus belief sweep channel_biased"}
-    from core.runs import json_safe
     return json_safe({"schema": SCHEMA, "runs": [_src(r) | {"kind": r["kind"]} for r in runs], "sections": sec})
 
 

@@ -6,6 +6,8 @@ adversaries and gen_seed). The paper report is then checkable end to end with no
 from __future__ import annotations
 
 from pathlib import Path
+from aggregate.synthetic import Adversary, CouncilSpec, generate_council
+from aggregate.trace import Trace, dump_traces
 
 # (dataset, K, seat reliabilities): the binary sets differ a little, the seats' order of merit does not
 DATASETS = (("claims_a", 2, (0.78, 0.70, 0.66)), ("claims_b", 2, (0.74, 0.70, 0.62)),
@@ -17,8 +19,6 @@ CONDITIONS = (("clean", ()), ("attack-k1", ("A3",)), ("attack-k2", ("A2", "A3"))
 def write_store(out: str | Path, *, n_questions: int = 200, seeds: int = 3, seed: int = 0, p_wrong: float = 0.9,
                 datasets: tuple = DATASETS) -> list[Path]:
     """Write the store; returns its trace files. ``n_questions`` per dataset, each generated ``seeds`` times."""
-    from aggregate.synthetic import Adversary, CouncilSpec, generate_council
-    from aggregate.trace import Trace, dump_traces
 
     if n_questions < 10 or seeds < 1:
         raise ValueError(f"a synthetic store needs n_questions >= 10 and seeds >= 1, got {n_questions}, {seeds}")

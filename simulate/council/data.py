@@ -16,6 +16,7 @@ from typing import Any
 
 from simulate.datasets import SHIPPED, DataError, MissingSet
 from simulate.datasets import load as load_set
+from core.seeding import rng
 
 CLAIM_SETS = ("truthfulclaim", "strategyclaim", "medclaim")  # ArgLLMs: optional, not shipped
 DATASETS = ("truthfulqa_claims", "strategyqa", "boolq", "pubmedqa", "mmlu", *CLAIM_SETS)
@@ -75,7 +76,6 @@ def load_tasks(dataset: str, n: int | None, *, seed: int = 0, data_dir: str | Pa
                max_context_chars: int = 1500) -> tuple[list[Task], dict[str, Any]]:
     """Load ``dataset`` and draw ``n`` tasks (all when None) with a seeded order.
     ``balanced`` (default: on for PubMedQA) draws an equal number per gold class."""
-    from core.seeding import rng
 
     if dataset not in DATASETS:
         raise DataError(f"unknown dataset {dataset!r} (expected one of {', '.join(DATASETS)})")

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from simulate.council.config import load
+from simulate.council.experiment import run_council_experiment
 
 SIZES = {"tiny": "demo_tiny", "full": "demo_full"}
 
@@ -18,7 +19,6 @@ def run_demo(out: Path, *, size: str = "tiny", progress: Callable[[int, int], No
     the config's, the embedded model).
     ``backend`` ("auto": vLLM where installed) serves every seat; batched JSON generation is where
     vLLM beats transformers most on a CPU."""
-    from simulate.council.experiment import run_council_experiment
 
     if size not in SIZES:
         raise ValueError(f"size must be one of {', '.join(SIZES)}, got {size!r}")

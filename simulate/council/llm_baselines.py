@@ -27,6 +27,8 @@ import numpy as np
 
 from simulate.council import prompts as pr
 from simulate.council.runner import Council, Seat, seat_for, task_key
+from core.seeding import call_seed, rng
+from aggregate.metrics import summarize
 
 DIGITS = [str(d) for d in range(10)]
 _KEYS = {"moa_lite": 1, "moa": 2, "self_moa": 3, "argllms": 4}
@@ -57,7 +59,6 @@ def dfquad_strength(tree: Mapping[str, Any]) -> float:
 
 # -- helpers ----------------------------------------------------------------------------------------
 def _seed(root: int, method: str, c: Council, *key: int) -> int:
-    from core.seeding import call_seed
     return call_seed(root, 1000 + _KEYS[method], c.gen_seed, task_key(c.task.task_id), *key)
 
 
@@ -222,7 +223,6 @@ def _prompt_len(eng, conv) -> int:
 
 def argllms(councils, engines, generator: str, evaluator: str, P, *, root: int, gen, claim_base: float,
             fair_attack: bool, tie_seed: int = 0) -> list[dict[str, Any]]:
-    from core.seeding import rng
 
     reqs: list[tuple[int, str, str]] = []  # (council, candidate, side)
     for i, c in enumerate(councils):
@@ -296,7 +296,6 @@ def baseline_metrics(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     ``aggregate.metrics.summarize``), parse rate, accuracy counting unparsed as wrong, tokens/task."""
     import pandas as pd
 
-    from aggregate.metrics import summarize
 
     df = pd.DataFrame(list(rows))
     out = []

@@ -11,6 +11,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from core.paper import fmt, md_table
 from simulate.council.campaign import read_numbers
+from core.plots import subplots
 
 HEADLINE = ("accuracy", "ece_ew", "brier")
 RUN_ATTACK = "chorus council run full --out RUN  (its attack-k1 / attack-k2 conditions)"
@@ -72,7 +73,6 @@ class Paper:
         self.parts.append(f"## {title}\n\n{body.strip()}\n")
 
     def fig(self, name: str, draw: Callable[[Any], None]) -> str:
-        from core.plots import subplots
         self.figs.mkdir(parents=True, exist_ok=True)
         fig, ax = subplots(figsize=(6.4, 4.2))
         draw(ax)

@@ -26,6 +26,7 @@ from aggregate.trace import Trace
 from core.progress import Progress
 from simulate.council import prompts as pr
 from simulate.council.data import Task
+from core.seeding import stable_int, call_seed
 
 
 @dataclass(frozen=True)
@@ -68,12 +69,10 @@ class Council:
 
 def task_key(task_id: str) -> int:
     """A stable integer per task id (seeds must not depend on list position: resumability)."""
-    from core.seeding import stable_int
     return stable_int(task_id, bits=28)   # = int(sha256 hex[:7], 16): kept, seeds stored calls
 
 
 def seat_seed(root: int, c: Council, seat_index: int, rnd: int, attempt: int) -> int:
-    from core.seeding import call_seed
     return call_seed(root, c.gen_seed, task_key(c.task.task_id), seat_index, rnd, attempt)
 
 

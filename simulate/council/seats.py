@@ -12,12 +12,12 @@ import numpy as np
 import pandas as pd
 
 from simulate.council.config import ConditionSpec, CouncilConfig
+from aggregate.counts import Pool
 
 
 def estimated_r(traces: Sequence, agents: Sequence[str]) -> dict[str, float]:
     """r_i over every labelled trace, as the BDA arms fit it (STRICT, rejected moves skipped); nan for
     a seat with no informative move (``reliabilities`` would give it the others' mean)."""
-    from aggregate.counts import Pool
     from aggregate.posterior import reliabilities
 
     pool = Pool.from_traces(traces, protocol="strict", on_violation="skip", agents=agents)

@@ -28,9 +28,8 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from core.seeding import rng as make_rng
-from core.seeding import stable_int
-from core.stats import benjamini_hochberg, cluster_bootstrap, permutation_pvalue
+from core.seeding import rng as make_rng, stable_int
+from core.stats import benjamini_hochberg, cluster_bootstrap, permutation_pvalue, paired_bootstrap
 
 
 # -- n_eff ---------------------------------------------------------------------------------
@@ -172,7 +171,6 @@ def paired_mean_deltas(per_arm: dict[str, np.ndarray], pairs: Sequence[tuple[str
                        *, n_boot: int = 2000, seed: int = 0, ci: float = 0.95) -> pd.DataFrame:
     """Paired, question-clustered bootstrap of differences of per-question means (A - B),
     via ``core.stats.paired_bootstrap`` (its "accuracy" statistic is the mean)."""
-    from core.stats import paired_bootstrap
 
     n = len(clusters)
     data = {k: {"correct": np.asarray(v, float), "confidence": np.zeros(n), "brier": np.zeros(n)}

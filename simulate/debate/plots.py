@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from core.plots import figure as _fig
+from core.plots import figure as _fig, subplots
 
 COLORS = {"debate": "#c0392b", "reflection": "#2e86c1"}
 
@@ -96,7 +96,6 @@ def estimates(table, path: Path, *, title: str) -> Path:
 def counterfactual(summary: dict[str, Any], path: Path) -> Path:
     """A counterfactual debate (``interventions/counterfactual.py``): each arm's question-level means
     (factual, replay, cut) and its unanimity by round, the cut round marked."""
-    from core.plots import subplots
     arms = list(summary["arms"])
     names = [k for k, v in summary["arms"][arms[0]].items() if isinstance(v, float)]
     fig, (a1, a2) = subplots(1, 2, figsize=(11.0, 3.8))

@@ -34,6 +34,7 @@ from core.jsonl import iter_jsonl
 from simulate.datasets import DataError
 from simulate.datasets import load as load_set
 from simulate.debate.parse import read_number
+from core.seeding import rng as make_rng
 
 if TYPE_CHECKING:
     from core.runs import RunDir
@@ -341,7 +342,6 @@ def build_bench(data_dir: str | Path | None = None, *, seed: int = 0,
     subdomain to how many items to sample (None = all); selection and order use ``seed``.
     ``scenario_frames``: the frame set of the constructed scenarios (SCENARIO_FRAMES; "stakes" opts in).
     Returns (items, manifest)."""
-    from core.seeding import rng as make_rng
 
     data = Path(data_dir) if data_dir else None
     if data is not None and not data.is_dir():

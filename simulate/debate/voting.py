@@ -34,14 +34,15 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from core.seeding import call_seed
-from core.seeding import rng as make_rng
+from core.seeding import call_seed, rng as make_rng
 from core.stats import mean_ci, permutation_pvalue
 from simulate.debate.metrics import paired_mean_deltas, plurality
 from simulate.debate.parse import parse_answer
 from simulate.debate.prompts import round0_messages
 from simulate.debate.protocol import CONDITION_KEY, qkey
 from simulate.debate.questions import Item
+from core.plots import figure
+from simulate.debate.plots import COLORS
 
 VOTE_COLUMNS = ["qid", "sample", "shared", "response", "answer", "parsed", "truncated", "completion_tokens",
                 "seed", "cached"]
@@ -259,8 +260,6 @@ def vote_summary(vq: pd.DataFrame, votes: pd.DataFrame, q: pd.DataFrame, *, info
 # -- figure ----------------------------------------------------------------------------------------
 def plot_arms(vote: dict[str, Any], path: Path) -> Path:
     """Accuracy (final majority) and wrong unanimity with their clustered intervals, one bar per arm."""
-    from core.plots import figure
-    from simulate.debate.plots import COLORS
 
     arms = vote.get("arms") or {}
     fig = figure(8.0, 3.6)

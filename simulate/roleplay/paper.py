@@ -18,6 +18,7 @@ from typing import Any, Callable, Sequence
 from core.config import ConfigError
 from core.paper import copy_figures, fmt, md_table, run_plots, write_paper
 from core.runs import file_sha256, json_safe
+from serving.profiles import embedded_note
 
 SCHEMA = "chorus.roleplay-paper/1"
 OWN_FILE = {"roleplay": "summary.json", "sft": "summary.json", "roleplay-annotators": "annotators.json",
@@ -319,7 +320,6 @@ def _fig12(c: Ctx) -> dict[str, Any]:
 
 def export(run_dirs: Sequence[str | Path]) -> dict[str, Any]:
     """The numbers dict of the runs, by paper section (no file written)."""
-    from serving.profiles import embedded_note
     c = Ctx(read_runs(run_dirs))
     models = [m.get("profile") for r in c.runs for m in ((r.get("config") or {}).get("models") or [])
               if isinstance(m, dict)]

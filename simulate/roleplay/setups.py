@@ -20,6 +20,7 @@ import pandas as pd
 from simulate.roleplay.data import Group
 from simulate.roleplay.memory import build_memory
 from simulate.roleplay.prompts import render
+from core.seeding import stable_int
 
 SETUPS = ("full_dynamics", "next_message")
 COLUMNS = ["source", "setup", "group_id", "topic", "truth_framed", "participant", "kind", "round", "k",
@@ -28,7 +29,6 @@ COLUMNS = ["source", "setup", "group_id", "topic", "truth_framed", "participant"
 
 def slot_seed(root: int, *parts: Any) -> int:
     """A per-request seed from the run seed and the slot's identity (stable across runs)."""
-    from core.seeding import stable_int
     key = stable_int("|".join(map(str, parts)), bits=32, algo="crc32")
     return int(np.random.SeedSequence([root, key]).generate_state(1, dtype=np.uint64)[0] % (2**63))
 

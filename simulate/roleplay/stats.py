@@ -38,9 +38,11 @@ import pandas as pd
 from scipy import stats as sps
 
 from core.config import ConfigError
-from core.seeding import rng as make_rng
-from core.seeding import stable_int
+from core.seeding import rng as make_rng, stable_int
 from simulate.roleplay.metrics import sign_test
+from core.compute import total_compute
+from simulate.roleplay.experiment import open_finished
+from core.runs import RunDir, run_dir_path, write_json
 
 CHANNELS = ("public", "private")
 SETUPS = ("full_dynamics", "next_message")
@@ -381,7 +383,6 @@ def missing(runs: list[Run], b: pd.DataFrame) -> list[dict[str, str]]:
 
 # -- compute -----------------------------------------------------------------------------------------
 def compute_table(runs: list[Run]) -> tuple[pd.DataFrame, dict[str, Any]]:
-    from core.compute import total_compute
     rows = []
     for r in runs:
         t = total_compute(r.prov)
@@ -401,7 +402,6 @@ def analyse(paths: list[str | Path]) -> tuple[dict[str, Any], dict[str, pd.DataF
     """(stats.json content, tables) for the runs at ``paths``."""
     if not paths:
         raise StatsInputError("give at least one roleplay run directory")
-    from simulate.roleplay.experiment import open_finished
     runs = [Run(f.path, f.cfg, f.prov, f.groups_sha, f.tables)
             for f in (open_finished(p, StatsInputError, optional=TABLES) for p in paths)]
     check_compatible(runs)
@@ -463,7 +463,6 @@ def markdown(s: dict[str, Any], tables: dict[str, pd.DataFrame]) -> str:
 def write_stats(paths: list[str | Path], out: str | Path | None = None, make_plots: bool = True
                 ) -> tuple[Path, dict[str, Any]]:
     """Analyse the runs and write OUT/stats.json, stats.md, tables/*.parquet and plots/errors.png."""
-    from core.runs import RunDir, run_dir_path, write_json
     s, tables = analyse(paths)
     run = RunDir.create(run_dir_path(out, "roleplay-stats", "stats"), part="roleplay-stats", command="roleplay stats",
                         inputs=[r["path"] for r in s["runs"]])
