@@ -82,3 +82,15 @@ def test_belief_run_and_belief_multi_run_a_multi_concept_config_alike(tmp_path):
     for table in ("events", "appraisals", "beliefs"):
         pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "run" / "tables" / f"{table}.parquet"),
                                       pd.read_parquet(tmp_path / "multi" / "tables" / f"{table}.parquet"))
+
+
+@pytest.mark.parametrize("args,code,needle", [
+    (["run", "multi_fj"], 0, "config OK: multi_fj (belief run); no model was loaded or called"),
+    (["sweep", "multi_fj"], 2, "'sweep' runs a two-stance topic's sweep grid; topic 'aldenvale_council' has concepts"),
+    (["run", "fj", "--set", "topic=aldenvale_council"], 2, "population.b0.kind = 'spread' draws a scalar credence"),
+    (["run", "fj", "--set", "topic=nosuch"], 2, "topic = 'nosuch': no such topic file"),
+    (["run", "fj", "--set", "n_agents=4", "--set", "topology={kind: edges, edges: [[0, 1], [2, 3]]}"], 2, "disconnected"),
+])
+def test_check_validates_what_the_run_would_before_any_model_call(args, code, needle):
+    r = runner.invoke(app, [*args, "--check"])
+    assert r.exit_code == code and needle in " ".join(r.output.split()), r.output

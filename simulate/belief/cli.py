@@ -44,7 +44,8 @@ for _name, _help, _kw in [
                   config_help="Experiment config (a path or a shipped name, e.g. fj" +
                               ("; one with a sweep: section)." if _kw["sweep"] else ")."),
                   load="simulate.belief.config:load_belief_config", source="simulate.belief.config:resolve_config_path",
-                  run="simulate.belief.experiment:run_experiment", run_kw=_kw, check="simulate.belief.experiment:plan_engines",
+                  run="simulate.belief.experiment:run_experiment", run_kw=_kw,
+                  check="simulate.belief.experiment:check_" + _name,
                   show=_print_summary, unit="utterances", errors=("serving.profiles:ModelError",)))
 add_verbs(app, "belief")
 
@@ -72,7 +73,8 @@ register(Verb(
     "belief", "multi", help="Multi-concept identities: a Dirichlet belief per concept (K-way stances), every seed in lockstep.",
     config_help="Multi-concept config (a path or a shipped name, e.g. multi_fj).",
     load="simulate.belief.config:load_multi_config", source="simulate.belief.config:resolve_multi_config_path",
-    run="simulate.belief.experiment:run_experiment", check="simulate.belief.experiment:plan_engines", show=_print_summary, unit="utterances",
+    run="simulate.belief.experiment:run_experiment", check="simulate.belief.experiment:check_run", show=_print_summary,
+    unit="utterances",
     errors=("serving.profiles:ModelError",)))
 add_verbs(app, "belief")
 

@@ -88,20 +88,19 @@ def default_out(cfg: BeliefConfig) -> Path:
     return run_dir_path(None, "belief", cfg.name)
 
 
-def run_experiment(cfg: BeliefConfig, out: str | Path | None = None, *, sweep: bool = False,
-                   engine: Any = None, progress: Callable[[int, int], Any] | None = None,
-                   make_plots: bool = True, source: str | None = None) -> tuple[RunDir, dict]:
-    """Run ``cfg`` (a Beta config's sweep grid when ``sweep``) and write a complete run directory.
-
-    ``engine``: a serving engine for LLM mode (loaded from ``cfg.llm`` when None).
-    ``progress(total, advance)``: called with (total utterances, 0) once, then with the number
-    of utterances each lockstep turn produced.
-    """
+def plan_run(cfg: BeliefConfig, sweep: bool = False):
+    """Everything a run checks before its first model call, in the order it runs: the topic, the
+    conditions and runs (a two-stance topic's sweep grid when ``sweep``), the appraiser's tau, the
+    channel correction, every population and graph. Returns (conditions, specs, taus, corrections,
+    provenance extras, lockstep groups); ``--check`` stops here."""
     if topic_kind(cfg.topic) is None and not any(k == "topic" for k in cfg.sweep):
         raise ConfigError(f"topic = {cfg.topic!r}: no such topic file (neither a file nor a shipped name in "
                           f"{TOPICS_DIR}; two-stance topics: {', '.join(list_topics())}; multi-concept topics: "
                           f"{', '.join(list_multi_topics())})")
     if cfg.multi:
+        if sweep:
+            raise ConfigError(f"{cfg.name}: 'sweep' runs a two-stance topic's sweep grid; topic {cfg.topic!r} has "
+                              f"concepts (use 'chorus belief run' or 'chorus belief multi')")
         conditions, corrections = None, {}
         specs = plan_concepts(cfg)
         t = load_multi_topic(cfg.topic)
@@ -120,6 +119,31 @@ def run_experiment(cfg: BeliefConfig, out: str | Path | None = None, *, sweep: b
                      determinism={"per_request_seeds": "call_seed(root, run seed, round, turn|agent, role, attempt)",
                                   "streams": "rng(root, run seed, stream)"})
     groups = prepare(specs, cfg.seed, {k: v["tau"] for k, v in taus.items()})
+    return conditions, specs, taus, corrections, extra, groups
+
+
+def check_run(cfg: BeliefConfig):
+    """``chorus belief run | multi --check``: the run's plan validated, then its device plan (None in oracle mode)."""
+    plan_run(cfg, sweep=False)
+    return plan_engines(cfg)
+
+
+def check_sweep(cfg: BeliefConfig):
+    """``chorus belief sweep --check``: the sweep grid validated, then its device plan."""
+    plan_run(cfg, sweep=True)
+    return plan_engines(cfg)
+
+
+def run_experiment(cfg: BeliefConfig, out: str | Path | None = None, *, sweep: bool = False,
+                   engine: Any = None, progress: Callable[[int, int], Any] | None = None,
+                   make_plots: bool = True, source: str | None = None) -> tuple[RunDir, dict]:
+    """Run ``cfg`` (a Beta config's sweep grid when ``sweep``) and write a complete run directory.
+
+    ``engine``: a serving engine for LLM mode (loaded from ``cfg.llm`` when None).
+    ``progress(total, advance)``: called with (total utterances, 0) once, then with the number
+    of utterances each lockstep turn produced.
+    """
+    conditions, specs, taus, corrections, extra, groups = plan_run(cfg, sweep)
     out = Path(out) if out is not None else default_out(cfg)
     owned = cfg.mode == "llm" and engine is None
     if owned:   # the one model role, planned before the run directory is made
