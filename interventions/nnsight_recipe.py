@@ -17,7 +17,6 @@ from typing import Any, Sequence
 from simulate.debate.prompts import debate_messages, load_prompts, readout_prefill
 from simulate.debate.questions import validate_item
 from interventions import knockout as ko
-from serving import build_engine
 from serving.profiles import DEFAULT_PROFILE, embedded_note
 
 ITEM = {"id": "recipe", "domain": "knowledge", "subdomain": "recipe", "family": "recipe",
@@ -66,6 +65,7 @@ def mean_ablate(engine: Any, layers: Sequence[int] | None = None) -> dict[str, A
 
 
 def main() -> None:
+    from serving import build_engine  # at call time: the seam tests patch
 
     eng = build_engine({"profile": DEFAULT_PROFILE, "backend": "hf", "dtype": "float32"})
     r = mean_ablate(eng)

@@ -15,7 +15,6 @@ from serving.store import CallStore, request_key
 from serving.structured import check_output, check_schema
 from serving.types import (Completion, ContextLengthError, PreparedPrompt, RequestError, Sampling, broadcast_seeds,
                            validate_conversations)
-from serving.memory import device_gib
 
 BACKENDS = ("hf", "vllm", "openai")
 # A base model has no chat template; this plain one is documented in the README.
@@ -308,6 +307,7 @@ def plan_pool(expect: list[tuple[str, str, str]], device: float | None = None) -
     CUDA device (``device`` GiB; by default device 0's size; none without CUDA), kept per profile
     loaded on both vLLM and transformers. A pool that cannot fit raises ``DevicePlanError`` naming
     the sizes, before any model is loaded."""
+    from serving.memory import device_gib  # at call time: the seam tests patch
 
     device = device if device is not None else device_gib()
     paired = {p for p, b, _d in expect if b == "vllm"} & {p for p, b, _d in expect if b == "hf"}

@@ -12,7 +12,6 @@ from typing import Any, Iterator
 
 from serving.backends import Finished
 from serving.types import Sampling
-from serving.device import free_device_memory
 
 
 def eos_ids(model: Any, tok: Any) -> list[int]:
@@ -218,6 +217,7 @@ class HFBackend:
         """Drop the model, the nnsight wrapper and layer map the interventions cache on it (the
         wrapper points back at the model: a cycle only the collector frees) and the grammar cache,
         then give the device memory back (``serving.device.free_device_memory``)."""
+        from serving.device import free_device_memory  # at call time: the seam tests patch
 
         model, self.model, self._grammars = getattr(self, "model", None), None, None
         if model is not None:

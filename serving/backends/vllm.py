@@ -18,7 +18,6 @@ from typing import Any, Iterator
 from serving.backends import Finished
 from serving.profiles import ModelError, cache_dir
 from serving.types import Sampling
-from serving.device import expandable_segments, cuda_capability, cuda_free_gib, free_device_memory
 from core.logs import engine_log
 
 # Single-token readouts ask vLLM for the log-probabilities of exactly the option tokens
@@ -196,6 +195,7 @@ _SLEEP_HOLDER: "weakref.ref[VLLMBackend] | None" = None
 
 
 def _check_sleep_mode(path: str) -> None:
+    from serving.device import expandable_segments  # at call time: the seam tests patch
 
     holder = _SLEEP_HOLDER() if _SLEEP_HOLDER is not None else None
     if holder is not None and getattr(holder, "llm", None) is not None:
@@ -224,6 +224,7 @@ class VLLMBackend:
         cpu = _cpu_only()
         if llm_kwargs.get("enable_sleep_mode"):
             _check_sleep_mode(path)  # before vLLM is imported: a refused engine costs nothing
+        from serving.device import cuda_capability  # at call time: the seam tests patch
 
         capability = cuda_capability()
         bi_env = os.environ.get("VLLM_BATCH_INVARIANT")
@@ -343,6 +344,7 @@ class VLLMBackend:
     def sleep(self) -> None:
         """Offload the weights to host memory and drop the KV cache (vLLM sleep mode, level 1).
         Needs ``enable_sleep_mode=True`` at start; the next request wakes the engine."""
+        from serving.device import cuda_free_gib  # at call time: the seam tests patch
 
         if not self.llm_kwargs.get("enable_sleep_mode"):
             raise RuntimeError("this vLLM engine was started without enable_sleep_mode=True; it cannot sleep")
@@ -463,6 +465,7 @@ class VLLMBackend:
         the LLM, then vLLM's distributed state, Python's garbage and the CUDA cache, in that order
         (``serving.device.free_device_memory``). A later engine in this process starts normally."""
         global _SLEEP_HOLDER
+        from serving.device import free_device_memory  # at call time: the seam tests patch
 
         llm = getattr(self, "llm", None)
         self.llm = None

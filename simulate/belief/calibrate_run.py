@@ -19,7 +19,6 @@ from .labelset import read_labels_csv
 from serving.roles import plan_roles
 from core.runs import RunDir, run_dir_path
 from . import plots
-from serving import build_engine
 
 DEFAULT_TOPIC = "transit_priority"
 COMMAND = "calibrate"
@@ -78,6 +77,7 @@ def run_calibrate(cfg: CalibrateConfig, out: str | Path | None = None, *,
     model = cfg.model.profile
     run = RunDir.create(run_dir_path(out, "belief", f"{COMMAND}-{topic}"), part="belief", seeds={"root": cfg.seed},
                         command=COMMAND, model=model, topic=topic, labels_file=cfg.labels)
+    from serving import build_engine  # at call time: the seam tests patch
     engine = build_engine(cfg.model, store=run.store_path)
     n = len(labelled) if labelled is not None else len(load_labels(topic))
     try:

@@ -72,7 +72,6 @@ from .roles import APPRAISE, LLMAppraiser, LLMGenerator, RunKey, Turn, temperatu
 from .topics import list_topics, load_topic
 from .calibration import find_fit, load_fit
 from serving.roles import plan_roles
-from serving import build_engine
 
 STREAM_SUBSAMPLE = 31
 # midpoints of the nine stance bins (topics.stance_bin): what a synthetic generator reads off a phrase
@@ -264,6 +263,7 @@ def run_cross(cfg: CrossConfig, out: str | Path | None = None, *, load: Callable
             run.update_provenance(device_plan=dplan.to_dict())
 
             def load(m):
+                from serving import build_engine  # at call time: the seam tests patch
                 return build_engine(cfg.spec(m), store=run.store_path, role=f"panel:{m}", plan=dplan)
 
     # utterances: the runs' (subsampled), else generated
