@@ -7,6 +7,8 @@ from what importing each module loads (a fresh interpreter per module):
 - ``help``: the module loads at ``chorus --help`` and moving it would load more there;
 - ``nested``: it sits in a ``try`` / ``if`` / ``with`` / loop block of the function (an optional
   backend or a fallback), not in the function's own body;
+- ``seam``: looked up at call time on purpose (its line says so: ``# at call time``), a function
+  tests replace on its module (``serving.build_engine``, the device probes);
 - ``name``: the module binds that name another way (a local, a top-level name, or two imports
   of one name from different places);
 - ``movable``: none of the above; it could sit at the top.
@@ -75,7 +77,8 @@ def classify(root: Path) -> dict:
     std = set(sys.stdlib_module_names)
     rows = []
     for m, p in mods.items():
-        tree = ast.parse(p.read_text())
+        text = p.read_text()
+        tree, lines = ast.parse(text), text.splitlines()
         pkg = m if p.name == "__init__.py" else m.rpartition(".")[0]
         top = {st.name for st in tree.body if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
         top |= {t.id for st in tree.body if not isinstance(st, (ast.Import, ast.ImportFrom, ast.FunctionDef,
@@ -93,10 +96,13 @@ def classify(root: Path) -> dict:
             for n in ast.walk(fn):
                 if not isinstance(n, (ast.Import, ast.ImportFrom)) or not _targets(n, pkg, mods):
                     continue
-                if any(n is not x and isinstance(x, (ast.FunctionDef, ast.AsyncFunctionDef)) and n in ast.walk(x)
+                if any(x is not fn and isinstance(x, (ast.FunctionDef, ast.AsyncFunctionDef)) and n in ast.walk(x)
                        for x in ast.walk(fn)):
                     continue   # counted under the inner function
                 where = f"{p.relative_to(root)}:{n.lineno}"
+                if "# at call time" in lines[n.lineno - 1]:
+                    rows.append((where, "seam", ""))
+                    continue
                 if id(n) not in direct:
                     rows.append((where, "nested", ""))
                     continue
