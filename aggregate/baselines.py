@@ -27,6 +27,7 @@ from aggregate.counts import Pool
 from aggregate.errors import TraceError
 from aggregate.metrics import brier_per_task
 from aggregate.selection import argmax_random, argmin_random
+from aggregate.spectral import one_coin_posterior, spectral_skills
 
 
 def _vote_counts(pool: Pool, idx: np.ndarray, seats: np.ndarray | None = None,
@@ -309,7 +310,6 @@ def one_coin_em_step(votes: np.ndarray, P: np.ndarray) -> np.ndarray:
     M: prior = mean of P over tasks (floored at 1e-10); skill s_w = mean of P[t, y_tw] over the
     worker's votes; error rates e_w(z, y) = s_w if z == y else (1 - s_w) / (L - 1), clipped into
     [1e-10, 1 - 1e-10]. E: P'[t, z] ∝ prior[z] * prod_w e_w(z, y_tw)."""
-    from aggregate.spectral import one_coin_posterior
     T, L = P.shape
     has = votes >= 0
     y = np.where(has, votes, 0)
@@ -380,7 +380,6 @@ class DawidSkeneEM(Aggregator):
 
     def spectral_start(self, data: pd.DataFrame) -> pd.DataFrame:
         """Posteriors (crowd-kit's layout) of the E-step at the spectral skill estimate, uniform prior."""
-        from aggregate.spectral import one_coin_posterior, spectral_skills
         labels = sorted(data["label"].unique())
         tasks = pd.Index(sorted(data["task"].unique()))
         workers = pd.Index(sorted(data["worker"].unique()))

@@ -37,6 +37,7 @@ from simulate.belief.roles import LLMAppraiser, LLMGenerator, LLMProbe, ProbeRou
 from simulate.belief.topics import load_topic
 from serving.launch import free_port, start_server, stop_server, wait_healthy
 from serving.profiles import all_profiles, get_profile
+from interventions import knockout, patching, probes
 
 __all__ = ["PATHS", "BACKENDS", "rehearse", "Skip", "CheckFailed"]
 
@@ -360,7 +361,6 @@ def _option_logprobs(backend: str) -> Callable[[_Rehearsal], dict[str, Any]]:
 
 # -- interventions (hf only: they need the transformers weights) ----------------------------------
 def _knockout(r: _Rehearsal) -> dict[str, Any]:
-    from interventions import knockout
     eng = r.engine("hf")
     p = knockout.plan(eng, "all")
     if not p["masked"]:
@@ -387,7 +387,6 @@ def _knockout(r: _Rehearsal) -> dict[str, Any]:
 def _patch(r: _Rehearsal) -> dict[str, Any]:
     import numpy as np
 
-    from interventions import knockout, patching
     eng = r.engine("hf")
     n = knockout.plan(eng, "all")["n_layers"]
     conv = lambda w: [{"role": "user", "content": f"Agent 2 (a source with an {w} record) says the answer is B. "
@@ -424,7 +423,6 @@ def _patch(r: _Rehearsal) -> dict[str, Any]:
 def _probe(r: _Rehearsal) -> dict[str, Any]:
     import numpy as np
 
-    from interventions import knockout, probes
     eng = r.engine("hf")
     n = knockout.plan(eng, "all")["n_layers"]
     layer = n // 2
