@@ -154,9 +154,6 @@ def generate(prompt: Optional[str] = typer.Argument(None, help="a user message (
     eng.close()
 
 
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
-
-
 def vllm_serve_args(path: str, name: str, *, host: str, port: int, dtype: str, tensor_parallel_size: int = 1,
                     pipeline_parallel_size: int = 1, data_parallel_size: int = 1,
                     distributed_executor_backend: str | None = None, max_model_len: int | None = None,
@@ -200,17 +197,14 @@ def serve(profile: str = typer.Argument(DEFAULT_PROFILE),
           api_key: Optional[str] = typer.Option(None, "--api-key", help="key clients must send (default $VLLM_API_KEY); "
                                                 "required when binding to a non-loopback address"),
           max_model_len: Optional[int] = None,
-          extra: list[str] = typer.Option(None, help="further `vllm serve` flags, e.g. --extra=--enforce-eager")) -> None:
+          extra: list[str] = typer.Option(None, help="further `vllm serve` flags, e.g. --extra=--enforce-eager; "
+                                           "the host, port and key rules apply to them too")) -> None:
     """Start `vllm serve` for a profile (OpenAI-compatible; use it with backend='openai').
 
     Scale-out is vLLM's own: -tp / -pp / -dp on one node, --distributed-executor-backend ray for one
     model across a Ray cluster; or one server per node, all listed as the openai backend's endpoints."""
     if distributed_executor_backend not in (None, "mp", "ray", "uni", "external_launcher"):
         fail(f"--distributed-executor-backend must be mp, ray, uni or external_launcher, got {distributed_executor_backend!r}")
-    key = api_key or os.environ.get("VLLM_API_KEY")
-    if host not in LOOPBACK and not key:
-        fail(f"--host {host} opens the server beyond this machine: give --api-key (or set VLLM_API_KEY); "
-             "clients send it with api_key= or VLLM_API_KEY")
     try:
         p = get_profile(profile)
         path = p.require()
@@ -226,10 +220,10 @@ def serve(profile: str = typer.Argument(DEFAULT_PROFILE),
                            data_parallel_size=data_parallel_size,
                            distributed_executor_backend=distributed_executor_backend,
                            max_model_len=max_model_len, gpu=gpu, extra=extra)
-    if key:
-        os.environ["VLLM_API_KEY"] = key  # vLLM reads it; never on the command line (visible in ps)
-    console.print(f"serving {p.name} at http://{host}:{port}/v1" + (" (API key required)" if key else "")
-                  + " (Ctrl-C to stop)")
+    if api_key:
+        os.environ["VLLM_API_KEY"] = api_key  # vLLM reads it; never on the command line (visible in ps)
+    # where it may listen is decided in the server process on the whole line, --extra included, with
+    # vLLM's own parser (serving/listen.py), which also prints the address it really listens on
     os.execv(sys.executable, [sys.executable, "-m", "serving.vllm_server", *args])
 
 

@@ -239,6 +239,19 @@ def test_no_healthy_endpoint_stops_with_one_error_and_keeps_finished_calls(serve
     assert direct.model_calls == 0 and [o.text for o in again] == [o.text for o in first]  # stored, not lost
 
 
+def test_a_keyed_server_guards_every_path_and_says_where_it_listens(server):
+    """vLLM's own key check covers /v1 only; chorus's guard closes /invocations and /metrics too, and
+    the line the server prints names the address it really listens on."""
+    base = f"http://127.0.0.1:{server}"
+    assert httpx.get(f"{base}/health", timeout=10).status_code == 200
+    for path in ("/v1/models", "/metrics"):
+        assert httpx.get(base + path, timeout=10).status_code == 401, path
+    assert httpx.post(f"{base}/invocations", json={}, timeout=10).status_code == 401
+    assert httpx.get(f"{base}/metrics", timeout=10, headers={"Authorization": f"Bearer {KEY}"}).status_code == 200
+    log = (ROOT / ".pytest-serve.log").read_text()
+    assert f"at http://127.0.0.1:{server}/v1 (API key required)" in log
+
+
 def test_bad_endpoints_are_clear_errors_before_any_call(server):
     from serving import load_engine
     from serving.backends.openai import EndpointError
