@@ -2,8 +2,8 @@
 
 Kept-stable entry points::
 
-    aggregate.Trace.from_dict(d)                                  # one JSONL record -> Trace
-    aggregate.one_coin_posterior(trace, priors, candidate_prior=None) -> {candidate: prob}
+    chorus.aggregate.Trace.from_dict(d)                                  # one JSONL record -> Trace
+    chorus.aggregate.one_coin_posterior(trace, priors, candidate_prior=None) -> {candidate: prob}
 
 Estimators (configure, ``fit(traces, gold)``, ``predict_proba(traces)`` -> tidy DataFrame,
 fitted attributes end in ``_``): ``OneCoinBDA``, ``ConfusionBDA`` and the baselines
@@ -17,7 +17,7 @@ imported only where used.
 """
 from __future__ import annotations
 
-from core.lazy import lazy_getattr
+from chorus.core.lazy import lazy_getattr
 
 # name -> submodule; imported on first access (PEP 562) so that ``import aggregate`` (done by
 # the ``chorus`` CLI on every call) stays cheap.

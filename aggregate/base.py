@@ -15,10 +15,10 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from aggregate.counts import Pool
-from aggregate.selection import argmax_random, stratified_splits
-from aggregate.trace import Trace, as_traces
-from core.seeding import rng as make_rng
+from chorus.aggregate.counts import Pool
+from chorus.aggregate.selection import argmax_random, stratified_splits
+from chorus.aggregate.trace import Trace, as_traces
+from chorus.core.seeding import rng as make_rng
 
 
 class Aggregator:

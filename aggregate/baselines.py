@@ -22,12 +22,12 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from aggregate.base import Aggregator
-from aggregate.counts import Pool
-from aggregate.errors import TraceError
-from aggregate.metrics import brier_per_task
-from aggregate.selection import argmax_random, argmin_random
-from aggregate.spectral import one_coin_posterior, spectral_skills
+from chorus.aggregate.base import Aggregator
+from chorus.aggregate.counts import Pool
+from chorus.aggregate.errors import TraceError
+from chorus.aggregate.metrics import brier_per_task
+from chorus.aggregate.selection import argmax_random, argmin_random
+from chorus.aggregate.spectral import one_coin_posterior, spectral_skills
 
 
 def _vote_counts(pool: Pool, idx: np.ndarray, seats: np.ndarray | None = None,
@@ -324,7 +324,7 @@ class DawidSkeneEM(Aggregator):
     of the pool it predicts (no labels), run on to its fixed point. Tasks without votes get a
     uniform posterior; labels nobody voted for get probability 0. ``init="spectral"`` starts the
     same EM from the one-coin spectral estimate of the seats' accuracies instead
-    (``aggregate.spectral.spectral_skills``; the BDA paper's App. F.10 arm), without crowd-kit.
+    (``chorus.aggregate.spectral.spectral_skills``; the BDA paper's App. F.10 arm), without crowd-kit.
 
     crowd-kit stops when its evidence lower bound gains less than ``tol`` in a step; that
     quantity is not monotone along its iterations, so it can stop with posteriors up to ~0.07

@@ -10,18 +10,18 @@ from typing import List, Optional
 
 import typer
 
-from core.cliutil import add_verbs
-from core.cliutil import fail as _fail
-from core.progress import progress
-from core.verbs import Option, Verb, register
-from core.config import ConfigError
-from core.runs import RecordError, require_record, write_json
+from chorus.core.cliutil import add_verbs
+from chorus.core.cliutil import fail as _fail
+from chorus.core.progress import progress
+from chorus.core.verbs import Option, Verb, register
+from chorus.core.config import ConfigError
+from chorus.core.runs import RecordError, require_record, write_json
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="BDA aggregation over council traces: run, sweep, verify.")
 
 def _user_errors() -> tuple[type[BaseException], ...]:
-    from aggregate.errors import LabelError, PriorError, TraceError
+    from chorus.aggregate.errors import LabelError, PriorError, TraceError
 
     return (ConfigError, TraceError, LabelError, PriorError, ValueError)
 
@@ -35,7 +35,7 @@ _INNER = typer.Option(5, "--inner-folds")
 
 def _load_all(paths: List[Path]) -> list:
     """Every trace of every file, in order."""
-    from aggregate.trace import load_traces
+    from chorus.aggregate.trace import load_traces
     return [tr for p in paths for tr in load_traces(p)]
 
 
@@ -45,20 +45,20 @@ def _show(console, path: Path, summary: dict) -> None:
                   f"(tables/, plots/, results.md, summary.json)")
 
 
-_ERRORS = ("aggregate.errors:TraceError", "aggregate.errors:LabelError", "aggregate.errors:PriorError",
+_ERRORS = ("chorus.aggregate.errors:TraceError", "chorus.aggregate.errors:LabelError", "chorus.aggregate.errors:PriorError",
            "builtins:ValueError")
 _QUIET = Option("quiet", "--quiet", bool, False, "No progress bar.", "progress:enabled", negate=True)
 register(Verb(
     "aggregate", "run", help="Traces + methods -> nested-CV posteriors, metrics, bootstrap, tables, plots, one results file.",
     config_help="Run config (a path or a shipped name in aggregate/configs/, e.g. run_synthetic).",
-    load="aggregate.config:load_run_config", source="aggregate.config:config_path",
-    run="aggregate.experiments:run_to_dir", show=_show, unit="fold x method", plots=False, options=(_QUIET,),
+    load="chorus.aggregate.config:load_run_config", source="chorus.aggregate.config:config_path",
+    run="chorus.aggregate.experiments:run_to_dir", show=_show, unit="fold x method", plots=False, options=(_QUIET,),
     errors=_ERRORS))
 register(Verb(
     "aggregate", "sweep", help="Adversary sweeps over a synthetic council or a real trace file (--traces): "
                                "dose-response (regime x k x p_wrong) or the sleeper axis (f).",
     config_help="Sweep config (kind: dose_response | sleeper; a path or a shipped name, e.g. sweep_dose).",
-    load="aggregate.config:load_sweep_config", run="aggregate.experiments:sweep_to_dir", show=_show,
+    load="chorus.aggregate.config:load_sweep_config", run="chorus.aggregate.experiments:sweep_to_dir", show=_show,
     unit="fold x method", plots=False, errors=_ERRORS,
     options=(Option("traces", "--traces", Optional[Path], None, "A council trace file (.jsonl / .jsonl.gz) to "
                     "corrupt instead of the config's synthetic council.", "config:traces"), _QUIET)))
@@ -76,8 +76,8 @@ def verify(run_dir: Path = typer.Argument(..., help="A run directory holding res
     from rich.console import Console
     from rich.table import Table
 
-    from aggregate.errors import VerifyError
-    from aggregate.results import verify as do_verify
+    from chorus.aggregate.errors import VerifyError
+    from chorus.aggregate.results import verify as do_verify
 
 
     try:
@@ -117,9 +117,9 @@ def generate(out: Path = typer.Option(..., "--out", help="Trace file to write (.
              p_wrong: float = typer.Option(1.0, "--p-wrong"),
              seed: int = typer.Option(0, "--seed"),
              prefix: str = typer.Option("syn", "--prefix", help="Task-id prefix (disjoint sets for lodo / transfer).")) -> None:
-    """Write a synthetic council trace file (the trace JSONL of ``aggregate.trace``)."""
-    from aggregate.synthetic import Adversary, CouncilSpec, generate_council
-    from aggregate.trace import dump_traces
+    """Write a synthetic council trace file (the trace JSONL of ``chorus.aggregate.trace``)."""
+    from chorus.aggregate.synthetic import Adversary, CouncilSpec, generate_council
+    from chorus.aggregate.trace import dump_traces
 
     try:
         spec = CouncilSpec(n_tasks=n_tasks, K=K, rounds=rounds,
@@ -137,8 +137,8 @@ def check(traces: Path = typer.Argument(..., help="Trace file (.jsonl / .jsonl.g
     """Validate a trace file and run the protocol automaton; report rejected moves (exit 1 if any)."""
     import json
 
-    from aggregate.moves import check_all
-    from aggregate.trace import load_traces
+    from chorus.aggregate.moves import check_all
+    from chorus.aggregate.trace import load_traces
 
     try:
         trs = load_traces(traces)
@@ -163,7 +163,7 @@ def flips(traces: List[Path] = typer.Argument(..., help="Trace files (.jsonl / .
     from rich.console import Console
     from rich.table import Table
 
-    from aggregate.flips import decision_flips, flip_summary, plot_ratios
+    from chorus.aggregate.flips import decision_flips, flip_summary, plot_ratios
 
     try:
         trs = _load_all(traces)
@@ -201,7 +201,7 @@ def switch(traces: List[Path] = typer.Argument(..., help="Trace files (.jsonl / 
     from rich.console import Console
     from rich.table import Table
 
-    from aggregate.label_switching import demonstrate, plot, table
+    from chorus.aggregate.label_switching import demonstrate, plot, table
 
     try:
         trs = _load_all(traces)
@@ -240,8 +240,8 @@ def truncation(traces: List[Path] = typer.Argument(..., help="Trace files (.json
     from rich.console import Console
     from rich.table import Table
 
-    from aggregate.methods import check_method
-    from aggregate.truncation import truncation_table
+    from chorus.aggregate.methods import check_method
+    from chorus.aggregate.truncation import truncation_table
 
     try:
         ms = [check_method(m.strip()) for m in methods.split(",") if m.strip()]
@@ -283,9 +283,9 @@ def lodo(sets: List[str] = typer.Argument(..., help="NAME=FILE trace sets (two o
     from rich.console import Console
     from rich.table import Table
 
-    from aggregate.lodo import leave_one_dataset_out, transfer_gap
-    from aggregate.methods import check_method
-    from aggregate.trace import load_traces
+    from chorus.aggregate.lodo import leave_one_dataset_out, transfer_gap
+    from chorus.aggregate.methods import check_method
+    from chorus.aggregate.trace import load_traces
 
     try:
         paths, named = {}, {}
@@ -331,9 +331,9 @@ def labels(traces: Path = typer.Argument(..., help="A labelled trace file (.json
     from rich.console import Console
     from rich.table import Table
 
-    from aggregate.label_efficiency import efficiency_curve, label_efficiency, plot_curve
-    from aggregate.methods import check_method
-    from aggregate.trace import load_traces
+    from chorus.aggregate.label_efficiency import efficiency_curve, label_efficiency, plot_curve
+    from chorus.aggregate.methods import check_method
+    from chorus.aggregate.trace import load_traces
 
     try:
         try:
@@ -371,8 +371,8 @@ def contagion(traces: List[Path] = typer.Argument(..., help="Attacked trace file
     corrupted fraction against the nominal one."""
     import json
 
-    from aggregate.contagion import contagion_summary
-    from aggregate.trace import load_traces
+    from chorus.aggregate.contagion import contagion_summary
+    from chorus.aggregate.trace import load_traces
 
     try:
         out = {str(p): contagion_summary(load_traces(p), protocol) for p in traces}
@@ -396,7 +396,7 @@ def keys_ablation(traces: List[Path] = typer.Argument(..., help="Labelled trace 
     from rich.console import Console
     from rich.table import Table
 
-    from aggregate.granularity import ablation_table, plot
+    from chorus.aggregate.granularity import ablation_table, plot
 
     try:
         trs = _load_all(traces)
@@ -447,8 +447,8 @@ def shift(traces: List[Path] = typer.Argument(..., help="Clean labelled trace fi
     from rich.console import Console
     from rich.table import Table
 
-    from aggregate.methods import check_method
-    from aggregate.policy_shift import before_after, coalition, plot, shift_table
+    from chorus.aggregate.methods import check_method
+    from chorus.aggregate.policy_shift import before_after, coalition, plot, shift_table
 
     try:
         ms = [check_method(m.strip()) for m in methods.split(",") if m.strip()]
@@ -501,10 +501,10 @@ def drift(traces: List[Path] = typer.Argument(..., help="Labelled trace files, r
     import numpy as np
     import pandas as pd
 
-    from aggregate.counts import Pool
-    from aggregate.drift import (RowDriftDetector, StreamCounts, alarm_delay, first_alarm, plot_drift,
+    from chorus.aggregate.counts import Pool
+    from chorus.aggregate.drift import (RowDriftDetector, StreamCounts, alarm_delay, first_alarm, plot_drift,
                                  shifted_fraction)
-    from aggregate.policy_shift import coalition, shifted_stream
+    from chorus.aggregate.policy_shift import coalition, shifted_stream
 
     try:
         trs = _load_all(traces)
@@ -568,9 +568,9 @@ def transfer(sources: List[str] = typer.Argument(..., help="NAME=FILE source tra
     from rich.console import Console
     from rich.table import Table
 
-    from aggregate.methods import check_method
-    from aggregate.trace import load_traces
-    from aggregate.transfer import cross_domain_transfer, table_records, transfer_summary
+    from chorus.aggregate.methods import check_method
+    from chorus.aggregate.trace import load_traces
+    from chorus.aggregate.transfer import cross_domain_transfer, table_records, transfer_summary
 
     def named(spec: str, what: str) -> tuple[str, str]:
         name, sep, path = spec.partition("=")

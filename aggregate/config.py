@@ -7,9 +7,9 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from aggregate.methods import check_method
-from core.config import Strict, load_yaml, resolve_config, set_dotted, validate
-from aggregate.synthetic import CouncilSpec
+from chorus.aggregate.methods import check_method
+from chorus.core.config import Strict, load_yaml, resolve_config, set_dotted, validate
+from chorus.aggregate.synthetic import CouncilSpec
 
 CONFIGS_DIR = Path(__file__).resolve().parent / "configs"
 
@@ -175,7 +175,7 @@ class RunConfig(_Common):
 class SweepConfig(_Common):
     """``chorus aggregate sweep``: the dose-response grid or the sleeper axis, over a synthetic
     council or over a real trace file (``traces``: the adversary corrupts its moves,
-    ``aggregate.corrupt``); give one of ``traces`` and ``synthetic`` (default: synthetic)."""
+    ``chorus.aggregate.corrupt``); give one of ``traces`` and ``synthetic`` (default: synthetic)."""
 
     kind: Literal["dose_response", "sleeper"] = "dose_response"
     traces: str | None = None
@@ -202,7 +202,7 @@ class SweepConfig(_Common):
         for p in self.p_wrong + self.f:
             if not 0.0 <= p <= 1.0:
                 raise ValueError(f"p_wrong / f values must lie in [0, 1], got {p}")
-        # a trace file's seat count is checked when it is read (aggregate.corrupt)
+        # a trace file's seat count is checked when it is read (chorus.aggregate.corrupt)
         seats = None if self.synthetic is None else len(self.synthetic.reliabilities)
         for k in self.ks + ([self.adversary.k] if self.kind == "sleeper" else []):
             if k < 0 or (seats is not None and k > seats):

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from aggregate.counts import Pool
-from aggregate.metrics import brier_sum_logits
-from aggregate.posterior import reliabilities
+from chorus.aggregate.counts import Pool
+from chorus.aggregate.metrics import brier_sum_logits
+from chorus.aggregate.posterior import reliabilities
 
 
 def confusion_counts(pool: Pool, idx: np.ndarray) -> np.ndarray:

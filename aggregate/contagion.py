@@ -21,9 +21,9 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from aggregate.errors import TraceError
-from aggregate.moves import get_protocol
-from aggregate.trace import Trace
+from chorus.aggregate.errors import TraceError
+from chorus.aggregate.moves import get_protocol
+from chorus.aggregate.trace import Trace
 
 
 def seat_outcomes(traces: Sequence[Trace], protocol: str = "strict") -> pd.DataFrame:

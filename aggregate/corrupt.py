@@ -1,7 +1,7 @@
 """Count-level corruption of existing council traces (BDA paper App. F.1, F.3, F.8 on real traces).
 
 ``corrupt_traces(traces, adversary, seed=...)`` applies the synthetic councils' adversary
-(``aggregate.synthetic.Adversary``) to traces a live council produced, so the dose-response
+(``chorus.aggregate.synthetic.Adversary``) to traces a live council produced, so the dose-response
 grid and the sleeper axis run over real deliberations:
 
 * **Seats.** ``persistent``: the same seats in every task (``adversary.seats``, default the
@@ -48,12 +48,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from aggregate.counts import natural_key
-from aggregate.moves import get_protocol
-from aggregate.synthetic import Adversary
-from aggregate.trace import Move, Trace
-from core.seeding import rng as make_rng
-from core.seeding import stable_int
+from chorus.aggregate.counts import natural_key
+from chorus.aggregate.moves import get_protocol
+from chorus.aggregate.synthetic import Adversary
+from chorus.aggregate.trace import Move, Trace
+from chorus.core.seeding import rng as make_rng
+from chorus.core.seeding import stable_int
 
 KEY_CORRUPT = 15  # synthetic.py uses stream keys 10..14
 KEY_SLEEPER_PICK = 14  # the sleeper's calibration pick, as in synthetic.sleeper_traces

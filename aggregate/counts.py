@@ -23,9 +23,9 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from aggregate.errors import LabelError, TraceError
-from aggregate.moves import OnViolation, Protocol, ProtocolReport, get_protocol
-from aggregate.trace import FORCES, Trace
+from chorus.aggregate.errors import LabelError, TraceError
+from chorus.aggregate.moves import OnViolation, Protocol, ProtocolReport, get_protocol
+from chorus.aggregate.trace import FORCES, Trace
 
 
 def natural_key(s: str) -> tuple:
@@ -54,7 +54,7 @@ class Pool:
     # (T, K) an independent vote arm's tallies carried in the trace (``vote_arm``), nan if none
     arm_votes: np.ndarray | None = None
     # (E, 6) every accepted endorsement as (task, agent, candidate, sign, round, force index into
-    # trace.FORCES): what finer reliability keys re-tally (``aggregate.keys``)
+    # trace.FORCES): what finer reliability keys re-tally (``chorus.aggregate.keys``)
     endorsements: np.ndarray | None = None
 
     # -- construction ------------------------------------------------------------------

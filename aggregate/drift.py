@@ -34,10 +34,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from aggregate.counts import Pool
-from aggregate.posterior import MU_CLIP
-from core.seeding import rng as make_rng
-from core.plots import subplots
+from chorus.aggregate.counts import Pool
+from chorus.aggregate.posterior import MU_CLIP
+from chorus.core.seeding import rng as make_rng
+from chorus.core.plots import subplots
 
 KEY_DRIFT_BOOT = 41  # the noise floor's bootstrap stream (seed, KEY_DRIFT_BOOT)
 MIN_PER_CLASS = 10

@@ -8,7 +8,7 @@ class TraceError(ValueError):
 
 
 class ProtocolError(TraceError):
-    """A move is illegal under the council protocol (see ``aggregate.moves``)."""
+    """A move is illegal under the council protocol (see ``chorus.aggregate.moves``)."""
 
 
 class LabelError(ValueError):

@@ -14,15 +14,15 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from aggregate.base import Aggregator
-from aggregate.confusion import (confusion_counts, confusion_grid_brier, confusion_log_rows, confusion_logits,
+from chorus.aggregate.base import Aggregator
+from chorus.aggregate.confusion import (confusion_counts, confusion_grid_brier, confusion_log_rows, confusion_logits,
                                  label_prior)
-from aggregate.counts import Pool
-from aggregate.keys import check_key, keyed_pool
-from aggregate.metrics import brier_sum_logits
-from aggregate.posterior import (MU_CLIP, RELIABILITY_BASES, beta_params, one_coin_grid_logits, per_agent_mu,
+from chorus.aggregate.counts import Pool
+from chorus.aggregate.keys import check_key, keyed_pool
+from chorus.aggregate.metrics import brier_sum_logits
+from chorus.aggregate.posterior import (MU_CLIP, RELIABILITY_BASES, beta_params, one_coin_grid_logits, per_agent_mu,
                                  reliabilities, softmax)
-from aggregate.selection import argmin_random
+from chorus.aggregate.selection import argmin_random
 
 B_GRID = (0.52, 0.55, 0.58, 0.60)
 KAPPA_GRID = (0.0, 1.0, 2.0, 3.0, 4.0)
@@ -43,7 +43,7 @@ class OneCoinBDA(Aggregator):
     (None) or a probability vector over the shared candidates. ``reliability``: what r_i is read from
     (``all`` informative moves, the paper's estimator; ``proposals`` only; ``round0`` proposals only:
     BDA paper Table 7's estimator ablation). ``key``: which moves share one reliability (``agent``, the
-    paper's; ``shared``, ``agent_round``, ``agent_force``: ``aggregate.keys``, Table 7's granularity
+    paper's; ``shared``, ``agent_round``, ``agent_force``: ``chorus.aggregate.keys``, Table 7's granularity
     ablation); a finer key's pseudo-seats are one-coin seats of their own (r, mu, weight each), and
     ``reliabilities_`` / ``priors_`` are indexed by them (``seats_``). A pseudo-seat the fit never saw
     gets mu = b at prediction.

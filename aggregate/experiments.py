@@ -15,19 +15,19 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from aggregate.config import RunConfig, SweepConfig
-from aggregate.corrupt import corrupt_traces, corruption_counts, sleeper_from_traces, split_by_question
-from aggregate.counts import Pool
-from aggregate.errors import TraceError
-from aggregate.methods import make_method
-from aggregate.metrics import (brier_per_task, line_plot, paired_bootstrap, reliability_diagram,
+from chorus.aggregate.config import RunConfig, SweepConfig
+from chorus.aggregate.corrupt import corrupt_traces, corruption_counts, sleeper_from_traces, split_by_question
+from chorus.aggregate.counts import Pool
+from chorus.aggregate.errors import TraceError
+from chorus.aggregate.methods import make_method
+from chorus.aggregate.metrics import (brier_per_task, line_plot, paired_bootstrap, reliability_diagram,
                                reliability_overlay, summarize)
-from aggregate.results_file import render_markdown, write_results
-from aggregate.selection import KEY_BOOT, CVResult, fit_predict_split, nested_cv, seed_int
-from aggregate.synthetic import Adversary, generate_council, permute_labels, sleeper_traces, truncate_traces
-from aggregate.trace import FORCES, Trace, dump_traces, load_traces, traces_sha256
-from core.progress import Progress
-from core.runs import RunDir, library_versions, run_dir_path
+from chorus.aggregate.results_file import render_markdown, write_results
+from chorus.aggregate.selection import KEY_BOOT, CVResult, fit_predict_split, nested_cv, seed_int
+from chorus.aggregate.synthetic import Adversary, generate_council, permute_labels, sleeper_traces, truncate_traces
+from chorus.aggregate.trace import FORCES, Trace, dump_traces, load_traces, traces_sha256
+from chorus.core.progress import Progress
+from chorus.core.runs import RunDir, library_versions, run_dir_path
 
 SCHEMA = "chorus.aggregate.results/1"
 _DETERMINISM = ("every random stream (folds, label budget, tie-breaks, synthetic councils, bootstrap) "
@@ -72,7 +72,7 @@ def cell_bootstrap(cv: CVResult, pairs: Sequence[tuple[str, str]], *, n_resample
                    metrics: Sequence[str], ci: float, clustered: bool,
                    seeds: np.ndarray | None = None) -> list[dict[str, Any]]:
     """The paired bootstrap over tasks, questions (``clustered``) or, with ``seeds`` (one generation seed
-    per trace of the pool), generation seeds x questions (``core.stats.paired_bootstrap``). The
+    per trace of the pool), generation seeds x questions (``chorus.core.stats.paired_bootstrap``). The
     seed-clustered variant draws its questions from the question-clustered variant's stream."""
     data = {name: per_task(cv, name) for name in cv.methods}
     clusters = np.asarray(cv.pool.question_ids)[_mask(cv)] if clustered else None
@@ -279,7 +279,7 @@ def cell_id(params: dict[str, Any]) -> str:
 def sweep_cell_traces(cfg: SweepConfig, params: dict[str, Any],
                       source: Sequence[Trace] | None = None) -> tuple[list[Trace], int | None]:
     """A cell's traces: a synthetic council, or (``cfg.traces``; ``source`` = the file's traces)
-    the real traces corrupted by the cell's adversary (``aggregate.corrupt``)."""
+    the real traces corrupted by the cell's adversary (``chorus.aggregate.corrupt``)."""
     if cfg.traces is not None and source is None:
         raise ValueError("a sweep over a trace file needs the file's traces (source)")
     if cfg.kind == "dose_response":
@@ -386,7 +386,7 @@ def _sweep_plots(run, cfg: SweepConfig, metrics: pd.DataFrame) -> None:
                         "deployment accuracy vs contaminated calibration fraction f")
 
 
-# -- verbs (core.verbs): the run directory and its summary -----------------------------------------
+# -- verbs (chorus.core.verbs): the run directory and its summary -----------------------------------------
 def run_to_dir(cfg: RunConfig, out: Path | None = None, *, progress: Progress | None = None,
                source: str | None = None):
     """``chorus aggregate run``: ``run_experiment`` into ``out`` (default runs/aggregate/NAME-run-TIME);

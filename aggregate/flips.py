@@ -15,13 +15,13 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from aggregate.counts import Pool
-from aggregate.errors import TraceError
-from aggregate.posterior import beta_params, one_coin_proba
-from aggregate.selection import argmax_random
-from aggregate.trace import Trace
-from core.seeding import rng as make_rng
-from core.plots import subplots
+from chorus.aggregate.counts import Pool
+from chorus.aggregate.errors import TraceError
+from chorus.aggregate.posterior import beta_params, one_coin_proba
+from chorus.aggregate.selection import argmax_random
+from chorus.aggregate.trace import Trace
+from chorus.core.seeding import rng as make_rng
+from chorus.core.plots import subplots
 
 NEUTRAL_B = 0.58  # the base of the BDA paper's fixed prior (b, kappa, s) = (0.58, 2, 16), kappa set to 0
 NEUTRAL_S = 16.0

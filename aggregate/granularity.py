@@ -1,6 +1,6 @@
 """Table 7 of the BDA paper as one table: the reliability-key granularity and the reliability-estimator ablation.
 
-* **granularity** (upper half): the one-coin posterior over each reliability key of ``aggregate.keys``
+* **granularity** (upper half): the one-coin posterior over each reliability key of ``chorus.aggregate.keys``
   (``shared``, ``agent``, ``agent_round``, ``agent_force``) under one *fixed* prior, (b, kappa, s) =
   (0.58, 2, 16) by default, so the key alone moves the numbers (no inner CV: ``OneCoinBDA(hyperparams=)``);
 * **estimator** (lower half): per-agent BDA with r_i read from all informative moves, proposals only or
@@ -19,14 +19,14 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from aggregate.counts import Pool
-from aggregate.estimators import OneCoinBDA
-from aggregate.experiments import cell_metrics
-from aggregate.keys import KEYS, check_key, keyed_pool
-from aggregate.methods import make_method
-from aggregate.selection import nested_cv
-from aggregate.trace import Trace
-from core.plots import subplots
+from chorus.aggregate.counts import Pool
+from chorus.aggregate.estimators import OneCoinBDA
+from chorus.aggregate.experiments import cell_metrics
+from chorus.aggregate.keys import KEYS, check_key, keyed_pool
+from chorus.aggregate.methods import make_method
+from chorus.aggregate.selection import nested_cv
+from chorus.aggregate.trace import Trace
+from chorus.core.plots import subplots
 
 FIXED_PRIOR = {"b": 0.58, "kappa": 2.0, "s": 16.0}  # the BDA paper's Table 7 granularity prior
 ESTIMATOR_ARMS = {"all": "bda_per_agent", "proposals": "bda_rel_proposals", "round0": "bda_rel_round0"}

@@ -24,9 +24,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from aggregate.counts import Pool, natural_key
-from aggregate.errors import TraceError
-from aggregate.trace import FORCES
+from chorus.aggregate.counts import Pool, natural_key
+from chorus.aggregate.errors import TraceError
+from chorus.aggregate.trace import FORCES
 
 KEYS = ("shared", "agent", "agent_round", "agent_force")
 SHARED_SEAT = "*"

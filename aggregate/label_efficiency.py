@@ -14,13 +14,13 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from aggregate.counts import Pool
-from aggregate.errors import LabelError
-from aggregate.experiments import cell_metrics
-from aggregate.methods import make_method
-from aggregate.selection import budget_subsample, fit_predict_split, seed_int
-from aggregate.trace import Trace
-from core.plots import subplots
+from chorus.aggregate.counts import Pool
+from chorus.aggregate.errors import LabelError
+from chorus.aggregate.experiments import cell_metrics
+from chorus.aggregate.methods import make_method
+from chorus.aggregate.selection import budget_subsample, fit_predict_split, seed_int
+from chorus.aggregate.trace import Trace
+from chorus.core.plots import subplots
 
 KEY_LABELS = 23  # the calibration draw's seed stream (seed, KEY_LABELS, n)
 

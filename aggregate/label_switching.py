@@ -17,14 +17,14 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from aggregate.counts import Pool
-from aggregate.errors import LabelError
-from aggregate.experiments import cell_metrics
-from aggregate.methods import make_method
-from aggregate.selection import nested_cv
-from aggregate.trace import Trace
-from aggregate.spectral import mirrored, one_coin_loglik
-from core.plots import subplots
+from chorus.aggregate.counts import Pool
+from chorus.aggregate.errors import LabelError
+from chorus.aggregate.experiments import cell_metrics
+from chorus.aggregate.methods import make_method
+from chorus.aggregate.selection import nested_cv
+from chorus.aggregate.trace import Trace
+from chorus.aggregate.spectral import mirrored, one_coin_loglik
+from chorus.core.plots import subplots
 
 UNSUPERVISED = {"ds_em": "majority", "ds_em_spectral": "spectral"}
 

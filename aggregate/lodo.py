@@ -14,9 +14,9 @@ from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
-from aggregate.errors import TraceError
-from aggregate.experiments import cell_metrics, run_cell
-from aggregate.trace import Trace
+from chorus.aggregate.errors import TraceError
+from chorus.aggregate.experiments import cell_metrics, run_cell
+from chorus.aggregate.trace import Trace
 
 
 def leave_one_dataset_out(sets: Mapping[str, Sequence[Trace]], methods: Sequence[str], *, grids: dict | None = None,

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping
 
-from aggregate.base import Aggregator
-from aggregate.baselines import (BestMember, DawidSkeneEM, FinalPlurality, GatedVote, IsotonicRecalibrated,
+from chorus.aggregate.base import Aggregator
+from chorus.aggregate.baselines import (BestMember, DawidSkeneEM, FinalPlurality, GatedVote, IsotonicRecalibrated,
                                  LogisticStacker, Plurality, VerbalizedVote, VoteArm)
-from aggregate.estimators import B_GRID, KAPPA_GRID, LAMBDA_GRID, S_GRID, TAU_GRID, ConfusionBDA, OneCoinBDA
+from chorus.aggregate.estimators import B_GRID, KAPPA_GRID, LAMBDA_GRID, S_GRID, TAU_GRID, ConfusionBDA, OneCoinBDA
 
 #: name -> (description, factory(grids, common kwargs))
 _REGISTRY: dict[str, tuple[str, Callable[[Mapping[str, Any], dict], Aggregator]]] = {
@@ -41,7 +41,7 @@ _REGISTRY: dict[str, tuple[str, Callable[[Mapping[str, Any], dict], Aggregator]]
                                                 kappa_grid=g.get("kappa", KAPPA_GRID), s_grid=g.get("s", S_GRID),
                                                 reliability="round0", **kw)),
     **{f"bda_key_{k}": (f"BDA one-coin, per-agent prior over the '{k}' reliability key (Table 7 granularity; "
-                        f"aggregate.keys)",
+                        f"chorus.aggregate.keys)",
                         lambda g, kw, k=k: OneCoinBDA("per_agent", b_grid=g.get("b", B_GRID),
                                                       kappa_grid=g.get("kappa", KAPPA_GRID), s_grid=g.get("s", S_GRID),
                                                       key=k, **kw))

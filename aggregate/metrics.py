@@ -1,6 +1,6 @@
 """Accuracy, ECE (10 equal-width / 15 equal-mass bins, top-1 confidence), multi-class Brier,
 reliability diagrams; ECE, reliability tables and the paired (optionally question-clustered)
-bootstrap are ``core.stats``, re-exported here.
+bootstrap are ``chorus.core.stats``, re-exported here.
 
 Conventions:
 
@@ -18,8 +18,8 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from core.plots import figure
-from core.stats import LOWER_IS_BETTER, ece, paired_bootstrap, reliability_table
+from chorus.core.plots import figure
+from chorus.core.stats import LOWER_IS_BETTER, ece, paired_bootstrap, reliability_table
 
 __all__ = ["accuracy", "brier", "brier_per_task", "brier_sum_logits", "ece", "summarize", "paired_bootstrap",
            "reliability_table", "reliability_diagram", "reliability_overlay", "line_plot", "LOWER_IS_BETTER"]

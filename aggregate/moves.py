@@ -29,8 +29,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable, Literal
 
-from aggregate.errors import ProtocolError
-from aggregate.trace import FORCES, Trace
+from chorus.aggregate.errors import ProtocolError
+from chorus.aggregate.trace import FORCES, Trace
 
 OnViolation = Literal["error", "skip"]
 

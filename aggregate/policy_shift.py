@@ -38,13 +38,13 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from aggregate.corrupt import council_seats, corrupt_traces, split_by_question
-from aggregate.counts import Pool
-from aggregate.metrics import summarize
-from aggregate.selection import fit_predict_split
-from aggregate.synthetic import Adversary
-from aggregate.trace import Trace
-from core.plots import subplots
+from chorus.aggregate.corrupt import council_seats, corrupt_traces, split_by_question
+from chorus.aggregate.counts import Pool
+from chorus.aggregate.metrics import summarize
+from chorus.aggregate.selection import fit_predict_split
+from chorus.aggregate.synthetic import Adversary
+from chorus.aggregate.trace import Trace
+from chorus.core.plots import subplots
 
 ORDERS = ("forward", "reverse")
 LIES_ON = ("all", "even", "odd", "none")
@@ -144,7 +144,7 @@ def shift_table(traces: Sequence[Trace], methods: Sequence[str], *, kinds: Seque
     """One row per (kind, part, method): metrics on the deployment tasks under the old policy (``no_shift``)
     and the new one (``shift``), every method fitted once per kind on the calibration window (old policy;
     a seeded question split of the clean traces, ``corrupt.split_by_question``)."""
-    from aggregate.methods import make_method  # lazy: pulls in scipy
+    from chorus.aggregate.methods import make_method  # lazy: pulls in scipy
 
     traces = list(traces)
     K = len(_shared(traces))

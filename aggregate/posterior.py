@@ -13,9 +13,9 @@ from typing import Mapping, Sequence
 import numpy as np
 from scipy.special import betaln, logsumexp
 
-from aggregate.counts import Pool
-from aggregate.errors import PriorError
-from aggregate.trace import Trace
+from chorus.aggregate.counts import Pool
+from chorus.aggregate.errors import PriorError
+from chorus.aggregate.trace import Trace
 
 MU_CLIP = 0.01  # mu_i is clipped into [MU_CLIP, 1 - MU_CLIP] ("away from the ends")
 

@@ -6,7 +6,7 @@ traces: trace hashes and counts, the move inventory, every metric, every per-fol
 value and the bootstrap, plus an independent plain-Python recount of the plurality arm, and
 fails on any mismatch beyond the tolerance.
 
-The file and its rendering live in ``aggregate.results_file`` (below ``aggregate.experiments``,
+The file and its rendering live in ``chorus.aggregate.results_file`` (below ``chorus.aggregate.experiments``,
 which writes them) and are re-exported here; ``verify`` sits above the pipelines it reruns.
 """
 from __future__ import annotations
@@ -19,9 +19,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from aggregate.results_file import METRIC_COLS, RESULTS, read_results, render_markdown, write_results
-from core.progress import Progress
-from aggregate.trace import load_traces, traces_sha256
+from chorus.aggregate.results_file import METRIC_COLS, RESULTS, read_results, render_markdown, write_results
+from chorus.core.progress import Progress
+from chorus.aggregate.trace import load_traces, traces_sha256
 
 __all__ = ["RESULTS", "METRIC_COLS", "write_results", "read_results", "render_markdown", "Check",
            "independent_plurality", "select_cells", "verify"]
@@ -85,7 +85,7 @@ def independent_plurality(traces) -> list[tuple[set[str], float]]:
 
 
 def _plain_ece(conf: Sequence[float], correct: Sequence[bool], n_bins: int = 10) -> float:
-    """ECE in plain Python, on purpose apart from ``core.stats.ece``: verify recounts with code
+    """ECE in plain Python, on purpose apart from ``chorus.core.stats.ece``: verify recounts with code
     that shares nothing with the pipeline it checks."""
     gaps = [0.0] * n_bins
     for c, ok in zip(conf, correct):
@@ -137,8 +137,8 @@ def verify(run_dir: str | Path, *, cells: "str | int | None" = None, tolerance: 
            bootstrap: bool = True, progress: Progress | None = None) -> list[Check]:
     """Recompute a subset of the results file from the stored traces; returns every check
     (``ok`` False where a number does not recompute)."""
-    from aggregate.config import RunConfig, SweepConfig
-    from aggregate.experiments import evaluate_run, evaluate_sweep_cell, move_inventory
+    from chorus.aggregate.config import RunConfig, SweepConfig
+    from chorus.aggregate.experiments import evaluate_run, evaluate_sweep_cell, move_inventory
 
     run_dir = Path(run_dir)
     res = read_results(run_dir)

@@ -1,6 +1,6 @@
 """The one results file of an aggregate run (``RUN/results.json``) and its markdown rendering
-(``RUN/results.md``): written by ``aggregate.experiments``, read and re-rendered by
-``aggregate.results.verify``. Below both, so that neither imports the other back."""
+(``RUN/results.md``): written by ``chorus.aggregate.experiments``, read and re-rendered by
+``chorus.aggregate.results.verify``. Below both, so that neither imports the other back."""
 from __future__ import annotations
 
 import json
@@ -8,8 +8,8 @@ import math
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from aggregate.errors import VerifyError
-from core.runs import write_json
+from chorus.aggregate.errors import VerifyError
+from chorus.core.runs import write_json
 
 RESULTS = "results.json"
 

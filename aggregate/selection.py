@@ -17,11 +17,11 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from aggregate.counts import Pool
-from aggregate.errors import LabelError
-from core.progress import Progress
-from core.seeding import rng as make_rng
-from core.seeding import stable_int
+from chorus.aggregate.counts import Pool
+from chorus.aggregate.errors import LabelError
+from chorus.core.progress import Progress
+from chorus.core.seeding import rng as make_rng
+from chorus.core.seeding import stable_int
 
 TIE_TOL = 1e-12
 

@@ -27,8 +27,8 @@ from typing import Literal, Sequence
 
 import numpy as np
 
-from aggregate.trace import Move, Trace
-from core.seeding import rng as make_rng
+from chorus.aggregate.trace import Move, Trace
+from chorus.core.seeding import rng as make_rng
 
 DEFAULT_CANDIDATES = {2: ("true", "false"), 3: ("yes", "no", "maybe"), 4: ("A", "B", "C", "D")}
 

@@ -8,7 +8,7 @@ One task per line::
 
 ``Trace.from_dict`` validates the structure (types, candidates, gold, answers, targets);
 whether a move is *legal* under a council protocol is the automaton's job
-(``aggregate.moves``). Unknown keys are kept in ``extra`` and written back unchanged.
+(``chorus.aggregate.moves``). Unknown keys are kept in ``extra`` and written back unchanged.
 """
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
-from aggregate.errors import TraceError
-from core.jsonl import iter_jsonl, open_text
+from chorus.aggregate.errors import TraceError
+from chorus.core.jsonl import iter_jsonl, open_text
 
 FORCES = ("propose", "vote", "concede", "challenge", "retract", "abstain")
 #: forces that must name an answer, and forces that must name a target move

@@ -20,14 +20,14 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from aggregate.counts import Pool
-from aggregate.errors import TraceError
-from aggregate.experiments import cell_metrics, run_cell
-from aggregate.methods import make_method
-from aggregate.metrics import summarize
-from aggregate.selection import KEY_DECIDE, KEY_FIT, name_key, seed_int
-from aggregate.trace import Trace
-from core.seeding import rng as make_rng
+from chorus.aggregate.counts import Pool
+from chorus.aggregate.errors import TraceError
+from chorus.aggregate.experiments import cell_metrics, run_cell
+from chorus.aggregate.methods import make_method
+from chorus.aggregate.metrics import summarize
+from chorus.aggregate.selection import KEY_DECIDE, KEY_FIT, name_key, seed_int
+from chorus.aggregate.trace import Trace
+from chorus.core.seeding import rng as make_rng
 
 
 def _seats(trs: Sequence[Trace]) -> list[str]:

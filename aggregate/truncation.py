@@ -5,7 +5,7 @@ Each basis is its own leak-free nested CV: the traces truncated to round 0 (``Tr
 the proposals alone) and the full traces, every method refitted per basis with its hyperparameters
 chosen by inner CV on that basis's training part. Both use the same outer folds (same tasks, gold and
 seed), so the per-task differences are paired: full - round0 per method, with a question-clustered
-paired bootstrap interval (``core.stats.paired_bootstrap``).
+paired bootstrap interval (``chorus.core.stats.paired_bootstrap``).
 """
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from aggregate.experiments import cell_metrics, per_task, run_cell
-from aggregate.trace import Trace
-from core.stats import paired_bootstrap
+from chorus.aggregate.experiments import cell_metrics, per_task, run_cell
+from chorus.aggregate.trace import Trace
+from chorus.core.stats import paired_bootstrap
 
 BASES = ("round0", "full")
 

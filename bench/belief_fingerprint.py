@@ -81,20 +81,20 @@ def compare_summaries(want: dict, got: dict, rtol: float = RTOL) -> str | None:
 
 
 def shipped_configs() -> list[Path]:
-    from simulate.belief.config import CONFIGS_DIR
+    from chorus.simulate.belief.config import CONFIGS_DIR
     return sorted(CONFIGS_DIR.glob("*.yaml"))
 
 
 def fingerprint(path: Path, tmp: Path, seeds: int, rounds: int, kind=table_sha256) -> dict:
     import yaml
-    from core.runs import RunDir
+    from chorus.core.runs import RunDir
     over = {"mode": "oracle", **({"seeds": seeds} if seeds else {}), **({"rounds": rounds} if rounds else {})}
     data = yaml.safe_load(path.read_text())
     out = tmp / path.stem
     if "stored" in (data.get("sweep") or {}).get("channel_correction", []):
         over["sweep.channel_correction"] = ["none"]   # a stored correction is a fit on the user's machine
-    from simulate.belief.config import load_belief_config   # one config for every topic
-    from simulate.belief.experiment import run_experiment
+    from chorus.simulate.belief.config import load_belief_config   # one config for every topic
+    from chorus.simulate.belief.experiment import run_experiment
     cfg = load_belief_config(path, over)
     run_experiment(cfg, out, sweep=bool(cfg.sweep), make_plots=False)
     run = RunDir(out)
@@ -108,8 +108,8 @@ def fingerprints(seeds: int = 2, rounds: int = 6, kind=table_sha256) -> dict[str
 
 def engine_only(fp: dict[str, dict]) -> dict[str, dict]:
     """Only the tables the engine writes (the analysis tables go through LAPACK as well)."""
-    from simulate.belief.concept_analysis import TABLES as CONCEPT_TABLES
-    from simulate.belief.experiment import TABLES as BETA_TABLES
+    from chorus.simulate.belief.concept_analysis import TABLES as CONCEPT_TABLES
+    from chorus.simulate.belief.experiment import TABLES as BETA_TABLES
     keep = set(BETA_TABLES) | set(CONCEPT_TABLES)
     return {c: {t: h for t, h in ts.items() if t in keep} for c, ts in fp.items()}
 

@@ -39,10 +39,10 @@ def main() -> None:
 
     import numpy as np
 
-    from aggregate import (ConfusionBDA, CouncilSpec, DawidSkeneEM, OneCoinBDA, Pool, generate_council, nested_cv,
+    from chorus.aggregate import (ConfusionBDA, CouncilSpec, DawidSkeneEM, OneCoinBDA, Pool, generate_council, nested_cv,
                            one_coin_posterior)
-    from aggregate.posterior import one_coin_proba
-    from aggregate.trace import Trace
+    from chorus.aggregate.posterior import one_coin_proba
+    from chorus.aggregate.trace import Trace
 
     warnings.simplefilter("ignore")
     R = args.repeats

@@ -49,10 +49,10 @@ def _time(fn, repeats: int) -> tuple[list[float], object]:
 
 
 def single(n: int, rounds: int, runs: int, repeats: int, tmp: Path) -> dict:
-    from simulate.belief.config import BeliefConfig
-    from simulate.belief.engine import prepare, run_group
-    from simulate.belief.experiment import plan
-    from simulate.belief.tables import events_table
+    from chorus.simulate.belief.config import BeliefConfig
+    from chorus.simulate.belief.engine import prepare, run_group
+    from chorus.simulate.belief.experiment import plan
+    from chorus.simulate.belief.tables import events_table
     cfg = BeliefConfig(mode="oracle", n_agents=n, rounds=rounds, seeds=runs, population={"kind": "uniform", "kappa": 4})
     grp = prepare(plan(cfg, sweep=False)[1], cfg.seed)[0]
     walls, res = _time(lambda: run_group(grp), repeats)
@@ -63,9 +63,9 @@ def single(n: int, rounds: int, runs: int, repeats: int, tmp: Path) -> dict:
 
 
 def multi(topic: str, label: str, n: int, rounds: int, runs: int, repeats: int, tmp: Path) -> dict:
-    from simulate.belief.config import MultiBeliefConfig
-    from simulate.belief.engine import plan, prepare, run_group
-    from simulate.belief.tables import concept_events_table
+    from chorus.simulate.belief.config import MultiBeliefConfig
+    from chorus.simulate.belief.engine import plan, prepare, run_group
+    from chorus.simulate.belief.tables import concept_events_table
     cfg = MultiBeliefConfig(mode="oracle", topic=topic, n_agents=n, rounds=rounds, seeds=runs,
                             population={"kind": "uniform", "kappa": 4})
     grp = prepare(plan(cfg), cfg.seed)[0]

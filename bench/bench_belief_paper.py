@@ -42,7 +42,7 @@ def main() -> None:
         keep = a.out.with_suffix("")
         shutil.rmtree(keep, ignore_errors=True)
         t = time.perf_counter()
-        from simulate.belief.paper import build_paper
+        from chorus.simulate.belief.paper import build_paper
         md = build_paper(runs, keep)
         info["paper_s"] = round(time.perf_counter() - t, 2)
         for p in (md, keep / "numbers.json"):   # no temporary path in the kept report

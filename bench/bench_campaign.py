@@ -30,10 +30,10 @@ def main() -> None:
     ap.add_argument("--report-dir", type=Path, default=None, help="where paper.md and figures/ are kept "
                                                                   "(default: beside --out, named after it)")
     a = ap.parse_args()
-    from simulate.council.campaign import CampaignConfig, build_campaign, verify_campaign
-    from simulate.council.campaign_sections import SECTIONS
-    from simulate.council.campaign_synthetic import write_store
-    from simulate.council.paper import render_paper
+    from chorus.simulate.council.campaign import CampaignConfig, build_campaign, verify_campaign
+    from chorus.simulate.council.campaign_sections import SECTIONS
+    from chorus.simulate.council.campaign_synthetic import write_store
+    from chorus.simulate.council.paper import render_paper
 
     info = {"machine": machine(), "questions_per_dataset": a.questions, "seeds": 3}
     with tempfile.TemporaryDirectory() as tmp:

@@ -65,7 +65,7 @@ DEFAULT_SEATS = "smollm2-135m-instruct:analyst,gemma3-270m:analyst,smollm2-135m-
 
 
 def parse_seats(spec: str, profile: str | None):
-    from simulate.council.runner import Seat
+    from chorus.simulate.council.runner import Seat
     if profile:
         return [Seat("A1", profile, "analyst"), Seat("A2", profile, "generalist"), Seat("A3", profile, "skeptic")]
     seats = []
@@ -99,11 +99,11 @@ def main() -> None:
 
     from _recorder import machine, write_result
 
-    from serving import load_engine
-    from simulate.council.data import load_tasks
-    from simulate.council.llm_baselines import run_baselines
-    from simulate.council.prompts import load_prompts
-    from simulate.council.runner import make_councils, run_councils
+    from chorus.serving import load_engine
+    from chorus.simulate.council.data import load_tasks
+    from chorus.simulate.council.llm_baselines import run_baselines
+    from chorus.simulate.council.prompts import load_prompts
+    from chorus.simulate.council.runner import make_councils, run_councils
 
     P = load_prompts()
     tasks, _ = load_tasks(a.dataset, a.n, balanced=False)
@@ -170,7 +170,7 @@ def main() -> None:
                            "tasks_per_min": m / seq * 60, "speedup_lockstep": (seq / m) / (wall / len(councils))}
 
     if not a.no_baselines:
-        from simulate.council.config import Generation
+        from chorus.simulate.council.config import Generation
         g = Generation(max_tokens=a.max_tokens, max_chars=a.max_chars)
         first = seats[0].profile
         t0 = time.perf_counter()

@@ -34,9 +34,9 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args()
 
-    from interventions.counterfactual import CounterfactualConfig, run_counterfactual
-    from simulate.debate.config import DebateConfig, load
-    from simulate.debate.experiment import run_debate
+    from chorus.interventions.counterfactual import CounterfactualConfig, run_counterfactual
+    from chorus.simulate.debate.config import DebateConfig, load
+    from chorus.simulate.debate.experiment import run_debate
 
     work = Path(tempfile.mkdtemp(prefix="chorus-bench-cf-"))
     cfg = load("smoke", DebateConfig, {"bench.limit": a.questions, "rounds": a.rounds,

@@ -58,11 +58,11 @@ def main() -> None:
     if a.vote:
         return bench_vote(a)
 
-    from serving import load_engine
-    from simulate.debate.metrics import collective_summary
-    from simulate.debate.prompts import load_prompts
-    from simulate.debate.protocol import run_protocol
-    from simulate.debate.questions import build_bench
+    from chorus.serving import load_engine
+    from chorus.simulate.debate.metrics import collective_summary
+    from chorus.simulate.debate.prompts import load_prompts
+    from chorus.simulate.debate.protocol import run_protocol
+    from chorus.simulate.debate.questions import build_bench
 
     items, _ = build_bench(seed=0)
     items = items[:a.questions]
@@ -123,9 +123,9 @@ def bench_long(a) -> None:
     """
     import tempfile
 
-    from serving import load_engine
-    from simulate.debate.config import DebateConfig, load
-    from simulate.debate.experiment import report, run_debate
+    from chorus.serving import load_engine
+    from chorus.simulate.debate.config import DebateConfig, load
+    from chorus.simulate.debate.experiment import report, run_debate
 
     cfg = load("long", DebateConfig, {"bench.limit": a.long_questions, "generation.max_tokens": a.max_tokens,
                                       "model.profile": a.profile, "model.backend": a.backend})
@@ -168,14 +168,14 @@ def bench_vote(a) -> None:
     """
     import tempfile
 
-    from serving import load_engine
-    from simulate.debate.config import DebateConfig
+    from chorus.serving import load_engine
+    from chorus.simulate.debate.config import DebateConfig
 
     t0 = time.perf_counter()
     eng = load_engine(a.profile, backend=a.backend, store=None, dtype=a.dtype)
     load_s = time.perf_counter() - t0
     with tempfile.TemporaryDirectory() as tmp:
-        from simulate.debate.experiment import run_debate
+        from chorus.simulate.debate.experiment import run_debate
         cfg = DebateConfig(name="bench-vote", agents=a.agents, rounds=a.rounds, bench={"limit": a.questions},
                            model={"profile": a.profile, "backend": a.backend},
                            generation={"max_tokens": a.max_tokens}, analysis={"n_boot": 200, "n_perm": 200},

@@ -33,8 +33,8 @@ def main() -> None:
 
     import numpy as np
 
-    from aggregate.flips import decision_flips, flip_summary
-    from simulate.debate.bda import debate_traces, read_run, run_bda, synthetic_debate
+    from chorus.aggregate.flips import decision_flips, flip_summary
+    from chorus.simulate.debate.bda import debate_traces, read_run, run_bda, synthetic_debate
     rel = [float(x) for x in a.reliabilities.split(",")]
     res: dict = {"machine": machine(), "questions": a.questions, "agents": len(rel), "rounds": a.rounds,
                  "reliabilities": rel}

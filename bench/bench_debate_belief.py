@@ -37,8 +37,8 @@ def main() -> None:
     import numpy as np
     import pandas as pd
 
-    from simulate.debate.config import BeliefReadConfig
-    from simulate.debate.stubbornness import run_belief, synthetic_belief_debate
+    from chorus.simulate.debate.config import BeliefReadConfig
+    from chorus.simulate.debate.stubbornness import run_belief, synthetic_belief_debate
     kap = [float(x) for x in a.kappas.split(",")]
     res: dict = {"machine": machine(), "questions": a.questions, "agents": len(kap), "rounds": a.rounds,
                  "kappas": kap, "gamma": a.gamma, "n_boot": a.n_boot}

@@ -2,10 +2,10 @@
 of a window"). Run: ``.venv/bin/python bench/bench_drift.py`` (writes bench/results/drift-synthetic.json).
 
 Per K in {2, 3}: one clean synthetic council of ``--pool`` tasks (3 seats, 3 rounds), rewritten under every
-policy the shifts use (``aggregate.policy_shift``) for two coalitions: k = 2 at p_wrong = 1 and k = 1 at
+policy the shifts use (``chorus.aggregate.policy_shift``) for two coalitions: k = 2 at p_wrong = 1 and k = 1 at
 p_wrong = 0.5. A stream is 5W tasks drawn without replacement from that pool (seeded), so streams share
 tasks but never repeat one: the reference window [0, W), a stationary stretch, the shift at s = 3W, and 2W
-tasks after it. The detector (``aggregate.drift.RowDriftDetector``, defaults: lam 1, factor 2, 200
+tasks after it. The detector (``chorus.aggregate.drift.RowDriftDetector``, defaults: lam 1, factor 2, 200
 bootstrap pairs) is fitted on each stream's own reference window, as it would be in deployment.
 
 Reported per (K, coalition, shift, W): the alarm delay (shifted share of the window at the first alarm at or
@@ -43,11 +43,11 @@ def main() -> None:
 
     import numpy as np
 
-    from aggregate.counts import Pool
-    from aggregate.drift import RowDriftDetector, StreamCounts, alarm_delay, first_alarm
-    from aggregate.policy_shift import SHIFTS, apply_policy, before_after, coalition, shift_kinds, shift_table
-    from aggregate.synthetic import CouncilSpec, generate_council
-    from core.seeding import rng as make_rng
+    from chorus.aggregate.counts import Pool
+    from chorus.aggregate.drift import RowDriftDetector, StreamCounts, alarm_delay, first_alarm
+    from chorus.aggregate.policy_shift import SHIFTS, apply_policy, before_after, coalition, shift_kinds, shift_table
+    from chorus.aggregate.synthetic import CouncilSpec, generate_council
+    from chorus.core.seeding import rng as make_rng
 
     t0 = time.perf_counter()
     Ws = [int(x) for x in args.windows.split(",")]

@@ -39,7 +39,7 @@ from _recorder import interleaved_medians, machine, write_result  # noqa: E402  
 
 
 def synthetic_pairs(n: int) -> tuple[dict, list[dict]]:
-    from simulate.debate.questions import build_bench
+    from chorus.simulate.debate.questions import build_bench
     items, _ = build_bench(seed=0)
     items = [it for it in items if it.labels and len(it.labels) >= 2 and not it.word_labels][:n]
     pairs = []
@@ -56,9 +56,9 @@ def synthetic_pairs(n: int) -> tuple[dict, list[dict]]:
 
 
 def run_pairs(path: str, n: int) -> tuple[dict, list[dict]]:
-    from core.runs import RunDir
-    from interventions.ablations import select_pairs
-    from simulate.debate.questions import load_bench
+    from chorus.core.runs import RunDir
+    from chorus.interventions.ablations import select_pairs
+    from chorus.simulate.debate.questions import load_bench
     run = RunDir(path)
     items = {it.id: it for it in load_bench(run.path / "bench.jsonl")}
     return items, select_pairs(items, run.read_table("turns"), max_pairs=n)
@@ -80,14 +80,14 @@ def main() -> None:
 
     import torch
 
-    from interventions import knockout as ko
-    from interventions import knockout_pairs as kp
-    from interventions.internals.config import KnockoutSpec
-    from simulate.debate.forced_choice import option_strings
-    from serving import load_engine
-    from simulate.debate.prompts import load_prompts
+    from chorus.interventions import knockout as ko
+    from chorus.interventions import knockout_pairs as kp
+    from chorus.interventions.internals.config import KnockoutSpec
+    from chorus.simulate.debate.forced_choice import option_strings
+    from chorus.serving import load_engine
+    from chorus.simulate.debate.prompts import load_prompts
 
-    from serving.engine import default_dtype
+    from chorus.serving.engine import default_dtype
 
     eng = load_engine(a.profile, "hf", dtype=a.dtype or default_dtype())
     P = load_prompts()

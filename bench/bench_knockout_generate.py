@@ -32,11 +32,11 @@ def main() -> None:
     a = ap.parse_args()
 
     from bench_knockout import synthetic_pairs
-    from interventions import knockout_pairs as kp
-    from interventions.knockout_generate import greedy
-    from serving import load_engine
-    from serving.engine import default_dtype
-    from simulate.debate.prompts import load_prompts
+    from chorus.interventions import knockout_pairs as kp
+    from chorus.interventions.knockout_generate import greedy
+    from chorus.serving import load_engine
+    from chorus.serving.engine import default_dtype
+    from chorus.simulate.debate.prompts import load_prompts
 
     eng = load_engine(a.profile, "hf", dtype=default_dtype())
     items, pairs = synthetic_pairs(a.contexts)

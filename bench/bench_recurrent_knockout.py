@@ -36,8 +36,8 @@ def contexts(eng: Any, n: int, words: int) -> tuple[list[list[dict]], list[tuple
     """``n`` single-peer debate contexts (the knockout experiment's layout) whose peer response is
     about ``words`` words; the block target is the quoted peer block."""
     from bench_knockout import synthetic_pairs
-    from interventions import knockout_pairs as kp
-    from simulate.debate.prompts import load_prompts
+    from chorus.interventions import knockout_pairs as kp
+    from chorus.simulate.debate.prompts import load_prompts
 
     items, pairs = synthetic_pairs(n)
     filler = " ".join(["Each option deserves a careful look before the final answer is given."] * max(1, words // 12))
@@ -51,8 +51,8 @@ def measure(eng: Any, n: int = 8, words: int = 300, repeats: int = 3) -> dict[st
     import torch
     from _recorder import interleaved_medians
 
-    from interventions import knockout as ko
-    from interventions import recurrent as rc
+    from chorus.interventions import knockout as ko
+    from chorus.interventions import recurrent as rc
 
     be, lm = eng.backend, ko.layer_map(eng)
     rc.supported(lm)
@@ -125,8 +125,8 @@ def main() -> None:
     a = ap.parse_args()
 
     from _recorder import machine, write_result
-    from serving import load_engine
-    from serving.engine import default_dtype
+    from chorus.serving import load_engine
+    from chorus.serving.engine import default_dtype
 
     eng = load_engine(a.profile, "hf", dtype=a.dtype or default_dtype())
     res = {"machine": machine(), "profile": a.profile, **measure(eng, a.contexts, a.words, a.repeats)}

@@ -5,7 +5,7 @@
     .venv/bin/python bench/bench_rehearse.py --layers full --backend hf       # full depth where memory allows
     .venv/bin/python bench/bench_rehearse.py --table                          # the arch x path x backend table
 
-Each architecture is built once with dummy weights (``serving.dummy``; kept in CACHE/dummy/) at the
+Each architecture is built once with dummy weights (``chorus.serving.dummy``; kept in CACHE/dummy/) at the
 fewest layers that keep its layer pattern (Llama 2, Qwen3.5 4, Gemma-4 6) unless ``--layers``
 says otherwise, then ``chorus.rehearse`` takes it through every path. Writes
 bench/results/rehearse-<host>.json: per architecture, per path: status, seconds, peak memory.
@@ -71,8 +71,8 @@ def table(res: dict) -> str:
 
 def main() -> None:
     from chorus.rehearse import rehearse
-    from serving.dummy import architectures, build_dummy
-    from serving.profiles import cache_dir
+    from chorus.serving.dummy import architectures, build_dummy
+    from chorus.serving.profiles import cache_dir
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--arch", action="append", choices=architectures(), help="default: all three")

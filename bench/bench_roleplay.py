@@ -34,7 +34,7 @@ from _recorder import Recorder, machine  # noqa: E402  (bench/ is the script dir
 
 
 def fixture_groups(n: int):
-    from simulate.roleplay.data import golden_mask, load_groups
+    from chorus.simulate.roleplay.data import golden_mask, load_groups
     base, _ = golden_mask(load_groups())
     out = []
     for i in range(n):
@@ -45,9 +45,9 @@ def fixture_groups(n: int):
 
 
 def bench_simulation(a) -> dict:
-    from serving import load_engine
-    from simulate.roleplay.prompts import load_prompts
-    from simulate.roleplay.setups import simulate
+    from chorus.serving import load_engine
+    from chorus.simulate.roleplay.prompts import load_prompts
+    from chorus.simulate.roleplay.setups import simulate
     P = load_prompts()
     groups = fixture_groups(a.groups)
     eng = load_engine(a.profile, a.backend)            # no store: everything is computed
@@ -81,8 +81,8 @@ def bench_simulation(a) -> dict:
 def bench_sft(a) -> dict:
     import tempfile
 
-    from simulate.roleplay.config import SftConfig, load
-    from simulate.roleplay.sft import train_sft
+    from chorus.simulate.roleplay.config import SftConfig, load
+    from chorus.simulate.roleplay.sft import train_sft
     cfg = load("smoke", SftConfig, {"training.max_steps": a.sft_steps, "data.limit": 4 * a.sft_steps,
                                     "training.per_device_batch_size": 2}, part="sft")
     with tempfile.TemporaryDirectory() as d:

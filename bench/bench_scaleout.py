@@ -46,8 +46,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from _recorder import machine  # noqa: E402
 
-from serving import launch  # noqa: E402
-from serving.launch import free_port  # noqa: E402
+from chorus.serving import launch  # noqa: E402
+from chorus.serving.launch import free_port  # noqa: E402
 
 
 def start_server(port: int, log: Path, gpu: int | None = None) -> subprocess.Popen:
@@ -85,8 +85,8 @@ def reset_prefix_caches(ports: list[int]) -> bool:
 def debate(endpoints: list[str], out: Path, questions: int, max_tokens: int, rounds: int = 1, engine=None,
            **retry) -> dict:
     """The debate run; over ``endpoints`` (openai backend), or on an in-process ``engine``."""
-    from simulate.debate.config import DebateConfig, load
-    from simulate.debate.experiment import run_debate
+    from chorus.simulate.debate.config import DebateConfig, load
+    from chorus.simulate.debate.experiment import run_debate
 
     cfg = load("smoke", DebateConfig, {"rounds": rounds, "bench.limit": questions, "generation.max_tokens": max_tokens,
                                        "model.backend": "openai" if engine is None else "vllm",
@@ -119,9 +119,9 @@ def engine_prefix_counters(eng) -> tuple[float, float]:
 def council(eng, profile: str, tasks: int, max_tokens: int) -> dict:
     """The council tiny config's deliberation (TruthfulQA claims, 3 rounds, clean and a stealth A3),
     every seat on ``eng`` so seats can share its cache; the baselines are left out."""
-    from simulate.council.data import load_tasks
-    from simulate.council.prompts import load_prompts
-    from simulate.council.runner import Seat, make_councils, run_councils
+    from chorus.simulate.council.data import load_tasks
+    from chorus.simulate.council.prompts import load_prompts
+    from chorus.simulate.council.runner import Seat, make_councils, run_councils
 
     P = load_prompts()
     ts, _ = load_tasks("truthfulqa_claims", tasks, balanced=True)
@@ -140,8 +140,8 @@ def council(eng, profile: str, tasks: int, max_tokens: int) -> dict:
 def prefix_cache_only(a, res: dict, save) -> None:
     """The hit rate alone, in process: each workload from a cold cache, counters read around it;
     ``save()`` after each, so a long run keeps what it measured."""
-    from serving import load_engine
-    from simulate.debate.prompts import load_prompts
+    from chorus.serving import load_engine
+    from chorus.simulate.debate.prompts import load_prompts
 
     profile = "smollm2-135m-instruct"
     opts = {"enforce_eager": True, "enable_prefix_caching": True, "disable_log_stats": False}

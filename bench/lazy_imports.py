@@ -8,7 +8,7 @@ from what importing each module loads (a fresh interpreter per module):
 - ``nested``: it sits in a ``try`` / ``if`` / ``with`` / loop block of the function (an optional
   backend or a fallback), not in the function's own body;
 - ``seam``: looked up at call time on purpose (its line says so: ``# at call time``), a function
-  tests replace on its module (``serving.build_engine``, the device probes);
+  tests replace on its module (``chorus.serving.build_engine``, the device probes);
 - ``name``: the module binds that name another way (a local, a top-level name, or two imports
   of one name from different places);
 - ``movable``: none of the above; it could sit at the top.
@@ -41,7 +41,10 @@ _HELP = ("import json, sys\nsys.argv = ['chorus', '--help']\nimport chorus.cli a
 
 def _name(root: Path, p: Path) -> str:
     parts = list(p.relative_to(root).with_suffix("").parts)
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+    parts = parts[:-1] if parts[-1] == "__init__" else parts
+    if (root / "setup.py").is_file() and parts[0] != "chorus":   # one import root (chorus.core, ...)
+        parts = ["chorus", *parts]
+    return ".".join(parts)
 
 
 def _modules(root: Path) -> dict[str, Path]:

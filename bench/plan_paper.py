@@ -3,10 +3,10 @@
     .venv/bin/python bench/plan_paper.py --out bench/results/device-plans-h100.json
 
 Sizes are the closed-form parameter counts of the published config.json files
-(``serving.dummy.published_config``; text weights only: a checkpoint with vision or audio towers
+(``chorus.serving.dummy.published_config``; text weights only: a checkpoint with vision or audio towers
 or per-layer embeddings is larger, and on a user's machine the plan reads the real safetensors
 headers instead). The plans are the same code a council or a role-play comparison calls
-(``serving.roles.plan_roles`` → ``serving.plan.plan_devices``).
+(``chorus.serving.roles.plan_roles`` → ``chorus.serving.plan.plan_devices``).
 """
 from __future__ import annotations
 
@@ -17,11 +17,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from serving.dummy import published_config  # noqa: E402
-from serving.memory import BYTES, GIB  # noqa: E402
-from serving.plan import DevicePlanError, Need, plan_devices  # noqa: E402
-from simulate.roleplay.config import SftConfig, load  # noqa: E402
-from simulate.roleplay.sft_memory import Dims, estimate, settings_for  # noqa: E402
+from chorus.serving.dummy import published_config  # noqa: E402
+from chorus.serving.memory import BYTES, GIB  # noqa: E402
+from chorus.serving.plan import DevicePlanError, Need, plan_devices  # noqa: E402
+from chorus.simulate.roleplay.config import SftConfig, load  # noqa: E402
+from chorus.simulate.roleplay.sft_memory import Dims, estimate, settings_for  # noqa: E402
 
 H100_GIB = 79.1  # an H100 80GB's total as torch reports it (torch.cuda.get_device_properties)
 SEATS = ("llama-3.1-8b-instruct", "qwen3.5-9b", "gemma-4-e4b-it")
@@ -35,7 +35,7 @@ def council(device: float, config: str = "open_weight") -> dict:
     """The BDA paper's open-weight council as the shipped config ``simulate/council/configs/open_weight.yaml``
     declares it: every role the run uses (seats, the baselines' synthesizer, Self-MoA and ArgLLMs on seat
     A1's engine) in one phase, the judge after, in its own; roles of one profile share an engine."""
-    from simulate.council.config import load as load_council
+    from chorus.simulate.council.config import load as load_council
     cfg = load_council(config)
     needs = [Need(role, s.profile, s.backend, s.dtype, gib(s.profile), phase="judge" if role == "judge" else "council")
              for role, s in cfg.roles().items()]

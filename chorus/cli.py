@@ -8,17 +8,17 @@ from typing import Optional
 
 import typer
 
-from aggregate.cli import app as aggregate_app
-from core.cliutil import fail
-from interventions.cli import app as influence_app
-from serving.cli import generate, models_app, serve, store_app
-from serving.profiles import DEFAULT_PROFILE, ModelError, cache_dir, get_profile
-from simulate.belief.cli import app as belief_app
-from simulate.council.cli import council_app
-from simulate.debate.cli import debate_app
-from simulate.roleplay.cli import roleplay_app, sft_app
-from core.progress import progress
-from core.runs import run_dir_path, RecordError, require_record, MANIFEST, check_record, record_files
+from chorus.aggregate.cli import app as aggregate_app
+from chorus.core.cliutil import fail
+from chorus.interventions.cli import app as influence_app
+from chorus.serving.cli import generate, models_app, serve, store_app
+from chorus.serving.profiles import DEFAULT_PROFILE, ModelError, cache_dir, get_profile
+from chorus.simulate.belief.cli import app as belief_app
+from chorus.simulate.council.cli import council_app
+from chorus.simulate.debate.cli import debate_app
+from chorus.simulate.roleplay.cli import roleplay_app, sft_app
+from chorus.core.progress import progress
+from chorus.core.runs import run_dir_path, RecordError, require_record, MANIFEST, check_record, record_files
 from chorus.errors import run_command
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
@@ -99,7 +99,7 @@ def rehearse(model: str = typer.Argument(..., help="a profile, a model folder, o
     from rich.table import Table
 
     from chorus.rehearse import rehearse as run_rehearsal
-    from serving.dummy import architectures, build_dummy
+    from chorus.serving.dummy import architectures, build_dummy
 
     console = Console()
     target = model

@@ -10,7 +10,7 @@
     knockout      attention knockout, residual interchange and probes (interventions/)
 
 The stages themselves are ``chorus.stages``; this module runs them.
-Each stage writes its own run directory under OUT (the shared layout of ``core.runs``) with its
+Each stage writes its own run directory under OUT (the shared layout of ``chorus.core.runs``) with its
 own call store, so a killed demo resumes where it stopped: completed model calls are read back.
 A stage that fails is recorded (status, error) and the others still run. OUT/summary.json holds
 the headline numbers of every stage (no timings, so a resumed demo gives the same summary);
@@ -26,13 +26,13 @@ from pathlib import Path
 from typing import Any
 
 from chorus.report import render_report
-from serving.profiles import DEFAULT_PROFILE
+from chorus.serving.profiles import DEFAULT_PROFILE
 from chorus.stages import REGISTRY, SIZES, STAGES, DemoConfig, Stage
-from core.config import validate
-from core.progress import progress as progress_bar
-from core.runs import RunDir, write_json
-from serving import engine_pool
-from serving.engine import default_dtype, pool_plans, release_pooled, resolve_backend
+from chorus.core.config import validate
+from chorus.core.progress import progress as progress_bar
+from chorus.core.runs import RunDir, write_json
+from chorus.serving import engine_pool
+from chorus.serving.engine import default_dtype, pool_plans, release_pooled, resolve_backend
 
 __all__ = ["run_demo", "REGISTRY", "STAGES", "SIZES", "DemoConfig", "Stage"]
 
@@ -125,7 +125,7 @@ def run_demo(size: str, out: Path, profile: str = DEFAULT_PROFILE, backend: str 
     main_backend, main_dtype = resolve_backend(cfg.backend), default_dtype()
     t_all = time.perf_counter()
     expect = [(p or cfg.profile, b or main_backend, d or main_dtype) for s in cfg.stages for p, b, d in REGISTRY[s].engines]
-    with engine_pool(expect=expect):  # on a GPU: vLLM and a transformers copy planned to fit (serving.plan)
+    with engine_pool(expect=expect):  # on a GPU: vLLM and a transformers copy planned to fit (chorus.serving.plan)
         run.update_provenance(memory_plans=pool_plans())
         for k, name in enumerate(cfg.stages):
             st = REGISTRY[name]

@@ -6,19 +6,19 @@ config, a data file, a model path or profile, a run directory, a value; the mess
 130 interrupted (Ctrl-C; rerun the same command to resume: completed calls are in the run's store).
 Messages come from the errors themselves, which name the file, field and value where they are
 raised; this module only decides the code and the shape. ``chorus -v CMD`` keeps the engines'
-own log lines on the terminal (``core.logs``; otherwise they go to RUN/logs/engines.log).
+own log lines on the terminal (``chorus.core.logs``; otherwise they go to RUN/logs/engines.log).
 """
 from __future__ import annotations
 
 import os
 import sys
 from typing import Callable
-from serving.memory import MemoryPlanError
-from serving.plan import DevicePlanError
-from serving.profiles import ModelError
-from serving.store import StoreError
-from core.logs import quiet_native_logs
-from core.runs import mark_failed
+from chorus.serving.memory import MemoryPlanError
+from chorus.serving.plan import DevicePlanError
+from chorus.serving.profiles import ModelError
+from chorus.serving.store import StoreError
+from chorus.core.logs import quiet_native_logs
+from chorus.core.runs import mark_failed
 
 BAD_INPUT_EXIT, FAILED_EXIT = 2, 1
 DEBUG_ENV = "CHORUS_DEBUG"
@@ -59,7 +59,7 @@ def run_command(app: Callable[..., object], argv: list[str] | None = None) -> in
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = os.environ.get(DEBUG_ENV, "") not in ("", "0") or "--debug" in argv
     if "-v" in argv[:1] or "--verbose" in argv[:1]:   # `chorus -v CMD`: engine logs stay on the terminal
-        from core.logs import VERBOSE_ENV
+        from chorus.core.logs import VERBOSE_ENV
         os.environ[VERBOSE_ENV] = "1"
         argv = argv[1:]
     argv = [a for a in argv if a != "--debug"]

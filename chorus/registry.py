@@ -1,14 +1,14 @@
-"""Every registered verb (``core.verbs``) of every part: each part's CLI module registers its own
+"""Every registered verb (``chorus.core.verbs``) of every part: each part's CLI module registers its own
 verbs when imported, and importing this module imports them all. The demo's stages and the
 rehearsal's paths run the parts through it (``run_verb``), the same load and run as the commands."""
 from __future__ import annotations
 
-import aggregate.cli  # noqa: F401  (registers: aggregate run | sweep)
-import interventions.cli  # noqa: F401  (influence readout | ablate | cues | knockout | ...)
-import simulate.belief.cli  # noqa: F401  (belief run | sweep | multi | ...)
-import simulate.council.cli  # noqa: F401  (council run)
-import simulate.debate.cli  # noqa: F401  (debate run)
-import simulate.roleplay.cli  # noqa: F401  (roleplay run, sft train)
-from core.verbs import REGISTRY, run_verb
+import chorus.aggregate.cli  # noqa: F401  (registers: aggregate run | sweep)
+import chorus.interventions.cli  # noqa: F401  (influence readout | ablate | cues | knockout | ...)
+import chorus.simulate.belief.cli  # noqa: F401  (belief run | sweep | multi | ...)
+import chorus.simulate.council.cli  # noqa: F401  (council run)
+import chorus.simulate.debate.cli  # noqa: F401  (debate run)
+import chorus.simulate.roleplay.cli  # noqa: F401  (roleplay run, sft train)
+from chorus.core.verbs import REGISTRY, run_verb
 
 __all__ = ["REGISTRY", "run_verb"]

@@ -5,7 +5,7 @@ a debate round, a LoRA step, ...) on one model, run inside its own try/except so
 stops the others. Per path it records pass / fail / skipped, wall time and the peak memory of this
 process and its children (sampled every 50 ms), so a user learns on their own machine, before a
 real run, which paths work with their model and what they cost. With a dummy folder from
-``serving.dummy`` it rehearses a paper architecture without its weights: the numbers then say
+``chorus.serving.dummy`` it rehearses a paper architecture without its weights: the numbers then say
 nothing about answers, only about plumbing, memory and speed.
 
 Backends run one after the other (hf, then vllm, then openai): each engine is loaded once, shared
@@ -31,13 +31,13 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from core.runs import library_versions, write_json
+from chorus.core.runs import library_versions, write_json
 from chorus.registry import run_verb
-from simulate.belief.roles import LLMAppraiser, LLMGenerator, LLMProbe, ProbeRound, RunKey, Turn
-from simulate.belief.topics import load_topic
-from serving.launch import free_port, start_server, stop_server, wait_healthy
-from serving.profiles import all_profiles, get_profile
-from interventions import knockout, patching, probes
+from chorus.simulate.belief.roles import LLMAppraiser, LLMGenerator, LLMProbe, ProbeRound, RunKey, Turn
+from chorus.simulate.belief.topics import load_topic
+from chorus.serving.launch import free_port, start_server, stop_server, wait_healthy
+from chorus.serving.profiles import all_profiles, get_profile
+from chorus.interventions import knockout, patching, probes
 
 __all__ = ["PATHS", "BACKENDS", "rehearse", "Skip", "CheckFailed"]
 
@@ -183,7 +183,7 @@ def _config_summary(folder: Path) -> dict[str, Any]:
            "vocab": t.get("vocab_size") or cfg.get("vocab_size"),
            "weights_gib": round(sum(f.stat().st_size for f in folder.glob("*.safetensors")) / GIB, 3)}
     dummy = folder / "chorus_dummy.json"
-    if dummy.is_file():  # a serving.dummy folder: random weights, say so in the report
+    if dummy.is_file():  # a chorus.serving.dummy folder: random weights, say so in the report
         d = json.loads(dummy.read_text())
         out["dummy"] = {k: d.get(k) for k in ("architecture", "layers", "full_layers", "parameters", "tokenizer")}
     return out
@@ -231,7 +231,7 @@ class _Rehearsal:
             raise Skip(f"the {backend} engine did not load: {self.load_error[backend]}")
         if backend in self.released:
             raise Skip(f"the {backend} engine was already released (run its paths before hf.sft)")
-        from serving import build_engine  # at call time: the seam tests patch
+        from chorus.serving import build_engine  # at call time: the seam tests patch
         kw: dict[str, Any] = {}
         if backend == "vllm":
             import importlib.util
@@ -521,7 +521,7 @@ def _sft(r: _Rehearsal) -> dict[str, Any]:
 def _openai_chat(r: _Rehearsal) -> dict[str, Any]:
     import importlib.util
 
-    from serving import build_engine  # at call time: the seam tests patch
+    from chorus.serving import build_engine  # at call time: the seam tests patch
     if importlib.util.find_spec("vllm") is None:
         raise Skip("`chorus serve` needs vLLM, which is not installed")
 
@@ -642,7 +642,7 @@ def rehearse(model: str | Path, *, backends: Sequence[str] = ("hf", "vllm"), pat
     ``backends``; ``paths`` narrows to some (full names like ``hf.chat`` or short ones like
     ``chat``). Returns the rehearsal dict and, with ``out``, writes ``out/rehearsal.json`` (after
     every path, so a killed rehearsal keeps what it measured). ``progress(total, k)``: the
-    convention of ``core.progress``, one unit per path."""
+    convention of ``chorus.core.progress``, one unit per path."""
     selected = _select(list(backends), paths)
     if dtype is not None and dtype not in ("float32", "bfloat16", "float16"):
         raise ValueError(f"dtype must be float32, bfloat16 or float16, got {dtype!r}")

@@ -18,7 +18,7 @@ from typing import Any
 import pandas as pd
 
 from chorus import __version__
-from serving.profiles import embedded_note
+from chorus.serving.profiles import embedded_note
 from chorus.stages import REGISTRY, STAGES
 
 CSS = """body{font-family:system-ui,-apple-system,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222;line-height:1.4}

@@ -12,12 +12,12 @@ from typing import Any, Callable, ClassVar
 import yaml
 from pydantic import Field
 
-from core.config import Strict
-from core.plots import figure
-from core.progress import Progress
-from core.runs import RunDir
-from serving.profiles import DEFAULT_PROFILE
-from serving.spec import Backend
+from chorus.core.config import Strict
+from chorus.core.plots import figure
+from chorus.core.progress import Progress
+from chorus.core.runs import RunDir
+from chorus.serving.profiles import DEFAULT_PROFILE
+from chorus.serving.spec import Backend
 from chorus.registry import run_verb
 
 # Stage sizes. "tiny" is the CI / first-look size (minutes); "full" the README's main job
@@ -72,7 +72,7 @@ class Stage:
 def _serving(out: Path, cfg: DemoConfig, progress: Progress) -> dict[str, Any]:
     import pandas as pd
 
-    from serving import build_engine  # at call time: the seam tests patch
+    from chorus.serving import build_engine  # at call time: the seam tests patch
 
     n = cfg.sizes["serving_items"]
     items = yaml.safe_load((Path(__file__).parent / "data" / "demo_items.yaml").read_text())[:n]
@@ -158,19 +158,19 @@ def _readout(out: Path, cfg: DemoConfig, progress: Progress) -> dict[str, Any]:
 
 
 def _knockout(out: Path, cfg: DemoConfig, progress: Progress) -> dict[str, Any]:
-    from interventions.internals.demo import run_demo
+    from chorus.interventions.internals.demo import run_demo
     debate = out.parent / "debate"  # the debate stage's turns, when present: no second generation pass
     src = debate if (debate / "tables" / "turns.parquet").is_file() else None
     return run_demo(out, profile=cfg.profile, size=cfg.size, progress=progress, source_run=src)
 
 
 def _council(out: Path, cfg: DemoConfig, progress: Progress) -> dict[str, Any]:
-    from simulate.council.demo import run_demo
+    from chorus.simulate.council.demo import run_demo
     return run_demo(out, size=cfg.size, progress=progress, backend=cfg.backend, profile=cfg.profile)
 
 
 def _roleplay(out: Path, cfg: DemoConfig, progress: Progress) -> dict[str, Any]:
-    from simulate.roleplay.demo import run_demo
+    from chorus.simulate.roleplay.demo import run_demo
     return run_demo(out, size=cfg.size, progress=progress, backend=cfg.backend, profile=cfg.profile)
 
 

@@ -1,14 +1,14 @@
 """What every part's CLI shares: the error exit and ``--set KEY=VALUE`` overrides (the progress bar
-is ``core.progress``)."""
+is ``chorus.core.progress``)."""
 from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
 import typer
 
-from core.config import ConfigError
-from core.progress import progress
-from core.verbs import Option, resolve, verbs
+from chorus.core.config import ConfigError
+from chorus.core.progress import progress
+from chorus.core.verbs import Option, resolve, verbs
 
 
 def fail(err: object, code: int = 2) -> None:
@@ -38,7 +38,7 @@ def parse_overrides(sets: Optional[list[str]]) -> dict:
     return out
 
 
-# -- commands built from the verb registry (core.verbs) -------------------------------------------
+# -- commands built from the verb registry (chorus.core.verbs) -------------------------------------------
 SET_HELP = "Override a config field: --set seed=1 --set model.profile=NAME (YAML values; repeatable)."
 
 

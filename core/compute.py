@@ -69,7 +69,7 @@ def snapshot(wall_s: float, cpu_s: float) -> dict[str, Any]:
 @contextlib.contextmanager
 def measure(run: Any, key: str = "compute") -> Iterator[dict[str, Any]]:
     """Measure the block and write the record to ``run``'s provenance under ``key`` (also when
-    the block fails: ``completed`` says which). ``run`` is a ``core.runs.RunDir``."""
+    the block fails: ``completed`` says which). ``run`` is a ``chorus.core.runs.RunDir``."""
     prov = run.provenance()
     earlier = list(prov.get(f"{key}_earlier") or []) + ([prov[key]] if prov.get(key) else [])
     _reset_gpu_peaks()

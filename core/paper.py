@@ -2,7 +2,7 @@
 number in a markdown cell, a markdown table, the runs' figures copied beside ``paper.md``, the
 "missing" line of a section without its runs, and writing ``numbers.json`` then ``paper.md`` from
 that file alone. Each renderer keeps its own run reading, source records and section layout; a
-file's sha256 is ``core.runs.file_sha256``."""
+file's sha256 is ``chorus.core.runs.file_sha256``."""
 from __future__ import annotations
 
 import json
@@ -10,7 +10,7 @@ import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
-from core.runs import write_json
+from chorus.core.runs import write_json
 
 
 def fmt(x: Any, nd: int = 3, *, sig: int | None = 3, nan: str = "nan") -> str:

@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from core import __version__
-from core.config import ConfigError, dump_config
-from core.logs import engine_logs_to
+from chorus.core import __version__
+from chorus.core.config import ConfigError, dump_config
+from chorus.core.logs import engine_logs_to
 
 if TYPE_CHECKING:  # pandas is imported where a table is read or written: `chorus --help` stays fast
     import pandas as pd

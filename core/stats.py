@@ -12,7 +12,7 @@
 * ``permutation_pvalue`` (cluster sign flips), ``benjamini_hochberg`` (scipy).
 * ``ece`` and ``reliability_table`` (equal-width or equal-mass bins; soft labels allowed).
 
-Every random draw comes from ``core.seeding`` streams of the caller's seed.
+Every random draw comes from ``chorus.core.seeding`` streams of the caller's seed.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from core.seeding import rng as make_rng
+from chorus.core.seeding import rng as make_rng
 
 LOWER_IS_BETTER = {"brier": True, "ece_ew": True, "accuracy": False}
 

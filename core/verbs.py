@@ -8,7 +8,7 @@ same few functions, named as "module:function" references and imported only when
 - ``run``: the run into a run directory, returning ``(RunDir, summary)``;
 - ``report``: the summary (and plots) recomputed from a run directory alone.
 
-Parts register their verbs in their CLI modules; ``core.cliutil.add_verbs`` builds every typer
+Parts register their verbs in their CLI modules; ``chorus.core.cliutil.add_verbs`` builds every typer
 command from this registry with the shared options (CONFIG, ``--set``, ``--out``, ``--no-plots``,
 ``--check``), so no command body is written twice.
 
@@ -68,7 +68,7 @@ class Verb:
     run_args: tuple[Any, ...] = ()   # e.g. the influence verb's name
     run_kw: dict[str, Any] = field(default_factory=dict)   # fixed keywords of ``run`` (e.g. sweep=True)
     source: str | None = None        # (config) -> the config file's path, passed to ``run`` as ``source``
-    check: str | None = None         # (cfg, *run_args) -> serving.plan.DevicePlan, no model call
+    check: str | None = None         # (cfg, *run_args) -> chorus.serving.plan.DevicePlan, no model call
     report: str | None = None        # (run_dir, make_plots=) -> summary, from the run directory alone
     report_command: str | None = None  # the group's command that runs ``report`` (e.g. "report", "eval")
     unit: str = "calls"              # what the progress bar counts

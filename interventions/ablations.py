@@ -46,12 +46,12 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from core.seeding import rng as make_rng
-from core.stats import cluster_bootstrap, ratio_ci
-from simulate.debate.forced_choice import forced_choice
-from simulate.debate.prompts import debate_messages, labels_text, peer_block, readout_prefill, reflection_messages
-from simulate.debate.questions import Item
-from simulate.debate.protocol import qkey
+from chorus.core.seeding import rng as make_rng
+from chorus.core.stats import cluster_bootstrap, ratio_ci
+from chorus.simulate.debate.forced_choice import forced_choice
+from chorus.simulate.debate.prompts import debate_messages, labels_text, peer_block, readout_prefill, reflection_messages
+from chorus.simulate.debate.questions import Item
+from chorus.simulate.debate.protocol import qkey
 
 ABLATIONS = ("no_message", "full", "answer_only", "reasoning_only", "filler", "unrelated")
 CUES = ("no_message", "plain", "good_professor", "good_ordinary", "poor_professor", "poor_ordinary",

@@ -10,9 +10,9 @@ from typing import Optional
 
 import typer
 
-from core.cliutil import add_verbs, fail
-from core.verbs import Option, Verb, register
-from serving.profiles import embedded_note
+from chorus.core.cliutil import add_verbs, fail
+from chorus.core.verbs import Option, Verb, register
+from chorus.serving.profiles import embedded_note
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="Peer influence: readout, ablate, cues, knockout, patch, probe, concepts, transfer, "
@@ -46,16 +46,16 @@ for _verb, _help in [
         ("ablate", "Message ablations: full, answer only, reasoning only, filler, unrelated reasoning."),
         ("cues", "Source cues (record x status) and self- vs other-attribution of the same text.")]:
     register(Verb("influence", _verb, help=_help, config_help=_CFG_HELP,
-                  load="interventions.config:load", schema="interventions.config:InfluenceConfig",
-                  run="interventions.experiment:run_influence", run_args=(_verb,),
-                  check="simulate.debate.experiment:plan_engines", show=_show_behaviour, unit="turns",
-                  errors=("serving.profiles:ModelError",)))
+                  load="chorus.interventions.config:load", schema="chorus.interventions.config:InfluenceConfig",
+                  run="chorus.interventions.experiment:run_influence", run_args=(_verb,),
+                  check="chorus.simulate.debate.experiment:plan_engines", show=_show_behaviour, unit="turns",
+                  errors=("chorus.serving.profiles:ModelError",)))
 
 # inside the model: the internals config, transformers
-_INTERNALS_ERRORS = ("serving.profiles:ModelError", "interventions.families:FamilyError",
-                     "interventions.families:LayerError", "interventions.spans:SpanError",
-                     "interventions.recurrent:RecurrentError", "interventions.patching:PatchError",
-                     "interventions.probes:ProbeError", "interventions.transfer:TransferError")
+_INTERNALS_ERRORS = ("chorus.serving.profiles:ModelError", "chorus.interventions.families:FamilyError",
+                     "chorus.interventions.families:LayerError", "chorus.interventions.spans:SpanError",
+                     "chorus.interventions.recurrent:RecurrentError", "chorus.interventions.patching:PatchError",
+                     "chorus.interventions.probes:ProbeError", "chorus.interventions.transfer:TransferError")
 for _verb, _help in [
         ("knockout", "Knockout of the peer message: all layers, single layers, cumulative; share of the effect "
                      "removed (knockout.mixers: attention, and on hybrid models the recurrent route, or both)."),
@@ -65,9 +65,9 @@ for _verb, _help in [
                      "elsewhere, scrambled)."),
         ("concepts", "Concept directions (lexicon) read while reading peers and at the decision token, by domain, "
                      "debate vs reflection, beside the shuffled-label null.")]:
-    register(Verb("influence", _verb, help=_help, config_help=_CFG_HELP, load="interventions.internals.config:load",
-                  run="interventions.internals.experiment:run_internals", run_args=(_verb,),
-                  check="interventions.internals.experiment:plan_internals", show=_show_internals,
+    register(Verb("influence", _verb, help=_help, config_help=_CFG_HELP, load="chorus.interventions.internals.config:load",
+                  run="chorus.interventions.internals.experiment:run_internals", run_args=(_verb,),
+                  check="chorus.interventions.internals.experiment:plan_internals", show=_show_internals,
                   unit="readouts", errors=_INTERNALS_ERRORS))
 
 add_verbs(app, "influence")
@@ -100,8 +100,8 @@ register(Verb(
          "regenerated with the peer's message cut in the chosen layers (same seed), the rest of the\ndebate "
          "continued normally; factual, replay (nothing cut) and cut compared per question.",
     config_help="", default_config="default",
-    load="interventions.counterfactual:load_counterfactual_config", run="interventions.counterfactual:run_counterfactual_verb",
-    check="interventions.counterfactual:plan_counterfactual", show=_show_counterfactual, unit="replies",
+    load="chorus.interventions.counterfactual:load_counterfactual_config", run="chorus.interventions.counterfactual:run_counterfactual_verb",
+    check="chorus.interventions.counterfactual:plan_counterfactual", show=_show_counterfactual, unit="replies",
     argument=Option("run_dir", "RUN_DIR", Path, ..., "A debate run directory (chorus debate run).", "config:run"),
     out=Option("out", "--out", Optional[Path], None, "output run directory (default RUN/counterfactual-...)", "run:out"),
     set_help="Override a config field: --set n_boot=500 --set ci=0.9 (YAML values; repeatable).",
@@ -109,14 +109,14 @@ register(Verb(
              Option("peer", "--peer", int, 1, "the peer it does not attend to (0-based)", "config:peer"),
              Option("round_", "--round", int, 1, "the round replayed with the cut (1..rounds)", "config:round"),
              Option("layers", "--layers", str, "all", "all, a band A-B, or a list 3,4,7", "config:layers",
-                    parse="interventions.counterfactual:parse_layers"),
+                    parse="chorus.interventions.counterfactual:parse_layers"),
              Option("queries", "--queries", str, "after", "after | decision", "config:queries"),
              Option("route", "--route", str, "nnsight", "nnsight | interface (bitwise equal)", "config:route"),
              Option("max_questions", "--max-questions", Optional[int], None, "the first N questions only",
                     "config:max_questions")),
-    errors=("interventions.counterfactual:CounterfactualError", "serving.profiles:ModelError",
-            "interventions.families:FamilyError", "interventions.families:LayerError",
-            "interventions.spans:SpanError", "interventions.knockout:KnockoutError")))
+    errors=("chorus.interventions.counterfactual:CounterfactualError", "chorus.serving.profiles:ModelError",
+            "chorus.interventions.families:FamilyError", "chorus.interventions.families:LayerError",
+            "chorus.interventions.spans:SpanError", "chorus.interventions.knockout:KnockoutError")))
 add_verbs(app, "influence")
 
 
@@ -128,7 +128,7 @@ def paper(runs: list[Path] = typer.Argument(..., metavar="RUN...", help="Debate 
           out: Path = typer.Option(..., "--out", help="Output directory (numbers.json, paper.md, figures/).")) -> None:
     from rich.console import Console
 
-    from interventions.paper import PaperError, build_paper
+    from chorus.interventions.paper import PaperError, build_paper
     try:
         path, numbers = build_paper(runs, out)
     except PaperError as err:

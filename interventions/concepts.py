@@ -63,15 +63,15 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from core.config import ConfigError, load_yaml, resolve_config
-from core.seeding import rng as make_rng
-from interventions import plots as ip
-from interventions.experiment import source_turns, start_run
-from interventions.knockout import layer_map
-from interventions.mechanic import Mechanic
-from interventions.probes import ProbeError, _folds, label_null, null_summary, span_means
-from interventions.spans import SpanError, message_token_span
-from simulate.debate.prompts import readout_prefill, turn_messages
+from chorus.core.config import ConfigError, load_yaml, resolve_config
+from chorus.core.seeding import rng as make_rng
+from chorus.interventions import plots as ip
+from chorus.interventions.experiment import source_turns, start_run
+from chorus.interventions.knockout import layer_map
+from chorus.interventions.mechanic import Mechanic
+from chorus.interventions.probes import ProbeError, _folds, label_null, null_summary, span_means
+from chorus.interventions.spans import SpanError, message_token_span
+from chorus.simulate.debate.prompts import readout_prefill, turn_messages
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 SITES = ("reading", "decision")
@@ -445,7 +445,7 @@ def run_concepts(cfg: Any, out: Path | None = None, *, progress: Any = None, mak
     """``chorus influence concepts``: lexicon directions, read on debate vs reflection contexts.
 
     ``report(run_dir, "concepts", make_plots=...)`` renders summary.json and the plots: the verb
-    dispatcher (``interventions.internals.experiment.run_internals``) passes its own ``report``,
+    dispatcher (``chorus.interventions.internals.experiment.run_internals``) passes its own ``report``,
     which reads this module's ``summarize``; this module does not import the dispatcher back.
     Without one the run is finished with no summary.json and (run, {}) is returned."""
     spec = cfg.concepts

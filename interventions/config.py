@@ -1,7 +1,7 @@
 """Typed configs of ``chorus influence``: every verb's config is the debate it reads (the ``source``
 block: a finished ``chorus debate run`` directory, or the debate settings to generate the turns
 here), the reading model, and the verb's own spec (readout / ablation / cue settings here; knockout,
-patching, probes, concepts and transfer in ``interventions.internals.config``). Shipped configs live
+patching, probes, concepts and transfer in ``chorus.interventions.internals.config``). Shipped configs live
 in ``interventions/configs``; a name not found there is looked up among the debate configs (any debate
 config is a valid influence config: its top-level debate settings are read as the source block)."""
 from __future__ import annotations
@@ -11,10 +11,10 @@ from typing import Any, Literal, Optional
 
 from pydantic import Field, field_validator, model_validator
 
-from core.config import Strict, load_named, resolve_config
-from serving.spec import ModelSpec
-from simulate.debate.config import CONFIGS_DIR as DEBATE_CONFIGS_DIR
-from simulate.debate.config import Analysis, BenchSpec, DebateConfig, Generation, check_conditions
+from chorus.core.config import Strict, load_named, resolve_config
+from chorus.serving.spec import ModelSpec
+from chorus.simulate.debate.config import CONFIGS_DIR as DEBATE_CONFIGS_DIR
+from chorus.simulate.debate.config import Analysis, BenchSpec, DebateConfig, Generation, check_conditions
 
 CONFIGS_DIR = Path(__file__).resolve().parent / "configs"
 
@@ -101,7 +101,7 @@ class Interventions(Strict):
     require_disagreement: bool = True
 
 
-CUE_SETS = ("original", "matched")   # source-cue phrase sets in the debate prompts (interventions.ablations)
+CUE_SETS = ("original", "matched")   # source-cue phrase sets in the debate prompts (chorus.interventions.ablations)
 
 
 class Cues(Strict):
@@ -139,7 +139,7 @@ class SourcedConfig(Strict):
     @classmethod
     def fold_legacy(cls, data: Any) -> Any:
         """The flat shape (a debate config, an older file or run record) in today's shape; also what
-        ``core.runs`` compares a stored run record in."""
+        ``chorus.core.runs`` compares a stored run record in."""
         return fold_flat_source(data)
 
 

@@ -6,7 +6,7 @@ From a debate run (its turns, questions, config and call store): at round ``roun
 to peer ``peer``'s quoted response cut in ``layers`` (``knockout_generate.greedy``, sampled with the
 debate's own temperature, top-p and request seed through the hf backend's seeded processors); every
 other reply of that round is the stored one (its prompt is unchanged), and the remaining rounds
-unfold normally (``simulate.debate.protocol.run_protocol`` from that round on, the same seeds).
+unfold normally (``chorus.simulate.debate.protocol.run_protocol`` from that round on, the same seeds).
 
 Three arms per question, all with the debate's seeds:
 
@@ -40,20 +40,20 @@ import numpy as np
 import pandas as pd
 from pydantic import Field, model_validator
 
-from core.config import Strict, load_named
-from core.runs import RunDir
-from core.stats import cluster_bootstrap
-from interventions import knockout as ko
-from interventions.knockout_generate import greedy
-from interventions.spans import find_range
-from serving.roles import build_engines, plan_roles
-from serving.types import Completion
-from simulate.debate.bda import DebateTraceError, read_run
-from simulate.debate.config import DebateConfig, load
-from simulate.debate.metrics import question_table
-from simulate.debate.plots import counterfactual as plot_counterfactual
-from simulate.debate.prompts import load_prompts, peer_block, turn_messages
-from simulate.debate.protocol import TURN_COLUMNS, run_protocol, turn_seed, turns_by_question
+from chorus.core.config import Strict, load_named
+from chorus.core.runs import RunDir
+from chorus.core.stats import cluster_bootstrap
+from chorus.interventions import knockout as ko
+from chorus.interventions.knockout_generate import greedy
+from chorus.interventions.spans import find_range
+from chorus.serving.roles import build_engines, plan_roles
+from chorus.serving.types import Completion
+from chorus.simulate.debate.bda import DebateTraceError, read_run
+from chorus.simulate.debate.config import DebateConfig, load
+from chorus.simulate.debate.metrics import question_table
+from chorus.simulate.debate.plots import counterfactual as plot_counterfactual
+from chorus.simulate.debate.prompts import load_prompts, peer_block, turn_messages
+from chorus.simulate.debate.protocol import TURN_COLUMNS, run_protocol, turn_seed, turns_by_question
 
 ARMS = ("factual", "replay", "cut")
 
@@ -111,7 +111,7 @@ def parse_layers(text: str) -> Union[str, list[int]]:
         raise CounterfactualError(f"--layers {text!r}: give all, a band A-B (A <= B) or a list 3,4,7") from None
 
 
-# -- chorus influence counterfactual RUN_DIR: a registered verb (core.verbs) -------------------------
+# -- chorus influence counterfactual RUN_DIR: a registered verb (chorus.core.verbs) -------------------------
 CONFIGS_DIR = Path(__file__).resolve().parent / "configs" / "counterfactual"
 
 
@@ -306,7 +306,7 @@ def _stored_completion(row: Any):
 
 # -- analysis (pure) -----------------------------------------------------------------------------------
 def question_arms(turns: pd.DataFrame, cfg: CounterfactualConfig, R: int, seed: int) -> pd.DataFrame:
-    """One row per (arm, question): the debate's per-question indicators (``simulate.debate.metrics.
+    """One row per (arm, question): the debate's per-question indicators (``chorus.simulate.debate.metrics.
     question_table``) plus the receiver's answers and whether it took the peer's pre-round answer."""
     q = question_table(turns, seed=seed)
     q = q.rename(columns={"condition": "arm"})

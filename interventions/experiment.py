@@ -9,17 +9,17 @@ from typing import Any
 
 import pandas as pd
 
-from core.config import ConfigError
-from core.progress import Progress
-from core.runs import RunDir, require_record, run_dir_path
-from interventions import ablations as ab
-from interventions import plots
-from interventions import readout as ro
-from interventions.config import InfluenceConfig, SourcedConfig
-from simulate.debate.experiment import engine_for, load_items, plan_engines, save_items, select_items
-from simulate.debate.prompts import load_prompts
-from simulate.debate.protocol import run_protocol
-from simulate.debate.questions import Item, write_bench
+from chorus.core.config import ConfigError
+from chorus.core.progress import Progress
+from chorus.core.runs import RunDir, require_record, run_dir_path
+from chorus.interventions import ablations as ab
+from chorus.interventions import plots
+from chorus.interventions import readout as ro
+from chorus.interventions.config import InfluenceConfig, SourcedConfig
+from chorus.simulate.debate.experiment import engine_for, load_items, plan_engines, save_items, select_items
+from chorus.simulate.debate.prompts import load_prompts
+from chorus.simulate.debate.protocol import run_protocol
+from chorus.simulate.debate.questions import Item, write_bench
 
 
 def source_turns(cfg: SourcedConfig, run: RunDir, eng: Any, rounds: int,
@@ -50,7 +50,7 @@ def start_run(cfg: SourcedConfig, verb: str, out: Path | None, engine: Any = Non
               backend: str | None = None, *, roles: dict[str, Any] | None = None) -> tuple[RunDir, Any, dict]:
     """The run directory of one influence verb, its engine (``backend`` overrides the config's)
     and the prompts; the question set is validated before any model call. An engine built here is
-    planned first (``simulate.debate.experiment.plan_engines``: the one engine generates the turns
+    planned first (``chorus.simulate.debate.experiment.plan_engines``: the one engine generates the turns
     a verb needs and then reads them, so one phase, named after the verb; ``roles``: other engines
     the verb holds beside it, e.g. a transfer's sender) and the plan is written to provenance
     (``device_plan``); a plan that cannot fit fails before the run directory is made."""

@@ -108,7 +108,7 @@ def discover(model: Any) -> LayerMap:
     if t not in KNOWN_FAMILIES:
         raise FamilyError(f"model type {t!r} ({type(model).__name__}) has no known attention module names; "
                           f"knockout supports: {', '.join(sorted(KNOWN_FAMILIES))} (add it to "
-                          f"interventions.families.KNOWN_FAMILIES after checking that its attention module "
+                          f"chorus.interventions.families.KNOWN_FAMILIES after checking that its attention module "
                           f"calls transformers' AttentionInterface)")
     attn_name, recurrent = KNOWN_FAMILIES[t]
     layers, path = None, ""

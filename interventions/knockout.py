@@ -30,10 +30,10 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from interventions.families import FamilyError, LayerError, LayerMap, discover
-from interventions.recurrent import MIXERS, RecurrentError, severed, supported
-from interventions.spans import Span, SpanError, message_token_span
-from serving.types import RequestError, validate_conversations
+from chorus.interventions.families import FamilyError, LayerError, LayerMap, discover
+from chorus.interventions.recurrent import MIXERS, RecurrentError, severed, supported
+from chorus.interventions.spans import Span, SpanError, message_token_span
+from chorus.serving.types import RequestError, validate_conversations
 
 KO_SDPA = "chorus_knockout"
 KO_EAGER = "chorus_knockout_eager"

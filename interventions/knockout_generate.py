@@ -19,9 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from interventions import knockout as ko
-from interventions.families import LayerError
-from interventions.spans import SpanError, message_token_span
+from chorus.interventions import knockout as ko
+from chorus.interventions.families import LayerError
+from chorus.interventions.spans import SpanError, message_token_span
 
 
 @dataclass
@@ -83,7 +83,7 @@ def greedy(engine: Any, conversation: list[dict], block_message: Any, *, layers:
     past = None
     procs = []
     if temperature > 0:
-        from serving.backends.hf import sampling_processors
+        from chorus.serving.backends.hf import sampling_processors
         procs = sampling_processors(temperature, top_p, [seed])
     for step in range(max_new_tokens):
         T = len(ids)

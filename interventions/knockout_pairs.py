@@ -1,6 +1,6 @@
 """The knockout experiment over the debate pairs (``chorus influence knockout``): contexts,
 conditions, the pair loop, the cross-check and the summary; the mechanics it drives are
-``interventions.knockout``, the shared runner ``interventions.internals.experiment``.
+``chorus.interventions.knockout``, the shared runner ``chorus.interventions.internals.experiment``.
 
 Knockout contexts. In the debate prompt every peer sits in ONE user message, so "the peer
 message" is located as a character range of that message: the contexts are the single-peer
@@ -23,18 +23,18 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from core.progress import Progress
-from core.seeding import rng as make_rng
-from core.stats import cluster_bootstrap, ratio_ci
-from interventions import knockout as ko
-from interventions import plots as ip
-from interventions.ablations import pair_meta
-from interventions.knockout import layer_map
-from interventions.mechanic import Mechanic, bootstrapped
-from interventions.recurrent import supported
-from interventions.spans import find_range
-from simulate.debate.forced_choice import forced_choice, option_strings
-from simulate.debate.prompts import debate_messages, peer_block, readout_prefill, reflection_messages
+from chorus.core.progress import Progress
+from chorus.core.seeding import rng as make_rng
+from chorus.core.stats import cluster_bootstrap, ratio_ci
+from chorus.interventions import knockout as ko
+from chorus.interventions import plots as ip
+from chorus.interventions.ablations import pair_meta
+from chorus.interventions.knockout import layer_map
+from chorus.interventions.mechanic import Mechanic, bootstrapped
+from chorus.interventions.recurrent import supported
+from chorus.interventions.spans import find_range
+from chorus.simulate.debate.forced_choice import forced_choice, option_strings
+from chorus.simulate.debate.prompts import debate_messages, peer_block, readout_prefill, reflection_messages
 
 
 def knockout_contexts(items: dict, pairs: Sequence[dict], P: dict, *, block: str = "peer_block") -> list[dict]:

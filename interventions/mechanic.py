@@ -1,4 +1,4 @@
-"""What one internals verb is to the shared runner (``interventions.internals.experiment``):
+"""What one internals verb is to the shared runner (``chorus.interventions.internals.experiment``):
 ``Mechanic``, and ``bootstrapped``, the summary step the bootstrapped verbs share. Each verb's
 module defines its own ``MECHANIC`` beside its mechanics; this module imports none of them."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from core.runs import RunDir
+from chorus.core.runs import RunDir
 
 
 @dataclass(frozen=True)

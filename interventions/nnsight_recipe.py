@@ -1,6 +1,6 @@
 """Recipe: your own nnsight intervention on chorus's message spans and layer map (interventions/README.md).
 
-    .venv/bin/python -m interventions.nnsight_recipe            # the embedded model, hf backend, a few seconds
+    .venv/bin/python -m chorus.interventions.nnsight_recipe            # the embedded model, hf backend, a few seconds
 
 A debate receiver's readout context (the question, its own answer, one peer's disagreeing answer, the
 "answer now" prefill) is rendered exactly as the experiments render it; ``prepare_rows`` finds the peer
@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from simulate.debate.prompts import debate_messages, load_prompts, readout_prefill
-from simulate.debate.questions import validate_item
-from interventions import knockout as ko
-from serving.profiles import DEFAULT_PROFILE, embedded_note
+from chorus.simulate.debate.prompts import debate_messages, load_prompts, readout_prefill
+from chorus.simulate.debate.questions import validate_item
+from chorus.interventions import knockout as ko
+from chorus.serving.profiles import DEFAULT_PROFILE, embedded_note
 
 ITEM = {"id": "recipe", "domain": "knowledge", "subdomain": "recipe", "family": "recipe",
         "question": "Which planet is closest to the Sun?", "options": ["Mercury", "Venus"], "reference": "A"}
@@ -65,7 +65,7 @@ def mean_ablate(engine: Any, layers: Sequence[int] | None = None) -> dict[str, A
 
 
 def main() -> None:
-    from serving import build_engine  # at call time: the seam tests patch
+    from chorus.serving import build_engine  # at call time: the seam tests patch
 
     eng = build_engine({"profile": DEFAULT_PROFILE, "backend": "hf", "dtype": "float32"})
     r = mean_ablate(eng)

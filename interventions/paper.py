@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from core.config import ConfigError
-from core.paper import copy_figures, md_table, missing_line, write_paper
-from core.runs import file_sha256, json_safe
-from serving.profiles import embedded_note
+from chorus.core.config import ConfigError
+from chorus.core.paper import copy_figures, md_table, missing_line, write_paper
+from chorus.core.runs import file_sha256, json_safe
+from chorus.serving.profiles import embedded_note
 
 SCHEMA = "chorus.influence-paper/1"
 LONG_ROUNDS = 4   # a debate of more rounds than the paper's three is a long debate (Table 14: twelve)

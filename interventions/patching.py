@@ -21,15 +21,15 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from core.config import ConfigError
-from core.progress import Progress
-from core.stats import cluster_bootstrap, ratio_ci
-from interventions import plots as ip
-from interventions.ablations import pair_meta
-from interventions.knockout import hf_backend, _nnsight_model, envoy_layers, layer_map
-from interventions.mechanic import Mechanic, bootstrapped
-from interventions.spans import find_range, message_token_span
-from simulate.debate.prompts import debate_messages, readout_prefill
+from chorus.core.config import ConfigError
+from chorus.core.progress import Progress
+from chorus.core.stats import cluster_bootstrap, ratio_ci
+from chorus.interventions import plots as ip
+from chorus.interventions.ablations import pair_meta
+from chorus.interventions.knockout import hf_backend, _nnsight_model, envoy_layers, layer_map
+from chorus.interventions.mechanic import Mechanic, bootstrapped
+from chorus.interventions.spans import find_range, message_token_span
+from chorus.simulate.debate.prompts import debate_messages, readout_prefill
 
 
 class PatchError(ValueError):

@@ -7,8 +7,8 @@ from typing import Any
 
 import pandas as pd
 
-from core.plots import figure as _fig
-from simulate.debate.plots import COLORS
+from chorus.core.plots import figure as _fig
+from chorus.simulate.debate.plots import COLORS
 
 
 def committed(cr: dict[str, Any], path: Path) -> Path:

@@ -11,7 +11,7 @@ shuffled labels ``n_perm`` times; its 90th percentile is reported beside every p
 because shuffled-label directions can still separate topics (peer-influence paper §C.1).
 
 The experiment (``chorus influence probe``) reads, per selected pair, the knockout contexts with
-and without the peer's message (``probe.concept: message``, ``interventions.knockout_pairs``) or
+and without the peer's message (``probe.concept: message``, ``chorus.interventions.knockout_pairs``) or
 the four crossed source-cue contexts (``record``, ``status``: ``patching.cue_context``); its
 activations are cached in RUN/activations.npz, so a killed run recomputes nothing it already stored.
 """
@@ -24,16 +24,16 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from core.config import ConfigError
-from core.runs import RunDir
-from core.seeding import rng as make_rng
-from interventions import plots as ip
-from interventions.ablations import pair_meta
-from interventions.knockout import hf_backend, _nnsight_model, envoy_layers, layer_map
-from interventions.knockout_pairs import knockout_contexts
-from interventions.mechanic import Mechanic
-from interventions.patching import cue_context
-from serving.types import validate_conversations
+from chorus.core.config import ConfigError
+from chorus.core.runs import RunDir
+from chorus.core.seeding import rng as make_rng
+from chorus.interventions import plots as ip
+from chorus.interventions.ablations import pair_meta
+from chorus.interventions.knockout import hf_backend, _nnsight_model, envoy_layers, layer_map
+from chorus.interventions.knockout_pairs import knockout_contexts
+from chorus.interventions.mechanic import Mechanic
+from chorus.interventions.patching import cue_context
+from chorus.serving.types import validate_conversations
 
 
 class ProbeError(ValueError):

@@ -31,13 +31,13 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from core.seeding import rng as make_rng
-from core.stats import cluster_bootstrap
-from simulate.debate.forced_choice import forced_choice
-from simulate.debate.prompts import readout_prefill, turn_messages, debate_messages
-from simulate.debate.questions import Item
-from interventions.ablations import filler_text, unrelated_reasoning
-from simulate.debate.protocol import qkey
+from chorus.core.seeding import rng as make_rng
+from chorus.core.stats import cluster_bootstrap
+from chorus.simulate.debate.forced_choice import forced_choice
+from chorus.simulate.debate.prompts import readout_prefill, turn_messages, debate_messages
+from chorus.simulate.debate.questions import Item
+from chorus.interventions.ablations import filler_text, unrelated_reasoning
+from chorus.simulate.debate.protocol import qkey
 
 FRACTIONS = (0.0, 0.25, 0.5, 0.75, 1.0)
 CONTROLS = ("unrelated", "filler")
@@ -54,7 +54,7 @@ def control_peers(items: dict[str, Item], peers: Sequence[tuple[str, str]], cont
                   rng: np.random.Generator) -> list[tuple[str, str]] | None:
     """The peers' (name, text) with each text replaced under ``control`` (names and order kept):
     ``unrelated`` reasoning drawn from ``pool`` outside ``family``, or ``filler`` matched in tokens
-    to the text it replaces as the context shows it (stripped) (the texts of ``interventions.ablations``). None where no other family
+    to the text it replaces as the context shows it (stripped) (the texts of ``chorus.interventions.ablations``). None where no other family
     is in the pool."""
     out = []
     for name, text in peers:

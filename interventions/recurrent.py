@@ -27,7 +27,7 @@ which an nnsight trace does not express; the hooks act inside either knockout ro
 from __future__ import annotations
 
 from typing import Any
-from interventions.families import KNOWN_FAMILIES
+from chorus.interventions.families import KNOWN_FAMILIES
 
 # model_type -> the Gated DeltaNet input projections the edits act on (conv input, decay, write gate)
 RECURRENT_FAMILIES: dict[str, tuple[str, str, str]] = {

@@ -42,18 +42,18 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-import serving  # serving.build_engine looked up per call: tests replace it
-from core.config import ConfigError
-from core.seeding import rng as make_rng
-from core.stats import cluster_bootstrap, ratio_ci
-from interventions import plots as ip
-from interventions.knockout import hf_backend, _nnsight_model, envoy_layers, layer_map
-from interventions.mechanic import Mechanic, bootstrapped
-from interventions.patching import option_ids as single_ids
-from interventions.probes import activations
-from interventions.spans import message_token_span
-from simulate.debate.forced_choice import forced_choice, option_strings
-from simulate.debate.prompts import debate_messages, readout_prefill, reflection_messages
+from chorus import serving  # chorus.serving.build_engine looked up per call: tests replace it
+from chorus.core.config import ConfigError
+from chorus.core.seeding import rng as make_rng
+from chorus.core.stats import cluster_bootstrap, ratio_ci
+from chorus.interventions import plots as ip
+from chorus.interventions.knockout import hf_backend, _nnsight_model, envoy_layers, layer_map
+from chorus.interventions.mechanic import Mechanic, bootstrapped
+from chorus.interventions.patching import option_ids as single_ids
+from chorus.interventions.probes import activations
+from chorus.interventions.spans import message_token_span
+from chorus.simulate.debate.forced_choice import forced_choice, option_strings
+from chorus.simulate.debate.prompts import debate_messages, readout_prefill, reflection_messages
 
 ARMS = ("transfer", "elsewhere", "scrambled", "message", "none")
 SITES = ("readout", "anchor")

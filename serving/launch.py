@@ -13,7 +13,9 @@ import time
 from pathlib import Path
 from typing import Sequence
 
+# a source checkout's root (where ``-m chorus.cli`` is found without an install); installed, no cwd is needed
 ROOT = Path(__file__).resolve().parents[1]
+CWD = ROOT if (ROOT / "setup.py").is_file() else None
 
 
 def free_port() -> int:
@@ -27,7 +29,7 @@ def start_server(profile: str, port: int, *, log: str | Path, args: Sequence[str
     """``chorus serve PROFILE --port PORT ARGS...`` writing to ``log``; returns at once."""
     with open(log, "w") as fh:  # the child keeps its own handle
         return subprocess.Popen([sys.executable, "-m", "chorus.cli", "serve", str(profile), "--port", str(port),
-                                 *args], cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True,
+                                 *args], cwd=CWD, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True,
                                 env=env if env is not None else dict(os.environ))
 
 

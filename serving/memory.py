@@ -1,6 +1,6 @@
 """Model sizes for device planning: parameters read from safetensors headers (nothing is loaded),
 GiB per dtype, and the CUDA device's size. The one sizing rule that uses them is
-``serving.plan.plan_devices`` (every experiment and ``serving.engine.engine_pool``).
+``chorus.serving.plan.plan_devices`` (every experiment and ``chorus.serving.engine.engine_pool``).
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 This is chorus's only device sizing rule. An experiment holds council seats of different models, a
 synthesizer, a judge, a classifier, a trainer and the engines that compare its result; the demo's
-pool holds one model on vLLM and on transformers at once (``serving.engine.engine_pool``).
+pool holds one model on vLLM and on transformers at once (``chorus.serving.engine.engine_pool``).
 ``plan_devices`` takes one ``Need`` per role and decides, per phase (engines of different phases are
 never held at the same time):
 
@@ -25,8 +25,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from typing import Sequence
 
-from serving.memory import BYTES, MemoryPlanError, weights_gib
-from serving.profiles import get_profile
+from chorus.serving.memory import BYTES, MemoryPlanError, weights_gib
+from chorus.serving.profiles import get_profile
 
 BACKENDS = ("vllm", "hf", "openai", "trainer")
 _RANK = {"cpu": 0, "share": 1, "swap": 2, "serve": 3}   # the overall mode is the worst phase's
@@ -176,7 +176,7 @@ def _check(n: Need, n_devices: int | None) -> None:
     if n_devices is not None and n.backend == "vllm" and n.tp > n_devices:
         raise DevicePlanError(f"role '{n.role}' ({n.profile}) asks tp={n.tp} but there are {n_devices} device(s)")
     if n.backend == "trainer" and n.need_gib is None:
-        raise DevicePlanError(f"role '{n.role}' ({n.profile}): a trainer needs need_gib (simulate.roleplay.sft_memory)")
+        raise DevicePlanError(f"role '{n.role}' ({n.profile}): a trainer needs need_gib (chorus.simulate.roleplay.sft_memory)")
     if n.weights_gib < 0 or (n_devices is not None and n.weights_gib == 0 and n.backend in ("vllm", "hf")
                              and n.need_gib is None):  # on CPU nothing is split: a size is for the record
         raise DevicePlanError(f"role '{n.role}' ({n.profile}, {n.backend}): weights_gib must be > 0, got {n.weights_gib}")

@@ -7,7 +7,7 @@ import shutil
 import time
 from pathlib import Path
 
-from serving.profiles import ModelError, Profile, cache_dir, package_file
+from chorus.serving.profiles import ModelError, Profile, cache_dir, package_file
 
 
 def _gguf_path(profile: Profile) -> Path:

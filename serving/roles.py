@@ -1,4 +1,4 @@
-"""The one place engines are built: from a role's ``ModelSpec`` (``serving.spec``) and the run's
+"""The one place engines are built: from a role's ``ModelSpec`` (``chorus.serving.spec``) and the run's
 call store. Every part asks here (``build_engine`` for one role, ``build_engines`` for several);
 a scan test fails on a ``load_engine`` call anywhere else, so options, dtype and store handling
 cannot drift apart between parts.
@@ -9,11 +9,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
-from serving.engine import Engine, default_dtype, load_engine, resolve_backend
-from serving.plan import DevicePlan, Need, engine_options, needs_gib, plan_devices
-from serving.profiles import ModelError, get_profile
-from serving.spec import ModelSpec, check_engines, spec_of
-from serving.store import CallStore
+from chorus.serving.engine import Engine, default_dtype, load_engine, resolve_backend
+from chorus.serving.plan import DevicePlan, Need, engine_options, needs_gib, plan_devices
+from chorus.serving.profiles import ModelError, get_profile
+from chorus.serving.spec import ModelSpec, check_engines, spec_of
+from chorus.serving.store import CallStore
 
 
 def build_engine(spec: ModelSpec | str | Mapping | None, *, store: str | Path | CallStore | None = None,
@@ -36,7 +36,7 @@ def plan_roles(specs: Mapping[str, ModelSpec | str], *, device_gib: float | None
     dtypes resolved as ``load_engine`` will. ``phase_of(role)``: roles of different phases are
     never held together (default: one phase)."""
     if device_gib == "detect":
-        from serving.memory import device_gib as detect
+        from chorus.serving.memory import device_gib as detect
 
         device_gib = detect()
     needs = []

@@ -2,7 +2,7 @@
 
 An experiment names each model it uses by role (``model``; a council's seats, ``judge``,
 ``synthesizer``; role-play's models and ``classifier``; a transfer's ``sender``) and gives each a
-``ModelSpec``. ``serving.roles`` turns specs into engines; nothing else calls ``load_engine``.
+``ModelSpec``. ``chorus.serving.roles`` turns specs into engines; nothing else calls ``load_engine``.
 Learnt from inspect_ai's ``get_model(role=...)`` with ``model_roles``: one door to a model, the
 role a name on it.
 
@@ -21,8 +21,8 @@ from typing import Annotated, Any, Literal, Optional, Sequence
 
 from pydantic import Field, ValidationError, model_validator
 
-from core.config import ConfigError, Strict, format_validation_error
-from serving.profiles import DEFAULT_PROFILE
+from chorus.core.config import ConfigError, Strict, format_validation_error
+from chorus.serving.profiles import DEFAULT_PROFILE
 
 Backend = Literal["auto", "hf", "vllm", "openai"]
 Dtype = Literal["float32", "bfloat16", "float16"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from serving.types import RequestError, Sampling
+from chorus.serving.types import RequestError, Sampling
 
 
 class SchemaError(RequestError):

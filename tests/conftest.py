@@ -47,12 +47,27 @@ def pytest_collection_modifyitems(config, items):
 
 ROOT = Path(__file__).resolve().parents[1]
 EMBEDDED = "smollm2-135m-instruct"
+
+
+def clone_working_tree(dest: Path) -> None:
+    """The repository as a fresh clone would have it: tracked and new, non-ignored files only
+    (a copy rather than ``git clone`` so that uncommitted work is what gets tested)."""
+    import shutil
+    import subprocess
+
+    files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                           check=True, capture_output=True).stdout.decode().split("\0")
+    for rel in filter(None, files):
+        src = ROOT / rel
+        if src.is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / rel)
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None
 
 
 @pytest.fixture(scope="session")
 def hf_engine():
-    from serving import load_engine
+    from chorus.serving import load_engine
 
     eng = load_engine(EMBEDDED, "hf", dtype="float32")
     yield eng
@@ -61,7 +76,7 @@ def hf_engine():
 
 def roleplay_e2e_cfg():
     """The tiny real roleplay run's config: one test group, the embedded model as "base", both setups."""
-    from simulate.roleplay.config import Analysis, ClassifierSpec, DataSpec, Generation, LabelledModel, RoleplayConfig
+    from chorus.simulate.roleplay.config import Analysis, ClassifierSpec, DataSpec, Generation, LabelledModel, RoleplayConfig
     return RoleplayConfig(name="e2e", seed=0, data=DataSpec(split="group", part="test", limit=1, train_limit=1),
                           models=[LabelledModel(label="base", profile="smollm2-135m-instruct", backend="hf")],
                           generation=Generation(temperature=0.7, max_tokens=8, max_utterances=1),
@@ -72,7 +87,7 @@ def roleplay_e2e_cfg():
 def roleplay_run(hf_engine, tmp_path_factory):
     """(path, RunDir, summary) of that run, made once per session (test_roleplay_e2e checks it, and
     test_roleplay_stats reads it): real generations are expensive on CPU."""
-    from simulate.roleplay.experiment import run_roleplay
+    from chorus.simulate.roleplay.experiment import run_roleplay
     out = tmp_path_factory.mktemp("roleplay_e2e") / "run"
     run, s = run_roleplay(roleplay_e2e_cfg(), out, engines={"base": hf_engine})
     return out, run, s
@@ -82,7 +97,7 @@ def roleplay_run(hf_engine, tmp_path_factory):
 def vllm_engine():
     if not HAVE_VLLM:
         pytest.skip("vLLM is not installed (pip install 'chorus[cpu]')")
-    from serving import load_engine
+    from chorus.serving import load_engine
 
     eng = load_engine(EMBEDDED, "vllm", dtype="float32", enforce_eager=True)
     yield eng
@@ -120,8 +135,8 @@ def hand_debate_run(tmp_path: Path, items: list, responses=lambda item: ROUND0) 
     ``responses(item)`` gives each agent's (answer or None, text). The interventions tests read it."""
     import pandas as pd
 
-    from core.runs import RunDir
-    from simulate.debate.questions import write_bench
+    from chorus.core.runs import RunDir
+    from chorus.simulate.debate.questions import write_bench
     run = RunDir.create(tmp_path / "debate", part="debate")
     write_bench(items, run.path / "bench.jsonl")
     rows = [{"qid": it.id, "family": it.family, "domain": it.domain, "subdomain": it.subdomain, "agent": a, "round": 0,
@@ -136,15 +151,15 @@ def tokenizer():
     """The embedded model's tokenizer (tiny random models share it)."""
     from transformers import AutoTokenizer
 
-    from serving.profiles import get_profile
+    from chorus.serving.profiles import get_profile
     return AutoTokenizer.from_pretrained(str(get_profile(EMBEDDED).require()))
 
 
 @pytest.fixture(scope="module")
 def tiny(tokenizer):
     """tiny(family) -> an engine over a random tiny model of that family (cached per module)."""
-    from interventions import families as fam
-    from serving.engine import engine_from_model
+    from chorus.interventions import families as fam
+    from chorus.serving.engine import engine_from_model
     cache = {}
 
     def get(family: str):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from interventions.ablations import effects, summarize_effects
+from chorus.interventions.ablations import effects, summarize_effects
 
 # per pair: margins (no_message, full, answer_only, reasoning_only)
 PAIRS = {("q1", "fa", "knowledge"): (0.0, 3.0, 1.0, 1.0), ("q2", "fb", "knowledge"): (1.0, 4.0, 2.0, 2.0),

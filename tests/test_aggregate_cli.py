@@ -4,7 +4,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from aggregate.cli import app
+from chorus.aggregate.cli import app
 
 runner = CliRunner()
 

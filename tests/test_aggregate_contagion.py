@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from aggregate.contagion import contagion_summary, seat_outcomes
-from aggregate.errors import TraceError
-from aggregate.trace import Trace, dump_traces
+from chorus.aggregate.contagion import contagion_summary, seat_outcomes
+from chorus.aggregate.errors import TraceError
+from chorus.aggregate.trace import Trace, dump_traces
 
 
 def _tr(tid, r0_a1, r1_a1, challenge=True):

@@ -1,5 +1,5 @@
 """Count-level corruption of real council traces (issue 19 item 6): a trace file written by
-``simulate/council`` with scripted seats (no model), corrupted by ``aggregate.corrupt``."""
+``simulate/council`` with scripted seats (no model), corrupted by ``chorus.aggregate.corrupt``."""
 from __future__ import annotations
 
 import re
@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from conftest import Scripted
 
-from aggregate.corrupt import corrupt_traces, corruption_counts, sleeper_from_traces
-from aggregate.counts import Pool
-from aggregate.moves import STRICT
-from aggregate.synthetic import Adversary
-from aggregate.trace import Trace, dump_traces, load_traces
+from chorus.aggregate.corrupt import corrupt_traces, corruption_counts, sleeper_from_traces
+from chorus.aggregate.counts import Pool
+from chorus.aggregate.moves import STRICT
+from chorus.aggregate.synthetic import Adversary
+from chorus.aggregate.trace import Trace, dump_traces, load_traces
 
 
 def _h(*parts) -> int:
@@ -38,9 +38,9 @@ def _policy(me, kind, conv):
 
 @pytest.fixture(scope="module")
 def council_file(tmp_path_factory):
-    from simulate.council import prompts as pr
-    from simulate.council.data import Task
-    from simulate.council.runner import Seat, make_councils, run_councils
+    from chorus.simulate.council import prompts as pr
+    from chorus.simulate.council.data import Task
+    from chorus.simulate.council.runner import Seat, make_councils, run_councils
 
     tasks = [Task(task_id=f"t{i}", dataset="truthfulclaim", question=f"Claim number {i} about rivers.",
                   candidates=("true", "false"), options=None, gold="true" if i % 2 else "false") for i in range(40)]
@@ -150,7 +150,7 @@ def test_fixed_target_and_k2_and_sleeper_split(council_file):
 def test_sweep_over_a_real_trace_file(council_file, tmp_path):
     from typer.testing import CliRunner
 
-    from aggregate.results import read_results, verify
+    from chorus.aggregate.results import read_results, verify
     from chorus.cli import app
 
     args = ["aggregate", "sweep", "aggregate/configs/sweep_dose_traces.yaml", "--traces", str(council_file),

@@ -8,14 +8,14 @@ import json
 import numpy as np
 import pytest
 
-from aggregate.confusion import confusion_counts, confusion_log_rows
-from aggregate.counts import Pool
-from aggregate.drift import (RowDriftDetector, StreamCounts, alarm_delay, first_alarm, row_drift, rows,
+from chorus.aggregate.confusion import confusion_counts, confusion_log_rows
+from chorus.aggregate.counts import Pool
+from chorus.aggregate.drift import (RowDriftDetector, StreamCounts, alarm_delay, first_alarm, row_drift, rows,
                              shifted_fraction, window_sums)
-from aggregate.policy_shift import SHIFTS, Policy, apply_policy, coalition, shifted_stream
-from aggregate.posterior import MU_CLIP, reliabilities
-from aggregate.synthetic import CouncilSpec, generate_council
-from core.seeding import rng as make_rng
+from chorus.aggregate.policy_shift import SHIFTS, Policy, apply_policy, coalition, shifted_stream
+from chorus.aggregate.posterior import MU_CLIP, reliabilities
+from chorus.aggregate.synthetic import CouncilSpec, generate_council
+from chorus.core.seeding import rng as make_rng
 
 
 def test_drift_by_hand():
@@ -104,7 +104,7 @@ def test_too_short_a_window_names_the_field():
 def test_cli_drift_and_shift_end_to_end(tmp_path):
     from typer.testing import CliRunner
 
-    from aggregate.trace import dump_traces
+    from chorus.aggregate.trace import dump_traces
     from chorus.cli import app
     f = tmp_path / "k3.jsonl"
     dump_traces(generate_council(CouncilSpec(n_tasks=500, K=3), seed=0), f)

@@ -5,11 +5,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from aggregate import (Adversary, BestMember, ConfusionBDA, CouncilSpec, DawidSkeneEM, GatedVote, IsotonicRecalibrated,
+from chorus.aggregate import (Adversary, BestMember, ConfusionBDA, CouncilSpec, DawidSkeneEM, GatedVote, IsotonicRecalibrated,
                        LogisticStacker, OneCoinBDA, Plurality, Pool, Trace, VerbalizedVote, generate_council, nested_cv,
                        one_coin_posterior, outer_splits)
-from aggregate.errors import LabelError, TraceError
-from aggregate.selection import argmax_random, argmin_random
+from chorus.aggregate.errors import LabelError, TraceError
+from chorus.aggregate.selection import argmax_random, argmin_random
 
 
 @pytest.fixture(scope="module")
@@ -328,7 +328,7 @@ def test_isotonic_recalibration_keeps_decisions(attacked):
     pool = Pool.from_traces(attacked)
     cv = nested_cv(pool, {"plur": Plurality(), "plur+iso": IsotonicRecalibrated(Plurality())}, seed=2)
     assert np.array_equal(cv.answer["plur"], cv.answer["plur+iso"])
-    from aggregate.metrics import ece
+    from chorus.aggregate.metrics import ece
 
     e0 = ece(cv.confidence("plur"), cv.correct("plur"))
     e1 = ece(cv.confidence("plur+iso"), cv.correct("plur+iso"))

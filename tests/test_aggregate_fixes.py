@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from aggregate.baselines import DawidSkeneEM, one_coin_em_step
-from core.stats import bins, ece
+from chorus.aggregate.baselines import DawidSkeneEM, one_coin_em_step
+from chorus.core.stats import bins, ece
 
 
 def _votes(seed: int = 8) -> pd.DataFrame:
@@ -61,8 +61,8 @@ def test_dawid_skene_runs_to_its_fixed_point():
 
 
 def test_dawid_skene_through_a_pool_reports_convergence():
-    from aggregate.counts import Pool
-    from aggregate.trace import Trace
+    from chorus.aggregate.counts import Pool
+    from chorus.aggregate.trace import Trace
 
     data = _votes()
     cands = ["A", "B", "C", "D"]

@@ -6,10 +6,10 @@ import json
 import numpy as np
 import pytest
 
-from aggregate.flips import decision_flips, flip_summary
-from aggregate.posterior import one_coin_posterior
-from aggregate.synthetic import CouncilSpec, generate_council
-from aggregate.trace import Trace, dump_traces
+from chorus.aggregate.flips import decision_flips, flip_summary
+from chorus.aggregate.posterior import one_coin_posterior
+from chorus.aggregate.synthetic import CouncilSpec, generate_council
+from chorus.aggregate.trace import Trace, dump_traces
 
 
 def _trace(tid, gold, moves, cands=("x", "y")):

@@ -6,11 +6,11 @@ import json
 import numpy as np
 import pytest
 
-from aggregate.counts import Pool
-from aggregate.estimators import OneCoinBDA
-from aggregate.keys import keyed_pool
-from aggregate.synthetic import CouncilSpec, generate_council
-from aggregate.trace import Move, Trace, dump_traces
+from chorus.aggregate.counts import Pool
+from chorus.aggregate.estimators import OneCoinBDA
+from chorus.aggregate.keys import keyed_pool
+from chorus.aggregate.synthetic import CouncilSpec, generate_council
+from chorus.aggregate.trace import Move, Trace, dump_traces
 
 PRIOR = {"b": 0.58, "kappa": 1.0, "s": 16.0}
 

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import pytest
 
-from aggregate.errors import TraceError
-from aggregate.lodo import leave_one_dataset_out, transfer_gap
-from aggregate.synthetic import CouncilSpec, generate_council
-from aggregate.trace import dump_traces
+from chorus.aggregate.errors import TraceError
+from chorus.aggregate.lodo import leave_one_dataset_out, transfer_gap
+from chorus.aggregate.synthetic import CouncilSpec, generate_council
+from chorus.aggregate.trace import dump_traces
 
 METHODS = ["plurality", "bda_per_agent"]
 

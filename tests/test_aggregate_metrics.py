@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from aggregate.metrics import (brier, brier_per_task, brier_sum_logits, ece, paired_bootstrap, reliability_diagram,
+from chorus.aggregate.metrics import (brier, brier_per_task, brier_sum_logits, ece, paired_bootstrap, reliability_diagram,
                                reliability_table, summarize)
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from aggregate.counts import Pool
-from aggregate.methods import make_method
-from aggregate.posterior import reliabilities
-from aggregate.synthetic import CouncilSpec, generate_council
-from aggregate.trace import Trace
+from chorus.aggregate.counts import Pool
+from chorus.aggregate.methods import make_method
+from chorus.aggregate.posterior import reliabilities
+from chorus.aggregate.synthetic import CouncilSpec, generate_council
+from chorus.aggregate.trace import Trace
 
 T1 = {"task_id": "t1", "candidates": ["x", "y"], "gold": "x", "moves": [
     {"agent": "A1", "round": 0, "force": "propose", "answer": "x"},
@@ -40,5 +40,5 @@ def test_the_ablation_arms_fit_their_basis():
         est = make_method(name).fit(trs)
         assert est.reliabilities_.to_numpy() == pytest.approx(reliabilities(pool, np.arange(pool.T), basis)), name
     with pytest.raises(ValueError, match="reliability must be one of"):
-        from aggregate.estimators import OneCoinBDA
+        from chorus.aggregate.estimators import OneCoinBDA
         OneCoinBDA(reliability="moves")

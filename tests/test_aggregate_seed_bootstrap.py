@@ -1,4 +1,4 @@
-"""The seed-clustered paired bootstrap (core.stats.paired_bootstrap(seeds=); BDA paper §7) and its place in the
+"""The seed-clustered paired bootstrap (chorus.core.stats.paired_bootstrap(seeds=); BDA paper §7) and its place in the
 run results (results.json ``bootstrap_seed_clustered``, results.md, verify)."""
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from aggregate.config import RunConfig
-from aggregate.errors import TraceError
-from aggregate.experiments import evaluate_run, generation_seeds, run_experiment
-from aggregate.results_file import render_markdown
-from aggregate.synthetic import CouncilSpec, generate_council
-from aggregate.trace import dump_traces
-from core.stats import paired_bootstrap
+from chorus.aggregate.config import RunConfig
+from chorus.aggregate.errors import TraceError
+from chorus.aggregate.experiments import evaluate_run, generation_seeds, run_experiment
+from chorus.aggregate.results_file import render_markdown
+from chorus.aggregate.synthetic import CouncilSpec, generate_council
+from chorus.aggregate.trace import dump_traces
+from chorus.core.stats import paired_bootstrap
 
 
 def _arm(correct, conf=None):
@@ -85,7 +85,7 @@ def test_run_results_carry_it_and_verify_recomputes_it(tmp_path):
     # one seed, or no seeds: nothing to cluster by
     assert evaluate_run(cfg, [replace(t, extra={"gen_seed": 0}) for t in trs]).record["bootstrap_seed_clustered"] is None
     assert generation_seeds([replace(t, extra={}) for t in trs]) is None
-    from aggregate.results import verify
+    from chorus.aggregate.results import verify
     path = run_experiment(cfg, tmp_path / "run")
     md = (tmp_path / "run" / "results.md").read_text()
     assert "## Seed-clustered paired bootstrap" in md and "the 3 generation seeds" in md

@@ -7,11 +7,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from aggregate.config import RunConfig
-from aggregate.experiments import evaluate_run, run_experiment
-from aggregate.metrics import summarize
-from aggregate.synthetic import CouncilSpec, generate_council
-from aggregate.trace import dump_traces
+from chorus.aggregate.config import RunConfig
+from chorus.aggregate.experiments import evaluate_run, run_experiment
+from chorus.aggregate.metrics import summarize
+from chorus.aggregate.synthetic import CouncilSpec, generate_council
+from chorus.aggregate.trace import dump_traces
 
 
 def _seeded(tmp_path):
@@ -39,7 +39,7 @@ def test_metrics_by_seed_are_each_seeds_held_out_predictions(tmp_path):
 
 
 def test_verify_checks_them_and_reads_results_written_before_them(tmp_path):
-    from aggregate.results import verify
+    from chorus.aggregate.results import verify
     trs, f = _seeded(tmp_path)
     cfg = RunConfig(name="s", traces=str(f), methods=["plurality"], recalibrate=[], bootstrap={"n_resamples": 100})
     path = run_experiment(cfg, tmp_path / "run")

@@ -8,10 +8,10 @@ import json
 import numpy as np
 import pytest
 
-from aggregate.baselines import DawidSkeneEM
-from aggregate.label_switching import demonstrate, table
-from aggregate.spectral import (agreement, mirrored, one_coin_loglik, skills_from_agreement, spectral_skills)
-from aggregate.synthetic import CouncilSpec, generate_council
+from chorus.aggregate.baselines import DawidSkeneEM
+from chorus.aggregate.label_switching import demonstrate, table
+from chorus.aggregate.spectral import (agreement, mirrored, one_coin_loglik, skills_from_agreement, spectral_skills)
+from chorus.aggregate.synthetic import CouncilSpec, generate_council
 
 
 def _population_agreement(p: np.ndarray, K: int) -> np.ndarray:
@@ -97,7 +97,7 @@ def test_councils_read_upside_down_and_the_labels_that_orient_them():
 def test_cli_writes_the_demonstration_and_refuses_other_k(tmp_path):
     from typer.testing import CliRunner
 
-    from aggregate.trace import dump_traces
+    from chorus.aggregate.trace import dump_traces
     from chorus.cli import app
     f = tmp_path / "sw.jsonl"
     dump_traces(_council([0.2, 0.2, 0.2, 0.7, 0.7], n=400), f)

@@ -2,10 +2,10 @@
 import numpy as np
 import pytest
 
-from aggregate import (Adversary, CouncilSpec, OneCoinBDA, Plurality, Pool, generate_council, nested_cv,
+from chorus.aggregate import (Adversary, CouncilSpec, OneCoinBDA, Plurality, Pool, generate_council, nested_cv,
                        one_coin_posterior, permute_labels, sleeper_traces, truncate_traces)
-from aggregate.moves import check_all
-from aggregate.posterior import reliabilities
+from chorus.aggregate.moves import check_all
+from chorus.aggregate.posterior import reliabilities
 
 
 def test_generated_traces_are_protocol_legal():
@@ -124,7 +124,7 @@ def test_permutation_control_removes_the_confusion_models_label_identity_gain():
     """Seed F (permutation control): against a systematic K=3 coalition (each adversary always
     names the same wrong label for a given truth) the learned confusion rows invert the
     coalition and beat the one-coin; a per-task label permutation destroys exactly that gain."""
-    from aggregate import ConfusionBDA
+    from chorus.aggregate import ConfusionBDA
 
     trs = generate_council(CouncilSpec(n_tasks=450, K=3),
                            adversary=Adversary("persistent", k=2, p_wrong=0.9, target="fixed"), seed=0)

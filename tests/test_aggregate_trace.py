@@ -5,11 +5,11 @@ import json
 import numpy as np
 import pytest
 
-from aggregate import GENERAL, STRICT, Pool, Trace, extract_endorsements, load_traces
-from aggregate import trace_counts as counts
-from aggregate.errors import LabelError, ProtocolError, TraceError
-from aggregate.moves import check_all
-from aggregate.trace import dump_traces, traces_sha256
+from chorus.aggregate import GENERAL, STRICT, Pool, Trace, extract_endorsements, load_traces
+from chorus.aggregate import trace_counts as counts
+from chorus.aggregate.errors import LabelError, ProtocolError, TraceError
+from chorus.aggregate.moves import check_all
+from chorus.aggregate.trace import dump_traces, traces_sha256
 
 
 def rec(moves, candidates=("true", "false"), gold="false", task_id="t1", **kw):
@@ -137,7 +137,7 @@ def test_strict_round0_must_be_proposals():
 
 
 def test_max_rounds():
-    from aggregate.moves import Protocol
+    from chorus.aggregate.moves import Protocol
 
     p = Protocol("r2", STRICT.forces, max_rounds=2)
     tr = Trace.from_dict(rec(r0("true", "false") + [{"agent": "A1", "round": 2, "force": "propose", "answer": "true"}]))
@@ -164,7 +164,7 @@ def test_general_algebra_all_five_forces():
     with pytest.raises(ProtocolError, match="move 7"):
         extract_endorsements(tr, "general")
     # skip mode drops it and counts it
-    from aggregate.moves import ProtocolReport
+    from chorus.aggregate.moves import ProtocolReport
 
     rep = ProtocolReport()
     assert len(extract_endorsements(tr, "general", on_violation="skip", report=rep)) == 5
@@ -215,7 +215,7 @@ def test_counts_hand_computed_k3():
 
 
 def test_pool_vectorised_matches_single_trace_counts():
-    from aggregate.synthetic import CouncilSpec, generate_council
+    from chorus.aggregate.synthetic import CouncilSpec, generate_council
 
     trs = generate_council(CouncilSpec(n_tasks=30, K=3), seed=3)
     pool = Pool.from_traces(trs)

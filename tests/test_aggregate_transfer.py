@@ -7,10 +7,10 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from aggregate.errors import TraceError
-from aggregate.synthetic import CouncilSpec, generate_council
-from aggregate.trace import Move, Trace, dump_traces
-from aggregate.transfer import cross_domain_transfer, transfer_summary
+from chorus.aggregate.errors import TraceError
+from chorus.aggregate.synthetic import CouncilSpec, generate_council
+from chorus.aggregate.trace import Move, Trace, dump_traces
+from chorus.aggregate.transfer import cross_domain_transfer, transfer_summary
 
 ONE_POINT = {"b": (0.58,), "kappa": (1.0,), "s": (16.0,)}   # a one-point grid: the inner CV has nothing to choose
 

@@ -8,9 +8,9 @@ import json
 import numpy as np
 import pytest
 
-from aggregate.experiments import run_cell
-from aggregate.synthetic import Adversary, CouncilSpec, generate_council
-from aggregate.truncation import truncation_table
+from chorus.aggregate.experiments import run_cell
+from chorus.aggregate.synthetic import Adversary, CouncilSpec, generate_council
+from chorus.aggregate.truncation import truncation_table
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +38,7 @@ def test_each_basis_is_its_own_nested_cv_on_the_same_folds(attacked):
 def test_cli_writes_both_tables(attacked, tmp_path):
     from typer.testing import CliRunner
 
-    from aggregate.trace import dump_traces
+    from chorus.aggregate.trace import dump_traces
     from chorus.cli import app
     f = tmp_path / "att.jsonl"
     dump_traces(attacked, f)

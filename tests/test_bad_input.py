@@ -99,7 +99,7 @@ def test_a_failure_that_is_not_bad_input_exits_1_with_one_line(capsys):
 
 
 def test_jsonl_errors_name_the_file_and_line(tmp_path):
-    from core.jsonl import iter_jsonl
+    from chorus.core.jsonl import iter_jsonl
     p = tmp_path / "bench.jsonl"
     p.write_bytes(b'{"a": 1}\n{"b": "\xff"}\n')
     with pytest.raises(ValueError, match=r"bench.jsonl line 2: not UTF-8 text \(byte 8 of the line\)"):
@@ -119,8 +119,8 @@ def test_a_run_directory_is_a_record(tmp_path):
     byte-identical; a field a newer chorus added is not a difference."""
     import yaml
 
-    from core.runs import RunDir, RunDirConflict
-    from simulate.debate.config import DebateConfig
+    from chorus.core.runs import RunDir, RunDirConflict
+    from chorus.simulate.debate.config import DebateConfig
     cfg = DebateConfig(name="x", rounds=2)
     run = RunDir.create(tmp_path / "run", part="debate", config=cfg)
     run.finish()
@@ -143,7 +143,7 @@ def test_store_stats_is_read_only(tmp_path, capsys):
     byte-identical, nothing appears beside them, the foreign file is named as not a store."""
     import sqlite3
 
-    from serving.store import CallStore
+    from chorus.serving.store import CallStore
     st = CallStore(tmp_path / "run" / "calls.sqlite")
     st.put_many([("k1", "chat", {"profile": "m"}, {"q": 1}, {"text": "a", "prompt_tokens": 3}, "hf")])
     st.close()
@@ -219,7 +219,7 @@ def test_a_demo_rerun_may_run_other_stages_into_the_same_record(tmp_path):
     """``chorus demo --stage X`` into an earlier demo's directory is a rerun (the stage list is
     not part of the record); another size is another run."""
     from chorus.stages import DemoConfig
-    from core.runs import RunDir, RunDirConflict
+    from chorus.core.runs import RunDir, RunDirConflict
     RunDir.create(tmp_path / "demo", part="demo", config=DemoConfig(size="tiny")).finish()
     RunDir.create(tmp_path / "demo", part="demo", config=DemoConfig(size="tiny", stages=["council"])).finish()
     with pytest.raises(RunDirConflict, match=r"size: 'tiny' -> 'full'"):
@@ -233,7 +233,7 @@ def test_a_start_that_fails_after_its_directory_is_a_marked_attempt(tmp_path, ca
     import json
     import shutil
 
-    from serving.profiles import get_profile
+    from chorus.serving.profiles import get_profile
     src = get_profile("smollm2-135m-instruct").require()
     broken = tmp_path / "broken-model"
     broken.mkdir()
@@ -251,8 +251,8 @@ def test_a_start_that_fails_after_its_directory_is_a_marked_attempt(tmp_path, ca
     assert rc in (1, 2) and "Traceback" not in err and err.count("error:") == 1, err
     failed = json.loads((out / "provenance.json").read_text())["failed"]
     assert failed["error"] and failed["at"]
-    from core.runs import RunDir
-    from simulate.debate.config import DebateConfig, load
+    from chorus.core.runs import RunDir
+    from chorus.simulate.debate.config import DebateConfig, load
     cfg = load("smoke", DebateConfig, {"model.profile": str(broken), "model.backend": "hf"})
     RunDir.create(out, part="debate", config=cfg).finish()   # the same config starts again
     assert "failed" not in json.loads((out / "provenance.json").read_text())

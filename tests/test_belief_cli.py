@@ -4,7 +4,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from simulate.belief.cli import app
+from chorus.simulate.belief.cli import app
 
 runner = CliRunner()
 

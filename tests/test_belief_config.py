@@ -4,10 +4,10 @@ import re
 import numpy as np
 import pytest
 
-from core.config import ConfigError, validate
-from simulate.belief.config import CONFIGS_DIR, BeliefConfig, expand, load_belief_config
-from simulate.belief.experiment import plan, run_experiment
-from simulate.belief.topics import list_topics, load_topic, stance_bin
+from chorus.core.config import ConfigError, validate
+from chorus.simulate.belief.config import CONFIGS_DIR, BeliefConfig, expand, load_belief_config
+from chorus.simulate.belief.experiment import plan, run_experiment
+from chorus.simulate.belief.topics import list_topics, load_topic, stance_bin
 
 
 def test_defaults_are_the_seeds():

@@ -9,14 +9,14 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from core.config import ConfigError
-from simulate.belief import calibration as cal
-from simulate.belief import correction as C
-from simulate.belief.config import BeliefConfig, ChannelCfg
-from simulate.belief.engine import simulate
-from simulate.belief.experiment import plan, run_experiment
-from simulate.belief.tables import events_table, utterances_table
-from simulate.belief.cli import app
+from chorus.core.config import ConfigError
+from chorus.simulate.belief import calibration as cal
+from chorus.simulate.belief import correction as C
+from chorus.simulate.belief.config import BeliefConfig, ChannelCfg
+from chorus.simulate.belief.engine import simulate
+from chorus.simulate.belief.experiment import plan, run_experiment
+from chorus.simulate.belief.tables import events_table, utterances_table
+from chorus.simulate.belief.cli import app
 
 POWER3 = {"channel": {"kind": "power", "exponent": 3}}
 FAITHFUL = {"channel": {"kind": "faithful"}}
@@ -195,7 +195,7 @@ def test_faithful_channel_gives_the_identity_and_leaves_consensus_unchanged(tmp_
 
 
 def test_plots(power3, tmp_path):
-    from simulate.belief import correction_plots
+    from chorus.simulate.belief import correction_plots
     d, rec, run, _ = power3
     pairs, _ = C.run_pairs(d / "cal")
     assert correction_plots.fit(pairs, rec, tmp_path / "fit.png").stat().st_size > 10_000
@@ -286,8 +286,8 @@ def test_cli_fit_then_corrected_sweep(tmp_path):
 # -- through the embedded model (plumbing only) ----------------------------------------------------
 def _serving_ready() -> bool:
     try:
-        from serving import load_engine  # noqa: F401
-        from serving.profiles import get_profile
+        from chorus.serving import load_engine  # noqa: F401
+        from chorus.serving.profiles import get_profile
         return bool(get_profile("smollm2-135m-instruct").status()[0])
     except Exception:
         return False

@@ -9,11 +9,11 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from core.config import ConfigError, validate
-from simulate.belief import analysis
-from simulate.belief import cross as X
-from simulate.belief.config import BeliefConfig
-from simulate.belief.experiment import run_experiment
+from chorus.core.config import ConfigError, validate
+from chorus.simulate.belief import analysis
+from chorus.simulate.belief import cross as X
+from chorus.simulate.belief.config import BeliefConfig
+from chorus.simulate.belief.experiment import run_experiment
 
 
 # -- the math ---------------------------------------------------------------------------------
@@ -179,7 +179,7 @@ def test_bad_input_is_named(tmp_path):
 
 
 def test_command_and_report_dispatch(tmp_path):
-    from simulate.belief.cli import app
+    from chorus.simulate.belief.cli import app
     runner = CliRunner()
     out = tmp_path / "cli"
     r = runner.invoke(app, ["cross", "--synthetic", "--model", "synth-a", "--model", "synth-b", "--out", str(out),
@@ -201,7 +201,7 @@ def test_command_and_report_dispatch(tmp_path):
 # -- one plumbing run through the embedded models --------------------------------------------
 def _ready(*profiles) -> bool:
     try:
-        from serving.profiles import ModelError, get_profile
+        from chorus.serving.profiles import ModelError, get_profile
     except ImportError:
         return False
     try:
@@ -216,7 +216,7 @@ def test_two_embedded_models_plumbing(tmp_path, hf_engine):
     """SmolLM2-135M (the session's engine, on this run's store) and gemma-3-270m (base model, plain
     template; loaded here) each generate one utterance and read both (hf, CPU): six model calls.
     Plumbing only: neither model can judge stance, no number here is a finding."""
-    from serving import load_engine
+    from chorus.serving import load_engine
     cfg = X.CrossConfig(models=["smollm2-135m-instruct", "gemma3-270m"], backend="hf", dtype="float32",
                         generate={"n": 1, "generator": {"max_tokens": 8}},
                         appraiser={"tau": 1.0, "max_retries": 0, "max_tokens": 12}, analysis={"n_boot": 20})

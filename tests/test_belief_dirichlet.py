@@ -10,16 +10,16 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from core.config import ConfigError
-from simulate.belief import core, dirichlet
-from simulate.belief.engine import plan as multi_plan
-from simulate.belief.engine import simulate
-from simulate.belief.experiment import plan as beta_plan
-from simulate.belief.config import CONFIGS_DIR, BeliefConfig, MultiBeliefConfig, load_multi_config
-from simulate.belief.concept_analysis import analyse
-from simulate.belief.topics import list_multi_topics, load_multi_topic
-from simulate.belief.tables import concept_events_table, concept_tables
-from simulate.belief.tables import events_table as beta_events
+from chorus.core.config import ConfigError
+from chorus.simulate.belief import core, dirichlet
+from chorus.simulate.belief.engine import plan as multi_plan
+from chorus.simulate.belief.engine import simulate
+from chorus.simulate.belief.experiment import plan as beta_plan
+from chorus.simulate.belief.config import CONFIGS_DIR, BeliefConfig, MultiBeliefConfig, load_multi_config
+from chorus.simulate.belief.concept_analysis import analyse
+from chorus.simulate.belief.topics import list_multi_topics, load_multi_topic
+from chorus.simulate.belief.tables import concept_events_table, concept_tables
+from chorus.simulate.belief.tables import events_table as beta_events
 
 LEVELS = ["torn between {top} and {second}", "slightly for {top}", "clearly for {top}", "strongly for {top}",
           "committed to {top}"]
@@ -160,8 +160,8 @@ def test_one_binary_concept_reproduces_the_single_concept_engine_bit_for_bit(bin
 
 
 def test_one_binary_concept_reproduces_the_single_concept_summary(binary_topic):
-    from simulate.belief.analysis import analyse as beta_analyse
-    from simulate.belief.tables import all_tables as beta_tables
+    from chorus.simulate.belief.analysis import analyse as beta_analyse
+    from chorus.simulate.belief.tables import all_tables as beta_tables
     kw = {"n_agents": 12, "rounds": 10, "seeds": 3, "population": {"kind": "fj"}}
     bc = BeliefConfig(**kw)
     conds, specs = beta_plan(bc, sweep=False)
@@ -302,7 +302,7 @@ def test_shipped_multi_topics_render_without_numbers():
 
 # -- the command -------------------------------------------------------------------------------------
 def test_multi_command_then_report(tmp_path):
-    from simulate.belief.cli import app
+    from chorus.simulate.belief.cli import app
     runner = CliRunner()
     out = tmp_path / "m"
     r = runner.invoke(app, ["multi", "multi_fj", "--set", "seeds=2", "--set", "n_agents=8", "--set", "rounds=5",

@@ -3,14 +3,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from core.config import ConfigError
-from simulate.belief import core
-from simulate.belief.analysis import analyse
-from simulate.belief.config import BeliefConfig, expand
-from simulate.belief.engine import prepare, run_group, simulate
-from simulate.belief.experiment import plan
-from simulate.belief.roles import Appraisals, OracleProbe
-from simulate.belief.tables import all_tables, events_table
+from chorus.core.config import ConfigError
+from chorus.simulate.belief import core
+from chorus.simulate.belief.analysis import analyse
+from chorus.simulate.belief.config import BeliefConfig, expand
+from chorus.simulate.belief.engine import prepare, run_group, simulate
+from chorus.simulate.belief.experiment import plan
+from chorus.simulate.belief.roles import Appraisals, OracleProbe
+from chorus.simulate.belief.tables import all_tables, events_table
 
 
 def _specs(cfg, sweep=True):
@@ -135,7 +135,7 @@ def test_kappa_sweep_recovers_rank_and_values_in_oracle():
 
 
 def test_recovery_by_seed_and_the_median_interval_by_hand():
-    from simulate.belief.analysis import median_interval, recovery_by_seed, seed_headline
+    from chorus.simulate.belief.analysis import median_interval, recovery_by_seed, seed_headline
     # seed 0 recovers the order of three levels, seed 1 reverses two of them; NaN estimates are dropped
     t = recovery_by_seed([0, 0, 0, 1, 1, 1, 1], [1, 2, 4, 1, 2, 4, 4], [1.0, 2.0, 4.0, 3.0, 2.0, 5.0, np.nan])
     assert list(t.seed) == [0, 1] and list(t.levels) == [3, 3]
@@ -163,7 +163,7 @@ def test_graph_kinds_and_connectivity():
 
 
 def test_correlations_of_a_constant_are_undefined_not_tiny():
-    from simulate.belief.analysis import pearson, r2_no_intercept, spearman
+    from chorus.simulate.belief.analysis import pearson, r2_no_intercept, spearman
     x = np.arange(12.0)
     const = np.full(12, 0.1)  # np.std of this is ~1e-17, not 0
     assert np.isnan(pearson(x, const)) and np.isnan(spearman(x, const))

@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from simulate.belief import core
-from simulate.belief.analysis import fixed_points, fj_limit_gamma_to_1, r2_no_intercept
+from chorus.simulate.belief import core
+from chorus.simulate.belief.analysis import fixed_points, fj_limit_gamma_to_1, r2_no_intercept
 
 
 def test_limit_hand_computed_and_is_the_limit_of_the_fixed_point():
@@ -47,9 +47,9 @@ def test_gamma_ablation_oracle_reports_fj_against_the_limit(tmp_path):
     named, and its terminal beliefs sit near the limit consensus."""
     from pathlib import Path
 
-    from core.config import load_named
-    from simulate.belief.config import BeliefConfig
-    from simulate.belief.experiment import run_experiment
+    from chorus.core.config import load_named
+    from chorus.simulate.belief.config import BeliefConfig
+    from chorus.simulate.belief.experiment import run_experiment
 
     cfg = load_named("gamma_ablation", BeliefConfig, Path("simulate/belief/configs"),
                      {"mode": "oracle", "seeds": 2, "n_agents": 8, "rounds": 30})

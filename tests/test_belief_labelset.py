@@ -8,19 +8,19 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from core.config import ConfigError
-from serving.store import CallStore
-from simulate.belief import labelset as ls
-from simulate.belief.calibration import calibrate, min_labelled
-from simulate.belief.cli import app
-from simulate.belief.topics import load_topic, stance_bin
+from chorus.core.config import ConfigError
+from chorus.serving.store import CallStore
+from chorus.simulate.belief import labelset as ls
+from chorus.simulate.belief.calibration import calibrate, min_labelled
+from chorus.simulate.belief.cli import app
+from chorus.simulate.belief.topics import load_topic, stance_bin
 
 runner = CliRunner()
 TOPIC = load_topic("transit_priority")
 
 
 def test_bins_are_the_topics_nine_bins_drawn_at_their_midpoints():
-    from simulate.belief.cross import BIN_MID
+    from chorus.simulate.belief.cross import BIN_MID
     assert list(stance_bin(ls.BIN_TARGETS)) == list(range(len(TOPIC.stance_phrases)))
     np.testing.assert_allclose(ls.BIN_TARGETS, BIN_MID)
 
@@ -87,8 +87,8 @@ def test_a_started_labelling_is_never_overwritten(tmp_path):
 
 
 def _synthetic(path):
-    from serving.backends.synthetic import synthetic_engine
-    from simulate.belief.cross import stance_phrases
+    from chorus.serving.backends.synthetic import synthetic_engine
+    from chorus.simulate.belief.cross import stance_phrases
     return synthetic_engine("synth", 0.0, 0.0, noise=0.05, phrases=stance_phrases(), store=path)
 
 
@@ -193,7 +193,7 @@ def test_real_model_labelset_then_calibrate_on_it(tmp_path, monkeypatch, hf_engi
     are filled in (the generating bin's midpoint, a stand-in for a person) and calibrate --labels
     fits tau on them. Each command gets the session's loaded model on its own call store (no
     reload). Plumbing only: the model cannot judge stance, so no number here is a finding."""
-    import serving
+    from chorus import serving
     engines = []
 
     def build(spec, *, store=None, **_):

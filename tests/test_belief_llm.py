@@ -9,12 +9,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from simulate.belief import calibration as cal
-from simulate.belief.config import BeliefConfig
-from simulate.belief.engine import simulate
-from simulate.belief.experiment import plan, run_experiment
-from simulate.belief.roles import LLMAppraiser, LLMGenerator, LLMProbe, temperature_scale
-from simulate.belief.tables import events_table, utterances_table
+from chorus.simulate.belief import calibration as cal
+from chorus.simulate.belief.config import BeliefConfig
+from chorus.simulate.belief.engine import simulate
+from chorus.simulate.belief.experiment import plan, run_experiment
+from chorus.simulate.belief.roles import LLMAppraiser, LLMGenerator, LLMProbe, temperature_scale
+from chorus.simulate.belief.tables import events_table, utterances_table
 
 
 @dataclass
@@ -116,7 +116,7 @@ def test_calibration_set_is_about_100_graded_items_over_every_band():
     df = cal.load_labels("transit_priority")
     assert 95 <= len(df) <= 110 and df.id.is_unique
     assert df.y.between(0, 1).all() and df.rationale.str.len().gt(5).all()
-    from simulate.belief.topics import stance_bin
+    from chorus.simulate.belief.topics import stance_bin
     assert set(stance_bin(df.y.to_numpy())) == set(range(9))
     tr, va = cal.split(len(df), 0)
     assert len(va) == round(0.2 * len(df)) and not set(tr) & set(va)
@@ -139,7 +139,7 @@ def test_calibrate_with_fake_engine_stores_a_reusable_fit(tmp_path, monkeypatch)
 def test_fits_are_written_to_the_cache_and_read_back_before_the_shipped_default(tmp_path, monkeypatch):
     """CHORUS_CACHE holds every written fit; a run reads the cache's, else the package's shipped
     default, and records the path it read; the package's fits folder never changes."""
-    from simulate.belief.experiment import resolve_taus
+    from chorus.simulate.belief.experiment import resolve_taus
     monkeypatch.setenv("CHORUS_CACHE", str(tmp_path))
     before = {p: p.read_bytes() for p in cal.SHIPPED_FITS_DIR.rglob("*") if p.is_file()}
     model, topic = "smollm2-135m-instruct", "transit_priority"
@@ -170,8 +170,8 @@ def test_llm_experiment_with_fake_engine_writes_a_complete_run(tmp_path):
 
 def _serving_ready() -> bool:
     try:
-        from serving import load_engine  # noqa: F401
-        from serving.profiles import get_profile
+        from chorus.serving import load_engine  # noqa: F401
+        from chorus.serving.profiles import get_profile
         return bool(get_profile("smollm2-135m-instruct").status()[0])
     except Exception:
         return False
@@ -195,13 +195,13 @@ def test_real_model_end_to_end(tmp_path, hf_engine):
     ev = run.read_table("events")
     assert len(ev) == ok.listeners.sum()
     k = np.abs(ev.e - ev.b_before) > 0.05
-    from simulate.belief import kappa_hat
+    from chorus.simulate.belief import kappa_hat
     kh = kappa_hat(ev.b_before, ev.b_after, ev.e, ev.b0, ev.m, 0.7, 1.0)
     assert np.allclose(kh[k], 2.0, rtol=1e-6)
     assert summary["stats"]["model_calls"]["generator"] == 12
     # Tables 2 and 3 across models (chorus belief models): this run beside an oracle kappa sweep
-    from simulate.belief.analysis import pearson
-    from simulate.belief.models_table import TableError, models_tables, wide_table3
+    from chorus.simulate.belief.analysis import pearson
+    from chorus.simulate.belief.models_table import TableError, models_tables, wide_table3
     ocfg = BeliefConfig(name="ok", n_agents=6, rounds=4, seeds=2, population={"kind": "uniform"},
                         sweep={"population.kappa": [0.5, 2, 8]})
     orun, _ = run_experiment(ocfg, tmp_path / "oracle", make_plots=False, sweep=True)
@@ -216,7 +216,7 @@ def test_real_model_end_to_end(tmp_path, hf_engine):
         models_tables([tmp_path])
     # the paper report over both runs (chorus belief paper): one numbers file, the paper's order,
     # every section present or naming the run that makes it
-    from simulate.belief.paper import PaperError, build_paper
+    from chorus.simulate.belief.paper import PaperError, build_paper
     md = build_paper([run.path, orun.path], tmp_path / "paper").read_text()
     numbers = json.loads((tmp_path / "paper" / "numbers.json").read_text())
     t2 = {r["metric"]: r for r in numbers["sections"]["table2_models"]["table"]}

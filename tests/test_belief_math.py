@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from simulate.belief import (committed_minority_meanfield, committed_minority_product, credence, discounted_count,
+from chorus.simulate.belief import (committed_minority_meanfield, committed_minority_product, credence, discounted_count,
                              eta_schedule, fj_fixed_point, fj_lambda, fj_step, kappa_hat, prior_counts,
                              stationary_point, step, total_count)
 

@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 import yaml
 
-from simulate.belief.engine import plan, prepare, run_group
-from simulate.belief.config import MultiBeliefConfig
-from simulate.belief.experiment import run_experiment as run_multi_experiment
-from simulate.belief.tables import concept_tables
-from simulate.belief.topics import MULTI_TOPICS_DIR, load_multi_topic
-from simulate.belief.roles import LLMGenerator, MultiLLMAppraiser, parse_ratings
+from chorus.simulate.belief.engine import plan, prepare, run_group
+from chorus.simulate.belief.config import MultiBeliefConfig
+from chorus.simulate.belief.experiment import run_experiment as run_multi_experiment
+from chorus.simulate.belief.tables import concept_tables
+from chorus.simulate.belief.topics import MULTI_TOPICS_DIR, load_multi_topic
+from chorus.simulate.belief.roles import LLMGenerator, MultiLLMAppraiser, parse_ratings
 
 TOPIC_FILE = MULTI_TOPICS_DIR / "aldenvale_council.yaml"
 TOPIC = load_multi_topic(TOPIC_FILE)  # transit K = 3, levy K = 2, surplus K = 4
@@ -132,8 +132,8 @@ def test_an_llm_run_where_every_appraisal_fails_still_writes_a_complete_run(tmp_
 
 def _serving_ready() -> bool:
     try:
-        from serving import load_engine  # noqa: F401
-        from serving.profiles import get_profile
+        from chorus.serving import load_engine  # noqa: F401
+        from chorus.serving.profiles import get_profile
         return bool(get_profile("smollm2-135m-instruct").status()[0])
     except Exception:  # noqa: BLE001 (any failure to set up the model means: skip)
         return False

@@ -5,10 +5,10 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from core.config import ConfigError, validate
-from core.runs import RunDirConflict, _same_record
-from simulate.belief.cli import app
-from simulate.belief.config import (CONFIGS_DIR, BeliefConfig, MultiBeliefConfig, load_belief_config,
+from chorus.core.config import ConfigError, validate
+from chorus.core.runs import RunDirConflict, _same_record
+from chorus.simulate.belief.cli import app
+from chorus.simulate.belief.config import (CONFIGS_DIR, BeliefConfig, MultiBeliefConfig, load_belief_config,
                                     load_multi_config)
 
 runner = CliRunner()

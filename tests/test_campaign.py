@@ -20,7 +20,7 @@ SECTIONS = ["inventory", "cells", "flips", "contagion", "table7", "label_efficie
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
-    from simulate.council.campaign_synthetic import write_store
+    from chorus.simulate.council.campaign_synthetic import write_store
     root = tmp_path_factory.mktemp("store") / "syn"
     write_store(root, n_questions=16, seeds=2, datasets=(("claims_a", 2, (0.8, 0.7, 0.65)),
                                                           ("k3_set", 3, (0.7, 0.6, 0.55))))
@@ -29,14 +29,14 @@ def store(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def campaign(store, tmp_path_factory):
-    from simulate.council.campaign import CampaignConfig, build_campaign
+    from chorus.simulate.council.campaign import CampaignConfig, build_campaign
     out = tmp_path_factory.mktemp("camp") / "c"
     build_campaign(CampaignConfig(inputs=[str(store)], sections=SECTIONS, **FAST), out)
     return out
 
 
 def test_export_reads_every_cell_and_counts_by_hand(campaign, store):
-    from aggregate.trace import load_traces
+    from chorus.aggregate.trace import load_traces
     n = json.loads((campaign / "numbers.json").read_text())
     assert set(n["cells"]) == {f"syn/{d}/{c}" for d in ("claims_a", "k3_set") for c in ("clean", "attack-k1", "attack-k2")}
     inv = n["sections"]["inventory"]["cells"]["syn/claims_a/clean"]
@@ -62,7 +62,7 @@ def test_export_reads_every_cell_and_counts_by_hand(campaign, store):
 
 
 def test_verifier_passes_then_catches_an_edited_number_and_a_changed_store(campaign, store, tmp_path):
-    from simulate.council.campaign import verify_campaign
+    from chorus.simulate.council.campaign import verify_campaign
     n, bad, redo = verify_campaign(campaign)
     assert not bad and n > 100 and set(redo) == {"inventory", "flips", "contagion"}
     # an edited number in a copy of the campaign
@@ -84,7 +84,7 @@ def test_verifier_passes_then_catches_an_edited_number_and_a_changed_store(campa
 
 
 def test_paper_lays_out_every_section_in_order(campaign):
-    from simulate.council.paper import render_paper
+    from chorus.simulate.council.paper import render_paper
     md = render_paper(campaign).read_text()
     heads = [line for line in md.splitlines() if line.startswith("## ")]
     order = ["Table 1", "Figure 2", "Table 2", "Figure 3", "Table 4", "Table 5", "Appendix D.7", "Figure 4", "Figure 5",
@@ -99,11 +99,11 @@ def test_paper_lays_out_every_section_in_order(campaign):
 
 
 def test_mixed_councils_and_repeated_tasks_are_refused(store, tmp_path):
-    from simulate.council.campaign_inputs import CampaignError, collect
+    from chorus.simulate.council.campaign_inputs import CampaignError, collect
     other = tmp_path / "syn"        # the same council name, other seats
     (other / "traces").mkdir(parents=True)
     src = store / "traces" / "claims_a__clean.jsonl.gz"
-    from aggregate.trace import Trace, dump_traces, load_traces
+    from chorus.aggregate.trace import Trace, dump_traces, load_traces
     trs = load_traces(src)
     four = [Trace(t.task_id + "x", t.candidates, t.moves + (t.moves[0].__class__("A4", 0, "propose", t.candidates[0]),),
                   t.gold, t.question_id, dict(t.extra)) for t in trs]
@@ -129,8 +129,8 @@ def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, store):
 def test_sweep_runs_are_embedded_verbatim_and_guarded(store, tmp_path):
     """Table 12 / Figure 7 come from chorus aggregate sweep runs (CPU-hours at paper size), embedded with their
     sha256 and regeneration command; the drift guard re-reads them."""
-    from simulate.council.campaign import CampaignConfig, build_campaign, verify_campaign
-    from simulate.council.paper import render_paper
+    from chorus.simulate.council.campaign import CampaignConfig, build_campaign, verify_campaign
+    from chorus.simulate.council.paper import render_paper
     r = CliRunner().invoke(app, ["aggregate", "sweep", "sweep_sleeper", "--set", "synthetic.n_tasks=200", "--set",
                                  "methods=[plurality,bda_per_agent]", "--out", str(tmp_path / "sleeper"), "--quiet"])
     assert r.exit_code == 0, r.output

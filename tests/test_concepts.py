@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from core.config import ConfigError
-from interventions import concepts as cc
+from chorus.core.config import ConfigError
+from chorus.interventions import concepts as cc
 
 
 def test_mean_diff_direction_standardised_unit_norm_and_projection():
@@ -130,8 +130,8 @@ def test_shipped_lexicon_and_selection(tmp_path):
 
 
 def test_config_errors_before_any_model_call(tmp_path):
-    from interventions.internals.config import load
-    from interventions.internals.experiment import run_internals
+    from chorus.interventions.internals.config import load
+    from chorus.interventions.internals.experiment import run_internals
     with pytest.raises(ConfigError, match="concepts.sites"):
         load("internals_smoke", {"concepts.sites": ["reading", "reading"]})
     with pytest.raises(ConfigError, match="concepts.n_perm"):
@@ -146,10 +146,10 @@ def test_span_means_equal_the_models_hidden_states():
     import torch
     from transformers import AutoTokenizer
 
-    from interventions import families as fam
-    from interventions import probes as pb
-    from serving.engine import engine_from_model
-    from serving.profiles import get_profile
+    from chorus.interventions import families as fam
+    from chorus.interventions import probes as pb
+    from chorus.serving.engine import engine_from_model
+    from chorus.serving.profiles import get_profile
     tok = AutoTokenizer.from_pretrained(str(get_profile("smollm2-135m-instruct").require()))
     eng = engine_from_model(fam.tiny_model("llama", len(tok)), tok)
     convs = [[{"role": "user", "content": "Short?"}], [{"role": "user", "content": "A longer question, padded left?"}]]
@@ -176,7 +176,7 @@ def source_run(tmp_path):
     agent's answer is unparsed (empty on q-num: a reading span that is empty is skipped and counted)."""
     from conftest import ROUND0, hand_debate_run
 
-    from simulate.debate.questions import Item
+    from chorus.simulate.debate.questions import Item
     qs = [("q-cap", "knowledge", "fa", "Which city is the capital of France?", ["Paris", "Rome"]),
           ("q-num", "knowledge", "fb", "Which number is even?", ["7", "12"]),
           ("q-lie", "values", "fc", "Is it acceptable to lie to spare a friend's feelings?", ["Yes", "No"])]
@@ -187,8 +187,8 @@ def source_run(tmp_path):
 
 @pytest.mark.slow
 def test_concepts_run_on_the_embedded_model(hf_engine, source_run, tmp_path):
-    from interventions.internals.config import load
-    from interventions.internals.experiment import report, run_internals
+    from chorus.interventions.internals.config import load
+    from chorus.interventions.internals.experiment import report, run_internals
     full = cc.load_lexicon("concepts_v1").concepts  # 4 pairs of two shipped concepts keep the model calls few
     lex = tmp_path / "small.yaml"
     lex.write_text(json.dumps({"name": "small", "frame": "Here is a message:\n\n{text}",

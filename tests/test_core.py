@@ -8,11 +8,11 @@ import re
 import numpy as np
 import pytest
 
-from core import stats
-from core.config import ConfigError, Strict, validate
-from core.jsonl import iter_jsonl, open_text
-from core.progress import progress
-from core.runs import run_dir_path
+from chorus.core import stats
+from chorus.core.config import ConfigError, Strict, validate
+from chorus.core.jsonl import iter_jsonl, open_text
+from chorus.core.progress import progress
+from chorus.core.runs import run_dir_path
 
 
 def test_benjamini_hochberg_hand_computed():
@@ -30,7 +30,7 @@ def test_ece_with_soft_labels_matches_the_bin_formula():
     # bins of width .1: {.05}, {.12, .18}, {.55}, {.91, .97}
     want = (abs(0.05 - 0) + 2 * abs(0.15 - 0.25) + abs(0.55 - 1) + 2 * abs(0.94 - 0.75)) / 6
     assert stats.ece(p, y, 10, "width") == pytest.approx(want)
-    from simulate.belief.calibration import ece as belief_ece
+    from chorus.simulate.belief.calibration import ece as belief_ece
     assert belief_ece(p, y) == pytest.approx(want)
 
 
@@ -88,30 +88,30 @@ def test_progress_convention_disabled_bar_accepts_calls():
 
 
 def test_every_config_base_is_the_one_strict_base():
-    """Each part's config models derive from core.config.Strict (unknown keys are errors)."""
-    import aggregate.config
+    """Each part's config models derive from chorus.core.config.Strict (unknown keys are errors)."""
+    import chorus.aggregate.config
     import chorus.stages
-    import interventions.config
-    import interventions.internals.config
-    import simulate.belief.config
-    import simulate.belief.topics
-    import simulate.council.config
-    import simulate.debate.config
-    import simulate.roleplay.config
-    for mod in (aggregate.config, simulate.belief.config, simulate.council.config, simulate.debate.config,
-                simulate.roleplay.config, simulate.belief.topics, interventions.config,
-                interventions.internals.config, chorus.stages):
+    import chorus.interventions.config
+    import chorus.interventions.internals.config
+    import chorus.simulate.belief.config
+    import chorus.simulate.belief.topics
+    import chorus.simulate.council.config
+    import chorus.simulate.debate.config
+    import chorus.simulate.roleplay.config
+    for mod in (chorus.aggregate.config, chorus.simulate.belief.config, chorus.simulate.council.config,
+                chorus.simulate.debate.config, chorus.simulate.roleplay.config, chorus.simulate.belief.topics,
+                chorus.interventions.config, chorus.interventions.internals.config, chorus.stages):
         models = [v for v in vars(mod).values() if isinstance(v, type) and v.__module__ == mod.__name__
                   and hasattr(v, "model_config")]
         assert models, mod.__name__
         for m in models:
-            assert issubclass(m, Strict), f"{mod.__name__}.{m.__name__} is not a core.config.Strict"
+            assert issubclass(m, Strict), f"{mod.__name__}.{m.__name__} is not a chorus.core.config.Strict"
 
 
 @pytest.mark.slow
 def test_engine_cached_goes_through_the_store(tmp_path):
     """Model work outside chat (knockout, patching) reaches the call store only through the engine."""
-    from serving import load_engine
+    from chorus.serving import load_engine
 
     calls = []
 
@@ -139,10 +139,10 @@ def test_a_run_directory_has_one_writer(tmp_path):
     import sys
     import time
 
-    from core.runs import RunDir, RunDirInUse
+    from chorus.core.runs import RunDir, RunDirInUse
 
     run = tmp_path / "run"
-    code = ("import sys, time; from core.runs import RunDir; RunDir.create(sys.argv[1], part='t'); "
+    code = ("import sys, time; from chorus.core.runs import RunDir; RunDir.create(sys.argv[1], part='t'); "
             "print('ready', flush=True); time.sleep(600)")
     p = subprocess.Popen([sys.executable, "-c", code, str(run)], stdout=subprocess.PIPE, text=True)
     try:
@@ -155,7 +155,7 @@ def test_a_run_directory_has_one_writer(tmp_path):
     r = RunDir.create(run, part="t")  # the killed writer's lock went with it
     RunDir.create(run, part="t")  # re-entrant in one process
     r.finish()
-    code2 = "import sys; from core.runs import RunDir; RunDir.create(sys.argv[1], part='t').finish(); print('ok')"
+    code2 = "import sys; from chorus.core.runs import RunDir; RunDir.create(sys.argv[1], part='t').finish(); print('ok')"
     t0 = time.time()
     assert subprocess.run([sys.executable, "-c", code2, str(run)], capture_output=True, text=True,
                           timeout=120).stdout.strip() == "ok"  # finished: free for the next writer
@@ -167,11 +167,11 @@ def test_two_processes_share_one_call_store(tmp_path):
     import subprocess
     import sys
 
-    from serving.store import CallStore
+    from chorus.serving.store import CallStore
 
     store = tmp_path / "calls.sqlite"
     CallStore(store).close()
-    code = ("import sys; from serving.store import CallStore; s = CallStore(sys.argv[1]); w = sys.argv[2]\n"
+    code = ("import sys; from chorus.serving.store import CallStore; s = CallStore(sys.argv[1]); w = sys.argv[2]\n"
             "for b in range(40):\n"
             "    s.put_many([(f'{w}-{b}-{i}', 'chat', {'m': 1}, {'i': i}, {'text': w}, 'hf') for i in range(10)])\n"
             "s.close()")

@@ -8,14 +8,14 @@ import re
 import pytest
 from conftest import Scripted
 
-from aggregate import STRICT
-from aggregate.trace import Trace, dump_traces, load_traces
-from simulate.council import prompts as pr
-from simulate.council.adversary import compliance
-from simulate.council.data import DataError, Task, load_tasks
-from simulate.council.llm_baselines import (argllms, dfquad_aggregate, dfquad_combine, dfquad_strength, moa, moa_lite,
+from chorus.aggregate import STRICT
+from chorus.aggregate.trace import Trace, dump_traces, load_traces
+from chorus.simulate.council import prompts as pr
+from chorus.simulate.council.adversary import compliance
+from chorus.simulate.council.data import DataError, Task, load_tasks
+from chorus.simulate.council.llm_baselines import (argllms, dfquad_aggregate, dfquad_combine, dfquad_strength, moa, moa_lite,
                                             n_attacked_samples, self_moa)
-from simulate.council.runner import Seat, make_councils, run_councils
+from chorus.simulate.council.runner import Seat, make_councils, run_councils
 
 P = pr.load_prompts()
 
@@ -108,10 +108,10 @@ def test_lockstep_one_batch_per_profile_per_round():
 
 # -- traces through aggregate/ --------------------------------------------------------------------
 def test_trace_roundtrip_through_aggregate(tmp_path):
-    from aggregate.config import RunConfig
-    from aggregate.counts import Pool
-    from aggregate.experiments import run_experiment
-    from aggregate.results import read_results
+    from chorus.aggregate.config import RunConfig
+    from chorus.aggregate.counts import Pool
+    from chorus.aggregate.experiments import run_experiment
+    from chorus.aggregate.results import read_results
 
     def policy(me, kind, conv, schema):
         right = "Claim number 1 about" in conv[-1]["content"] or "Claim number 3 about" in conv[-1]["content"]
@@ -143,12 +143,12 @@ def test_trace_roundtrip_through_aggregate(tmp_path):
 def test_council_aggregates_in_memory_as_an_aggregate_run_does(tmp_path):
     """The council's report hands each trace file's traces to aggregate in memory: the record is the
     one ``chorus aggregate run`` writes for the same file and settings, number for number."""
-    from aggregate.config import RunConfig
-    from aggregate.experiments import run_experiment
-    from aggregate.results import read_results
-    from aggregate.synthetic import CouncilSpec, generate_council
-    from simulate.council.config import load
-    from simulate.council.experiment import aggregate_traces
+    from chorus.aggregate.config import RunConfig
+    from chorus.aggregate.experiments import run_experiment
+    from chorus.aggregate.results import read_results
+    from chorus.aggregate.synthetic import CouncilSpec, generate_council
+    from chorus.simulate.council.config import load
+    from chorus.simulate.council.experiment import aggregate_traces
 
     traces = generate_council(CouncilSpec(n_tasks=40, K=2, rounds=2, reliabilities=(0.8, 0.7, 0.6)), seed=3)
     (tmp_path / "traces").mkdir()
@@ -298,8 +298,8 @@ def test_pubmedqa_balanced_and_mmlu_shipped_data():
 
 
 def test_config_errors_name_the_field():
-    from core.config import ConfigError
-    from simulate.council.config import load
+    from chorus.core.config import ConfigError
+    from chorus.simulate.council.config import load
     with pytest.raises(ConfigError, match="A9"):
         load("tiny", {"conditions": [{"name": "x", "adversaries": ["A9"]}]})
     with pytest.raises(ConfigError, match="dataset"):
@@ -322,8 +322,8 @@ def test_experiment_pipeline_and_cli_with_scripted_engines(tmp_path):
     from typer.testing import CliRunner
 
     from chorus.cli import app
-    from simulate.council.config import load
-    from simulate.council.experiment import run_council_experiment
+    from chorus.simulate.council.config import load
+    from chorus.simulate.council.experiment import run_council_experiment
 
     def policy(me, kind, conv, schema):
         told = re.search(r"The correct answer is (true|false)", conv[0]["content"])

@@ -9,15 +9,15 @@ import sqlite3
 
 import pytest
 
-from aggregate import STRICT
-from aggregate.trace import load_traces
+from chorus.aggregate import STRICT
+from chorus.aggregate.trace import load_traces
 
 
 @pytest.mark.slow
 def test_real_council_end_to_end(tmp_path, monkeypatch):
     monkeypatch.setenv("CHORUS_TORCH_THREADS", "1")
-    from simulate.council.config import load
-    from simulate.council.experiment import report, run_council_experiment
+    from chorus.simulate.council.config import load
+    from chorus.simulate.council.experiment import report, run_council_experiment
 
     # one attacked condition (honest and stealth seats together) keeps this under ~2 CPU minutes
     cfg = load("tiny", {"data.0.n": 4, "generation.max_tokens": 48, "generation.max_chars": 40,
@@ -72,8 +72,8 @@ def test_real_council_end_to_end(tmp_path, monkeypatch):
     assert all(a != b for a, b in zip(loads, loads[1:]))
     # the campaign over this real run (BDA paper D.7): the numbers file from its stored traces, the drift
     # guard re-deriving it, the paper report with every section rendered or naming what it lacks
-    from simulate.council.campaign import CampaignConfig, build_campaign, verify_campaign
-    from simulate.council.paper import render_paper
+    from chorus.simulate.council.campaign import CampaignConfig, build_campaign, verify_campaign
+    from chorus.simulate.council.paper import render_paper
     camp = tmp_path / "campaign"
     build_campaign(CampaignConfig(inputs=[str(run.path)], methods=["plurality", "verbalized"], n_resamples=100,
                                   outer_folds=2, inner_folds=2, sections=["inventory", "cells", "baselines", "contagion"]),

@@ -11,14 +11,14 @@ import pytest
 import yaml
 from conftest import Scripted
 
-from core.config import ConfigError
+from chorus.core.config import ConfigError
 
 SWAP = {"name": "swap-A3", "swap": {"A3": {"profile": "gemma3-270m", "persona": "analyst"}}}
 SMOL = "smollm2-135m-instruct"
 
 
 def _load(conditions, **over):
-    from simulate.council.config import load
+    from chorus.simulate.council.config import load
     return load("swap_tiny", {"conditions": conditions, **over})
 
 
@@ -48,7 +48,7 @@ def test_swap_config_resolves_roles_and_names_bad_values():
 
 
 def test_device_plan_holds_the_stand_in():
-    from simulate.council.experiment import plan_engines
+    from chorus.simulate.council.experiment import plan_engines
     plan = plan_engines(_load([{"name": "clean"}, SWAP])).to_dict()
     roles = {e["profile"]: list(e["roles"]) for p in plan["phases"] for e in p["engines"]}
     assert roles["gemma3-270m"] == ["A3@swap-A3"]
@@ -56,7 +56,7 @@ def test_device_plan_holds_the_stand_in():
 
 def test_open_weight_commented_swaps_are_valid():
     """The commented swap conditions in open_weight.yaml load when uncommented (no drift)."""
-    from simulate.council.config import CONFIGS_DIR, load
+    from chorus.simulate.council.config import CONFIGS_DIR, load
     text = (CONFIGS_DIR / "open_weight.yaml").read_text()
     extra = [yaml.safe_load(m)[0] for m in re.findall(r"^\s*#\s*(- \{name: swap-.*\})\s*$", text, re.M)]
     assert {c["name"] for c in extra} == {"swap-A3-weak", "swap-A3-chance"}
@@ -66,7 +66,7 @@ def test_open_weight_commented_swaps_are_valid():
 
 
 def test_unknown_swap_persona_fails_before_the_run(tmp_path):
-    from simulate.council.experiment import run_council_experiment
+    from chorus.simulate.council.experiment import run_council_experiment
     cfg = _load([{"name": "x", "swap": {"A3": {"persona": "nope"}}}])
     with pytest.raises(ConfigError, match=r"swap\.A3\.persona 'nope'"):
         run_council_experiment(cfg, tmp_path / "run", engines={})
@@ -91,8 +91,8 @@ def _gold_aware(tasks, right: bool):
 
 
 def test_swap_condition_uses_the_stand_in_and_reports_seat_r(tmp_path):
-    from aggregate.trace import load_traces
-    from simulate.council.experiment import run_council_experiment, select_tasks
+    from chorus.aggregate.trace import load_traces
+    from chorus.simulate.council.experiment import run_council_experiment, select_tasks
 
     conds = [{"name": "clean"}, SWAP, {"name": "swap-A3-attack", "adversaries": ["A3"], **{"swap": SWAP["swap"]}}]
     cfg = _load(conds, **{"data.0.n": 8, "baselines.methods": ["moa_lite", "moa"],
@@ -138,8 +138,8 @@ def test_real_swap_council_and_resume(tmp_path, monkeypatch):
     """gemma-3-270m sits in A3 of an all-SmolLM2 council for the swap condition only; the rerun with
     the same --out computes nothing (the call store keyed as before)."""
     monkeypatch.setenv("CHORUS_TORCH_THREADS", "1")
-    from simulate.council.config import load
-    from simulate.council.experiment import run_council_experiment
+    from chorus.simulate.council.config import load
+    from chorus.simulate.council.experiment import run_council_experiment
 
     cfg = load("swap_tiny", {"data.0.n": 4, "rounds": 2, "generation.max_tokens": 48, "generation.max_chars": 40,
                              "generation.max_retries": 0,   # an illegal move abstains at once: the time budget

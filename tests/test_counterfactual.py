@@ -10,9 +10,9 @@ import json
 import pandas as pd
 import pytest
 
-from interventions.counterfactual import CounterfactualConfig, CounterfactualError, parse_layers, run_counterfactual
-from simulate.debate.config import DebateConfig
-from simulate.debate.questions import validate_item, write_bench
+from chorus.interventions.counterfactual import CounterfactualConfig, CounterfactualError, parse_layers, run_counterfactual
+from chorus.simulate.debate.config import DebateConfig
+from chorus.simulate.debate.questions import validate_item, write_bench
 
 ITEMS = [{"id": f"q{k}", "domain": "knowledge", "subdomain": "toy", "family": f"f{k % 2}", "question": q,
           "options": o, "reference": "A"}
@@ -23,8 +23,8 @@ ITEMS = [{"id": f"q{k}", "domain": "knowledge", "subdomain": "toy", "family": f"
 @pytest.fixture(scope="module")
 def tiny_debate(tiny, tmp_path_factory):
     """A 2-round debate of a tiny random Llama on a call store (short replies: garbage text, real protocol)."""
-    from serving.store import CallStore
-    from simulate.debate.experiment import run_debate
+    from chorus.serving.store import CallStore
+    from chorus.simulate.debate.experiment import run_debate
     d = tmp_path_factory.mktemp("cf")
     write_bench([validate_item(x) for x in ITEMS], d / "bench.jsonl")
     cfg = DebateConfig(name="cf", rounds=2, bench={"path": str(d / "bench.jsonl")},
@@ -72,7 +72,7 @@ def test_replay_reproduces_the_debate_and_the_cut_changes_it(tiny_debate):
     path3, _ = run_counterfactual(src, CounterfactualConfig(receiver=2, peer=0, round=2, layers=[1, 2],
                                                             queries="decision", n_boot=20), engine=eng)
     assert path3.name == "counterfactual-a2-p0-r2-L1-2-decision"
-    from simulate.debate.experiment import report
+    from chorus.simulate.debate.experiment import report
     rep = report(src)
     assert set(rep["counterfactual"]) == {"counterfactual-a0-p1-r1", "counterfactual-a2-p0-r2-L1-2-decision"}
     assert (src / "plots" / "counterfactual-a0-p1-r1.png").is_file()
@@ -82,7 +82,7 @@ def test_replay_reproduces_the_debate_and_the_cut_changes_it(tiny_debate):
 
 def test_bad_input_is_one_line(tiny_debate, tmp_path):
     src, eng = tiny_debate
-    from core.config import ConfigError, validate
+    from chorus.core.config import ConfigError, validate
     with pytest.raises(ConfigError, match="receiver and peer are the same agent"):
         validate(CounterfactualConfig, {"receiver": 1, "peer": 1})
     with pytest.raises(ConfigError, match="round"):
@@ -91,7 +91,7 @@ def test_bad_input_is_one_line(tiny_debate, tmp_path):
         run_counterfactual(src, CounterfactualConfig(round=3), engine=eng)
     with pytest.raises(CounterfactualError, match=r"peer 5 is not an agent of this debate \(agents 0..2\)"):
         run_counterfactual(src, CounterfactualConfig(peer=5), engine=eng)
-    from interventions.families import LayerError
+    from chorus.interventions.families import LayerError
     with pytest.raises(LayerError, match=r"out of range.*valid 0..3"):
         run_counterfactual(src, CounterfactualConfig(layers=[9]), engine=eng, out=tmp_path / "x")
     assert not (tmp_path / "x").exists()  # refused before its run directory

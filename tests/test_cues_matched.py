@@ -1,4 +1,4 @@
-"""The magnitude-matched source-cue set (interventions.ablations, peer-influence paper §4.3): the
+"""The magnitude-matched source-cue set (chorus.interventions.ablations, peer-influence paper §4.3): the
 contexts of both cue sets for a constructed pair, the per-set record / status contrasts and ratio
 on a hand-made wide table whose values are known, and the config's cue-set check. No model: a
 whitespace tokenizer stands in (the real-model run: tests/test_debate_e2e.py)."""
@@ -8,11 +8,11 @@ import pandas as pd
 import pytest
 from pydantic import ValidationError
 
-from core.config import ConfigError
-from interventions import ablations as ab
-from interventions.config import InfluenceConfig, load
-from simulate.debate.prompts import debate_messages, load_prompts, readout_prefill
-from simulate.debate.questions import validate_item
+from chorus.core.config import ConfigError
+from chorus.interventions import ablations as ab
+from chorus.interventions.config import InfluenceConfig, load
+from chorus.simulate.debate.prompts import debate_messages, load_prompts, readout_prefill
+from chorus.simulate.debate.questions import validate_item
 
 
 class WordText:
@@ -123,7 +123,7 @@ def test_summary_reports_each_sets_contrasts_and_ratio(tmp_path):
     # the original set also sits at the top level, as it always did; every cue's effect is listed
     assert {k: s[k] for k in o} == o
     assert "good_professor@matched" in s["effects"] and s["effects"]["plain"]["mean"] == pytest.approx(1.0)
-    from interventions import plots
+    from chorus.interventions import plots
     assert plots.cue_sets(cs, tmp_path / "cue_sets.png").is_file()
 
 

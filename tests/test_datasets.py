@@ -10,8 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import clone_working_tree
 
-from simulate.datasets import SHIPPED, DataError, MissingSet, load, resolve_root
+from chorus.simulate.datasets import SHIPPED, DataError, MissingSet, load, resolve_root
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -92,8 +93,8 @@ def test_optional_argllms_sets(tmp_path, monkeypatch):
 
 
 def test_council_skips_an_unsupplied_optional_set(monkeypatch, capsys):
-    from simulate.council.config import load as load_cfg
-    from simulate.council.experiment import select_tasks
+    from chorus.simulate.council.config import load as load_cfg
+    from chorus.simulate.council.experiment import select_tasks
 
     monkeypatch.delenv("CHORUS_DATA", raising=False)
     cfg = load_cfg("tiny", {"data": [{"dataset": "truthfulclaim", "n": 4}, {"dataset": "strategyqa", "n": 4}]})
@@ -116,26 +117,14 @@ def test_no_path_outside_the_repository():
     assert not bad, f"references to ../shared: {bad}"
 
 
-def _clone_working_tree(dest: Path) -> None:
-    """The repository as a fresh clone would have it: tracked and new, non-ignored files only
-    (a copy rather than ``git clone`` so that uncommitted work is what gets tested)."""
-    files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-                           check=True, capture_output=True).stdout.decode().split("\0")
-    for rel in filter(None, files):
-        src = ROOT / rel
-        if src.is_file():
-            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dest / rel)
-
-
 @pytest.mark.skipif(shutil.which("git") is None or not (ROOT / ".git").exists(), reason="not a git checkout")
 def test_clean_clone_builds_bench_and_council_claims(tmp_path):
     clone = tmp_path / "clone"  # nothing beside it: no ../shared
-    _clone_working_tree(clone)
+    clone_working_tree(clone)
     script = (
-        "import simulate, json\n"
-        "from simulate.debate.questions import build_bench\n"
-        "from simulate.council.data import load_tasks\n"
+        "import json\nfrom chorus import simulate\n"
+        "from chorus.simulate.debate.questions import build_bench\n"
+        "from chorus.simulate.council.data import load_tasks\n"
         "items, man = build_bench(seed=0)\n"
         "tasks, info = load_tasks('truthfulqa_claims', 24, balanced=True)\n"
         "m, _ = load_tasks('mmlu', 8)\n"

@@ -7,10 +7,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from aggregate.counts import Pool
-from aggregate.trace import load_traces
-from simulate.debate.bda import DebateTraceError, debate_traces, question_moves, run_bda
-from simulate.debate.questions import validate_item
+from chorus.aggregate.counts import Pool
+from chorus.aggregate.trace import load_traces
+from chorus.simulate.debate.bda import DebateTraceError, debate_traces, question_moves, run_bda
+from chorus.simulate.debate.questions import validate_item
 
 
 def _turns(rows, condition="debate"):
@@ -81,7 +81,7 @@ def test_traces_are_strict_legal_and_name_what_they_leave_out():
 
 
 def _synthetic_debate(tmp_path, rel, n=600, rounds=2, seed=0):
-    from simulate.debate.bda import synthetic_debate
+    from chorus.simulate.debate.bda import synthetic_debate
     return synthetic_debate(tmp_path / "debate", rel, n=n, rounds=rounds, seed=seed)
 
 
@@ -103,7 +103,7 @@ def test_bda_over_a_synthetic_debate_recovers_planted_reliabilities(tmp_path):
     assert acc["bda_per_agent"] > acc["final_plurality"] + 0.05 and acc["bda_per_agent"] > acc["plurality"] + 0.05
     # the traces written are exactly the ones aggregated, and the aggregate run verifies
     assert len(load_traces(out / "traces" / "no-yes.jsonl")) == 600
-    from aggregate.results import verify
+    from chorus.aggregate.results import verify
     assert all(c.ok for c in verify(out / "no-yes"))
     assert (out / "plots" / "bda_methods.png").is_file() and (out / "mapping.json").is_file()
 

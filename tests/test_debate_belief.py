@@ -7,11 +7,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from simulate.belief import core
-from simulate.belief.trajectory import Trajectories, fit, kappa_closed_form
-from simulate.debate.config import BeliefReadConfig
-from simulate.debate.questions import validate_item
-from simulate.debate.stubbornness import (READ, SPOKE, BeliefReadError, observations, run_belief, stance_items,
+from chorus.simulate.belief import core
+from chorus.simulate.belief.trajectory import Trajectories, fit, kappa_closed_form
+from chorus.simulate.debate.config import BeliefReadConfig
+from chorus.simulate.debate.questions import validate_item
+from chorus.simulate.debate.stubbornness import (READ, SPOKE, BeliefReadError, observations, run_belief, stance_items,
                                           synthetic_belief_debate)
 
 
@@ -139,7 +139,7 @@ def test_bad_input_is_one_line(synthetic, tmp_path):
     from typer.testing import CliRunner
 
     from chorus.cli import app
-    from core.runs import RunDir
+    from chorus.core.runs import RunDir
     run, _, _ = synthetic
     cli = CliRunner()
 
@@ -154,7 +154,7 @@ def test_bad_input_is_one_line(synthetic, tmp_path):
     t = RunDir(nr).read_table("turns")
     RunDir(nr).write_table("turns", t[t["condition"] == "debate"])
     fails([nr, "--set", "reading=planted", "--set", "appraiser=oracle", "--out", tmp_path / "b"], "no reflection condition")
-    from simulate.debate.questions import load_items, write_bench
+    from chorus.simulate.debate.questions import load_items, write_bench
     three = [validate_item({**it.to_dict(), "options": ["x", "y", "z"], "labels": None})
              for it in load_items(nr).values()]
     write_bench(three, nr / "bench.jsonl")

@@ -3,8 +3,8 @@ import json
 
 import pytest
 
-from simulate.debate.prompts import load_prompts, turn_messages
-from simulate.debate.questions import BenchError, build_bench, load_bench, validate_item, write_bench
+from chorus.simulate.debate.prompts import load_prompts, turn_messages
+from chorus.simulate.debate.questions import BenchError, build_bench, load_bench, validate_item, write_bench
 
 GOOD = {"id": "q1", "domain": "knowledge", "subdomain": "x", "family": "f1", "question": "2+2?",
         "options": ["3", "4"], "reference": "B"}

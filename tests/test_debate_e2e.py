@@ -6,10 +6,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from interventions.config import InfluenceConfig
-from simulate.debate.config import DebateConfig
-from simulate.debate.prompts import load_prompts, readout_prefill, turn_messages
-from simulate.debate.questions import validate_item, write_bench
+from chorus.interventions.config import InfluenceConfig
+from chorus.simulate.debate.config import DebateConfig
+from chorus.simulate.debate.prompts import load_prompts, readout_prefill, turn_messages
+from chorus.simulate.debate.questions import validate_item, write_bench
 
 ITEMS = [
     {"id": "t1", "domain": "knowledge", "subdomain": "toy", "family": "fa", "question": "What is 2 + 2?",
@@ -25,7 +25,7 @@ ITEMS = [
 
 @pytest.fixture(scope="module")
 def debate_run(hf_engine, tmp_path_factory):
-    from simulate.debate.experiment import run_debate
+    from chorus.simulate.debate.experiment import run_debate
     d = tmp_path_factory.mktemp("debate")
     bench = d / "bench.jsonl"
     write_bench([validate_item(x) for x in ITEMS], bench)
@@ -61,7 +61,7 @@ def test_debate_and_reflection_end_to_end(debate_run, hf_engine):
     batches = run.read_table("batches")
     assert list(batches["batch_size"]) == [12, 24]  # one batch per round across questions and conditions
     # rerun is free (the call store) and gives the same table
-    from simulate.debate.experiment import report
+    from chorus.simulate.debate.experiment import report
     s2 = report(run.path, make_plots=False)
     assert s2["n_turns"] == s["n_turns"]
     # the §C.2 outcomes (outcomes.py): tables, plots and the summary block, counts beside every estimate
@@ -74,8 +74,8 @@ def test_debate_and_reflection_end_to_end(debate_run, hf_engine):
 def test_readout_equals_manual_forward_pass(debate_run, hf_engine):
     import torch
 
-    from interventions.readout import run_readouts
-    from simulate.debate.experiment import load_items as _load_items
+    from chorus.interventions.readout import run_readouts
+    from chorus.simulate.debate.experiment import load_items as _load_items
     run, _ = debate_run
     items = _load_items(run.path)
     turns = run.read_table("turns")
@@ -106,7 +106,7 @@ def test_readout_equals_manual_forward_pass(debate_run, hf_engine):
 
 
 def test_influence_ablate_and_cues_from_source_run(debate_run, hf_engine, tmp_path):
-    from interventions.experiment import run_influence
+    from chorus.interventions.experiment import run_influence
     run, _ = debate_run
     cfg = InfluenceConfig(name="e2e", source_run=str(run.path), model={"backend": "hf"},
                           analysis={"n_boot": 30, "n_perm": 30}, interventions={"require_disagreement": False})
@@ -135,10 +135,10 @@ def test_real_debate_read_as_council_traces(debate_run, tmp_path):
     folds, which the command says in one line (the pipeline past it: tests/test_debate_bda.py)."""
     from typer.testing import CliRunner
 
-    from aggregate.counts import Pool
-    from aggregate.flips import decision_flips
+    from chorus.aggregate.counts import Pool
+    from chorus.aggregate.flips import decision_flips
     from chorus.cli import app
-    from simulate.debate.bda import debate_traces, read_run
+    from chorus.simulate.debate.bda import debate_traces, read_run
     run, _ = debate_run
     turns, items, votes = read_run(run.path)
     traces, info = debate_traces(turns, items, votes=votes)
@@ -160,9 +160,9 @@ def test_readout_summary_pairs_committed_at_read_by_question(debate_run, hf_engi
     """``chorus influence readout`` on the embedded model's debate: the paired committed-at-read of
     Table 9 sits in the summary beside the pooled rate, its per-question rows in a table; with
     ``readout.controls`` each debate turn is read again with its peers' texts replaced (§4.1)."""
-    from interventions.experiment import run_influence
-    from interventions.readout import paired_committed_at_read, readout_jobs
-    from simulate.debate.experiment import load_items
+    from chorus.interventions.experiment import run_influence
+    from chorus.interventions.readout import paired_committed_at_read, readout_jobs
+    from chorus.simulate.debate.experiment import load_items
     run, _ = debate_run
     cfg = InfluenceConfig(name="e2e", source_run=str(run.path), model={"backend": "hf"},
                           readout={"fractions": [0.0], "controls": ["unrelated", "filler"]},
@@ -207,9 +207,9 @@ def test_real_debate_read_by_the_belief_layer(debate_run, hf_engine):
     every reading is the forced choice of its conversation, every heard turn of the two-option questions is
     appraised once by the belief layer's appraiser, and the debate's report carries the table. Last in this
     file: it writes RUN/belief inside the shared run."""
-    from simulate.debate.config import BeliefReadConfig
-    from simulate.debate.experiment import report
-    from simulate.debate.stubbornness import READ, reading_jobs, run_belief
+    from chorus.simulate.debate.config import BeliefReadConfig
+    from chorus.simulate.debate.experiment import report
+    from chorus.simulate.debate.stubbornness import READ, reading_jobs, run_belief
     run, _ = debate_run
     out, s = run_belief(run.path, BeliefReadConfig(n_boot=20), engine=hf_engine)
     assert out == run.path / "belief"
@@ -231,7 +231,7 @@ def test_real_debate_read_by_the_belief_layer(debate_run, hf_engine):
     assert ((ev["e"][ok] >= 0) & (ev["e"][ok] <= 1)).all() and ev["error"][~ok].map(bool).all()
     assert [r["agent"] for r in s["agents"]] == ["A1", "A2", "A3", "all"] and "kappa_placebo" in s["agents"][0]
     assert (out / "plots" / "belief.png").is_file()
-    from simulate.debate.bda import DebateTraceError, run_bda
+    from chorus.simulate.debate.bda import DebateTraceError, run_bda
     with pytest.raises(DebateTraceError, match="cross-validated|has a parsed turn"):  # too few questions
         run_bda(run.path, make_plots=False)
     rep = report(run.path, make_plots=False)  # the report reads both inside the run
@@ -244,8 +244,8 @@ def test_real_debate_counterfactual_replays_exactly(debate_run, hf_engine):
     """``chorus influence counterfactual`` on the embedded model's debate (plumbing): agent 0's round-1
     reply regenerated with its attention to agent 1's response cut in every layer; with nothing cut the
     replay is the stored debate, token for token (the engine's own seeded sampler)."""
-    from interventions.counterfactual import CounterfactualConfig, run_counterfactual
-    from simulate.debate.experiment import report
+    from chorus.interventions.counterfactual import CounterfactualConfig, run_counterfactual
+    from chorus.simulate.debate.experiment import report
     run, _ = debate_run
     path, s = run_counterfactual(run.path, CounterfactualConfig(receiver=0, peer=1, round=1, n_boot=20),
                                  engine=hf_engine)
@@ -261,8 +261,8 @@ def test_influence_cues_with_the_magnitude_matched_set(debate_run, hf_engine, tm
     debate: per pair the shared controls once and four crossed cues per set, the matched ones named
     ``cue@matched``; the summary's per-set contrasts and ratio are those of the effects table, the
     original set's as the default run reports them."""
-    from interventions import ablations as ab
-    from interventions.experiment import run_influence
+    from chorus.interventions import ablations as ab
+    from chorus.interventions.experiment import run_influence
     run, _ = debate_run
     kw = dict(name="e2e", source_run=str(run.path), model={"backend": "hf"},
               analysis={"n_boot": 30, "n_perm": 30}, interventions={"require_disagreement": False})
@@ -312,8 +312,8 @@ def test_influence_paper_from_real_runs(debate_run, hf_engine, tmp_path):
     from typer.testing import CliRunner
 
     from chorus.cli import app
-    from core.runs import json_safe
-    from interventions.experiment import run_influence
+    from chorus.core.runs import json_safe
+    from chorus.interventions.experiment import run_influence
     run, s_debate = debate_run
     cfg = InfluenceConfig(name="e2e", source_run=str(run.path), model={"backend": "hf"},
                           readout={"fractions": [0.0]}, analysis={"n_boot": 20, "n_perm": 20},

@@ -7,9 +7,9 @@ import math
 import pandas as pd
 import pytest
 
-from simulate.debate.config import BenchSpec, DebateConfig
-from simulate.debate.metrics import FRAME_COLUMNS, frame_dynamics, stance_dynamics
-from simulate.debate.questions import (DEFAULT_FRAME_STAKES, BenchError, build_bench, item_frames, validate_item,
+from chorus.simulate.debate.config import BenchSpec, DebateConfig
+from chorus.simulate.debate.metrics import FRAME_COLUMNS, frame_dynamics, stance_dynamics
+from chorus.simulate.debate.questions import (DEFAULT_FRAME_STAKES, BenchError, build_bench, item_frames, validate_item,
                                        write_bench)
 
 ONLY_CONTESTED = {k: 0 for k in ("misconceptions", "disciplinary", "strategy", "biomedical", "moral_scenarios",
@@ -171,9 +171,9 @@ def test_frame_block_matches_stance_dynamics_on_one_frame():
 
 
 def test_report_adds_by_frame_only(tmp_path):
-    from core.runs import RunDir
-    from simulate.debate.experiment import report
-    from simulate.debate.questions import save_items
+    from chorus.core.runs import RunDir
+    from chorus.simulate.debate.experiment import report
+    from chorus.simulate.debate.questions import save_items
     cfg = DebateConfig(name="frames", rounds=2, analysis={"n_boot": 20, "n_perm": 20})
     items = [validate_item({"id": f["qid"], "domain": "values", "subdomain": "contested",
                             "family": "val-" + f["qid"].split("-")[0], "question": f"{f['qid']}?",
@@ -200,7 +200,7 @@ def test_report_adds_by_frame_only(tmp_path):
 
 
 def test_bench_file_roundtrip_keeps_frame_provenance(tmp_path):
-    from simulate.debate.questions import load_bench
+    from chorus.simulate.debate.questions import load_bench
     items, _ = _contested()
     p = tmp_path / "b.jsonl"
     write_bench(items.values(), p)

@@ -3,8 +3,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from simulate.debate import effective_voters
-from simulate.debate.metrics import (benjamini_hochberg, collective_summary, permutation_pvalue, plurality,
+from chorus.simulate.debate import effective_voters
+from chorus.simulate.debate.metrics import (benjamini_hochberg, collective_summary, permutation_pvalue, plurality,
                                      question_table)
 
 

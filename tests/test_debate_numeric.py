@@ -7,9 +7,9 @@ import math
 import pandas as pd
 import pytest
 
-from simulate.debate.numeric import NUMERIC_TURN_COLUMNS, agree, group_agrees, is_correct, numeric_summary, tolerance_of
-from simulate.debate.parse import parse_numeric, read_number
-from simulate.debate.questions import BenchError, build_bench, validate_item
+from chorus.simulate.debate.numeric import NUMERIC_TURN_COLUMNS, agree, group_agrees, is_correct, numeric_summary, tolerance_of
+from chorus.simulate.debate.parse import parse_numeric, read_number
+from chorus.simulate.debate.questions import BenchError, build_bench, validate_item
 
 
 @pytest.mark.parametrize("text,expected", [

@@ -7,9 +7,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from simulate.debate import effective_voters
-from simulate.debate.metrics import collective_summary, question_table
-from simulate.debate.outcomes import (COLUMNS, by_round, c2_summary, contested_wrong_agreement, initially_split,
+from chorus.simulate.debate import effective_voters
+from chorus.simulate.debate.metrics import collective_summary, question_table
+from chorus.simulate.debate.outcomes import (COLUMNS, by_round, c2_summary, contested_wrong_agreement, initially_split,
                                       n_eff_stack, split_outcomes, wrong_majority_outcomes)
 
 NB = dict(n_boot=100, seed=0)
@@ -221,9 +221,9 @@ def test_empty_cells_are_nan_with_zero_counts():
 
 
 def test_report_writes_c2_tables_summary_and_plots(tmp_path):
-    from core.runs import RunDir
-    from simulate.debate.config import DebateConfig
-    from simulate.debate.experiment import report
+    from chorus.core.runs import RunDir
+    from chorus.simulate.debate.config import DebateConfig
+    from chorus.simulate.debate.experiment import report
     cfg = DebateConfig(name="c2", rounds=2, analysis={"n_boot": 50, "n_perm": 50})
     run = RunDir.create(tmp_path / "run", part="debate", config=cfg)
     run.write_table("turns", _both(SPLIT))

@@ -1,7 +1,7 @@
 """Candidate-restricted answer parsing on hard cases."""
 import pytest
 
-from simulate.debate import parse_answer
+from chorus.simulate.debate import parse_answer
 
 L = ["A", "B", "C", "D"]
 W = ["yes", "no", "maybe"]

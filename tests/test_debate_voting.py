@@ -7,15 +7,15 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from core.config import ConfigError
-from core.seeding import rng as make_rng
-from serving.types import Completion
-from simulate.debate.config import DebateConfig, load
-from simulate.debate.metrics import plurality, question_table
-from simulate.debate.prompts import load_prompts
-from simulate.debate.protocol import TURN_COLUMNS, qkey, run_protocol, turn_seed
-from simulate.debate.questions import validate_item, write_bench
-from simulate.debate.voting import (VOTE_COLUMNS, plot_arms, run_voting, vote_question_table, vote_seed,
+from chorus.core.config import ConfigError
+from chorus.core.seeding import rng as make_rng
+from chorus.serving.types import Completion
+from chorus.simulate.debate.config import DebateConfig, load
+from chorus.simulate.debate.metrics import plurality, question_table
+from chorus.simulate.debate.prompts import load_prompts
+from chorus.simulate.debate.protocol import TURN_COLUMNS, qkey, run_protocol, turn_seed
+from chorus.simulate.debate.questions import validate_item, write_bench
+from chorus.simulate.debate.voting import (VOTE_COLUMNS, plot_arms, run_voting, vote_question_table, vote_seed,
                                     vote_summary)
 
 P = load_prompts()
@@ -168,7 +168,7 @@ def test_plurality_unanimity_and_ties(answers, maj, uniq, wu, wm, n_unparsed):
 
 
 def test_summary_three_arms_and_paired_deltas(tmp_path):
-    from simulate.debate.experiment import run_debate
+    from chorus.simulate.debate.experiment import run_debate
     bench = tmp_path / "bench.jsonl"
     write_bench(ITEMS, bench)
     cfg = DebateConfig(name="vote", rounds=1, bench={"path": str(bench)}, generation={"max_tokens": 100},
@@ -205,7 +205,7 @@ def test_config_voting_block():
 @pytest.mark.slow
 def test_vote_arm_on_embedded_model(hf_engine, tmp_path):
     """Plumbing on SmolLM2-135M: 2 questions, 1 round, 32 tokens; the numbers are not findings."""
-    from simulate.debate.experiment import report, run_debate
+    from chorus.simulate.debate.experiment import report, run_debate
     bench = tmp_path / "bench.jsonl"
     write_bench(ITEMS[:2], bench)
     cfg = DebateConfig(name="vote-e2e", rounds=1, bench={"path": str(bench)}, conditions=["debate"], agents=2,

@@ -153,7 +153,7 @@ def test_demo_profile_reaches_knockout(tmp_path):
     run on gemma took three CPU minutes of suite time.)"""
     import yaml
 
-    from interventions.internals.demo import demo_layers, model_layers
+    from chorus.interventions.internals.demo import demo_layers, model_layers
     out = tmp_path / "gemma"
     p = _demo(out, "--profile", "gemma3-270m", "--backend", "hf", "--stage", "knockout")
     log, _ = p.communicate(timeout=900)
@@ -179,7 +179,7 @@ def test_demo_profile_reaches_roleplay(tmp_path, monkeypatch):
     """The role-play stage hands the demo's profile and backend to every role it plans (the
     role-play models and the stance classifier); the run itself is stubbed (control flow only:
     tests/test_roleplay_e2e.py runs role-play on a real model)."""
-    import simulate.roleplay.experiment as rx
+    import chorus.simulate.roleplay.experiment as rx
     from chorus.stages import REGISTRY, SIZES, DemoConfig
 
     seen = {}

@@ -1,4 +1,4 @@
-"""One device plan over every engine of an experiment (serving.plan): decisions on constructed sizes
+"""One device plan over every engine of an experiment (chorus.serving.plan): decisions on constructed sizes
 (the BDA council on one H100, 70B, train-then-compare, one model beside its transformers copy as the
 engine pool holds it, in closed form), and the embedded model's real folder sized from its
 safetensors headers. Nothing is loaded."""
@@ -9,8 +9,8 @@ import json
 import pytest
 from conftest import EMBEDDED
 
-from serving.memory import weights_gib
-from serving.plan import DevicePlanError, Need, engine_options, needs_gib, plan_devices
+from chorus.serving.memory import weights_gib
+from chorus.serving.plan import DevicePlanError, Need, engine_options, needs_gib, plan_devices
 
 GIB = 1024 ** 3
 H100 = 79.1          # GiB an 80 GB card reports
@@ -177,7 +177,7 @@ def test_to_dict_is_json_and_user_options_win():
 
 
 def test_needs_gib_reads_the_embedded_folder_and_names_a_missing_one(monkeypatch, tmp_path):
-    from serving.profiles import get_profile
+    from chorus.serving.profiles import get_profile
 
     prof = get_profile(EMBEDDED)
     path = prof.require()

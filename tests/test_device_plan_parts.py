@@ -1,4 +1,4 @@
-"""Every part plans its engines with the one device planner (serving.plan) before any loads, and
+"""Every part plans its engines with the one device planner (chorus.serving.plan) before any loads, and
 records the plan (provenance ``device_plan``): the SFT trainer as a phase "train" (its need the
 sft_memory estimate), debate, influence and the internals verbs through ``plan_roles``. Fast: sizes
 are constructed, and where a run is entered, engine building is a double that records what it is
@@ -10,22 +10,22 @@ import json
 import pytest
 from conftest import EMBEDDED, hand_debate_run
 
-from serving.plan import DevicePlanError, engine_options
+from chorus.serving.plan import DevicePlanError, engine_options
 
 LLAMA = "llama-3.1-8b-instruct"
 
 
 def _recipe():
-    from serving.dummy import published_config
-    from simulate.roleplay.config import SftConfig, load
-    from simulate.roleplay.sft_memory import settings_for
+    from chorus.serving.dummy import published_config
+    from chorus.simulate.roleplay.config import SftConfig, load
+    from chorus.simulate.roleplay.sft_memory import settings_for
     return (published_config(LLAMA), settings_for(load("default", SftConfig, part="sft")),
             settings_for(load("lora", SftConfig, part="sft")))
 
 
 # -- SFT: the trainer is a phase "train" of the planner ---------------------------------------------
 def test_sft_paper_recipe_fits_80_gib_as_a_train_phase():
-    from simulate.roleplay.sft_memory import plan_training
+    from chorus.simulate.roleplay.sft_memory import plan_training
     cfg, full, lora = _recipe()
     est, plan = plan_training(cfg, full, "cuda:0 (test)", 80.0, lora=lora, profile=LLAMA)
     assert est.total_gib == pytest.approx(70.64, abs=0.01)   # bench/results/device-plans-h100.json
@@ -41,8 +41,8 @@ def test_sft_paper_recipe_fits_80_gib_as_a_train_phase():
 def test_sft_without_checkpointing_is_refused_by_the_planner_naming_trainer_and_sizes():
     from dataclasses import replace
 
-    from core.config import ConfigError
-    from simulate.roleplay.sft_memory import SftMemoryError, plan_training
+    from chorus.core.config import ConfigError
+    from chorus.simulate.roleplay.sft_memory import SftMemoryError, plan_training
     cfg, full, lora = _recipe()
     with pytest.raises(DevicePlanError, match=r"phase 'train': role\(s\) trainer \(llama-3.1-8b-instruct on trainer, "
                                               r"bfloat16, weights 15.0 GiB, needs >= 132.5 GiB\) do not fit even alone "
@@ -57,7 +57,7 @@ def test_sft_without_checkpointing_is_refused_by_the_planner_naming_trainer_and_
 
 
 def test_sft_on_cpu_plans_mode_cpu_and_checks_host_ram():
-    from simulate.roleplay.sft_memory import SftMemoryError, plan_training
+    from chorus.simulate.roleplay.sft_memory import SftMemoryError, plan_training
     cfg, full, lora = _recipe()
     est, plan = plan_training(cfg, full, "host RAM (CPU training)", 1e6, cuda=False, lora=lora, profile=LLAMA)
     assert (plan.mode, plan.device_gib, plan.phases[0].name, plan.phases[0].engines[0].need_gib) == \
@@ -73,8 +73,8 @@ class _Stop(Exception):
 def test_sft_run_writes_its_train_plan_before_any_model_loads(tmp_path, monkeypatch):
     import torch
 
-    import simulate.roleplay.sft as sft
-    from simulate.roleplay.config import SftConfig, load
+    import chorus.simulate.roleplay.sft as sft
+    from chorus.simulate.roleplay.config import SftConfig, load
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)   # the CPU plan, also on a GPU machine
 
     def stop(*a, **kw):
@@ -93,12 +93,12 @@ def test_sft_run_writes_its_train_plan_before_any_model_loads(tmp_path, monkeypa
 # -- debate, influence, internals: plan_roles before the engine loads -------------------------------
 @pytest.fixture()
 def built(monkeypatch):
-    """``serving.build_engine`` replaced by a double that records its call and stops the run; the
+    """``chorus.serving.build_engine`` replaced by a double that records its call and stops the run; the
     device detected as none (the CPU plan) until a test sets ``built.device``."""
     from types import SimpleNamespace
 
-    import serving
-    import serving.memory
+    from chorus import serving
+    import chorus.serving.memory
     out = SimpleNamespace(calls=[], device=None)
     monkeypatch.setattr(serving.memory, "device_gib", lambda: out.device)
 
@@ -110,7 +110,7 @@ def built(monkeypatch):
 
 
 def _bench(tmp_path):
-    from simulate.debate.questions import validate_item, write_bench
+    from chorus.simulate.debate.questions import validate_item, write_bench
     path = tmp_path / "bench.jsonl"
     write_bench([validate_item({"id": "t1", "domain": "knowledge", "subdomain": "toy", "family": "fa",
                                 "question": "What is 2 + 2?", "options": ["3", "4", "5"], "reference": "B"})], path)
@@ -118,7 +118,7 @@ def _bench(tmp_path):
 
 
 def _items():
-    from simulate.debate.questions import Item
+    from chorus.simulate.debate.questions import Item
     return [Item(id="q1", domain="knowledge", subdomain="test", family="f", question="Which city is the capital "
                  "of France?", options=["Paris", "Rome"], labels=["A", "B"], reference="A")]
 
@@ -135,8 +135,8 @@ def _engines(plan):
 
 
 def test_debate_run_records_its_plan_before_the_engine_loads(tmp_path, built):
-    from simulate.debate.config import DebateConfig
-    from simulate.debate.experiment import run_debate
+    from chorus.simulate.debate.config import DebateConfig
+    from chorus.simulate.debate.experiment import run_debate
     cfg = DebateConfig(name="plan", rounds=1, bench={"path": _bench(tmp_path)}, model={"profile": EMBEDDED, "backend": "hf"})
     with pytest.raises(_Stop):
         run_debate(cfg, tmp_path / "run")
@@ -146,8 +146,8 @@ def test_debate_run_records_its_plan_before_the_engine_loads(tmp_path, built):
 
 
 def test_debate_on_a_gpu_gets_its_vllm_share_and_a_plan_that_cannot_fit_fails_before_the_run_directory(tmp_path, built):
-    from simulate.debate.config import DebateConfig
-    from simulate.debate.experiment import run_debate
+    from chorus.simulate.debate.config import DebateConfig
+    from chorus.simulate.debate.experiment import run_debate
     cfg = DebateConfig(name="plan", rounds=1, bench={"path": _bench(tmp_path)},
                        model={"profile": EMBEDDED, "backend": "vllm", "dtype": "float32"})
     built.device = 80.0   # sizes from the embedded model's safetensors headers
@@ -164,8 +164,8 @@ def test_debate_on_a_gpu_gets_its_vllm_share_and_a_plan_that_cannot_fit_fails_be
 
 @pytest.mark.parametrize("verb", ["ablate", "cues"])
 def test_influence_on_a_source_run_records_its_plan(tmp_path, built, verb):
-    from interventions.config import InfluenceConfig
-    from interventions.experiment import run_influence
+    from chorus.interventions.config import InfluenceConfig
+    from chorus.interventions.experiment import run_influence
     cfg = InfluenceConfig(name="plan", source_run=str(hand_debate_run(tmp_path, _items())),
                           model={"profile": EMBEDDED, "backend": "hf"})
     with pytest.raises(_Stop):
@@ -175,8 +175,8 @@ def test_influence_on_a_source_run_records_its_plan(tmp_path, built, verb):
 
 
 def test_influence_readout_generates_and_reads_with_one_planned_engine(tmp_path, built):
-    from interventions.config import InfluenceConfig
-    from interventions.experiment import run_influence
+    from chorus.interventions.config import InfluenceConfig
+    from chorus.interventions.experiment import run_influence
     cfg = InfluenceConfig(name="plan", bench={"path": _bench(tmp_path)}, rounds=1,
                           model={"profile": EMBEDDED, "backend": "hf"})
     with pytest.raises(_Stop):
@@ -187,8 +187,8 @@ def test_influence_readout_generates_and_reads_with_one_planned_engine(tmp_path,
 
 @pytest.mark.parametrize("verb", ["knockout", "patch", "probe"])
 def test_internals_plan_transformers_for_the_receiver(tmp_path, built, verb):
-    from interventions.internals.config import load
-    from interventions.internals.experiment import run_internals
+    from chorus.interventions.internals.config import load
+    from chorus.interventions.internals.experiment import run_internals
     cfg = load("internals_smoke", {"source_run": str(hand_debate_run(tmp_path, _items())), "model.backend": "auto"})
     with pytest.raises(_Stop):
         run_internals(cfg, verb, tmp_path / verb)
@@ -199,8 +199,8 @@ def test_internals_plan_transformers_for_the_receiver(tmp_path, built, verb):
 
 
 def test_internals_transfer_plans_its_own_sender_beside_the_receiver(tmp_path, built):
-    from interventions.internals.config import load
-    from interventions.internals.experiment import held_beside, run_internals
+    from chorus.interventions.internals.config import load
+    from chorus.interventions.internals.experiment import held_beside, run_internals
     src = str(hand_debate_run(tmp_path, _items()))
     cfg = load("internals_smoke", {"source_run": src, "transfer.sender": "gemma3-270m"})
     assert held_beside(cfg, "knockout") == {} and held_beside(cfg.model_copy(
@@ -217,8 +217,8 @@ def test_internals_transfer_plans_its_own_sender_beside_the_receiver(tmp_path, b
 def test_internals_transfer_refuses_a_sender_that_fits_only_alone(tmp_path, built):
     """Receiver and sender are held together: a plan that would swap them is refused, before the run
     directory (float32: 0.50 and 1.00 GiB of weights, 1.60 + 2.20 GiB with transformers' overhead)."""
-    from interventions.internals.config import load
-    from interventions.internals.experiment import run_internals
+    from chorus.interventions.internals.config import load
+    from chorus.interventions.internals.experiment import run_internals
     cfg = load("internals_smoke", {"source_run": str(hand_debate_run(tmp_path, _items())), "transfer.sender": "gemma3-270m"})
     built.device = 3.0   # 2.7 GiB usable: each alone fits, both do not
     with pytest.raises(DevicePlanError, match=r"held together and do not fit: transfer: swap: .*3.8 GiB together"):
@@ -228,15 +228,15 @@ def test_internals_transfer_refuses_a_sender_that_fits_only_alone(tmp_path, buil
     with pytest.raises(_Stop):
         run_internals(cfg, "transfer", tmp_path / "transfer")
     plan, _ = _plan_of(tmp_path / "transfer", built)
-    from serving.plan import needs_gib
+    from chorus.serving.plan import needs_gib
     hf = sorted(needs_gib(p, "float32") * 1.2 + 1 for p in (EMBEDDED, "gemma3-270m"))   # weights + 20% + 1 GiB
     assert plan["mode"] == "share" and sorted(e["need_gib"] for e in plan["phases"][0]["engines"]) == pytest.approx(hf)
 
 
 def test_a_passed_engine_is_not_planned(tmp_path, built):
     """A caller's own engine (tests, rehearse) is the caller's to place: no plan, nothing built."""
-    from interventions.experiment import start_run
-    from interventions.config import InfluenceConfig
+    from chorus.interventions.experiment import start_run
+    from chorus.interventions.config import InfluenceConfig
 
     class Eng:
         def provenance(self):

@@ -13,13 +13,13 @@ import pytest
 import torch
 from conftest import EMBEDDED, HAVE_VLLM, ROOT, chats
 
-import serving.backends.vllm as vb
-import serving.engine as se
-from serving.backends.vllm import BatchInvariance, VLLMBackend, batch_invariance, not_invariant_warning
-from serving.device import GIB, expandable_segments, free_device_memory
-from serving.memory import MemoryPlanError
-from serving.plan import EnginePlan
-from serving.profiles import ModelError, get_profile
+import chorus.serving.backends.vllm as vb
+import chorus.serving.engine as se
+from chorus.serving.backends.vllm import BatchInvariance, VLLMBackend, batch_invariance, not_invariant_warning
+from chorus.serving.device import GIB, expandable_segments, free_device_memory
+from chorus.serving.memory import MemoryPlanError
+from chorus.serving.plan import EnginePlan
+from chorus.serving.profiles import ModelError, get_profile
 
 ARCH = ROOT / "serving" / "architectures"
 
@@ -85,13 +85,13 @@ def test_vllm_close_shuts_down_drops_then_cleans_then_collects_then_empties_the_
 
 
 def test_hf_close_drops_the_model_and_its_nnsight_wrapper_before_the_cache_is_emptied(cuda, tokenizer):
-    from interventions import families as fam
-    from serving.engine import engine_from_model
+    from chorus.interventions import families as fam
+    from chorus.serving.engine import engine_from_model
 
     eng = engine_from_model(fam.tiny_model("llama", len(tokenizer)), tokenizer)
     model = eng.model
 
-    class Wrapper:  # what interventions.knockout caches on the model: it points back at it
+    class Wrapper:  # what chorus.interventions.knockout caches on the model: it points back at it
         def __init__(self, m):
             self.m = m
     object.__setattr__(model, "_chorus_nnsight", Wrapper(model))
@@ -225,7 +225,7 @@ def test_an_explicit_request_the_model_cannot_honour_is_one_error(tmp_path, monk
     folder = tmp_path / "qwen"
     folder.mkdir()
     shutil.copy(ARCH / "qwen3.5-9b.json", folder / "config.json")
-    monkeypatch.setattr("serving.device.cuda_capability", lambda: (9, 0))  # an H100
+    monkeypatch.setattr("chorus.serving.device.cuda_capability", lambda: (9, 0))  # an H100
     monkeypatch.setattr(vb, "_cpu_only", lambda: False)
     with pytest.raises(ModelError, match=rf"^batch_invariant=True cannot be honoured for Qwen3_5ForConditionalGeneration "
                                          rf"\({folder}\) on a GPU of compute capability 9\.0: its Gated-DeltaNet layers"):
@@ -236,7 +236,7 @@ def test_an_explicit_request_the_model_cannot_honour_is_one_error(tmp_path, monk
 
 
 def test_batch_invariant_on_the_cpu_build_or_another_backend_is_one_error(monkeypatch):
-    monkeypatch.setattr("serving.device.cuda_capability", lambda: None)
+    monkeypatch.setattr("chorus.serving.device.cuda_capability", lambda: None)
     monkeypatch.setattr(vb, "_cpu_only", lambda: True)
     path = str(get_profile(EMBEDDED).require())
     with pytest.raises(ModelError, match=r"^batch_invariant=True cannot be honoured for LlamaForCausalLM .* on the "

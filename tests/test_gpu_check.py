@@ -48,10 +48,10 @@ SITE_HIDE = textwrap.dedent(f"""
     sys.meta_path[:] = [_Hide(list(sys.meta_path))]
 """)
 # the modules the bare check runs through (its steps import these, lazily)
-BARE_MODULES = ["bench.gpu_check_bare", "chorus.rehearse", "serving", "serving.dummy", "serving.memory",
-                "serving.device", "serving.backends.hf", "serving.backends.grammar", "serving.structured",
-                "interventions.knockout", "interventions.knockout_generate", "interventions.patching",
-                "interventions.probes", "nnsight", "xgrammar",
+BARE_MODULES = ["bench.gpu_check_bare", "chorus.rehearse", "serving", "chorus.serving.dummy", "chorus.serving.memory",
+                "chorus.serving.device", "chorus.serving.backends.hf", "chorus.serving.backends.grammar", "chorus.serving.structured",
+                "chorus.interventions.knockout", "chorus.interventions.knockout_generate", "chorus.interventions.patching",
+                "chorus.interventions.probes", "nnsight", "xgrammar",
                 "xgrammar.contrib.hf", "peft", "jsonschema", "psutil"]
 OWN = {"bench", "chorus", "core", "serving", "interventions", "simulate", "aggregate", "_recorder", "gpu_check_bare"}
 

@@ -1,4 +1,4 @@
-"""The influence verbs' configs compose (interventions.config): the debate a verb reads is its
+"""The influence verbs' configs compose (chorus.interventions.config): the debate a verb reads is its
 ``source`` block, beside the model and the verb's own spec; the flat shape (a debate config, an
 older file or run record) is read into it, and a run record of that shape is compared in today's."""
 from __future__ import annotations
@@ -7,12 +7,12 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from core.runs import RunDirConflict, _same_record
-from interventions.config import DebateSource, InfluenceConfig, load
-from interventions.internals.config import InternalsConfig
-from interventions.internals.config import load as load_internals
-from simulate.debate.config import CONFIGS_DIR as DEBATE_CONFIGS
-from simulate.debate.config import DebateConfig
+from chorus.core.runs import RunDirConflict, _same_record
+from chorus.interventions.config import DebateSource, InfluenceConfig, load
+from chorus.interventions.internals.config import InternalsConfig
+from chorus.interventions.internals.config import load as load_internals
+from chorus.simulate.debate.config import CONFIGS_DIR as DEBATE_CONFIGS
+from chorus.simulate.debate.config import DebateConfig
 
 # internals_smoke as it was written before the source block (flat, as a debate config writes it)
 FLAT_INTERNALS_SMOKE = {

@@ -11,10 +11,10 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from serving.engine import Engine
-from serving.profiles import get_profile
-from serving.store import CallStore
-from simulate.judge import (NONE, JudgeError, apply_debate_verdicts, council_judged, judge_pass, ledger_counts,
+from chorus.serving.engine import Engine
+from chorus.serving.profiles import get_profile
+from chorus.serving.store import CallStore
+from chorus.simulate.judge import (NONE, JudgeError, apply_debate_verdicts, council_judged, judge_pass, ledger_counts,
                             parse_verdict)
 
 EMBEDDED = "smollm2-135m-instruct"
@@ -184,8 +184,8 @@ def test_council_run_judge_pass_rerenders_the_report(tmp_path):
     from typer.testing import CliRunner
 
     from chorus.cli import app
-    from simulate.council.config import load
-    from simulate.council.experiment import run_council_experiment
+    from chorus.simulate.council.config import load
+    from chorus.simulate.council.experiment import run_council_experiment
 
     def policy(text, s):
         if s.json_schema is None:  # the judge
@@ -217,21 +217,21 @@ def test_council_run_judge_pass_rerenders_the_report(tmp_path):
     # the CLI again on the same store: every verdict cached (the real engine would make no call)
     r = CliRunner().invoke(app, ["council", "judge", str(tmp_path / "nope")])
     assert r.exit_code != 0 and "nope" in r.output
-    from simulate.judge import council_judge
+    from chorus.simulate.judge import council_judge
     again = council_judge(run.path, engine=script_engine(policy, tmp_path / "calls.sqlite", raise_on_call=True),
                           make_plots=False, aggregate=False)
     assert again["cached"] == 4 and again["counts"] == info["counts"]
 
 
 def test_debate_run_judge_pass_rerenders_the_summary(tmp_path):
-    from simulate.debate.config import DebateConfig, load
-    from simulate.debate.experiment import run_debate
-    from simulate.judge import debate_judge
+    from chorus.simulate.debate.config import DebateConfig, load
+    from chorus.simulate.debate.experiment import run_debate
+    from chorus.simulate.judge import debate_judge
 
     def judge(text, s):  # the first label offered
         return re.search(r"Reply with exactly one of: ([^,]+),", text).group(1)
 
-    from simulate.debate.questions import Item, write_bench
+    from chorus.simulate.debate.questions import Item, write_bench
 
     items = [Item(id="q1", domain="knowledge", subdomain="mmlu", family="f1", question="Which power has Congress?",
                   options=["Taxing imports", "Coining money"], labels=["A", "B"], reference="B"),

@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 import torch
 
-from interventions import families as fam
-from interventions import knockout as ko
-from interventions.spans import SpanError, char_to_token_span, find_range, message_token_span
-from serving.engine import engine_from_model
+from chorus.interventions import families as fam
+from chorus.interventions import knockout as ko
+from chorus.interventions.spans import SpanError, char_to_token_span, find_range, message_token_span
+from chorus.serving.engine import engine_from_model
 
 OPTS = [" A", " B"]
 PEER = "I am quite sure the answer is B, because Rome is the capital."
@@ -176,7 +176,7 @@ def test_bad_input_errors(tiny, tokenizer):
 
 # -- effect accounting (exact) ----------------------------------------------------------------------
 def test_share_removed_hand_computed():
-    from interventions.knockout_pairs import summarize_knockout
+    from chorus.interventions.knockout_pairs import summarize_knockout
     t = pd.DataFrame({"qid": ["q1", "q2", "q1", "q2"], "family": ["f1", "f2", "f1", "f2"],
                       "kind": ["all"] * 4, "layer": [-1] * 4, "queries": ["after", "after", "decision", "decision"],
                       "margin_full": [2.0, 4.0, 2.0, 4.0], "margin_no_message": [0.0, 0.0, 0.0, 0.0],
@@ -214,7 +214,7 @@ def source_run(tmp_path):
     """A finished debate run directory with round-0 turns written by hand (no generation)."""
     from conftest import hand_debate_run
 
-    from simulate.debate.questions import Item
+    from chorus.simulate.debate.questions import Item
     qs = [("q-cap", "geo", "Which city is the capital of France?", ["Paris", "Rome"]),
           ("q-num", "math", "Which number is even?", ["7", "12"]),
           ("q-col", "colour", "Which colour is the sky on a clear day?", ["blue", "red"])]
@@ -224,8 +224,8 @@ def source_run(tmp_path):
 
 @pytest.mark.slow
 def test_cli_knockout_patch_probe_on_a_debate_run(hf_engine, source_run, tmp_path):
-    from interventions.internals.config import load
-    from serving.store import CallStore
+    from chorus.interventions.internals.config import load
+    from chorus.serving.store import CallStore
     cfg = load("internals_smoke", {"source_run": str(source_run), "knockout.layers": [0, 29],
                                    "patch.layers": [0, 29], "patch.max_pairs": 2, "probe.layers": [0, 29],
                                    "probe.n_perm": 5, "probe.n_splits": 3, "analysis.n_boot": 50})
@@ -238,7 +238,7 @@ def test_cli_knockout_patch_probe_on_a_debate_run(hf_engine, source_run, tmp_pat
 
 
 def _check_runs(cfg, hf_engine, tmp_path):
-    from interventions.internals.experiment import report, run_internals
+    from chorus.interventions.internals.experiment import report, run_internals
     run, s = run_internals(cfg, "knockout", tmp_path / "ko", engine=hf_engine)
     t = pd.read_parquet(run.path / "tables" / "knockout.parquet")
     assert s["n_pairs"] == 3 and len(t) == 3 * (2 + 2 + 2)  # all x2 queries, single x2, cumulative x2
@@ -277,8 +277,8 @@ def test_shared_prefix_sweep_agrees_with_full_recompute(tiny, family):
 
 
 def test_config_errors_name_the_field():
-    from core.config import ConfigError
-    from interventions.internals.config import load
+    from chorus.core.config import ConfigError
+    from chorus.interventions.internals.config import load
     with pytest.raises(ConfigError, match="backend: hf"):
         load("internals_smoke", {"model.backend": "vllm"})
     with pytest.raises(ConfigError, match="knockout.queries"):
@@ -324,7 +324,7 @@ def test_nnsight_and_interface_routes_bitwise_equal(tiny, family):
 def test_nnsight_recipe_runs_on_the_embedded_model(hf_engine):
     """interventions/nnsight_recipe.py: with no layer chosen the trace is the engine's readout; mean-ablating
     the peer's residual in every layer moves it."""
-    from interventions.nnsight_recipe import mean_ablate
+    from chorus.interventions.nnsight_recipe import mean_ablate
     none = mean_ablate(hf_engine, layers=[])
     assert none["span_tokens"] > 5
     for o, v in none["plain"].items():
@@ -335,7 +335,7 @@ def test_nnsight_recipe_runs_on_the_embedded_model(hf_engine):
 
 
 def _recipe_args():
-    from interventions.nnsight_recipe import context
+    from chorus.interventions.nnsight_recipe import context
     conv, block, opts = context()
     return [conv], opts, block
 
@@ -343,7 +343,7 @@ def _recipe_args():
 def test_cross_check_fails_the_run_on_a_route_disagreement(tiny, monkeypatch):
     """A context recomputed by the other route that differs beyond the tolerance is one KnockoutError
     naming both routes (the disagreement is made by a double: the routes themselves agree)."""
-    from interventions.knockout_pairs import _cross_check
+    from chorus.interventions.knockout_pairs import _cross_check
     eng = tiny("llama")
     b = ko.prepare_rows(eng, [conversation()], OPTS, [target(conversation())])[0]
     rows = [ko.Row(b.prompt, b.options, b.span, frozenset([0]), "after")]

@@ -3,9 +3,9 @@ equals step-by-step recomputation without it under the same knockout, on every f
 no knockout is the plain greedy reply; a message cut in every layer stops mattering to the reply."""
 import pytest
 
-from interventions import families as fam
-from interventions import knockout as ko
-from interventions.knockout_generate import greedy
+from chorus.interventions import families as fam
+from chorus.interventions import knockout as ko
+from chorus.interventions.knockout_generate import greedy
 
 from test_knockout import PEER, conversation
 

@@ -4,6 +4,10 @@ cycle, and never take a ``_private`` name from another package.
 
     core  <-  serving  <-  simulate, aggregate  <-  interventions  <-  chorus (CLI, demo, report)
 
+One import root: the parts are ``chorus.core``, ``chorus.serving``, ... (their folders sit at the
+repository root; setup.py maps them); every other module of ``chorus.*`` is the application. An
+import of a part by its old top-level name (``import core``) is an error (``test_one_import_root``).
+
 ``aggregate`` is pure math over council traces (it imports only ``core``); ``simulate``'s live
 councils write traces in its format and hand them to its estimators, so ``simulate`` may import
 ``aggregate`` and never the reverse.
@@ -23,12 +27,22 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 # a package may import only packages of a strictly lower rank (and itself)
 RANK = {"core": 0, "serving": 1, "aggregate": 2, "simulate": 3, "interventions": 4, "chorus": 5}
-PACKAGES = tuple(RANK)
+PACKAGES = tuple(RANK)          # the folders at the repository root, one layer each
+PARTS = PACKAGES[:-1]           # imported as chorus.<part>
 
 
 def _module_name(path: Path) -> str:
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+    parts = parts[:-1] if parts[-1] == "__init__" else parts
+    return ".".join(parts if parts[0] == "chorus" else ["chorus", *parts])
+
+
+def _layer(module: str) -> str | None:
+    """The layer of a module name of chorus (None: not chorus's)."""
+    parts = module.split(".")
+    if parts[0] != "chorus":
+        return None
+    return parts[1] if len(parts) > 1 and parts[1] in PARTS else "chorus"
 
 
 def _imports(path: Path) -> list[tuple[str, list[str], int]]:
@@ -54,6 +68,19 @@ def _private(name: str) -> bool:
     return name.startswith("_") and not name.startswith("__")
 
 
+def _targets(target: str, names: list[str]) -> list[str]:
+    """``from chorus import serving`` imports the part chorus.serving, not the application."""
+    if target == "chorus" and names and all(n in PARTS for n in names):
+        return [f"chorus.{n}" for n in names]
+    return [target]
+
+
+def old_roots(paths) -> list[str]:
+    """Imports of a part by its old top-level name (``core``, ``serving``, ...)."""
+    return [f"{p.relative_to(ROOT)}:{line}: {target}" for p in paths for target, _, line in _imports(p)
+            if target.split(".")[0] in PARTS]
+
+
 def scan() -> tuple[dict[str, set[str]], list[str], list[str]]:
     """The package graph, the upward imports and the cross-package private imports."""
     graph: dict[str, set[str]] = defaultdict(set)
@@ -61,9 +88,9 @@ def scan() -> tuple[dict[str, set[str]], list[str], list[str]]:
     for pkg in PACKAGES:
         for path in sorted((ROOT / pkg).rglob("*.py")):
             src = _module_name(path)
-            for target, names, line in _imports(path):
-                top = target.split(".")[0]
-                if top not in RANK or top == pkg:
+            for target, names, line in [(t, n, ln) for t0, n, ln in _imports(path) for t in _targets(t0, n)]:
+                top = _layer(target)
+                if top is None or top == pkg:
                     continue
                 graph[pkg].add(top)
                 where = f"{path.relative_to(ROOT)}:{line}"
@@ -185,20 +212,30 @@ def test_no_private_name_crosses_a_package():
     assert not private, "private names taken across packages:\n" + "\n".join(private)
 
 
+def test_one_import_root():
+    """Every part is imported as chorus.<part>: no module, test, benchmark or script names the old roots."""
+    paths = [p for top in (*PACKAGES, "tests", "bench", "scripts") for p in sorted((ROOT / top).rglob("*.py"))]
+    found = old_roots(paths)
+    assert not found, "imports of a part by its old top-level name:\n" + "\n".join(found)
+
+
 def test_scan_catches_a_violation(tmp_path, monkeypatch):
     """The scan itself: an upward import inside a function and a private name are seen; a private
     name inside one package is not an error."""
     for pkg in PACKAGES:
         (tmp_path / pkg).mkdir()
         (tmp_path / pkg / "__init__.py").write_text("")
-    (tmp_path / "serving" / "bad.py").write_text("def f():\n    from simulate.x import y\n")
-    (tmp_path / "chorus" / "worse.py").write_text("from serving.backends.hf import _eos\n")
+    (tmp_path / "serving" / "bad.py").write_text("def f():\n    from chorus.simulate.x import y\n")
+    (tmp_path / "chorus" / "worse.py").write_text("from chorus.serving.backends.hf import _eos\n")
+    (tmp_path / "aggregate" / "ok.py").write_text("from chorus import core\n")  # a part, not the application
     (tmp_path / "simulate" / "rel.py").write_text("from .x import _y\n")  # same package: allowed
     monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
     graph, upward, private = scan()
     assert graph["serving"] == {"simulate"} and graph["chorus"] == {"serving"}
     assert len(upward) == 1 and "serving/bad.py:2" in upward[0]
     assert len(private) == 1 and "_eos" in private[0]
+    (tmp_path / "simulate" / "old.py").write_text("import serving\nfrom core.runs import RunDir\n")
+    assert old_roots(sorted(tmp_path.rglob("*.py"))) == ["simulate/old.py:1: serving", "simulate/old.py:2: core.runs"]
 
 
 def test_no_module_cycles():
@@ -212,16 +249,16 @@ def test_module_cycle_check_catches_a_circle(tmp_path, monkeypatch):
     submodule that imports a sibling is no circle."""
     files = {
         "simulate/__init__.py": "",
-        "simulate/a.py": "from simulate.b import g\n",
-        "simulate/b.py": "def g():\n    from simulate import a\n",  # from pkg import submodule
-        "serving/__init__.py": "from serving.x import X\n",
+        "simulate/a.py": "from chorus.simulate.b import g\n",
+        "simulate/b.py": "def g():\n    from chorus.simulate import a\n",  # from pkg import submodule
+        "serving/__init__.py": "from chorus.serving.x import X\n",
         "serving/x.py": "from .y import Y\nX = Y\n",  # the sibling: no circle through serving
         "serving/y.py": "Y = 1\n",
-        "core/__init__.py": "from core.p import P\n",
-        "core/p.py": "P = 1\ndef f():\n    from core import P\n",  # imports its package back
+        "core/__init__.py": "from chorus.core.p import P\n",
+        "core/p.py": "P = 1\ndef f():\n    from chorus.core import P\n",  # imports its package back
         "aggregate/__init__.py": "_EXPORTS = {'T': 't'}\n",
-        "aggregate/t.py": "def h():\n    import aggregate.u\nT = 1\n",
-        "aggregate/u.py": "from aggregate import T\n",  # the lazy export: aggregate.t
+        "aggregate/t.py": "def h():\n    import chorus.aggregate.u\nT = 1\n",
+        "aggregate/u.py": "from chorus.aggregate import T\n",  # the lazy export: aggregate.t
     }
     for pkg in PACKAGES:
         (tmp_path / pkg).mkdir()
@@ -230,9 +267,10 @@ def test_module_cycle_check_catches_a_circle(tmp_path, monkeypatch):
         (tmp_path / rel).write_text(text)
     monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
     graph = module_graph()
-    assert graph["serving"] == {"serving.x"} and graph["serving.x"] == {"serving.y"}
-    assert module_cycles(graph) == ["aggregate.t -> aggregate.u -> aggregate.t", "core -> core.p -> core",
-                                    "simulate.a -> simulate.b -> simulate.a"]
+    assert graph["chorus.serving"] == {"chorus.serving.x"} and graph["chorus.serving.x"] == {"chorus.serving.y"}
+    assert module_cycles(graph) == ["chorus.aggregate.t -> chorus.aggregate.u -> chorus.aggregate.t",
+                                    "chorus.core -> chorus.core.p -> chorus.core",
+                                    "chorus.simulate.a -> chorus.simulate.b -> chorus.simulate.a"]
 
 
 def test_only_core_plots_imports_matplotlib():

@@ -9,7 +9,7 @@ import time
 import pytest
 from conftest import HAVE_VLLM
 
-from serving.backends.vllm import MAX_SINGLE_TOKEN_OPTIONS
+from chorus.serving.backends.vllm import MAX_SINGLE_TOKEN_OPTIONS
 
 pytestmark = [pytest.mark.slow, pytest.mark.vllm, pytest.mark.skipif(not HAVE_VLLM, reason="vLLM is not installed")]
 

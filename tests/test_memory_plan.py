@@ -1,4 +1,4 @@
-"""GPU memory planning of the engine pool (serving.engine.plan_pool over serving.plan): decisions on
+"""GPU memory planning of the engine pool (chorus.serving.engine.plan_pool over chorus.serving.plan): decisions on
 constructed device sizes, model sizes read from safetensors headers, and the pool's sleep / release
 order (a fake vLLM backend stands in for control flow)."""
 from __future__ import annotations
@@ -8,9 +8,9 @@ import json
 import pytest
 from conftest import EMBEDDED
 
-import serving.engine as se
-from serving.memory import parameter_count, weights_gib
-from serving.plan import DevicePlanError, Need, plan_devices
+import chorus.serving.engine as se
+from chorus.serving.memory import parameter_count, weights_gib
+from chorus.serving.plan import DevicePlanError, Need, plan_devices
 
 PAIR = [("m", "vllm", "bfloat16"), ("m", "hf", "bfloat16")]   # one profile on vLLM and its transformers copy
 
@@ -57,14 +57,14 @@ def test_each_copy_is_sized_in_its_own_dtype_and_cpu_plans_nothing(monkeypatch):
                 expect=[("m", "vllm", "bfloat16"), ("m", "hf", "float32")]).values()
     assert p.mode == "share" and p.hf.need_gib == 37.0 and p.vllm.gpu_memory_utilization == 0.438   # (72 - 37) / 80
     monkeypatch.setattr(se, "needs_gib", lambda p, d: pytest.fail("sized without CUDA"))
-    monkeypatch.setattr("serving.memory.device_gib", lambda: None)
+    monkeypatch.setattr("chorus.serving.memory.device_gib", lambda: None)
     assert se.plan_pool(PAIR) == {}
 
 
 def test_model_size_comes_from_safetensors_headers():
     from safetensors import safe_open
 
-    from serving.profiles import get_profile
+    from chorus.serving.profiles import get_profile
 
     path = get_profile(EMBEDDED).require()
     loaded = 0
@@ -77,7 +77,7 @@ def test_model_size_comes_from_safetensors_headers():
 
 def test_pool_sleeps_vllm_before_the_transformers_copy_and_releases_it_on_wake(monkeypatch):
     """Control flow only: a fake vLLM backend records sleep / wake; the hf copy is the real model."""
-    import serving.backends.vllm as vb
+    import chorus.serving.backends.vllm as vb
 
     events = []
 
@@ -131,7 +131,7 @@ def test_shipped_open_weight_council_fits_one_80gb_card():
     import importlib.util
 
     from conftest import ROOT
-    from simulate.council.config import load
+    from chorus.simulate.council.config import load
     cfg = load("open_weight")
     assert [s.profile for s in cfg.seats] == ["llama-3.1-8b-instruct", "qwen3.5-9b", "gemma-4-e4b-it"]
     assert {s.backend for s in cfg.roles().values()} == {"vllm"}

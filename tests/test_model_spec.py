@@ -1,5 +1,5 @@
-"""One door for models: the typed role spec (serving.spec), the one engine-building place
-(serving.roles), every shipped config through it, and the old config shape's translation."""
+"""One door for models: the typed role spec (chorus.serving.spec), the one engine-building place
+(chorus.serving.roles), every shipped config through it, and the old config shape's translation."""
 from __future__ import annotations
 
 import ast
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from core.config import ConfigError
-from serving import DEFAULT_PROFILE, ModelSpec, build_engines, close_engines, spec_of
-from serving.spec import BACKEND_CHOICES, DTYPE_CHOICES, fold_legacy
+from chorus.core.config import ConfigError
+from chorus.serving import DEFAULT_PROFILE, ModelSpec, build_engines, close_engines, spec_of
+from chorus.serving.spec import BACKEND_CHOICES, DTYPE_CHOICES, fold_legacy
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("core", "serving", "aggregate", "simulate", "interventions", "chorus")
@@ -65,7 +65,7 @@ def test_old_shape_folds_into_the_spec_with_one_warning():
 
 
 def test_belief_old_keys_still_load():
-    from simulate.belief.config import load_belief_config
+    from chorus.simulate.belief.config import load_belief_config
     with pytest.warns(FutureWarning, match="llm.dtype"):
         cfg = load_belief_config("smoke_llm", {"llm.dtype": "float32"})
     assert (cfg.llm.model.profile, cfg.llm.model.backend, cfg.llm.model.dtype) == (DEFAULT_PROFILE, "hf", "float32")
@@ -85,22 +85,22 @@ def _shipped() -> list[tuple[str, Path]]:
 
 def _load(part: str, path: Path):
     if part == "belief":
-        from simulate.belief.config import load_belief_config
-        from simulate.belief.config import load_multi_config
+        from chorus.simulate.belief.config import load_belief_config
+        from chorus.simulate.belief.config import load_multi_config
         return (load_multi_config if path.stem.startswith("multi_") else load_belief_config)(path)
     if part == "council":
-        from simulate.council.config import load
+        from chorus.simulate.council.config import load
         return load(path)
     if part == "debate":
-        from simulate.debate.config import DebateConfig, load
+        from chorus.simulate.debate.config import DebateConfig, load
         return load(path, DebateConfig)
     if part in ("roleplay", "sft"):
-        from simulate.roleplay.config import RoleplayConfig, SftConfig, load
+        from chorus.simulate.roleplay.config import RoleplayConfig, SftConfig, load
         return load(path, RoleplayConfig if part == "roleplay" else SftConfig, part=part)
     if part == "influence":
-        from interventions.config import load
+        from chorus.interventions.config import load
         return load(path)
-    from interventions.internals.config import load
+    from chorus.interventions.internals.config import load
     return load(path)
 
 
@@ -145,7 +145,7 @@ def test_no_load_engine_call_outside_the_builder():
 
 
 def test_council_roles_name_every_model():
-    from simulate.council.config import CouncilConfig
+    from chorus.simulate.council.config import CouncilConfig
     cfg = CouncilConfig.model_validate({"models": {"backend": "hf", "dtype": "float32"},
                                         "judge": {"profile": "gemma3-270m", "backend": "vllm"}})
     r = cfg.roles()
@@ -176,11 +176,11 @@ def test_sampling_spec_is_each_part_generation_block():
     the bounds are the spec's (temperature at most 2, a council move at least 16 tokens)."""
     from pydantic import ValidationError
 
-    from serving.spec import Sampling
-    from simulate.belief.config import GeneratorCfg
-    from simulate.council.config import Generation as CouncilGen
-    from simulate.debate.config import Generation as DebateGen
-    from simulate.roleplay.config import Generation as RoleplayGen
+    from chorus.serving.spec import Sampling
+    from chorus.simulate.belief.config import GeneratorCfg
+    from chorus.simulate.council.config import Generation as CouncilGen
+    from chorus.simulate.debate.config import Generation as DebateGen
+    from chorus.simulate.roleplay.config import Generation as RoleplayGen
     for cls, tokens in ((DebateGen, 2048), (RoleplayGen, 64), (CouncilGen, 160), (GeneratorCfg, 60)):
         assert issubclass(cls, Sampling) and cls().max_tokens == tokens, cls
         assert cls().chat_kwargs() == {"temperature": cls().temperature, "top_p": 1.0, "max_tokens": tokens}
@@ -194,7 +194,7 @@ def test_sampling_spec_is_each_part_generation_block():
 def test_council_seat_judge_and_baselines_are_full_specs():
     """A seat, the judge and the baselines' roles are ModelSpecs: fields they set win, the rest
     come from the models block (options merged key by key)."""
-    from simulate.council.config import CouncilConfig
+    from chorus.simulate.council.config import CouncilConfig
     cfg = CouncilConfig.model_validate({
         "models": {"backend": "hf", "options": {"batch_size": 4}},
         "seats": [{"profile": "gemma3-270m", "persona": "skeptic", "dtype": "bfloat16"}, "smollm2-135m-instruct",
@@ -221,8 +221,8 @@ def test_council_seat_judge_and_baselines_are_full_specs():
      "roles 'A1' and 'synthesizer' would hold one engine of 'smollm2-135m-instruct'"),
 ])
 def test_council_role_errors_name_the_roles_and_fields(data, says):
-    from core.config import ConfigError
-    from simulate.council.config import CouncilConfig, load
+    from chorus.core.config import ConfigError
+    from chorus.simulate.council.config import CouncilConfig, load
     with pytest.raises(Exception, match=re.escape(says)):
         CouncilConfig.model_validate(data)
     with pytest.raises(ConfigError, match=re.escape(says)):   # through a config load: one line
@@ -240,8 +240,8 @@ def _flat(d: dict, prefix: str = ""):
 def test_roles_on_one_engine_must_agree_in_every_part():
     """plan_roles / build_engines: two roles held together on one engine with different settings
     are one ConfigError naming both; in different phases they are two engines and fine."""
-    from core.config import ConfigError
-    from serving.roles import plan_roles
+    from chorus.core.config import ConfigError
+    from chorus.serving.roles import plan_roles
     a = {"profile": DEFAULT_PROFILE, "backend": "hf", "dtype": "float32"}
     b = {**a, "options": {"batch_size": 2}}
     with pytest.raises(ConfigError, match="roles 'base' and 'classifier' would hold one engine.*options"):
@@ -255,8 +255,8 @@ def test_roles_on_one_engine_must_agree_in_every_part():
 def test_role_specs_reload_from_a_stored_config_to_the_same_engines():
     """A run writes its whole config (every field); reloading it must give the same roles: a
     role's null fields stay 'from the shared settings', never the dumped defaults."""
-    from interventions.internals.config import InternalsConfig
-    from simulate.council.config import CouncilConfig, load
+    from chorus.interventions.internals.config import InternalsConfig
+    from chorus.simulate.council.config import CouncilConfig, load
     cfg = load("tiny", {"models.backend": "vllm", "models.dtype": "bfloat16",
                         "seats": [{"profile": "gemma3-270m", "backend": "hf"}, "smollm2-135m-instruct"],
                         "conditions": [{"name": "clean"}], "judge": {"profile": "gemma3-270m", "backend": "hf"}})
@@ -271,7 +271,7 @@ def test_role_specs_reload_from_a_stored_config_to_the_same_engines():
 
 
 def test_transfer_sender_is_a_role_spec():
-    from interventions.internals.config import InternalsConfig
+    from chorus.interventions.internals.config import InternalsConfig
     same = InternalsConfig.model_validate({"transfer": {"sender": "same"}})
     assert same.transfer.sender_spec(same.model) is None
     own = InternalsConfig.model_validate({"transfer": {"sender": DEFAULT_PROFILE}})   # the receiver's own model
@@ -287,7 +287,7 @@ def test_transfer_sender_is_a_role_spec():
 def test_cross_appraisal_panel_is_role_specs():
     """The cross-appraisal panel: each model a role spec over the panel's backend / dtype, named
     by its profile; the stored config reloads to the same engines."""
-    from simulate.belief.cross import CrossConfig
+    from chorus.simulate.belief.cross import CrossConfig
     cfg = CrossConfig(models=[DEFAULT_PROFILE, {"profile": "gemma3-270m", "dtype": "bfloat16"}], backend="hf")
     assert cfg.panel() == [DEFAULT_PROFILE, "gemma3-270m"]
     assert cfg.spec("gemma3-270m") == ModelSpec(profile="gemma3-270m", backend="hf", dtype="bfloat16")

@@ -6,16 +6,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from interventions import families as fam
-from interventions import patching as pt
-from serving.engine import engine_from_model
+from chorus.interventions import families as fam
+from chorus.interventions import patching as pt
+from chorus.serving.engine import engine_from_model
 
 
 @pytest.fixture(scope="module")
 def tokenizer():
     from transformers import AutoTokenizer
 
-    from serving.profiles import get_profile
+    from chorus.serving.profiles import get_profile
     return AutoTokenizer.from_pretrained(str(get_profile("smollm2-135m-instruct").require()))
 
 
@@ -66,7 +66,7 @@ def test_bad_input(tokenizer):
 def test_restored_share_and_summary_hand_computed():
     assert pt.restored_share(np.array([1.0, 2.0, 3.0]), 3.0, 1.0).tolist() == [0.0, 0.5, 1.0]
     assert np.isnan(pt.restored_share(np.array([1.0]), 2.0, 2.0)).all()
-    from interventions.patching import summarize_patch
+    from chorus.interventions.patching import summarize_patch
     t = pd.DataFrame({"qid": ["a", "b", "a", "b"], "family": ["a", "b", "a", "b"], "x_cue": ["g"] * 4,
                       "layer": [0, 0, 5, 5], "margin_x": [3.0, 5.0, 3.0, 5.0], "margin_y": [1.0, 1.0, 1.0, 1.0],
                       "margin_patched": [3.0, 1.0, 1.0, 1.0]})

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from interventions import probes as pb
-from serving.engine import engine_from_model
+from chorus.interventions import probes as pb
+from chorus.serving.engine import engine_from_model
 
 
 def test_random_activations_sit_inside_their_null():
@@ -51,8 +51,8 @@ def test_activations_equal_the_models_hidden_states():
     import torch
     from transformers import AutoTokenizer
 
-    from interventions import families as fam
-    from serving.profiles import get_profile
+    from chorus.interventions import families as fam
+    from chorus.serving.profiles import get_profile
     tok = AutoTokenizer.from_pretrained(str(get_profile("smollm2-135m-instruct").require()))
     eng = engine_from_model(fam.tiny_model("llama", len(tok)), tok)
     convs = [[{"role": "user", "content": "Short?"}], [{"role": "user", "content": "A longer question, padded left?"}]]
@@ -75,7 +75,7 @@ def test_row_space_fit_equals_the_full_pipeline():
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
-    from interventions.probes import _fold_features, _folds
+    from chorus.interventions.probes import _fold_features, _folds
 
     g = np.random.default_rng(3)
     X = g.normal(size=(24, 200))

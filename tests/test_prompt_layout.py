@@ -8,12 +8,12 @@ import json
 import pytest
 from conftest import EMBEDDED, Scripted
 
-from serving.engine import Engine
-from serving.profiles import get_profile
-from simulate.council import prompts as cp
-from simulate.council.data import load_tasks
-from simulate.council.runner import Seat, make_councils, run_councils
-from simulate.debate import prompts as dp
+from chorus.serving.engine import Engine
+from chorus.serving.profiles import get_profile
+from chorus.simulate.council import prompts as cp
+from chorus.simulate.council.data import load_tasks
+from chorus.simulate.council.runner import Seat, make_councils, run_councils
+from chorus.simulate.debate import prompts as dp
 
 SEATS = [Seat("A1", "m", "analyst"), Seat("A2", "m", "skeptic"), Seat("A3", "m", "generalist")]
 
@@ -96,8 +96,8 @@ def test_council_stealth_role_is_prepended_and_sees_the_honest_prompt(render):
 # -- debate -----------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def items():
-    from simulate.debate.config import DebateConfig, load
-    from simulate.debate.experiment import select_items
+    from chorus.simulate.debate.config import DebateConfig, load
+    from chorus.simulate.debate.experiment import select_items
 
     its, _ = select_items(load("smoke", DebateConfig, {"bench.limit": 6}).bench)
     return [it for it in its if not it.numeric]

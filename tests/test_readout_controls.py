@@ -1,4 +1,4 @@
-"""Committed-at-read under the unrelated-reasoning and neutral-filler controls (interventions.readout,
+"""Committed-at-read under the unrelated-reasoning and neutral-filler controls (chorus.interventions.readout,
 peer-influence paper §4.1): the contexts of a constructed debate turn, and the gaps vs reflection on
 hand-made readout rows whose shares are known. No model: a whitespace tokenizer stands in."""
 from __future__ import annotations
@@ -6,10 +6,10 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from interventions import readout as ro
-from interventions.ablations import strip_answer
-from simulate.debate.prompts import debate_messages, load_prompts, readout_prefill, turn_messages
-from simulate.debate.questions import validate_item
+from chorus.interventions import readout as ro
+from chorus.interventions.ablations import strip_answer
+from chorus.simulate.debate.prompts import debate_messages, load_prompts, readout_prefill, turn_messages
+from chorus.simulate.debate.questions import validate_item
 
 
 class WordText:

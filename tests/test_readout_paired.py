@@ -1,11 +1,11 @@
-"""The paired committed-at-read (interventions.readout.paired_committed_at_read; seed 002 §C.1, Table 9),
+"""The paired committed-at-read (chorus.interventions.readout.paired_committed_at_read; seed 002 §C.1, Table 9),
 on hand-made readout rows whose shares are known."""
 from __future__ import annotations
 
 import pandas as pd
 import pytest
 
-from interventions.readout import committed_at_read, paired_committed_at_read
+from chorus.interventions.readout import committed_at_read, paired_committed_at_read
 
 
 def _rows(qid, family, cond, hits, f=0.0, changed=True):

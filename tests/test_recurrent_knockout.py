@@ -13,9 +13,9 @@ import pytest
 import torch
 from test_knockout import OPTS, _full_logprobs, _swap_span, conversation, target
 
-from interventions import families as fam
-from interventions import knockout as ko
-from interventions import recurrent as rc
+from chorus.interventions import families as fam
+from chorus.interventions import knockout as ko
+from chorus.interventions import recurrent as rc
 
 
 def _blocked(T: int) -> torch.Tensor:
@@ -111,7 +111,7 @@ def test_bad_input_is_one_line(tiny):
 
 @pytest.fixture(scope="module")
 def hybrid_folder(tmp_path_factory):
-    from serving.dummy import PATTERN_PERIOD, build_dummy
+    from chorus.serving.dummy import PATTERN_PERIOD, build_dummy
     return build_dummy("qwen3.5-9b", tmp_path_factory.mktemp("hyb") / "qwen", layers=PATTERN_PERIOD["qwen3.5-9b"],
                        narrow_by=16, dtype="float32")
 
@@ -122,9 +122,9 @@ def test_mixers_run_on_a_hybrid_dummy_folder(hybrid_folder, tmp_path):
     dummy folder loaded through the serving door; the report rebuilds it; a rerun calls nothing."""
     from conftest import hand_debate_run
 
-    from interventions.internals.config import load
-    from interventions.internals.experiment import report, run_internals
-    from simulate.debate.questions import Item
+    from chorus.interventions.internals.config import load
+    from chorus.interventions.internals.experiment import report, run_internals
+    from chorus.simulate.debate.questions import Item
     qs = [("q-cap", "geo", "Which city is the capital of France?", ["Paris", "Rome"]),
           ("q-num", "math", "Which number is even?", ["7", "12"]),
           ("q-col", "colour", "Which colour is the sky on a clear day?", ["blue", "red"])]
@@ -148,7 +148,7 @@ def test_mixers_run_on_a_hybrid_dummy_folder(hybrid_folder, tmp_path):
     assert report(run.path)["mixer_shares"] == s["mixer_shares"]
     saved = json.loads((run.path / "summary.json").read_text())
     assert saved["all_layers_by_mixer"]["both"]["after"]["n_recurrent"] == 3
-    from serving.store import CallStore
+    from chorus.serving.store import CallStore
     stored = lambda: len(CallStore(run.path / "calls.sqlite"))
     before = stored()
     run2, s2 = run_internals(cfg, "knockout", tmp_path / "ko")  # resumed: every readout from the store

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from chorus.report import ReportError, render_report
-from core.runs import RunDir, write_json
+from chorus.core.runs import RunDir, write_json
 
 
 def _run(tmp_path, name="r", **summary):

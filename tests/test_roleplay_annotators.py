@@ -12,8 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from chorus.cli import app
-from serving.types import Completion
-from simulate.roleplay.annotators import agreement, headline, kappa_table
+from chorus.serving.types import Completion
+from chorus.simulate.roleplay.annotators import agreement, headline, kappa_table
 
 runner = CliRunner()
 
@@ -96,8 +96,8 @@ def _scripted(labels: pd.DataFrame, flip: bool) -> ScriptedClassifier:
 
 @pytest.mark.slow
 def test_headline_recomputed_under_a_scripted_classifier(roleplay_run, tmp_path):
-    from simulate.roleplay.annotators import annotate
-    from simulate.roleplay.experiment import recompute
+    from chorus.simulate.roleplay.annotators import annotate
+    from chorus.simulate.roleplay.experiment import recompute
     path, run, s = roleplay_run
     own = run.read_table("labels")
     same = _scripted(own, flip=False)

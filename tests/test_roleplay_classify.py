@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from serving.types import Completion
-from simulate.roleplay.classify import attach, classify_texts, expected_stance, parse_rates
-from simulate.roleplay.prompts import load_prompts
+from chorus.serving.types import Completion
+from chorus.simulate.roleplay.classify import attach, classify_texts, expected_stance, parse_rates
+from chorus.simulate.roleplay.prompts import load_prompts
 
 
 class FakeEngine:

@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from simulate.roleplay.data import (FIXTURE, GroupFormatError, golden_mask, load_groups, mask_reasons, parse_group,
+from chorus.simulate.roleplay.data import (FIXTURE, GroupFormatError, golden_mask, load_groups, mask_reasons, parse_group,
                                     select_split, to_record)
-from simulate.roleplay.memory import build_memory
-from simulate.roleplay.prompts import load_prompts, render
-from simulate.roleplay.setups import human_rows, steps
+from chorus.simulate.roleplay.memory import build_memory
+from chorus.simulate.roleplay.prompts import load_prompts, render
+from chorus.simulate.roleplay.setups import human_rows, steps
 
 
 @pytest.fixture(scope="module")

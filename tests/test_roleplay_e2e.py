@@ -9,15 +9,15 @@ from typer.testing import CliRunner
 
 from conftest import roleplay_e2e_cfg as _cfg
 from chorus.cli import app
-from simulate.roleplay.config import RoleplayConfig
-from simulate.roleplay.data import FIXTURE, load_groups, to_record
+from chorus.simulate.roleplay.config import RoleplayConfig
+from chorus.simulate.roleplay.data import FIXTURE, load_groups, to_record
 
 runner = CliRunner()
 
 
 @pytest.mark.slow
 def test_both_setups_end_to_end(hf_engine, roleplay_run):
-    from simulate.roleplay.experiment import run_roleplay
+    from chorus.simulate.roleplay.experiment import run_roleplay
     out, run, s = roleplay_run   # the session's run (conftest): run_roleplay(_cfg(), out, engines={"base": hf_engine})
     m = run.read_table("messages")
     # one group: 4 initial + 3 x 4 posts + 3 x 2 chats x 1 utterance + 4 finals per source/setup
@@ -90,7 +90,7 @@ def test_cli_bad_data_names_group_field_and_value(tmp_path):
 
 
 def test_shipped_configs_validate():
-    from simulate.roleplay.config import SftConfig, load
+    from chorus.simulate.roleplay.config import SftConfig, load
     for name in ("default", "smoke", "topic"):
         assert load(name, RoleplayConfig).models
     for name in ("default", "lora", "smoke"):

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from simulate.roleplay import metrics as M
+from chorus.simulate.roleplay import metrics as M
 
 
 def test_spread_measures():

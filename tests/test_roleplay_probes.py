@@ -14,12 +14,12 @@ from typer.testing import CliRunner
 
 from conftest import roleplay_e2e_cfg
 from chorus.cli import app
-from core.runs import RunDir
-from simulate.roleplay import probes as PR
-from simulate.roleplay.data import parse_group
-from simulate.roleplay.memory import ablated, build_memory
-from simulate.roleplay.metrics import on_topic_by_round, on_topic_change
-from simulate.roleplay.prompts import load_prompts, render
+from chorus.core.runs import RunDir
+from chorus.simulate.roleplay import probes as PR
+from chorus.simulate.roleplay.data import parse_group
+from chorus.simulate.roleplay.memory import ablated, build_memory
+from chorus.simulate.roleplay.metrics import on_topic_by_round, on_topic_change
+from chorus.simulate.roleplay.prompts import load_prompts, render
 
 runner = CliRunner()
 
@@ -88,8 +88,8 @@ def test_memory_ablation_drops_the_initial_opinion_and_own_first_post():
 
 
 def test_memory_ablate_config_is_validated_and_recorded():
-    from core.config import ConfigError
-    from simulate.roleplay.config import RoleplayConfig, load
+    from chorus.core.config import ConfigError
+    from chorus.simulate.roleplay.config import RoleplayConfig, load
     assert RoleplayConfig().memory.ablate == []
     assert load("smoke", RoleplayConfig, {"memory.ablate": ["first_tweet"]}).memory.ablate == ["first_tweet"]
     with pytest.raises(ConfigError, match=r"memory\.ablate.*unknown memory component\(s\) \['opinion'\]"):
@@ -100,7 +100,7 @@ def test_memory_ablate_config_is_validated_and_recorded():
 
 
 def test_simulate_passes_the_ablation_to_every_prompt():
-    from simulate.roleplay.setups import simulate
+    from chorus.simulate.roleplay.setups import simulate
     seen = []
 
     class Echo:   # a stand-in engine: records the prompts, answers with a fixed text
@@ -142,7 +142,7 @@ def test_on_topic_by_round_by_hand():
 
 # -- the probes' grouping, on constructed runs ---------------------------------------------------------
 def _cfg(**upd) -> dict:
-    from simulate.roleplay.config import RoleplayConfig
+    from chorus.simulate.roleplay.config import RoleplayConfig
     d = RoleplayConfig().model_dump(mode="json")
     for k, v in upd.items():
         a, b = k.split("__")
@@ -219,8 +219,8 @@ def _copy_as(src: Path, dst: Path, old: str, new: str) -> Path:
 
 def test_run_roleplay_hands_the_config_ablation_to_the_setups(tmp_path, monkeypatch):
     """The wiring config -> simulate, without a model: the first setup call is caught."""
-    from simulate.roleplay import setups
-    from simulate.roleplay.experiment import run_roleplay
+    from chorus.simulate.roleplay import setups
+    from chorus.simulate.roleplay.experiment import run_roleplay
     got = {}
 
     class Caught(Exception):

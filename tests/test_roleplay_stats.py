@@ -14,9 +14,9 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from core.compute import measure, total_compute
-from core.runs import RunDir
-from simulate.roleplay import stats as S
+from chorus.core.compute import measure, total_compute
+from chorus.core.runs import RunDir
+from chorus.simulate.roleplay import stats as S
 
 runner = CliRunner()
 
@@ -58,7 +58,7 @@ def test_bootstrap_sd_is_the_sd_of_resampled_means():
 
 # -- the tables ---------------------------------------------------------------------------------
 def _run(split: str, models: list[str], individual=None, groups=None, text=None, pg=None) -> S.Run:
-    from simulate.roleplay.config import DataSpec, LabelledModel, RoleplayConfig
+    from chorus.simulate.roleplay.config import DataSpec, LabelledModel, RoleplayConfig
     cfg = RoleplayConfig(data=DataSpec(split=split), models=[LabelledModel(label=m, profile=m) for m in models])
     t = {k: v for k, v in {"individual": individual, "groups": groups, "text_metrics": text, "partner_gap": pg}.items()
          if v is not None}

@@ -1,4 +1,4 @@
-"""core.seeding.stable_int: the one id-to-integer function. Every call site passes the width and
+"""chorus.core.seeding.stable_int: the one id-to-integer function. Every call site passes the width and
 hash that reproduce the expression it replaced, bit for bit (stored calls are keyed by the seeds
 derived from these integers); the old expressions are written out here and compared."""
 from __future__ import annotations
@@ -10,13 +10,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from core.seeding import stable_int
+from chorus.core.seeding import stable_int
 
 IDS = ["", "q0", "mmlu-anatomy-3", "tqa-17", "pmqa-12345678", "émoji-✓ and ß", "A" * 500, "lda",
        "majority", "full_dynamics|g3|alice|2|message"] + [f"task-{i}" for i in range(200)]
 
 
-# the expressions the call sites held before core.seeding.stable_int
+# the expressions the call sites held before chorus.core.seeding.stable_int
 def old_council_task_key(s: str) -> int:       # simulate/council/runner.py task_key
     return int(hashlib.sha256(s.encode()).hexdigest()[:7], 16)
 
@@ -51,14 +51,14 @@ def test_literal_values():
 
 
 def test_call_sites_use_it():
-    import aggregate.corrupt as corrupt
-    import aggregate.selection as selection
-    import simulate.council.runner as runner
-    import simulate.debate.metrics as metrics
-    import simulate.debate.protocol as protocol
-    import simulate.judge as judge
-    import simulate.roleplay.setups as setups
-    from simulate.belief.cross import subsample
+    import chorus.aggregate.corrupt as corrupt
+    import chorus.aggregate.selection as selection
+    import chorus.simulate.council.runner as runner
+    import chorus.simulate.debate.metrics as metrics
+    import chorus.simulate.debate.protocol as protocol
+    import chorus.simulate.judge as judge
+    import chorus.simulate.roleplay.setups as setups
+    from chorus.simulate.belief.cross import subsample
 
     for s in IDS[:40]:
         assert runner.task_key(s) == old_council_task_key(s)
@@ -69,7 +69,7 @@ def test_call_sites_use_it():
     key = old_crc32("|".join(map(str, parts[1:])))
     want = int(np.random.SeedSequence([7, key]).generate_state(1, dtype=np.uint64)[0] % (2**63))
     assert setups.slot_seed(*parts) == want
-    from core.seeding import rng
+    from chorus.core.seeding import rng
     df = pd.DataFrame({"a": range(40)})
     want = np.sort(rng(3, 31, old_crc32("m-1")).choice(40, 9, replace=False)).tolist()
     assert subsample(df, 9, 3, "m-1")["a"].tolist() == want

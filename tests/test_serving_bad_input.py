@@ -7,8 +7,8 @@ import shutil
 import pytest
 from conftest import chats
 
-from serving import ContextLengthError, ModelError, RequestError, SchemaError, load_engine
-from serving.profiles import get_profile
+from chorus.serving import ContextLengthError, ModelError, RequestError, SchemaError, load_engine
+from chorus.serving.profiles import get_profile
 
 
 def test_unknown_profile():

@@ -9,7 +9,7 @@ import sys
 import pytest
 from conftest import HAVE_VLLM, ROOT
 
-from serving.launch import free_port
+from chorus.serving.launch import free_port
 
 
 def chorus(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
@@ -56,8 +56,8 @@ def test_serve_bad_executor_backend_is_one_line():
 
 def _listen(extra: list[str], env_key: str | None = None, *, host: str = "127.0.0.1", port: int = 0):
     """The decision on the line `chorus serve` builds (chorus's --host first, the user's --extra after)."""
-    from serving.cli import vllm_serve_args
-    from serving.listen import decide, parse_serve_args
+    from chorus.serving.cli import vllm_serve_args
+    from chorus.serving.listen import decide, parse_serve_args
     return decide(parse_serve_args(vllm_serve_args("/m", "p", host=host, port=port or free_port(), dtype="float32",
                                                    extra=extra)), env_key)
 
@@ -74,7 +74,7 @@ def _listen(extra: list[str], env_key: str | None = None, *, host: str = "127.0.
     (["--config", "CONFIG"], "--data-parallel-address 10.9.8.7"),   # vLLM's own YAML config (below argv)
 ])
 def test_no_pass_through_option_opens_the_server_without_a_key(extra, named, tmp_path):
-    from serving.listen import ListenError
+    from chorus.serving.listen import ListenError
     if "CONFIG" in extra:
         (tmp_path / "serve.yaml").write_text("data-parallel-address: 10.9.8.7\n")
         extra = ["--config", str(tmp_path / "serve.yaml")]
@@ -87,7 +87,7 @@ def test_no_pass_through_option_opens_the_server_without_a_key(extra, named, tmp
 
 @pytest.mark.skipif(not HAVE_VLLM, reason="vLLM is not installed: its own parser decides where the server listens")
 def test_loopback_and_unix_sockets_need_no_key_and_bad_ports_are_one_line():
-    from serving.listen import ListenError
+    from chorus.serving.listen import ListenError
     port = free_port()
     for extra in ([], ["--host=127.0.0.2"], ["--host=localhost"], ["--host=::1"]):
         w = _listen(extra, port=port)
@@ -96,7 +96,7 @@ def test_loopback_and_unix_sockets_need_no_key_and_bad_ports_are_one_line():
     assert _listen(["--port=9123"]).url == "http://127.0.0.1:9123/v1"   # the address printed is the real one
     with pytest.raises(ListenError, match="--port must be 1-65535, got 99999"):
         _listen(["--port=99999"])
-    from serving.listen import check_free
+    from chorus.serving.listen import check_free
     check_free("127.0.0.1", port)
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -127,7 +127,7 @@ def test_key_guard_closes_every_path_but_health(monkeypatch):
     """vLLM's key guards /v1, /v2 and /inference only; the guard chorus adds closes the rest."""
     import asyncio
 
-    from serving.listen import KEYS_ENV, KeyGuard
+    from chorus.serving.listen import KEYS_ENV, KeyGuard
 
     async def app(scope, receive, send):
         await send({"type": "http.response.start", "status": 200, "headers": []})
@@ -150,7 +150,7 @@ def test_key_guard_closes_every_path_but_health(monkeypatch):
 
 
 def test_serve_passes_vllm_scale_out_options():
-    from serving.cli import vllm_serve_args
+    from chorus.serving.cli import vllm_serve_args
     a = vllm_serve_args("/m", "p", host="0.0.0.0", port=9, dtype="bfloat16", tensor_parallel_size=4,
                         pipeline_parallel_size=2, data_parallel_size=2, distributed_executor_backend="ray", gpu=True)
     pairs = dict(zip(a[1::2], a[2::2]))
@@ -166,7 +166,7 @@ def test_serve_loads_the_text_model_of_a_multimodal_checkpoint(tmp_path):
     it now passes the same text-only override as the vllm backend, unless the user gives one."""
     import json
 
-    from serving.cli import vllm_serve_args
+    from chorus.serving.cli import vllm_serve_args
     (tmp_path / "config.json").write_text(json.dumps({"architectures": ["Gemma4ForConditionalGeneration"]}))
     a = vllm_serve_args(str(tmp_path), "g", host="127.0.0.1", port=9, dtype="float32")
     assert json.loads(a[a.index("--hf-overrides") + 1]) == {"architectures": ["Gemma4ForCausalLM"]}

@@ -15,7 +15,7 @@ socket.socket.connect = _no
 socket.socket.connect_ex = _no
 socket.create_connection = _no
 socket.getaddrinfo = _no
-from serving import load_engine
+from chorus.serving import load_engine
 eng = load_engine("smollm2-135m-instruct", "hf")
 out = eng.chat([[{"role": "user", "content": "Say hello."}]], temperature=0, max_tokens=8)
 lp = eng.option_logprobs([[{"role": "user", "content": "A or B?"}]], ["A", "B"])

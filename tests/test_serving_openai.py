@@ -11,8 +11,8 @@ import httpx
 import pytest
 from conftest import EMBEDDED, HAVE_VLLM, ROOT, chats
 
-from serving.launch import free_port as _free_port
-from serving.launch import start_server, stop_server, wait_healthy
+from chorus.serving.launch import free_port as _free_port
+from chorus.serving.launch import start_server, stop_server, wait_healthy
 
 pytestmark = pytest.mark.skipif(not HAVE_VLLM, reason="vLLM is not installed")
 
@@ -43,7 +43,7 @@ def server():
 
 
 def test_openai_backend_matches_local_and_spreads_over_endpoints(server, hf_engine):
-    from serving import load_engine
+    from chorus.serving import load_engine
 
     eps = [f"http://127.0.0.1:{server}/v1", f"http://localhost:{server}/v1"]  # two names: two "replicas"
     eng = load_engine(EMBEDDED, "openai", endpoints=eps)
@@ -60,8 +60,8 @@ def test_openai_backend_matches_local_and_spreads_over_endpoints(server, hf_engi
 
 
 def test_unreachable_endpoint_is_a_clear_error():
-    from serving import load_engine
-    from serving.backends.openai import EndpointError
+    from chorus.serving import load_engine
+    from chorus.serving.backends.openai import EndpointError
 
     with pytest.raises(EndpointError, match="not reachable"):
         load_engine(EMBEDDED, "openai", endpoints=[f"http://127.0.0.1:{_free_port()}/v1"])
@@ -183,7 +183,7 @@ FAST_RETRY = {"backoff_s": 0.01, "backoff_max_s": 0.05, "probe_every_s": 0.2}
 
 
 def test_transient_faults_are_retried_with_identical_results(server, hf_engine):
-    from serving import load_engine
+    from chorus.serving import load_engine
 
     proxy = FaultProxy(server, fail_503_every=3, reset_every=5)
     try:
@@ -200,7 +200,7 @@ def test_transient_faults_are_retried_with_identical_results(server, hf_engine):
 
 
 def test_lost_endpoint_fails_over_and_comes_back(server, hf_engine):
-    from serving import load_engine
+    from chorus.serving import load_engine
 
     a, b = FaultProxy(server), FaultProxy(server)
     try:
@@ -223,8 +223,8 @@ def test_lost_endpoint_fails_over_and_comes_back(server, hf_engine):
 
 
 def test_no_healthy_endpoint_stops_with_one_error_and_keeps_finished_calls(server, tmp_path):
-    from serving import load_engine
-    from serving.backends.openai import EndpointError
+    from chorus.serving import load_engine
+    from chorus.serving.backends.openai import EndpointError
 
     a = FaultProxy(server)
     store = tmp_path / "calls.sqlite"
@@ -253,8 +253,8 @@ def test_a_keyed_server_guards_every_path_and_says_where_it_listens(server):
 
 
 def test_bad_endpoints_are_clear_errors_before_any_call(server):
-    from serving import load_engine
-    from serving.backends.openai import EndpointError
+    from chorus.serving import load_engine
+    from chorus.serving.backends.openai import EndpointError
 
     with pytest.raises(EndpointError, match="not an http"):
         load_engine(EMBEDDED, "openai", endpoints=["127.0.0.1:8000/v1"])
@@ -272,7 +272,7 @@ def test_in_flight_limit_adapts_to_what_the_server_accepts(server, hf_engine):
     """A server that takes 2 requests at a time and answers 429 beyond: the endpoint's limit falls
     from 8 toward what it accepts (halved per 429, +1/limit per success) and the results are the
     same as with no limit."""
-    from serving import load_engine
+    from chorus.serving import load_engine
 
     proxy = FaultProxy(server, capacity=2)
     try:
@@ -289,8 +289,8 @@ def test_in_flight_limit_adapts_to_what_the_server_accepts(server, hf_engine):
 
 
 def test_a_server_with_another_tokenizer_is_refused_before_any_call(server):
-    from serving import load_engine
-    from serving.backends.openai import EndpointError
+    from chorus.serving import load_engine
+    from chorus.serving.backends.openai import EndpointError
 
     eng = load_engine(EMBEDDED, "openai", endpoints=[f"http://127.0.0.1:{server}/v1"])
     assert set(eng.backend.settings()["tokenizer_check"].values()) == {"same"}  # real vLLM, same folder
@@ -305,8 +305,8 @@ def test_a_server_with_another_tokenizer_is_refused_before_any_call(server):
 
 def test_served_key_is_required(server):
     """`chorus serve --api-key` hands the key to vLLM: a client without it is turned away, clearly."""
-    from serving import load_engine
-    from serving.backends.openai import EndpointError
+    from chorus.serving import load_engine
+    from chorus.serving.backends.openai import EndpointError
 
     url = f"http://127.0.0.1:{server}/v1"
     assert httpx.get(f"{url}/models", timeout=10).status_code == 401
@@ -323,9 +323,9 @@ def test_two_real_servers_one_killed_mid_run(server, hf_engine, tmp_path):
     import sqlite3
     import threading
 
-    from serving import load_engine
-    from simulate.debate.config import DebateConfig, load
-    from simulate.debate.experiment import run_debate
+    from chorus.serving import load_engine
+    from chorus.simulate.debate.config import DebateConfig, load
+    from chorus.simulate.debate.experiment import run_debate
 
     port2 = _free_port()
     u1, u2 = f"http://127.0.0.1:{server}/v1", f"http://127.0.0.1:{port2}/v1"

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from conftest import EMBEDDED, ROOT, chats
 
-from serving import CallStore, StoreError
-from serving.engine import Engine
+from chorus.serving import CallStore, StoreError
+from chorus.serving.engine import Engine
 
 
 def _with_store(eng: Engine, path: Path) -> Engine:
@@ -51,7 +51,7 @@ def test_duplicate_requests_in_one_batch_are_computed_once(hf_engine):
 
 JOB = """
 import json, sys
-from serving import load_engine
+from chorus.serving import load_engine
 eng = load_engine({profile!r}, "hf", store=sys.argv[1], batch_size=2)
 convs = [[{{"role": "user", "content": f"Write a short line about the number {{i}}."}}] for i in range(12)]
 outs = eng.chat(convs, temperature=0.8, max_tokens=16, seed=list(range(100, 112)))

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from conftest import EMBEDDED
 
-from simulate.roleplay.data import FIXTURE, golden_mask, load_groups, select_split
-from simulate.roleplay.prompts import load_prompts
-from simulate.roleplay.sft import filter_on_topic, sft_examples
+from chorus.simulate.roleplay.data import FIXTURE, golden_mask, load_groups, select_split
+from chorus.simulate.roleplay.prompts import load_prompts
+from chorus.simulate.roleplay.sft import filter_on_topic, sft_examples
 
 
 def test_sft_set_is_memory_and_human_target():
@@ -47,10 +47,10 @@ def test_sft_smoke_trains_releases_the_trainer_then_compares(tmp_path, monkeypat
 
     import yaml
 
-    import serving.roles
-    import simulate.roleplay.sft as sft
-    from serving.profiles import get_profile
-    from simulate.roleplay.config import RoleplayConfig, SftConfig, load
+    import chorus.serving.roles
+    import chorus.simulate.roleplay.sft as sft
+    from chorus.serving.profiles import get_profile
+    from chorus.simulate.roleplay.config import RoleplayConfig, SftConfig, load
     from transformers import Trainer
     monkeypatch.setenv("CHORUS_MODELS_FILE", str(tmp_path / "models.yaml"))
     events = []
@@ -97,7 +97,7 @@ def test_sft_smoke_trains_releases_the_trainer_then_compares(tmp_path, monkeypat
     loads = [e for e in events if isinstance(e, tuple) and e[0] == "load"]
     assert events[:2] == ["free", ("trainers alive", 0)] and events[2] == loads[0] == ("load", EMBEDDED)
     assert ("load", str(model_dir)) in loads
-    from simulate.roleplay.experiment import RunDir
+    from chorus.simulate.roleplay.experiment import RunDir
     cmp = RunDir(s["compare_run"])
     assert cmp.path == (tmp_path / "sft" / "compare") and cmp.provenance()["finished"]
     assert [p["name"] for p in cmp.provenance()["device_plan"]["phases"]] == ["base", "sft", "classifier"]  # its own

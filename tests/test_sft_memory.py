@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 from conftest import EMBEDDED
 
-from simulate.roleplay.sft_memory import (GIB, Dims, SftMemoryError, SftSettings, check_fits, decide, estimate,
+from chorus.simulate.roleplay.sft_memory import (GIB, Dims, SftMemoryError, SftSettings, check_fits, decide, estimate,
                                           lora_parameter_count, settings_for)
 
 # h 64, 2 layers, 4 heads of 16, 2 KV heads, MLP 128, vocabulary 1000, untied head
@@ -27,8 +27,8 @@ def _bytes(e, field):
 def test_closed_form_parameter_count_matches_the_safetensors_headers():
     import json
 
-    from serving.memory import parameter_count
-    from serving.profiles import get_profile
+    from chorus.serving.memory import parameter_count
+    from chorus.serving.profiles import get_profile
     assert Dims.from_config(SMALL).n_params() == N == 202048
     path = get_profile(EMBEDDED).require()   # SmolLM2: Llama layout, tied embeddings
     assert Dims.from_config(json.loads((path / "config.json").read_text())).n_params() == parameter_count(path)
@@ -105,8 +105,8 @@ def test_the_decision_fits_or_refuses_naming_every_size():
 
 
 def _recipe():
-    from serving.dummy import published_config
-    from simulate.roleplay.config import SftConfig, load
+    from chorus.serving.dummy import published_config
+    from chorus.simulate.roleplay.config import SftConfig, load
     cfg = published_config("llama-3.1-8b-instruct")
     return cfg, settings_for(load("default", SftConfig, part="sft")), settings_for(load("lora", SftConfig, part="sft"))
 

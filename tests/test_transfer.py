@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from interventions import transfer as tr
-from serving.engine import engine_from_model
+from chorus.interventions import transfer as tr
+from chorus.serving.engine import engine_from_model
 
 OPTS = [" A", " B"]
 
@@ -137,8 +137,8 @@ def test_share_and_summary_hand_computed():
 
 
 def test_config_errors_name_the_field():
-    from core.config import ConfigError
-    from interventions.internals.config import load
+    from chorus.core.config import ConfigError
+    from chorus.interventions.internals.config import load
     with pytest.raises(ConfigError, match="transfer.sender_layers"):
         load("internals_smoke", {"transfer.sender_layers": [1]})
     with pytest.raises(ConfigError, match="transfer"):
@@ -151,7 +151,7 @@ def source_run(tmp_path):
     """A finished debate run directory with round-0 turns written by hand (no generation)."""
     from conftest import hand_debate_run
 
-    from simulate.debate.questions import Item
+    from chorus.simulate.debate.questions import Item
     qs = [("q-cap", "geo", "Which city is the capital of France?", ["Paris", "Rome"]),
           ("q-num", "math", "Which number is even?", ["7", "12"])]
     return hand_debate_run(tmp_path, [Item(id=i, domain="knowledge", subdomain="test", family=f, question=q, options=o,
@@ -161,9 +161,9 @@ def source_run(tmp_path):
 @pytest.mark.slow
 def test_embedded_transfer_run(hf_engine, source_run, tmp_path):
     """SmolLM2 into itself on 2 pairs at layers 0 and 29 (plumbing: a 135M model's numbers are not findings)."""
-    from interventions.internals.config import load
-    from interventions.internals.experiment import report, run_internals
-    from serving.store import CallStore
+    from chorus.interventions.internals.config import load
+    from chorus.interventions.internals.experiment import report, run_internals
+    from chorus.serving.store import CallStore
     cfg = load("internals_smoke", {"source_run": str(source_run), "transfer.layers": [0, 29], "analysis.n_boot": 50})
     hf_engine.store = CallStore(tmp_path / "calls.sqlite")
     try:

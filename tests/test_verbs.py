@@ -1,4 +1,4 @@
-"""The verb registry (core.verbs): every registered verb is a command of the same shape, built from
+"""The verb registry (chorus.core.verbs): every registered verb is a command of the same shape, built from
 the registry, and ``--check`` validates a config and prints its device plan without a model call."""
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import pytest
 from typer.testing import CliRunner
 
 from chorus.cli import app
-from core.cliutil import option_values
-from core.config import ConfigError
-from core.verbs import REGISTRY, Option, Verb, register, resolve, verbs
+from chorus.core.cliutil import option_values
+from chorus.core.config import ConfigError
+from chorus.core.verbs import REGISTRY, Option, Verb, register, resolve, verbs
 
 runner = CliRunner()
 
@@ -139,7 +139,7 @@ def _capture(monkeypatch, ref):
 
 
 def test_cross_options_and_a_config_file_reach_the_typed_config(tmp_path, monkeypatch):
-    got = _capture(monkeypatch, "simulate.belief.cross:plan_engines")
+    got = _capture(monkeypatch, "chorus.simulate.belief.cross:plan_engines")
     res = runner.invoke(app, ["belief", "cross", "--model", "synth-a", "--model", "synth-b", "--run", "r/1",
                               "--run", "r/2", "--synthetic", "--backend", "hf", "--check"])
     assert res.exit_code == 0, res.output
@@ -158,7 +158,7 @@ def test_cross_options_and_a_config_file_reach_the_typed_config(tmp_path, monkey
 
 
 def test_calibrate_and_labelset_options_reach_the_typed_config(tmp_path, monkeypatch):
-    got = _capture(monkeypatch, "simulate.belief.calibrate_run:plan_engines")
+    got = _capture(monkeypatch, "chorus.simulate.belief.calibrate_run:plan_engines")
     res = runner.invoke(app, ["belief", "calibrate", "--model", "gemma3-270m", "--backend", "hf", "--seed", "3",
                               "--no-store", "--check"])
     assert res.exit_code == 0, res.output
@@ -173,7 +173,7 @@ def test_calibrate_and_labelset_options_reach_the_typed_config(tmp_path, monkeyp
     def fake_run(cfg, **kw):
         seen.update(kw, cfg=cfg)
         raise ConfigError("stop here")
-    monkeypatch.setattr("simulate.belief.labelset.run_labelset", fake_run)
+    monkeypatch.setattr("chorus.simulate.belief.labelset.run_labelset", fake_run)
     res = runner.invoke(app, ["belief", "labelset", "--out", str(tmp_path / "s.csv"), "--run-dir", str(tmp_path / "r"),
                               "--per-bin", "2", "--temperature", "0.5", "--model", "gemma3-270m"])
     assert res.exit_code == 2 and "error: stop here" in res.output, res.output
@@ -185,23 +185,23 @@ def test_calibrate_and_labelset_options_reach_the_typed_config(tmp_path, monkeyp
 def test_shipped_default_configs_hold_every_field_at_its_default():
     import yaml
 
-    from simulate.belief.calibrate_run import CalibrateConfig, load_calibrate_config
-    from simulate.belief.config import CONFIGS_DIR
-    from simulate.belief.labelset import LabelsetConfig, load_labelset_config
+    from chorus.simulate.belief.calibrate_run import CalibrateConfig, load_calibrate_config
+    from chorus.simulate.belief.config import CONFIGS_DIR
+    from chorus.simulate.belief.labelset import LabelsetConfig, load_labelset_config
     for command in ("calibrate", "labelset", "cross"):
         assert yaml.safe_load((CONFIGS_DIR / command / "default.yaml").read_text()) == {}
     assert load_calibrate_config("default").model_dump() == CalibrateConfig().model_dump()
     assert load_labelset_config("default") == LabelsetConfig()
     with pytest.raises(ConfigError, match="(?s)invalid chorus belief cross:.*at least two models"):
-        resolve("simulate.belief.cross_config:load_cross_config")("default")
+        resolve("chorus.simulate.belief.cross_config:load_cross_config")("default")
 
 
 def test_run_verb_runs_a_registered_verb_as_its_command_does(monkeypatch, tmp_path):
     # the demo's stages and the rehearsal's paths run parts this way: the verb's loader, its own
     # run-directory keyword (labelset's --run-dir), extra keywords passed through
-    from core.verbs import run_verb
+    from chorus.core.verbs import run_verb
     seen = []
-    monkeypatch.setattr("simulate.belief.labelset.run_labelset", lambda cfg, **kw: seen.append((cfg, kw)) or ("r", {}))
+    monkeypatch.setattr("chorus.simulate.belief.labelset.run_labelset", lambda cfg, **kw: seen.append((cfg, kw)) or ("r", {}))
     assert run_verb(("belief", "labelset"), None, {"per_bin": 2}, tmp_path / "r", out=tmp_path / "s.csv") == ("r", {})
     cfg, kw = seen.pop()
     assert (cfg.per_bin, cfg.topic, kw["run_dir"], kw["out"]) == (2, "transit_priority", tmp_path / "r", tmp_path / "s.csv")
@@ -225,7 +225,7 @@ def test_a_positional_argument_and_a_parsed_option_map_into_the_config():
     # nothing given on the line: the argument (required) still goes in, a run keyword is parsed at its default
     over, run_kw, _ = option_values(v, {**kw, "config": None}, given=lambda name: False)
     assert over == {"run": "r/1"} and run_kw == {"letters": ["a", "b", "c"]}
-    from core.cliutil import config_name
+    from chorus.core.cliutil import config_name
     v = REGISTRY[("debate", "belief")]
     assert config_name(v, {"run_dir": Path("r"), "config": None}) is None   # the loader's shipped default
     assert config_name(v, {"run_dir": Path("r"), "config": Path("b.yaml")}) == "b.yaml"
@@ -233,7 +233,7 @@ def test_a_positional_argument_and_a_parsed_option_map_into_the_config():
 
 
 def test_counterfactual_run_dir_and_layers_reach_the_typed_config(tmp_path, monkeypatch):
-    got = _capture(monkeypatch, "interventions.counterfactual:plan_counterfactual")
+    got = _capture(monkeypatch, "chorus.interventions.counterfactual:plan_counterfactual")
     src = tmp_path / "debate"
     res = runner.invoke(app, ["influence", "counterfactual", str(src), "--layers", "3-5", "--receiver", "2",
                               "--peer", "0", "--set", "n_boot=7", "--check"])
@@ -253,7 +253,7 @@ def test_counterfactual_run_dir_and_layers_reach_the_typed_config(tmp_path, monk
 
 
 def test_correct_fit_maps_its_options_and_takes_no_run_directory(tmp_path, monkeypatch):
-    got = _capture(monkeypatch, "simulate.belief.correction:check_fit")
+    got = _capture(monkeypatch, "chorus.simulate.belief.correction:check_fit")
     res = runner.invoke(app, ["belief", "correct", "fit", str(tmp_path / "cal"), "--topic", "t", "--min-events", "60",
                               "--no-store", "--set", "n_folds=3", "--check"])
     assert res.exit_code == 0 and "config OK: fit (belief correct fit); no model was loaded or called" in res.output
@@ -269,7 +269,7 @@ def test_correct_fit_maps_its_options_and_takes_no_run_directory(tmp_path, monke
 
 
 def test_debate_belief_check_reads_the_run_and_makes_no_run_directory(tmp_path, monkeypatch):
-    from simulate.debate.stubbornness import synthetic_belief_debate
+    from chorus.simulate.debate.stubbornness import synthetic_belief_debate
     run = synthetic_belief_debate(tmp_path / "debate", [1.0, 2.0], n=4, rounds=1)
     out = tmp_path / "out"
     res = runner.invoke(app, ["debate", "belief", str(run), "--set", "reading=planted", "--set", "appraiser=oracle",
@@ -283,7 +283,7 @@ def test_debate_belief_check_reads_the_run_and_makes_no_run_directory(tmp_path, 
     # --config names the config; --set and RUN_DIR over it
     conf = tmp_path / "b.yaml"
     conf.write_text("reading: planted\nappraiser: oracle\ntau: 1.5\n")
-    got = _capture(monkeypatch, "simulate.debate.stubbornness:plan_belief")
+    got = _capture(monkeypatch, "chorus.simulate.debate.stubbornness:plan_belief")
     res = runner.invoke(app, ["debate", "belief", str(run), "--config", str(conf), "--set", "gamma=0.5", "--check"])
     assert res.exit_code == 0, res.output
     cfg = got.pop()

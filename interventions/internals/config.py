@@ -1,5 +1,5 @@
 """Typed config of ``chorus influence knockout | patch | probe | concepts | transfer``: what every
-influence verb holds (``interventions.config.SourcedConfig``: the debate it reads, the model, seed,
+influence verb holds (``chorus.interventions.config.SourcedConfig``: the debate it reads, the model, seed,
 pair selection) plus each internals verb's own spec. Validated before any model call; the model must
 run on the transformers backend (internals need the weights)."""
 from __future__ import annotations
@@ -9,9 +9,9 @@ from typing import Literal, Optional, Union
 
 from pydantic import Field, field_validator, model_validator
 
-from core.config import Strict
-from serving.spec import ModelSpec, RoleSpec
-from interventions.config import SourcedConfig, fold_flat_source, load as load_influence
+from chorus.core.config import Strict
+from chorus.serving.spec import ModelSpec, RoleSpec
+from chorus.interventions.config import SourcedConfig, fold_flat_source, load as load_influence
 
 Layers = Union[Literal["all"], list[int]]
 

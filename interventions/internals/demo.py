@@ -1,7 +1,7 @@
 """Demo hook for ``chorus demo``: a small knockout sweep, a patching curve and a probe on the
 embedded model (hf backend, fp32, CPU), in one standard run directory.
 
-    from interventions.internals.demo import run_demo
+    from chorus.interventions.internals.demo import run_demo
     summary = run_demo(Path("runs/demo/knockout"), size="tiny", profile="gemma3-270m")
 
 tiny: up to 4 debate-style contexts (round 0 of 6 questions generated here), knockout in 4
@@ -13,7 +13,7 @@ from the model's own layer count (``num_hidden_layers`` of its config.json). Wit
 ``source_run`` (the demo's debate stage: the config's ``source.run``) the contexts come from that run's round 0 instead of a
 generation pass here. Every model call goes through the run's store
 (resumable). The summary's ``note`` says when an embedded model made the numbers
-(``serving.profiles.embedded_note``).
+(``chorus.serving.profiles.embedded_note``).
 """
 from __future__ import annotations
 
@@ -21,17 +21,17 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
-import serving  # serving.build_engine looked up per call: tests replace it
-from core.runs import RunDir
-from interventions import ablations as ab
-from interventions import knockout_pairs as kp
-from interventions import patching as pt
-from interventions import plots as ip
-from interventions.experiment import source_turns
-from interventions.internals.config import InternalsConfig
-from interventions.probes import probe_activations, probe_contexts, probe_layers
-from serving.profiles import embedded_note, get_profile
-from simulate.debate.prompts import load_prompts
+from chorus import serving  # chorus.serving.build_engine looked up per call: tests replace it
+from chorus.core.runs import RunDir
+from chorus.interventions import ablations as ab
+from chorus.interventions import knockout_pairs as kp
+from chorus.interventions import patching as pt
+from chorus.interventions import plots as ip
+from chorus.interventions.experiment import source_turns
+from chorus.interventions.internals.config import InternalsConfig
+from chorus.interventions.probes import probe_activations, probe_contexts, probe_layers
+from chorus.serving.profiles import embedded_note, get_profile
+from chorus.simulate.debate.prompts import load_prompts
 
 SIZES: dict[str, dict[str, Any]] = {
     # layers: "thirds" = first, ~1/3, ~2/3, last; "every4" = every fourth and the last (demo_layers)

@@ -1,13 +1,13 @@
 """``chorus influence knockout|patch|probe|transfer|concepts``: the runner the five internals verbs
 share, over a debate run directory or a bench file. Each verb's pipeline sits beside its mechanics,
-as its module's ``MECHANIC`` (``interventions.mechanic.Mechanic``): knockout in
-``interventions.knockout_pairs`` (mechanics: ``interventions.knockout``), patch in
-``interventions.patching``, probe in ``interventions.probes``, transfer in
-``interventions.transfer``, concepts in ``interventions.concepts`` (a run of its own).
+as its module's ``MECHANIC`` (``chorus.interventions.mechanic.Mechanic``): knockout in
+``chorus.interventions.knockout_pairs`` (mechanics: ``chorus.interventions.knockout``), patch in
+``chorus.interventions.patching``, probe in ``chorus.interventions.probes``, transfer in
+``chorus.interventions.transfer``, concepts in ``chorus.interventions.concepts`` (a run of its own).
 
 Contexts come from round 0 of a debate run (``source.run``) or are generated here from the
 bench (the debate part's helpers), one (receiver, peer) pair per question whose answers differ
-(``interventions.ablations.select_pairs``), read at f = 0 as adoption margins
+(``chorus.interventions.ablations.select_pairs``), read at f = 0 as adoption margins
 ``logit(peer answer) - logit(receiver's previous answer)``.
 
 Every model readout goes through the run's call store (knockout and patch results are keyed
@@ -22,15 +22,15 @@ from typing import Any
 
 import pandas as pd
 
-from core.config import ConfigError, load_config
-from core.progress import Progress
-from core.runs import RunDir, amends_run
-from interventions import ablations as ab
-from interventions import concepts, knockout_pairs, patching, probes, transfer
-from interventions.experiment import source_turns, start_run
-from interventions.internals.config import InternalsConfig
-from interventions.mechanic import Mechanic
-from simulate.debate.experiment import plan_engines
+from chorus.core.config import ConfigError, load_config
+from chorus.core.progress import Progress
+from chorus.core.runs import RunDir, amends_run
+from chorus.interventions import ablations as ab
+from chorus.interventions import concepts, knockout_pairs, patching, probes, transfer
+from chorus.interventions.experiment import source_turns, start_run
+from chorus.interventions.internals.config import InternalsConfig
+from chorus.interventions.mechanic import Mechanic
+from chorus.simulate.debate.experiment import plan_engines
 
 VERBS = ("knockout", "patch", "probe", "transfer", "concepts")
 
@@ -38,7 +38,7 @@ VERBS = ("knockout", "patch", "probe", "transfer", "concepts")
 # -- runs -----------------------------------------------------------------------------------------
 def held_beside(cfg: InternalsConfig, verb: str) -> dict[str, Any]:
     """The engines a verb holds beside the receiver (role "model", transformers), for the device
-    plan: a transfer's own sender (``TransferSpec.sender_spec``, as ``interventions.transfer``
+    plan: a transfer's own sender (``TransferSpec.sender_spec``, as ``chorus.interventions.transfer``
     builds it; held with the receiver, so in the same phase); none for the other verbs."""
     sender = cfg.transfer.sender_spec(cfg.model) if verb == "transfer" else None
     return {"sender": sender} if sender is not None else {}

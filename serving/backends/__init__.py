@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Iterator, Protocol
 
-from serving.types import Sampling
+from chorus.serving.types import Sampling
 
 # (request index, completion fields) for every request that finished in one engine step
 Finished = list[tuple[int, dict[str, Any]]]

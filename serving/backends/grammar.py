@@ -5,7 +5,7 @@ import json
 from functools import lru_cache
 from typing import Any
 
-from serving.structured import SchemaError
+from chorus.serving.structured import SchemaError
 
 
 class GrammarCache:

@@ -10,8 +10,8 @@ import os
 import time
 from typing import Any, Iterator
 
-from serving.backends import Finished
-from serving.types import Sampling
+from chorus.serving.backends import Finished
+from chorus.serving.types import Sampling
 
 
 def eos_ids(model: Any, tok: Any) -> list[int]:
@@ -108,7 +108,7 @@ class HFBackend:
 
     def _grammar_cache(self):
         if self._grammars is None:
-            from serving.backends.grammar import GrammarCache
+            from chorus.serving.backends.grammar import GrammarCache
             # a multimodal checkpoint (Gemma-4, Qwen3.5) keeps the vocabulary in its text config
             vocab = self.model.config.get_text_config().vocab_size
             self._grammars = GrammarCache(self.tokenizer, vocab, self.eos_ids)
@@ -216,8 +216,8 @@ class HFBackend:
     def close(self) -> None:
         """Drop the model, the nnsight wrapper and layer map the interventions cache on it (the
         wrapper points back at the model: a cycle only the collector frees) and the grammar cache,
-        then give the device memory back (``serving.device.free_device_memory``)."""
-        from serving.device import free_device_memory  # at call time: the seam tests patch
+        then give the device memory back (``chorus.serving.device.free_device_memory``)."""
+        from chorus.serving.device import free_device_memory  # at call time: the seam tests patch
 
         model, self.model, self._grammars = getattr(self, "model", None), None, None
         if model is not None:

@@ -32,9 +32,9 @@ import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from typing import Any, Iterator
 
-from serving.backends import Finished
-from serving.profiles import ModelError, Profile
-from serving.types import Sampling
+from chorus.serving.backends import Finished
+from chorus.serving.profiles import ModelError, Profile
+from chorus.serving.types import Sampling
 
 
 class EndpointError(RuntimeError):

@@ -5,7 +5,7 @@ clip(x + q_a + noise). It is served through a real ``Engine`` (``synthetic_engin
 template, a one-id-per-character tokenizer, the call store), so a pipeline that runs on it runs
 unchanged on a model. It knows no topics: the caller passes the stance phrases it should
 recognise in a prompt, each with the stance it stands for (``chorus belief cross --synthetic``
-passes every shipped topic's phrases at their bin midpoints: ``simulate.belief.cross``).
+passes every shipped topic's phrases at their bin midpoints: ``chorus.simulate.belief.cross``).
 """
 from __future__ import annotations
 
@@ -19,11 +19,11 @@ from typing import Any
 
 import numpy as np
 
-from core.seeding import stable_int
-from serving.backends import Finished
-from serving.engine import Engine
-from serving.profiles import Profile
-from serving.store import CallStore
+from chorus.core.seeding import stable_int
+from chorus.serving.backends import Finished
+from chorus.serving.engine import Engine
+from chorus.serving.profiles import Profile
+from chorus.serving.store import CallStore
 
 
 class CharTokenizer:
@@ -102,7 +102,7 @@ class SyntheticBackend:
 def synthetic_engine(model: str, render_bias: float, read_bias: float, *, noise: float = 0.0,
                      fail_rate: float = 0.0, phrases: Mapping[str, float] | None = None,
                      store: str | Path | None = None, description: str = "synthetic channel"):
-    """A ``serving.Engine`` around the synthetic backend of ``model`` (its identity hashes the
+    """A ``chorus.serving.Engine`` around the synthetic backend of ``model`` (its identity hashes the
     channel's parameters, so a changed bias never reads a stale store entry)."""
     be = SyntheticBackend(model, render_bias, read_bias, noise, fail_rate, phrases)
     h = hashlib.sha256(json.dumps(be.settings(), sort_keys=True).encode()).hexdigest()[:16]

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from serving.backends import Finished
-from serving.profiles import ModelError, cache_dir
-from serving.types import Sampling
-from core.logs import engine_log
+from chorus.serving.backends import Finished
+from chorus.serving.profiles import ModelError, cache_dir
+from chorus.serving.types import Sampling
+from chorus.core.logs import engine_log
 
 # Single-token readouts ask vLLM for the log-probabilities of exactly the option tokens
 # (``logprob_token_ids``, at most vLLM's MAX_LOGPROB_TOKEN_IDS = 128 per request, with
@@ -195,7 +195,7 @@ _SLEEP_HOLDER: "weakref.ref[VLLMBackend] | None" = None
 
 
 def _check_sleep_mode(path: str) -> None:
-    from serving.device import expandable_segments  # at call time: the seam tests patch
+    from chorus.serving.device import expandable_segments  # at call time: the seam tests patch
 
     holder = _SLEEP_HOLDER() if _SLEEP_HOLDER is not None else None
     if holder is not None and getattr(holder, "llm", None) is not None:
@@ -211,7 +211,7 @@ def _check_sleep_mode(path: str) -> None:
 class VLLMBackend:
     name = "vllm"
     path = ""
-    engine_plan: Any = None  # serving.plan.EnginePlan when a pool planned the device (sizes for wake)
+    engine_plan: Any = None  # chorus.serving.plan.EnginePlan when a pool planned the device (sizes for wake)
 
     def __init__(self, path: str, *, dtype: str = "float32", max_model_len: int | None = None,
                  tensor_parallel_size: int = 1, enforce_eager: bool | None = None,
@@ -224,7 +224,7 @@ class VLLMBackend:
         cpu = _cpu_only()
         if llm_kwargs.get("enable_sleep_mode"):
             _check_sleep_mode(path)  # before vLLM is imported: a refused engine costs nothing
-        from serving.device import cuda_capability  # at call time: the seam tests patch
+        from chorus.serving.device import cuda_capability  # at call time: the seam tests patch
 
         capability = cuda_capability()
         bi_env = os.environ.get("VLLM_BATCH_INVARIANT")
@@ -276,7 +276,7 @@ class VLLMBackend:
         t0 = time.perf_counter()
         quiet = {"use_tqdm_on_load": False} if engine_log() is not None and "use_tqdm_on_load" not in kw else {}
         try:
-            self.llm = LLM(**kw, **quiet)   # quiet: no shard-loading bar on a terminal the logs left (core.logs)
+            self.llm = LLM(**kw, **quiet)   # quiet: no shard-loading bar on a terminal the logs left (chorus.core.logs)
         except Exception as err:
             self._restore_env()
             msg = missing_torchvision(err, path, cpu)
@@ -336,7 +336,7 @@ class VLLMBackend:
         return SamplingParams(temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_tokens,
                               stop=list(s.stop) or None, seed=s.seed, structured_outputs=so)
 
-    # -- sleep mode: the device freed for a transformers copy of the model (serving.memory) ---------
+    # -- sleep mode: the device freed for a transformers copy of the model (chorus.serving.memory) ---------
     asleep = False
     on_wake: Any = None
     slept_gib: float | None = None  # device memory the last sleep gave back (measured on CUDA)
@@ -344,7 +344,7 @@ class VLLMBackend:
     def sleep(self) -> None:
         """Offload the weights to host memory and drop the KV cache (vLLM sleep mode, level 1).
         Needs ``enable_sleep_mode=True`` at start; the next request wakes the engine."""
-        from serving.device import cuda_free_gib  # at call time: the seam tests patch
+        from chorus.serving.device import cuda_free_gib  # at call time: the seam tests patch
 
         if not self.llm_kwargs.get("enable_sleep_mode"):
             raise RuntimeError("this vLLM engine was started without enable_sleep_mode=True; it cannot sleep")
@@ -370,8 +370,8 @@ class VLLMBackend:
         """Release what must go first (``on_wake``: the pool's transformers copy), check that the
         device has room for the weights and KV cache, then wake the engine."""
         if self.asleep:
-            from serving.device import cuda_free_gib
-            from serving.memory import MemoryPlanError
+            from chorus.serving.device import cuda_free_gib
+            from chorus.serving.memory import MemoryPlanError
 
             if self.on_wake is not None:
                 self.on_wake(self)  # e.g. the pool releases the transformers copy first
@@ -463,9 +463,9 @@ class VLLMBackend:
     def close(self) -> None:
         """Free the engine's device memory: shut the engine core down, drop the last reference to
         the LLM, then vLLM's distributed state, Python's garbage and the CUDA cache, in that order
-        (``serving.device.free_device_memory``). A later engine in this process starts normally."""
+        (``chorus.serving.device.free_device_memory``). A later engine in this process starts normally."""
         global _SLEEP_HOLDER
-        from serving.device import free_device_memory  # at call time: the seam tests patch
+        from chorus.serving.device import free_device_memory  # at call time: the seam tests patch
 
         llm = getattr(self, "llm", None)
         self.llm = None

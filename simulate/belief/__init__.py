@@ -4,9 +4,9 @@ Kept-stable entry points: ``step``, ``kappa_hat``, ``fj_fixed_point`` (numpy, br
 The engine, roles, topics and experiments live in the submodules; this package imports no
 model code.
 """
-from core.lazy import lazy_getattr
+from chorus.core.lazy import lazy_getattr
 
-# a lazy package (PEP 562, as ``aggregate``): ``chorus --help`` mounts simulate.belief.cli without numpy
+# a lazy package (PEP 562, as ``aggregate``): ``chorus --help`` mounts chorus.simulate.belief.cli without numpy
 _EXPORTS = {
     "step": "core", "kappa_hat": "core", "fj_fixed_point": "core", "credence": "core",
     "prior_counts": "core", "discounted_count": "core", "total_count": "core", "step_coefficients": "core",

@@ -17,7 +17,7 @@ import pandas as pd
 
 from . import core
 from .config import BeliefConfig
-from core.stats import cluster_bootstrap
+from chorus.core.stats import cluster_bootstrap
 
 
 def pearson(x, y) -> float:

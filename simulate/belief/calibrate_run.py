@@ -10,14 +10,14 @@ from typing import Any, Callable, Optional
 import pandas as pd
 from pydantic import Field, PrivateAttr
 
-from core.config import Strict
-from serving.spec import ModelSpec
+from chorus.core.config import Strict
+from chorus.serving.spec import ModelSpec
 
 from .calibration import calibrate, load_labels
 from .config import load_command_config
 from .labelset import read_labels_csv
-from serving.roles import plan_roles
-from core.runs import RunDir, run_dir_path
+from chorus.serving.roles import plan_roles
+from chorus.core.runs import RunDir, run_dir_path
 from . import plots
 
 DEFAULT_TOPIC = "transit_priority"
@@ -77,7 +77,7 @@ def run_calibrate(cfg: CalibrateConfig, out: str | Path | None = None, *,
     model = cfg.model.profile
     run = RunDir.create(run_dir_path(out, "belief", f"{COMMAND}-{topic}"), part="belief", seeds={"root": cfg.seed},
                         command=COMMAND, model=model, topic=topic, labels_file=cfg.labels)
-    from serving import build_engine  # at call time: the seam tests patch
+    from chorus.serving import build_engine  # at call time: the seam tests patch
     engine = build_engine(cfg.model, store=run.store_path)
     n = len(labelled) if labelled is not None else len(load_labels(topic))
     try:

@@ -4,7 +4,7 @@ p_cal = sigmoid(logit(p) / tau); tau minimises the soft-label cross-entropy
 -[y log p + (1-y) log(1-p)] on an 80% split of the topic's labelled utterances; ECE and
 cross-entropy are reported before and after on the held-out 20%. One fit per (topic, model),
 written to the user cache, ``$CHORUS_CACHE/fits/<topic>/<model>.json`` (``CHORUS_CACHE`` defaults
-to ``~/.cache/chorus``, ``serving.profiles.cache_dir``), and reused by later runs. A run reads a
+to ``~/.cache/chorus``, ``chorus.serving.profiles.cache_dir``), and reused by later runs. A run reads a
 fit from the cache first, then from the read-only defaults shipped with the package
 (``simulate/topics/calibration/fits/``); nothing is ever written into the package tree.
 ``chorus belief calibrate`` is ``calibrate_run.run_calibrate``."""
@@ -20,10 +20,10 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from core.config import ConfigError
-from core.seeding import call_seed, rng
-from core.stats import ece as core_ece
-from serving.profiles import cache_dir
+from chorus.core.config import ConfigError
+from chorus.core.seeding import call_seed, rng
+from chorus.core.stats import ece as core_ece
+from chorus.serving.profiles import cache_dir
 
 from .roles import APPRAISE, LLMAppraiser, temperature_scale
 from .topics import TOPICS_DIR, load_topic
@@ -42,7 +42,7 @@ def soft_cross_entropy(p, y) -> float:
 
 def ece(p, y, bins: int = 10) -> float:
     """Expected calibration error with soft labels, sum_k n_k/n |mean p_k - mean y_k| over
-    equal-width bins of p (``core.stats.ece``)."""
+    equal-width bins of p (``chorus.core.stats.ece``)."""
     return core_ece(p, y, bins, "width")
 
 

@@ -1,5 +1,5 @@
 """``chorus belief``: run | sweep | multi | calibrate | labelset | cross (built from the verb registry,
-``core.verbs``) | report | correct | models | paper | topics. Heavy imports (numpy-heavy modules,
+``chorus.core.verbs``) | report | correct | models | paper | topics. Heavy imports (numpy-heavy modules,
 serving, matplotlib) stay inside the commands so ``chorus --help`` stays fast."""
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ from typing import List, Optional
 
 import typer
 
-from core.cliutil import add_verbs
-from core.cliutil import fail as _fail
-from core.verbs import Option, Verb, register
-from serving.profiles import DEFAULT_PROFILE
-from core.config import ConfigError
-from core.runs import write_json
+from chorus.core.cliutil import add_verbs
+from chorus.core.cliutil import fail as _fail
+from chorus.core.verbs import Option, Verb, register
+from chorus.serving.profiles import DEFAULT_PROFILE
+from chorus.core.config import ConfigError
+from chorus.core.runs import write_json
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="Bayesian belief layer (BCA): run, sweep, report, calibrate.")
@@ -24,7 +24,7 @@ _SET_HELP = "Override a config field: --set n_agents=4 --set population.kappa=2 
 def _print_summary(console, path: Path, summary: dict) -> None:
     from rich.table import Table
 
-    from simulate.belief.experiment import headline_rows
+    from chorus.simulate.belief.experiment import headline_rows
     t = Table(title=f"{summary.get('experiment')} ({summary.get('mode')}): headline", show_header=False)
     for k, v in headline_rows(summary):
         t.add_row(k, v)
@@ -43,10 +43,10 @@ for _name, _help, _kw in [
     register(Verb("belief", _name, help=_help,
                   config_help="Experiment config (a path or a shipped name, e.g. fj" +
                               ("; one with a sweep: section)." if _kw["sweep"] else ")."),
-                  load="simulate.belief.config:load_belief_config", source="simulate.belief.config:resolve_config_path",
-                  run="simulate.belief.experiment:run_experiment", run_kw=_kw,
-                  check="simulate.belief.experiment:check_" + _name,
-                  show=_print_summary, unit="utterances", errors=("serving.profiles:ModelError",)))
+                  load="chorus.simulate.belief.config:load_belief_config", source="chorus.simulate.belief.config:resolve_config_path",
+                  run="chorus.simulate.belief.experiment:run_experiment", run_kw=_kw,
+                  check="chorus.simulate.belief.experiment:check_" + _name,
+                  show=_print_summary, unit="utterances", errors=("chorus.serving.profiles:ModelError",)))
 add_verbs(app, "belief")
 
 
@@ -56,10 +56,10 @@ def report(run_dir: Path = typer.Argument(..., help="A belief run directory."),
     """Recompute summary.json and plots from a run directory's files alone."""
     from rich.console import Console
 
-    from simulate.belief.cross_config import is_cross_run
-    from simulate.belief.experiment import report as _report  # a Beta or a multi-concept run
+    from chorus.simulate.belief.cross_config import is_cross_run
+    from chorus.simulate.belief.experiment import report as _report  # a Beta or a multi-concept run
     if is_cross_run(run_dir):  # a cross-appraisal run (chorus belief cross)
-        from simulate.belief.cross import report as _report
+        from chorus.simulate.belief.cross import report as _report
     try:
         summary = _report(run_dir, make_plots=not no_plots)
     except (ConfigError, FileNotFoundError) as err:
@@ -72,10 +72,10 @@ def report(run_dir: Path = typer.Argument(..., help="A belief run directory."),
 register(Verb(
     "belief", "multi", help="Multi-concept identities: a Dirichlet belief per concept (K-way stances), every seed in lockstep.",
     config_help="Multi-concept config (a path or a shipped name, e.g. multi_fj).",
-    load="simulate.belief.config:load_multi_config", source="simulate.belief.config:resolve_multi_config_path",
-    run="simulate.belief.experiment:run_experiment", check="simulate.belief.experiment:check_run", show=_print_summary,
+    load="chorus.simulate.belief.config:load_multi_config", source="chorus.simulate.belief.config:resolve_multi_config_path",
+    run="chorus.simulate.belief.experiment:run_experiment", check="chorus.simulate.belief.experiment:check_run", show=_print_summary,
     unit="utterances",
-    errors=("serving.profiles:ModelError",)))
+    errors=("chorus.serving.profiles:ModelError",)))
 add_verbs(app, "belief")
 
 
@@ -100,13 +100,13 @@ def _show_calibrate(console, path: Path, fit: dict) -> None:
 
 
 _BACKEND = "hf | vllm | openai | auto."
-_MODEL_ERRORS = ("serving.profiles:ModelError", "serving.store:StoreError")
+_MODEL_ERRORS = ("chorus.serving.profiles:ModelError", "chorus.serving.store:StoreError")
 _DEFAULT_CONFIG = "a path or a shipped name: default, every field at its default"
 register(Verb(
     "belief", "calibrate", help="Fit the appraiser temperature tau for a model on a topic's labelled utterances.",
     config_help=f"Calibrate config ({_DEFAULT_CONFIG}).", default_config="default",
-    load="simulate.belief.calibrate_run:load_calibrate_config", run="simulate.belief.calibrate_run:run_calibrate",
-    check="simulate.belief.calibrate_run:plan_engines", show=_show_calibrate, announce=_announce_calibrate,
+    load="chorus.simulate.belief.calibrate_run:load_calibrate_config", run="chorus.simulate.belief.calibrate_run:run_calibrate",
+    check="chorus.simulate.belief.calibrate_run:plan_engines", show=_show_calibrate, announce=_announce_calibrate,
     label=lambda cfg: f"{cfg.model.profile}: appraising the labelled set", unit="appraisals", plots=False,
     out=Option("out", "--out", Optional[Path], None, "Run directory for the scores and plot.", "run:out"),
     options=(Option("model", "--model", str, DEFAULT_PROFILE, "Model profile.", "config:model.profile"),
@@ -143,8 +143,8 @@ register(Verb(
     "belief", "labelset", help="Draw a calibration set from a model's own generations at each stance bin and write "
                                "it out for a\nperson to label (then: chorus belief calibrate --labels FILE.csv).",
     config_help=f"Labelset config ({_DEFAULT_CONFIG}).", default_config="default",
-    load="simulate.belief.labelset:load_labelset_config", run="simulate.belief.labelset:run_labelset",
-    check="simulate.belief.labelset:plan_engines", show=_show_labelset,
+    load="chorus.simulate.belief.labelset:load_labelset_config", run="chorus.simulate.belief.labelset:run_labelset",
+    check="chorus.simulate.belief.labelset:plan_engines", show=_show_labelset,
     label=lambda cfg: f"{cfg.model.profile}: drawing {cfg.per_bin} utterances per stance bin", unit="utterances",
     plots=False,
     out=Option("run_dir", "--run-dir", Optional[Path], None, "Run directory (default FILE.run/ beside the CSV: the "
@@ -170,7 +170,7 @@ add_verbs(app, "belief")
 def _print_cross(console, path: Path, summary: dict) -> None:
     from rich.table import Table
 
-    from simulate.belief.cross import summary_rows
+    from chorus.simulate.belief.cross import summary_rows
     t = Table(title=f"{summary.get('experiment')} ({summary.get('mode')}): channel bias = mu + rendering + "
                     f"reading ({'anchor ' + summary['anchor'] if summary.get('anchor') else 'sum-to-zero'})")
     for c in ("model", "rendering part", "reading part"):
@@ -192,8 +192,8 @@ register(Verb(
     "belief", "cross", help="Cross-appraisal: every model's appraiser reads every model's utterances; each channel's "
                             "bias\nsplit into a rendering (generator) and a reading (appraiser) part.",
     config_help=f"Cross-appraisal config ({_DEFAULT_CONFIG}).", default_config="default",
-    load="simulate.belief.cross_config:load_cross_config", run="simulate.belief.cross:run_cross",
-    check="simulate.belief.cross:plan_engines", show=_print_cross,
+    load="chorus.simulate.belief.cross_config:load_cross_config", run="chorus.simulate.belief.cross:run_cross",
+    check="chorus.simulate.belief.cross:plan_engines", show=_print_cross,
     label=lambda cfg: f"cross-appraisal ({cfg.mode}, {len(cfg.panel())} models)", unit="calls",
     out=Option("out", "--out", Optional[Path], None, "Run directory (default runs/belief/cross-TIME).", "run:out"),
     set_help="Override a field of the cross config: --set max_utterances=200 --set analysis.anchor=MODEL.",
@@ -211,7 +211,7 @@ add_verbs(app, "belief")
 @app.command()
 def topics() -> None:
     """List the shipped topics (single-concept, then multi-concept)."""
-    from simulate.belief.topics import list_multi_topics, list_topics, load_multi_topic, load_topic
+    from chorus.simulate.belief.topics import list_multi_topics, list_topics, load_multi_topic, load_topic
     for t in list_topics():
         tp = load_topic(t)
         typer.echo(f"{tp.id}: {tp.title} (a+ {tp.a_plus_short!r}, a- {tp.a_minus_short!r})")
@@ -245,8 +245,8 @@ register(Verb(
     "belief correct", "fit", help="Fit a channel correction g: e -> s from a run's (s, e) pairs; apply it in a "
                                   "later run with\n--set channel_correction=stored (or =PATH).",
     config_help="", default_config="default",
-    load="simulate.belief.correction:load_fit_config", run="simulate.belief.correction:fit",
-    check="simulate.belief.correction:check_fit", show=_show_fit, no_out=True, bar=False,
+    load="chorus.simulate.belief.correction:load_fit_config", run="chorus.simulate.belief.correction:fit",
+    check="chorus.simulate.belief.correction:check_fit", show=_show_fit, no_out=True, bar=False,
     argument=Option("run_dir", "RUN_DIR", Path, ..., "A belief run directory (its logged (s, e) pairs).", "config:run"),
     plots_help="Skip the figure of the fit.",
     set_help="Override a field of the fit's config: --set n_folds=10 (YAML values; repeatable).",
@@ -271,7 +271,7 @@ def models(runs: List[Path] = typer.Argument(..., help="Belief run directories o
     from rich.console import Console
     from rich.table import Table
 
-    from simulate.belief.models_table import TableError, fmt, models_tables, wide_table3
+    from chorus.simulate.belief.models_table import TableError, fmt, models_tables, wide_table3
     try:
         t2, t3, sources = models_tables([str(p) for p in runs])
     except (TableError, ConfigError, FileNotFoundError) as err:
@@ -308,8 +308,8 @@ def paper(runs: List[Path] = typer.Argument(..., help="Belief run directories: r
           out: Path = typer.Option(..., "--out", help="Folder for numbers.json, paper.md and figures/.")) -> None:
     """The belief-layer paper's tables and figures in the paper's order, from one numbers file read out of the
     stored runs (no model call); a section without its run names the command that makes it."""
-    from simulate.belief.models_table import TableError
-    from simulate.belief.paper import PaperError, build_paper
+    from chorus.simulate.belief.models_table import TableError
+    from chorus.simulate.belief.paper import PaperError, build_paper
     try:
         p = build_paper(runs, out)
     except (PaperError, TableError, ConfigError, FileNotFoundError) as err:

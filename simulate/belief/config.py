@@ -29,8 +29,8 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from core.config import ConfigError, Strict, load_named, load_yaml, resolve_config, set_dotted, validate
-from serving.spec import MaxTokens, ModelSpec, Sampling, Temperature, fold_legacy
+from chorus.core.config import ConfigError, Strict, load_named, load_yaml, resolve_config, set_dotted, validate
+from chorus.serving.spec import MaxTokens, ModelSpec, Sampling, Temperature, fold_legacy
 
 from .population import Population, Topology, check_population, check_topology
 from .topics import topic_kind
@@ -68,7 +68,7 @@ class PopulationRun(Strict):
 
 
 class GeneratorCfg(Sampling):
-    """The speakers' sampling (serving.spec.Sampling)."""
+    """The speakers' sampling (chorus.serving.spec.Sampling)."""
     temperature: Temperature = 0.9
     max_tokens: MaxTokens = 60
 

@@ -49,13 +49,13 @@ import numpy as np
 import pandas as pd
 from pydantic import Field
 
-from core.config import ConfigError, Strict, load_config, load_named
-from core.runs import RunDir, library_versions, write_json
+from chorus.core.config import ConfigError, Strict, load_config, load_named
+from chorus.core.runs import RunDir, library_versions, write_json
 
 from . import calibration
 from .config import BeliefConfig, ChannelCfg, Condition
 # the map and its fit, and the measure of success, live beside this module; re-exported here so
-# ``simulate.belief.correction`` keeps every name it had
+# ``chorus.simulate.belief.correction`` keeps every name it had
 from .correction_map import (EPS, FAMILIES, FOLDS, MIN_EVENTS, CorrectionMap, diagonal_mse, fit_map, folds,  # noqa: F401
                              s_bins, usable_pairs)
 from .correction_map import _logit, _sigmoid
@@ -182,7 +182,7 @@ def fit_run(run_dir: str | Path, *, model: str | None = None, topic: str | None 
     return rec
 
 
-# -- chorus belief correct fit RUN_DIR: a registered verb (core.verbs) ------------------------------
+# -- chorus belief correct fit RUN_DIR: a registered verb (chorus.core.verbs) ------------------------------
 class CorrectFitConfig(Strict):
     """``chorus belief correct fit RUN_DIR``: which run's (s, e) pairs are fitted, and how (the
     command's options set these fields; ``--set`` any of them). The fit is written into the run

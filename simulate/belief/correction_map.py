@@ -1,4 +1,4 @@
-"""The correction map g of ``simulate.belief.correction``: a monotone map of appraised evidence e
+"""The correction map g of ``chorus.simulate.belief.correction``: a monotone map of appraised evidence e
 onto speaker belief s, its families, its (de)serialisation and its fit (``fit_map``: every family
 scored by K-fold cross-validation on the corrected transfer curve's distance from the diagonal).
 The stored files and the application are ``correction.py``, the measure of success
@@ -12,8 +12,8 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from core.config import ConfigError
-from core.seeding import rng
+from chorus.core.config import ConfigError
+from chorus.core.seeding import rng
 
 FAMILIES = ("isotonic", "logit_linear", "beta", "moment")
 EPS = 1e-6

@@ -1,4 +1,4 @@
-"""The measure of success of a channel correction (``simulate.belief.correction``), from a run's
+"""The measure of success of a channel correction (``chorus.simulate.belief.correction``), from a run's
 tables alone: per arm (corrected or not, twin conditions paired), the pliable consensus against
 the initial mean, the transfer curve's diagonal check with intervals, and kappa recovery."""
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Figures of the channel correction: the fit (in the run it was fitted from) and, in a
 corrected run, the transfer curve before and after with its intervals, the applied map and the
-pliable consensus per arm. Figures are made by ``core.plots`` (Agg, no pyplot)."""
+pliable consensus per arm. Figures are made by ``chorus.core.plots`` (Agg, no pyplot)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,7 +9,7 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from core.plots import save, subplots
+from chorus.core.plots import save, subplots
 
 from .correction_map import CorrectionMap
 

@@ -31,7 +31,7 @@ run's own appraisals when the appraiser settings match. Engines are used one mod
 (load, appraise everything, close).
 
 ``mode: synthetic`` is a model-free channel with known biases, served through a real
-``serving.Engine`` (the synthetic backend, ``serving.backends.synthetic``, behind the same call
+``chorus.serving.Engine`` (the synthetic backend, ``chorus.serving.backends.synthetic``, behind the same call
 store): generator g writes "stance x" with x = s + r_g, appraiser a reads x back as
 clip(x + q_a + noise). The decomposition must recover r and q there (tests;
 ``chorus belief cross --synthetic``).
@@ -53,15 +53,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from core.config import ConfigError, load_config
-from core.runs import RunDir, run_dir_path
-from core.seeding import call_seed, rng, stable_int
-from serving.backends import synthetic as synthetic_backend
-from serving.backends.synthetic import SyntheticBackend
+from chorus.core.config import ConfigError, load_config
+from chorus.core.runs import RunDir, run_dir_path
+from chorus.core.seeding import call_seed, rng, stable_int
+from chorus.serving.backends import synthetic as synthetic_backend
+from chorus.serving.backends.synthetic import SyntheticBackend
 
 from .config import AppraiserCfg, BeliefConfig, GeneratorCfg
 # the config, the decomposition and the plots live beside this module; re-exported here so
-# ``simulate.belief.cross`` keeps every name it had
+# ``chorus.simulate.belief.cross`` keeps every name it had
 from .cross_analysis import (STREAM_BOOT, additive_fit, bootstrap_pairs, crossed, decompose, design,  # noqa: F401
                              pair_stats, transfer_curves)
 from .cross_config import (COMMAND, TABLES, CrossAnalysisCfg, CrossConfig, GenerateCfg, SyntheticCfg,  # noqa: F401
@@ -71,14 +71,14 @@ from .cross_report import CONSTRAINTS, report, summary_rows  # noqa: F401
 from .roles import APPRAISE, LLMAppraiser, LLMGenerator, RunKey, Turn, temperature_scale
 from .topics import list_topics, load_topic
 from .calibration import find_fit, load_fit
-from serving.roles import plan_roles
+from chorus.serving.roles import plan_roles
 
 STREAM_SUBSAMPLE = 31
 # midpoints of the nine stance bins (topics.stance_bin): what a synthetic generator reads off a phrase
 BIN_MID = np.array([0.05, 0.175, 0.30, 0.40, 0.50, 0.60, 0.70, 0.825, 0.95])
 
 
-# -- the synthetic channel (serving.backends.synthetic, fed the shipped topics' phrases) ------------
+# -- the synthetic channel (chorus.serving.backends.synthetic, fed the shipped topics' phrases) ------------
 def stance_phrases() -> dict[str, float]:
     """Every shipped topic's stance phrase -> its bin midpoint (BIN_MID): what the synthetic
     backend reads off a generator prompt."""
@@ -90,8 +90,8 @@ def stance_phrases() -> dict[str, float]:
 
 
 def synthetic_engine(model: str, syn: SyntheticCfg, store: str | Path | None = None):
-    """A ``serving.Engine`` around the synthetic backend of ``model``
-    (``serving.backends.synthetic``) with ``syn``'s biases and the shipped topics' phrases (its
+    """A ``chorus.serving.Engine`` around the synthetic backend of ``model``
+    (``chorus.serving.backends.synthetic``) with ``syn``'s biases and the shipped topics' phrases (its
     identity hashes the channel's parameters, so a changed bias never reads a stale store entry)."""
     if model not in syn.render_bias or model not in syn.read_bias:
         raise ConfigError(f"synthetic model {model!r} needs synthetic.render_bias and synthetic.read_bias entries")
@@ -244,7 +244,7 @@ def run_cross(cfg: CrossConfig, out: str | Path | None = None, *, load: Callable
               close_engines: bool = True, progress: Callable[[int, int], Any] | None = None,
               make_plots: bool = True) -> tuple[RunDir, dict[str, Any]]:
     """Collect the utterances, appraise them with every model, write the run directory and its
-    report. ``load(model)``: an engine for a model (default: ``serving.build_engine`` on the
+    report. ``load(model)``: an engine for a model (default: ``chorus.serving.build_engine`` on the
     run's call store, or the synthetic engine); used one model at a time."""
     sources, metas = read_sources(cfg)
     dplan = None
@@ -263,7 +263,7 @@ def run_cross(cfg: CrossConfig, out: str | Path | None = None, *, load: Callable
             run.update_provenance(device_plan=dplan.to_dict())
 
             def load(m):
-                from serving import build_engine  # at call time: the seam tests patch
+                from chorus.serving import build_engine  # at call time: the seam tests patch
                 return build_engine(cfg.spec(m), store=run.store_path, role=f"panel:{m}", plan=dplan)
 
     # utterances: the runs' (subsampled), else generated

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from core.seeding import rng
+from chorus.core.seeding import rng
 
 from . import analysis
 

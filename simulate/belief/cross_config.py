@@ -11,8 +11,8 @@ from typing import Literal, Optional
 
 from pydantic import Field, model_validator
 
-from core.config import Strict
-from serving.spec import Backend, Dtype, ModelSpec, RoleSpec
+from chorus.core.config import Strict
+from chorus.serving.spec import Backend, Dtype, ModelSpec, RoleSpec
 
 from .config import AppraiserCfg, GeneratorCfg, load_command_config
 

@@ -1,4 +1,4 @@
-"""Figures of a cross-appraisal run (``cross_report.py`` draws them; ``core.plots``: Agg, no
+"""Figures of a cross-appraisal run (``cross_report.py`` draws them; ``chorus.core.plots``: Agg, no
 pyplot): the transfer-curve grid (rows generator, columns appraiser), the rendering and reading
 parts per model, and the pair-bias matrix with the additive fit's residuals. Each takes
 (appraisals, transfer curves, pairs, parts, config, path) and returns the path written."""
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from core.plots import save, subplots
+from chorus.core.plots import save, subplots
 
 
 def plot_transfer_grid(app, tc, pairs, parts, cfg, path: Path) -> Path:

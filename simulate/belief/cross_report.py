@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from core.config import ConfigError, load_config
-from core.runs import RunDir, amends_run
+from chorus.core.config import ConfigError, load_config
+from chorus.core.runs import RunDir, amends_run
 
 from . import analysis
 from .cross_analysis import decompose, transfer_curves

@@ -13,8 +13,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from core.config import ConfigError, load_config
-from core.runs import RunDir, amends_run, run_dir_path
+from chorus.core.config import ConfigError, load_config
+from chorus.core.runs import RunDir, amends_run, run_dir_path
 
 from . import analysis, concept_analysis, correction, correction_measure, correction_plots, plots
 from .calibration import find_fit, fit_path, load_fit
@@ -24,7 +24,7 @@ from .engine import plan as plan_concepts
 from .roles import LLMAppraiser, LLMGenerator, LLMProbe, MultiLLMAppraiser, OracleProbe
 from .tables import all_tables, concept_tables
 from .topics import TOPICS_DIR, list_multi_topics, list_topics, load_multi_topic, load_topic, topic_kind
-from serving.roles import plan_roles
+from chorus.serving.roles import plan_roles
 
 NOT_SWEEPABLE = ("mode", "seed", "name", "llm", "analysis", "sweep", "oracle")
 TABLES = ("events", "utterances", "beliefs", "runs", "agents", "edges", "conditions")
@@ -151,7 +151,7 @@ def run_experiment(cfg: BeliefConfig, out: str | Path | None = None, *, sweep: b
     run = RunDir.create(out, part="belief", config=cfg, seeds={"root": cfg.seed, "replicates": cfg.seed_list},
                         mode=cfg.mode, source_config=source, engine_code_sha256=code_hash(), **extra)
     if owned:
-        from serving import build_engine
+        from chorus.serving import build_engine
         run.update_provenance(device_plan=dplan.to_dict())
         engine = build_engine(cfg.llm.model, store=run.store_path, plan=dplan)
     try:

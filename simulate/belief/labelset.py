@@ -29,16 +29,16 @@ import numpy as np
 import pandas as pd
 from pydantic import Field, model_validator
 
-from core.config import ConfigError, Strict
-from core.seeding import call_seed, rng
-from serving.spec import ModelSpec
+from chorus.core.config import ConfigError, Strict
+from chorus.core.seeding import call_seed, rng
+from chorus.serving.spec import ModelSpec
 
 from .calibration import min_labelled
 from .config import GeneratorCfg, load_command_config
 from .roles import GEN, LLMGenerator, RunKey, Turn
 from .topics import _LOWER, _LOWER2, _UPPER, Topic, load_topic
-from serving.roles import plan_roles
-from core.runs import RunDir
+from chorus.serving.roles import plan_roles
+from chorus.core.runs import RunDir
 
 STREAM_SHUFFLE = 41
 TOPUP_FACTOR = 3          # default cap on draws per bin, in multiples of per_bin
@@ -195,22 +195,22 @@ def run_labelset(cfg: LabelsetConfig, out: Path, run_dir: Path | None = None, en
                  progress: Callable[[int, int], Any] | None = None) -> tuple[Any, dict[str, Any]]:
     """Draw, deduplicate, shuffle, write the three files and the run directory (default: beside
     the CSV, ``FILE.run/``, so rerunning the same command resumes). ``engine``: a ready engine
-    (tests); default ``serving.build_engine`` on the run's call store. ``progress``: the kept
-    utterances (``core.progress``)."""
+    (tests); default ``chorus.serving.build_engine`` on the run's call store. ``progress``: the kept
+    utterances (``chorus.core.progress``)."""
     topic = load_topic(cfg.topic)
     out = Path(out)
     if out.exists() and not out.is_file():
         raise ConfigError(f"--out {out}: is a directory; give a .csv file path")
     refuse_labelled(out)
     if engine is None:
-        from serving.profiles import get_profile
+        from chorus.serving.profiles import get_profile
         get_profile(cfg.model.profile)   # an unknown profile fails before any directory exists
     run = RunDir.create(run_dir or sibling(out, ".run"), part="belief", config=cfg, seeds={"root": cfg.seed},
                         command="labelset", model=cfg.model.profile, topic=topic.id,
                         topic_sha256=topic.sha256, labelset_csv=str(out))
     own = engine is None
     if own:
-        from serving import build_engine
+        from chorus.serving import build_engine
         engine = build_engine(cfg.model, store=run.store_path)
     t0 = time.perf_counter()
     try:

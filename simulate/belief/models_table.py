@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from .analysis import pearson
-from core.runs import RunDir
+from chorus.core.runs import RunDir
 
 POOLED = ("channel_pearson", "belief_probe_r", "appraisal_failure_rate")
 FROM_RUN = ("degroot_initial_mean", "degroot_landing", "fj_persists", "fj_r2", "committed_monotone",

@@ -13,8 +13,8 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
-from core.paper import copy_figures, fmt, md_table, missing_line, run_plots, write_paper
-from core.runs import file_sha256, json_safe
+from chorus.core.paper import copy_figures, fmt, md_table, missing_line, run_plots, write_paper
+from chorus.core.runs import file_sha256, json_safe
 
 SCHEMA = "chorus.belief-paper/1"
 LLM = "--set mode=llm --set llm.model=PROFILE"
@@ -87,7 +87,7 @@ def export(run_dirs: Sequence[str | Path]) -> dict[str, Any]:
                      "figures": [(r["path"], fig) for r in rs]} if rs else {"missing": f"a {kind} run: {cmd}"}
     table_runs = [r for r in runs if r["kind"] != "calibrate" and {"headline", "kappa_recovery"} <= set(r["summary"])]
     if table_runs:
-        from simulate.belief.models_table import models_tables
+        from chorus.simulate.belief.models_table import models_tables
         t2, t3, sources = models_tables([r["path"] for r in table_runs])
         sec["table2_models"] = {"table": t2.reset_index().to_dict(orient="records"), "sources": sources,
                                 "runs": [_src(r) for r in table_runs]}

@@ -1,4 +1,4 @@
-"""Figures from a run's tables and derived tables (``core.plots``: Agg, no pyplot): ``PLOTS`` for a
+"""Figures from a run's tables and derived tables (``chorus.core.plots``: Agg, no pyplot): ``PLOTS`` for a
 Beta run (panels per condition), ``CONCEPT_PLOTS`` for a multi-concept run (panels per concept)."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from core.plots import save, subplots
+from chorus.core.plots import save, subplots
 
 MAX_PANELS = 12
 GROUP_COLOURS = {"stubborn": "tab:red", "pliable": "tab:blue", "committed": "black",

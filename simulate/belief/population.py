@@ -2,7 +2,7 @@
 configs, and their builders (initial credences, kappas, groups, graphs, turn orders).
 
 One set of builders for any number of stances K: the Beta layer is K = 2 (the scalar credence
-is the first stance's, ``dirichlet.binary``). Every draw comes from ``core.seeding.rng`` streams
+is the first stance's, ``dirichlet.binary``). Every draw comes from ``chorus.core.seeding.rng`` streams
 spawned by (root seed, run seed, stream[, concept]); concept 0 uses the plain stream, so a
 one-concept K = 2 run reproduces the Beta layer bit for bit.
 """
@@ -16,8 +16,8 @@ import networkx as nx
 import numpy as np
 from pydantic import Field, field_validator, model_validator
 
-from core.config import ConfigError, Strict
-from core.seeding import rng
+from chorus.core.config import ConfigError, Strict
+from chorus.core.seeding import rng
 
 from . import dirichlet
 

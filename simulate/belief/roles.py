@@ -11,7 +11,7 @@
 
 Every call is one batch across the runs advancing in lockstep; every request carries its own
 seed, derived from (root seed, run seed, round, turn or agent, role, attempt) with
-``core.seeding.call_seed``, so a run's results do not depend on what it was batched with.
+``chorus.core.seeding.call_seed``, so a run's results do not depend on what it was batched with.
 
 Oracle implementations (e = s, probe = b) make no model calls; LLM implementations talk to a
 ``serving`` engine (``build_engine``) through ``chat`` only.
@@ -25,7 +25,7 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from core.seeding import call_seed
+from chorus.core.seeding import call_seed
 
 from . import dirichlet
 from .topics import WEIGHT_MAX, MultiTopic, Topic

@@ -21,7 +21,7 @@ import numpy as np
 import yaml
 from pydantic import ConfigDict, Field, field_validator
 
-from core.config import ConfigError, Strict, resolve_config, validate
+from chorus.core.config import ConfigError, Strict, resolve_config, validate
 
 TOPICS_DIR = Path(__file__).resolve().parent.parent / "topics"
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping, Sequence
 
-from aggregate.trace import Trace, as_traces
+from chorus.aggregate.trace import Trace, as_traces
 
 
 def _endorsed(tr: Trace, j: int) -> str | None:

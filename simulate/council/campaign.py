@@ -1,6 +1,6 @@
 """One campaign-wide numbers file (BDA paper D.7): every number of the paper's tables, figures and
 diagnostics, across councils, datasets, conditions and generation seeds, exported from the stored
-traces into ``CAMPAIGN/numbers.json``; the paper report (``simulate.council.paper``) renders only
+traces into ``CAMPAIGN/numbers.json``; the paper report (``chorus.simulate.council.paper``) renders only
 from it, and ``verify_campaign`` is its drift guard.
 
     chorus council campaign RUN [RUN ...] --out CAMPAIGN     # export (arithmetic over stored traces)
@@ -19,12 +19,12 @@ from typing import Any, Optional
 
 from pydantic import Field, field_validator
 
-from aggregate.trace import load_traces
-from core.config import Strict, load_config
-from core.runs import RunDir, file_sha256, json_safe, mark_failed, write_json
-from simulate.council.campaign_inputs import CampaignError, collect
-from simulate.council.campaign_sections import SECTIONS, Context, Options
-from simulate.council.config import DEFAULT_AGG_METHODS
+from chorus.aggregate.trace import load_traces
+from chorus.core.config import Strict, load_config
+from chorus.core.runs import RunDir, file_sha256, json_safe, mark_failed, write_json
+from chorus.simulate.council.campaign_inputs import CampaignError, collect
+from chorus.simulate.council.campaign_sections import SECTIONS, Context, Options
+from chorus.simulate.council.config import DEFAULT_AGG_METHODS
 
 NUMBERS = "numbers.json"
 SCHEMA = "chorus.campaign/1"
@@ -57,7 +57,7 @@ class CampaignConfig(Strict):
     @field_validator("methods")
     @classmethod
     def _methods(cls, v):
-        from aggregate.methods import check_method  # lazy: pulls in scipy
+        from chorus.aggregate.methods import check_method  # lazy: pulls in scipy
         for m in v or []:
             check_method(m)
         return v
@@ -76,7 +76,7 @@ def export(cfg: CampaignConfig, progress=None, collected=None) -> dict[str, Any]
     """The numbers dict of ``cfg``'s inputs (no file written); ``collected``: ``collect(cfg.inputs)`` done already."""
     sources, cells = collected if collected is not None else collect(cfg.inputs)
     ctx = Context(cells, cfg.options(), sources)
-    from aggregate.methods import describe  # lazy: pulls in scipy
+    from chorus.aggregate.methods import describe  # lazy: pulls in scipy
     numbers: dict[str, Any] = {
         "schema": SCHEMA, "options": asdict(ctx.options),
         "methods": {m: describe(m) for m in ctx.options.methods},
@@ -92,7 +92,7 @@ def export(cfg: CampaignConfig, progress=None, collected=None) -> dict[str, Any]
         s = SECTIONS[name]
         numbers["sections"][name] = {"paper": s.paper, "needs": s.needs, **json_safe(s.fn(ctx))}
         if progress is not None:
-            progress(len(names), 1)   # core.progress: (total, advance)
+            progress(len(names), 1)   # chorus.core.progress: (total, advance)
     return numbers
 
 
@@ -154,7 +154,7 @@ def _compare(where: str, stored: Any, derived: Any, tol: float, out: list[Mismat
 
 def plain_inventory(traces: list) -> dict[str, Any]:
     """The inventory's fast subset recounted in plain Python, on purpose apart from the export's code
-    (numpy, ``core.stats``): trace counts, moves by force, parse rate, seat round-0 accuracy, majority
+    (numpy, ``chorus.core.stats``): trace counts, moves by force, parse rate, seat round-0 accuracy, majority
     accuracy (ties fractional) and its equal-width ECE."""
     moves = [m for tr in traces for m in tr.moves]
     by_force: dict[str, int] = {}

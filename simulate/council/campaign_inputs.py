@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from aggregate.trace import iter_traces, load_traces
-from core.config import ConfigError, load_config
-from core.runs import file_sha256
-from simulate.council.config import CouncilConfig
+from chorus.aggregate.trace import iter_traces, load_traces
+from chorus.core.config import ConfigError, load_config
+from chorus.core.runs import file_sha256
+from chorus.simulate.council.config import CouncilConfig
 
 TRACE_NAME = re.compile(r"^(?P<dataset>[^_][^/]*?)__(?P<condition>[^/]+?)\.jsonl(\.gz)?$")
 

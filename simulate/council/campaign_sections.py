@@ -10,15 +10,15 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from aggregate.contagion import contagion_summary
-from aggregate.counts import Pool
-from aggregate.policy_shift import before_after, coalition, shift_table, shifted_stream
-from aggregate.results import independent_plurality
-from core.runs import file_sha256
-from core.stats import ece, reliability_table
-from simulate.council.adversary import compliance
-from simulate.council.campaign_inputs import CellInput
-from simulate.council.llm_baselines import baseline_metrics
+from chorus.aggregate.contagion import contagion_summary
+from chorus.aggregate.counts import Pool
+from chorus.aggregate.policy_shift import before_after, coalition, shift_table, shifted_stream
+from chorus.aggregate.results import independent_plurality
+from chorus.core.runs import file_sha256
+from chorus.core.stats import ece, reliability_table
+from chorus.simulate.council.adversary import compliance
+from chorus.simulate.council.campaign_inputs import CellInput
+from chorus.simulate.council.llm_baselines import baseline_metrics
 
 
 @dataclass(frozen=True)
@@ -92,7 +92,7 @@ def _records(df) -> list[dict[str, Any]]:
 
 
 def _supervised(methods: Sequence[str]) -> list[str]:
-    from aggregate.methods import make_method  # lazy: pulls in scipy
+    from chorus.aggregate.methods import make_method  # lazy: pulls in scipy
     return [m for m in methods if "+" not in m and getattr(make_method(m), "supervised", False)]
 
 
@@ -103,8 +103,8 @@ def _run(traces: list, methods: Sequence[str], o: Options, *, bootstrap: bool = 
 
 def _cell(traces: list, methods: Sequence[str], o: Options, *, bootstrap: bool = True):
     """``aggregate``'s evaluated ``Cell`` (record, pool, cross-validated predictions)."""
-    from aggregate.config import RunConfig  # lazy: pulls in scipy
-    from aggregate.experiments import evaluate_run  # lazy: pulls in scipy
+    from chorus.aggregate.config import RunConfig  # lazy: pulls in scipy
+    from chorus.aggregate.experiments import evaluate_run  # lazy: pulls in scipy
 
     ref = "plurality" if "plurality" in methods else methods[0]
     cfg = RunConfig(name="campaign", traces="(campaign cell)", seed=o.seed, protocol=o.protocol, on_violation="skip",
@@ -156,7 +156,7 @@ def inventory(ctx: Context) -> dict[str, Any]:
 def cells(ctx: Context) -> dict[str, Any]:
     import numpy as np
 
-    from aggregate.experiments import per_task  # lazy: pulls in scipy
+    from chorus.aggregate.experiments import per_task  # lazy: pulls in scipy
     out = {}
     for key, c in ctx.cells.items():
         try:
@@ -220,7 +220,7 @@ def baselines(ctx: Context) -> dict[str, Any]:
 @section("flips", paper="App. E.4, Fig. 6 (decision flips, round 0 vs full trace, neutral prior, by K)",
          needs="clean labelled cells", cheap=True)
 def flips(ctx: Context) -> dict[str, Any]:
-    from aggregate.flips import decision_flips, flip_summary  # lazy: pulls in scipy
+    from chorus.aggregate.flips import decision_flips, flip_summary  # lazy: pulls in scipy
     out = {}
     for council in ctx.councils():
         cs = ctx.select(council, attacked=False)
@@ -236,7 +236,7 @@ def flips(ctx: Context) -> dict[str, Any]:
 @section("table7", paper="Table 7 (reliability-key granularity at the fixed prior (0.58, 2, 16); reliability "
                            "estimator by inner CV; one set of folds)", needs="clean K = 2 cells")
 def table7(ctx: Context) -> dict[str, Any]:
-    from aggregate.granularity import ablation_table  # lazy: pulls in scipy
+    from chorus.aggregate.granularity import ablation_table  # lazy: pulls in scipy
     o = ctx.options
     out = {}
     for council in ctx.councils():
@@ -254,8 +254,8 @@ def table7(ctx: Context) -> dict[str, Any]:
 @section("label_efficiency", paper="App. E.6, Table 11 and Fig. 3 (n labels, disjoint calibrate / hold-out, seeds)",
          needs="clean labelled cells")
 def label_efficiency(ctx: Context) -> dict[str, Any]:
-    from aggregate.label_efficiency import efficiency_curve  # lazy: pulls in scipy
-    from aggregate.label_efficiency import label_efficiency as sweep  # lazy: pulls in scipy
+    from chorus.aggregate.label_efficiency import efficiency_curve  # lazy: pulls in scipy
+    from chorus.aggregate.label_efficiency import label_efficiency as sweep  # lazy: pulls in scipy
     o = ctx.options
     arms = _supervised(o.methods)
     out = {}
@@ -278,7 +278,7 @@ def label_efficiency(ctx: Context) -> dict[str, Any]:
 
 @section("lodo", paper="App. E.2 / E.4 (leave-one-dataset-out transfer)", needs="two or more clean datasets of one K")
 def lodo(ctx: Context) -> dict[str, Any]:
-    from aggregate.lodo import leave_one_dataset_out  # lazy: pulls in scipy
+    from chorus.aggregate.lodo import leave_one_dataset_out  # lazy: pulls in scipy
     out = {}
     for council in ctx.councils():
         for K in sorted({c.K for c in ctx.select(council, attacked=False)}):
@@ -298,7 +298,7 @@ def lodo(ctx: Context) -> dict[str, Any]:
 @section("transfer", paper="App. E.4 (cross-domain transfer: fit on the binary sets, predict a K > 2 set)",
          needs="clean K = 2 cells and a clean K > 2 cell of one council")
 def transfer(ctx: Context) -> dict[str, Any]:
-    from aggregate.transfer import cross_domain_transfer  # lazy: pulls in scipy
+    from chorus.aggregate.transfer import cross_domain_transfer  # lazy: pulls in scipy
     o = ctx.options
     out = {}
     for council in ctx.councils():
@@ -338,7 +338,7 @@ def shift(ctx: Context) -> dict[str, Any]:
 @section("drift", paper="§8 / App. F (row drift announcing a planted policy shift: alarm at twice the noise floor, "
                         "delay as a fraction of a window)", needs="clean labelled cells")
 def drift(ctx: Context) -> dict[str, Any]:
-    from aggregate.drift import RowDriftDetector, StreamCounts, alarm_delay, first_alarm  # lazy: pulls in scipy
+    from chorus.aggregate.drift import RowDriftDetector, StreamCounts, alarm_delay, first_alarm  # lazy: pulls in scipy
     o = ctx.options
 
     def one(c: CellInput) -> dict[str, Any]:
@@ -360,7 +360,7 @@ def drift(ctx: Context) -> dict[str, Any]:
 @section("truncation", paper="App. F.5, Table 14 (round-0-truncated vs full trace under attack, refit per basis)",
          needs="attacked cells")
 def truncation(ctx: Context) -> dict[str, Any]:
-    from aggregate.truncation import truncation_table  # lazy: pulls in scipy
+    from chorus.aggregate.truncation import truncation_table  # lazy: pulls in scipy
     o = ctx.options
 
     def one(c: CellInput) -> dict[str, Any]:
@@ -380,7 +380,7 @@ def contagion(ctx: Context) -> dict[str, Any]:
 @section("switch", paper="App. F.10 (K = 2 label switching: unsupervised DS from majority and spectral starts, "
                          "the mirror, supervised BDA)", needs="K = 2 cells")
 def switch(ctx: Context) -> dict[str, Any]:
-    from aggregate.label_switching import demonstrate  # lazy: pulls in scipy
+    from chorus.aggregate.label_switching import demonstrate  # lazy: pulls in scipy
     o = ctx.options
     return _each(ctx.select(K=2), lambda c: demonstrate(c.traces, outer_folds=o.outer_folds, inner_folds=o.inner_folds,
                                                         seed=o.seed, protocol=o.protocol, on_violation="skip"),

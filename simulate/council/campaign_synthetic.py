@@ -1,13 +1,13 @@
 """A synthetic campaign store: the BDA paper's grid of datasets (three binary claim sets, a K = 3 and a
 K = 4 set), conditions (clean, persistent stealth coalitions of k = 1 and 2 with systematic errors) and
-three generation seeds, as count-level councils (``aggregate.synthetic``) written in the live council's
+three generation seeds, as count-level councils (``chorus.aggregate.synthetic``) written in the live council's
 trace layout (``traces/<dataset>__<condition>.jsonl.gz``, each trace carrying dataset, condition,
 adversaries and gen_seed). The paper report is then checkable end to end with no model at all."""
 from __future__ import annotations
 
 from pathlib import Path
-from aggregate.synthetic import Adversary, CouncilSpec, generate_council
-from aggregate.trace import Trace, dump_traces
+from chorus.aggregate.synthetic import Adversary, CouncilSpec, generate_council
+from chorus.aggregate.trace import Trace, dump_traces
 
 # (dataset, K, seat reliabilities): the binary sets differ a little, the seats' order of merit does not
 DATASETS = (("claims_a", 2, (0.78, 0.70, 0.66)), ("claims_b", 2, (0.74, 0.70, 0.62)),

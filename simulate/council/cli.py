@@ -13,13 +13,13 @@ from typing import List, Optional
 
 import typer
 
-from core.cliutil import add_verbs
-from core.cliutil import fail as _fail
-from core.cliutil import parse_overrides as _overrides
-from core.verbs import Option, Verb, register
-from serving.profiles import DEFAULT_PROFILE
-from core.config import ConfigError
-from core.progress import progress as _progress
+from chorus.core.cliutil import add_verbs
+from chorus.core.cliutil import fail as _fail
+from chorus.core.cliutil import parse_overrides as _overrides
+from chorus.core.verbs import Option, Verb, register
+from chorus.serving.profiles import DEFAULT_PROFILE
+from chorus.core.config import ConfigError
+from chorus.core.progress import progress as _progress
 
 council_app = typer.Typer(no_args_is_help=True, add_completion=False,
                           help="Live LLM councils -> typed-move traces, stealth adversaries, LLM baselines.")
@@ -37,7 +37,7 @@ def _with_data(set_: Optional[List[str]], data: Optional[Path]) -> dict:
 
 
 def _errors():
-    from aggregate.errors import LabelError, TraceError
+    from chorus.aggregate.errors import LabelError, TraceError
     return (ConfigError, TraceError, LabelError, FileNotFoundError, ValueError)
 
 
@@ -51,7 +51,7 @@ def _print(path: Path, s: dict) -> None:
     md = Path(path) / "results.md"
     if md.is_file():
         con.print(md.read_text(), markup=False, highlight=False, soft_wrap=True)
-    if s.get("note"):  # serving.profiles.embedded_note of the profiles behind the numbers (None: none embedded)
+    if s.get("note"):  # chorus.serving.profiles.embedded_note of the profiles behind the numbers (None: none embedded)
         con.print(f"[yellow]{s['note']}[/yellow]", highlight=False)
     con.print(f"results: [bold]{path}[/bold] (traces/*.jsonl, aggregate/*/, tables/*.parquet, results.md, "
               f"summary.json, plots/*.png)")
@@ -64,14 +64,14 @@ def _show(console, path: Path, s: dict) -> None:
 register(Verb(
     "council", "run", help="Deliberate in lockstep, write trace JSONL, run the LLM baselines, aggregate every trace file.",
     config_help="Council config (a path or a shipped name: tiny, small, full).",
-    load="simulate.council.config:load", run="simulate.council.experiment:run_council_experiment",
-    check="simulate.council.experiment:plan_engines", report="simulate.council.experiment:report",
+    load="chorus.simulate.council.config:load", run="chorus.simulate.council.experiment:run_council_experiment",
+    check="chorus.simulate.council.experiment:plan_engines", report="chorus.simulate.council.experiment:report",
     report_command="report", show=_show, unit="seat-turns",
     options=(Option("data", "--data", Optional[Path], None, _DATA_HELP, "config:data_dir"),
              Option("no_aggregate", "--no-aggregate", bool, False, "Only generate (aggregate later with report).",
                     "run:aggregate", negate=True)),
-    errors=("aggregate.errors:TraceError", "aggregate.errors:LabelError", "builtins:ValueError",
-            "serving.profiles:ModelError")))
+    errors=("chorus.aggregate.errors:TraceError", "chorus.aggregate.errors:LabelError", "builtins:ValueError",
+            "chorus.serving.profiles:ModelError")))
 add_verbs(council_app, "council")
 
 
@@ -84,8 +84,8 @@ def judge(run_dir: Path = typer.Argument(..., help="A council run directory."),
           no_plots: bool = typer.Option(False, "--no-plots", help="Skip the figures.")) -> None:
     """The frozen judge pass (BDA paper D.3): baseline answers no parser reads -> one judge at temperature 0
     -> tables/judge_ledger.parquet, judge.json, and the report again with parse rates before and after."""
-    from simulate.council.experiment import report as _report
-    from simulate.judge import JudgeError, council_judge
+    from chorus.simulate.council.experiment import report as _report
+    from chorus.simulate.judge import JudgeError, council_judge
     try:
         info = council_judge(run_dir, profile=judge_profile, backend=backend, max_tokens=max_tokens)
         summary = _report(run_dir, make_plots=not no_plots)  # the judge post-processes; the report is ours
@@ -101,8 +101,8 @@ def compliance(run_dir: Path = typer.Argument(..., help="A council run directory
     """Adversary compliance (anti-correct proposals at round 0 and maintained; targeting) per trace file."""
     import json
 
-    from aggregate.trace import load_traces
-    from simulate.council.adversary import compliance as _comp
+    from chorus.aggregate.trace import load_traces
+    from chorus.simulate.council.adversary import compliance as _comp
     try:
         files = [run_dir] if run_dir.is_file() else sorted((run_dir / "traces").glob("*.jsonl*"))
         if not files:
@@ -126,8 +126,8 @@ def tasks(config: str = typer.Argument(..., help="Council config (path or shippe
     """The tasks a config draws, with exclusions (no model calls)."""
     import json
 
-    from simulate.council.config import load
-    from simulate.council.experiment import select_tasks
+    from chorus.simulate.council.config import load
+    from chorus.simulate.council.experiment import select_tasks
     try:
         cfg = load(config, _with_data(set_, data))
         for ds, ts, info in select_tasks(cfg):
@@ -140,7 +140,7 @@ def tasks(config: str = typer.Argument(..., help="Council config (path or shippe
 
 # -- the campaign (BDA paper D.7): one numbers file, its drift guard, the paper report ------------------
 def _campaign_errors():
-    from simulate.council.campaign_inputs import CampaignError
+    from chorus.simulate.council.campaign_inputs import CampaignError
     return (CampaignError,) + _errors()
 
 
@@ -161,8 +161,8 @@ def campaign(inputs: List[Path] = typer.Argument(..., help="Council run director
     BDA paper; no model call), then render the paper report from it."""
     from rich.console import Console
 
-    from simulate.council.campaign import CampaignConfig, build_campaign
-    from simulate.council.paper import render_paper
+    from chorus.simulate.council.campaign import CampaignConfig, build_campaign
+    from chorus.simulate.council.paper import render_paper
     try:
         cfg = CampaignConfig(inputs=[str(p.resolve()) for p in inputs], sections=section or None,
                              methods=method or None, n_resamples=n_resamples, seed=seed,
@@ -184,7 +184,7 @@ def campaign_verify(campaign_dir: Path = typer.Argument(..., help="A campaign di
     Python, the cheap sections or --all); exit 1 on any difference beyond the tolerance."""
     from rich.console import Console
 
-    from simulate.council.campaign import verify_campaign
+    from chorus.simulate.council.campaign import verify_campaign
     con = Console()
     try:
         n, bad, redo = verify_campaign(campaign_dir, full=all_, tolerance=tolerance)
@@ -203,7 +203,7 @@ def campaign_verify(campaign_dir: Path = typer.Argument(..., help="A campaign di
 @council_app.command()
 def paper(campaign_dir: Path = typer.Argument(..., help="A campaign directory (numbers.json).")) -> None:
     """Render the BDA paper's tables and figures, in the paper's order, from the campaign numbers file alone."""
-    from simulate.council.paper import render_paper
+    from chorus.simulate.council.paper import render_paper
     try:
         p = render_paper(campaign_dir)
     except _campaign_errors() as err:
@@ -218,7 +218,7 @@ def synthetic(out: Path = typer.Option(..., "--out", help="Trace store to write 
               seed: int = typer.Option(0, "--seed")) -> None:
     """A synthetic campaign store: three binary sets, a K = 3 and a K = 4 set; clean, attack-k1, attack-k2;
     generation seeds (count-level councils, no model)."""
-    from simulate.council.campaign_synthetic import write_store
+    from chorus.simulate.council.campaign_synthetic import write_store
     try:
         files = write_store(out, n_questions=questions, seeds=seeds, seed=seed)
     except _campaign_errors() as err:

@@ -8,8 +8,8 @@ from typing import Annotated, Any, Literal, Optional
 
 from pydantic import Field, field_validator, model_validator
 
-from core.config import Strict, load_named, resolve_config
-from serving.spec import Backend, Dtype, MaxTokens, ModelSpec, RoleSpec, Sampling, engine_conflict
+from chorus.core.config import Strict, load_named, resolve_config
+from chorus.serving.spec import Backend, Dtype, MaxTokens, ModelSpec, RoleSpec, Sampling, engine_conflict
 
 CONFIGS_DIR = Path(__file__).resolve().parent / "configs"
 BASELINES = ("moa", "moa_lite", "self_moa", "argllms")
@@ -61,7 +61,7 @@ class ConditionSpec(Strict):
 
 
 class Generation(Sampling):
-    """The seats' sampling (serving.spec.Sampling) and the shape of a structured move."""
+    """The seats' sampling (chorus.serving.spec.Sampling) and the shape of a structured move."""
     max_chars: int = Field(160, ge=20, description="maxLength of free-text fields")
     max_tokens: Annotated[MaxTokens, Field(ge=16)] = 160   # a structured move needs room for its JSON
     max_retries: int = Field(2, ge=0, description="re-asks of an illegal move before it becomes an abstention")
@@ -174,7 +174,7 @@ class CouncilConfig(Strict):
         ds = [d.dataset for d in self.data]
         if len(set(ds)) != len(ds):
             raise ValueError(f"data lists a dataset twice: {ds}")
-        from aggregate.methods import check_method
+        from chorus.aggregate.methods import check_method
         for m in self.aggregate.methods:
             check_method(m)
         b = self.baselines   # a role written into the config that no part of this run reads

@@ -1,4 +1,4 @@
-"""Council tasks from the evaluation sets (``simulate.datasets``: one loader per set, shipped with
+"""Council tasks from the evaluation sets (``chorus.simulate.datasets``: one loader per set, shipped with
 chorus): TruthfulQA claims (K = 2, the default), StrategyQA and BoolQ (K = 2, yes/no), PubMedQA
 (K = 3, class-balanced sample), MMLU (K = 4), and the optional ArgLLMs claim sets (K = 2), which
 chorus may not redistribute: a user supplies them with ``data_dir`` or ``$CHORUS_DATA``.
@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from simulate.datasets import SHIPPED, DataError, MissingSet
-from simulate.datasets import load as load_set
-from core.seeding import rng
+from chorus.simulate.datasets import SHIPPED, DataError, MissingSet
+from chorus.simulate.datasets import load as load_set
+from chorus.core.seeding import rng
 
 CLAIM_SETS = ("truthfulclaim", "strategyclaim", "medclaim")  # ArgLLMs: optional, not shipped
 DATASETS = ("truthfulqa_claims", "strategyqa", "boolq", "pubmedqa", "mmlu", *CLAIM_SETS)

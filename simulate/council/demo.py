@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from simulate.council.config import load
-from simulate.council.experiment import run_council_experiment
+from chorus.simulate.council.config import load
+from chorus.simulate.council.experiment import run_council_experiment
 
 SIZES = {"tiny": "demo_tiny", "full": "demo_full"}
 

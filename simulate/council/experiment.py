@@ -25,23 +25,23 @@ from typing import Any
 
 import pandas as pd
 
-from aggregate.metrics import reliability_overlay
-from aggregate.trace import Trace, dump_traces, load_traces
-from core.config import ConfigError, load_config
-from core.progress import Progress
-from core.runs import RunDir, amends_run, run_dir_path, write_json
-from serving.profiles import embedded_note
-from serving.roles import close_engines, hold_engines, plan_roles
-from simulate.council import plots
-from simulate.council.adversary import compliance
-from simulate.council.config import CouncilConfig
-from simulate.council.data import MissingSet, load_tasks
-from simulate.council.llm_baselines import baseline_metrics, run_baselines
-from simulate.council.prompts import load_prompts
-from simulate.council.runner import Seat, make_councils, run_councils
-from simulate.council.seats import render as render_swaps
-from simulate.council.seats import seat_rows, seats_frame
-from simulate.judge import council_judge, council_judged, read_ledger
+from chorus.aggregate.metrics import reliability_overlay
+from chorus.aggregate.trace import Trace, dump_traces, load_traces
+from chorus.core.config import ConfigError, load_config
+from chorus.core.progress import Progress
+from chorus.core.runs import RunDir, amends_run, run_dir_path, write_json
+from chorus.serving.profiles import embedded_note
+from chorus.serving.roles import close_engines, hold_engines, plan_roles
+from chorus.simulate.council import plots
+from chorus.simulate.council.adversary import compliance
+from chorus.simulate.council.config import CouncilConfig
+from chorus.simulate.council.data import MissingSet, load_tasks
+from chorus.simulate.council.llm_baselines import baseline_metrics, run_baselines
+from chorus.simulate.council.prompts import load_prompts
+from chorus.simulate.council.runner import Seat, make_councils, run_councils
+from chorus.simulate.council.seats import render as render_swaps
+from chorus.simulate.council.seats import seat_rows, seats_frame
+from chorus.simulate.judge import council_judge, council_judged, read_ledger
 
 
 def load_engines(cfg: CouncilConfig, store, plan=None) -> Any:
@@ -182,8 +182,8 @@ def aggregate_traces(name: str, traces: list, cfg: CouncilConfig):
     """BDA over one trace file's traces, in memory: ``aggregate``'s nested CV of every method with its
     bootstrap (the record ``chorus aggregate run`` writes; abstentions are the only moves STRICT
     rejects, and ``on_violation: skip`` drops and counts them). Returns ``aggregate``'s ``Cell``."""
-    from aggregate.config import RunConfig  # lazy: pulls in scipy
-    from aggregate.experiments import evaluate_run  # lazy: pulls in scipy
+    from chorus.aggregate.config import RunConfig  # lazy: pulls in scipy
+    from chorus.aggregate.experiments import evaluate_run  # lazy: pulls in scipy
 
     a = cfg.aggregate
     acfg = RunConfig(name=name, seed=cfg.seed, traces=f"traces/{name}.jsonl", protocol="strict",
@@ -196,7 +196,7 @@ def aggregate_traces(name: str, traces: list, cfg: CouncilConfig):
 
 def _write_aggregates(run: RunDir, agg: dict[str, Any], make_plots: bool) -> None:
     """The BDA records of every trace file beside the council's own tables (no nested run directory)."""
-    from aggregate.experiments import per_task  # lazy: pulls in scipy
+    from chorus.aggregate.experiments import per_task  # lazy: pulls in scipy
 
     write_json(run.path / "aggregate.json", {name: c.record for name, c in agg.items()})
     metrics, preds, boot = [], [], []

@@ -25,10 +25,10 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from simulate.council import prompts as pr
-from simulate.council.runner import Council, Seat, seat_for, task_key
-from core.seeding import call_seed, rng
-from aggregate.metrics import summarize
+from chorus.simulate.council import prompts as pr
+from chorus.simulate.council.runner import Council, Seat, seat_for, task_key
+from chorus.core.seeding import call_seed, rng
+from chorus.aggregate.metrics import summarize
 
 DIGITS = [str(d) for d in range(10)]
 _KEYS = {"moa_lite": 1, "moa": 2, "self_moa": 3, "argllms": 4}
@@ -293,7 +293,7 @@ def run_baselines(councils: Sequence[Council], seats: Sequence[Seat], engines, t
 
 def baseline_metrics(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Per (dataset, condition, method): accuracy / ECE / Brier over parsed tasks (via
-    ``aggregate.metrics.summarize``), parse rate, accuracy counting unparsed as wrong, tokens/task."""
+    ``chorus.aggregate.metrics.summarize``), parse rate, accuracy counting unparsed as wrong, tokens/task."""
     import pandas as pd
 
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from core.paper import fmt, md_table
-from simulate.council.campaign import read_numbers
-from core.plots import subplots
+from chorus.core.paper import fmt, md_table
+from chorus.simulate.council.campaign import read_numbers
+from chorus.core.plots import subplots
 
 HEADLINE = ("accuracy", "ece_ew", "brier")
 RUN_ATTACK = "chorus council run full --out RUN  (its attack-k1 / attack-k2 conditions)"

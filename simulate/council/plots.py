@@ -1,4 +1,4 @@
-"""Figures of a council run, drawn from tables/results.parquet only (``core.plots``: Agg, no pyplot)."""
+"""Figures of a council run, drawn from tables/results.parquet only (``chorus.core.plots``: Agg, no pyplot)."""
 from __future__ import annotations
 
 import textwrap
@@ -7,12 +7,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from core.plots import save, subplots
+from chorus.core.plots import save, subplots
 
 
 def accuracy_bars(table: pd.DataFrame, path: Path, note: str | None = None) -> Path:
     """Accuracy of every arm, one panel per dataset, one bar per condition; ``note`` (the
-    embedded-model note, ``serving.profiles.embedded_note``) under each panel's title."""
+    embedded-model note, ``chorus.serving.profiles.embedded_note``) under each panel's title."""
     dsets = list(dict.fromkeys(table["dataset"]))
     conds = list(dict.fromkeys(table["condition"]))
     fig, axes = subplots(len(dsets), 1, figsize=(9, 3.2 * len(dsets)), squeeze=False)

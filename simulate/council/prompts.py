@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from core.config import load_prompt_file
-from simulate.council.data import Task
+from chorus.core.config import load_prompt_file
+from chorus.simulate.council.data import Task
 
 PROMPTS_DIR = Path(__file__).resolve().parent / "prompts"
 DEFAULT_PROMPTS = "council_v2"

@@ -4,14 +4,14 @@ Every seat-turn of a round, across all councils (tasks x conditions x generation
 the engine as one ``chat`` call per model profile (and candidate set). Round 0 asks each seat for
 a JSON envelope (answer, reasoning, evidence, rubric-anchored confidence); rounds 1..R-1 ask for
 one typed move (propose / concede / challenge with a target agent) through ``json_schema``.
-Every move is checked by ``aggregate.STRICT``, the protocol automaton the aggregator uses: an
+Every move is checked by ``chorus.aggregate.STRICT``, the protocol automaton the aggregator uses: an
 illegal move is re-asked (with the rejection reason and a fresh seed) up to ``max_retries``
 times, then recorded as an ``abstain`` move with its reason and counted. Abstentions carry no
 endorsement; under ``STRICT`` with ``on_violation: skip`` they are the only rejected moves.
 
 Engines only need ``chat(conversations, temperature=, top_p=, max_tokens=, seed=, json_schema=)``
 returning objects with ``text, parsed, conformed, prompt_tokens, completion_tokens, cached,
-finish_reason`` (``serving.Engine``; scripted engines in the tests).
+finish_reason`` (``chorus.serving.Engine``; scripted engines in the tests).
 """
 from __future__ import annotations
 
@@ -20,13 +20,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from aggregate import STRICT
-from aggregate.errors import TraceError
-from aggregate.trace import Trace
-from core.progress import Progress
-from simulate.council import prompts as pr
-from simulate.council.data import Task
-from core.seeding import stable_int, call_seed
+from chorus.aggregate import STRICT
+from chorus.aggregate.errors import TraceError
+from chorus.aggregate.trace import Trace
+from chorus.core.progress import Progress
+from chorus.simulate.council import prompts as pr
+from chorus.simulate.council.data import Task
+from chorus.core.seeding import stable_int, call_seed
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """Who sat where in each condition, and how well: each seat's measured round-0 accuracy and the
-reliability r that ``aggregate`` estimates from the same traces (``aggregate.posterior.reliabilities``:
+reliability r that ``aggregate`` estimates from the same traces (``chorus.aggregate.posterior.reliabilities``:
 the share of the seat's informative moves, every round, consistent with gold), beside each arm's
 accuracy and ECE. A swap condition (a weak or near-chance stand-in in one seat) reads against the
 clean one: how each method degrades next to the measured r of the swapped seat."""
@@ -11,14 +11,14 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from simulate.council.config import ConditionSpec, CouncilConfig
-from aggregate.counts import Pool
+from chorus.simulate.council.config import ConditionSpec, CouncilConfig
+from chorus.aggregate.counts import Pool
 
 
 def estimated_r(traces: Sequence, agents: Sequence[str]) -> dict[str, float]:
     """r_i over every labelled trace, as the BDA arms fit it (STRICT, rejected moves skipped); nan for
     a seat with no informative move (``reliabilities`` would give it the others' mean)."""
-    from aggregate.posterior import reliabilities
+    from chorus.aggregate.posterior import reliabilities
 
     pool = Pool.from_traces(traces, protocol="strict", on_violation="skip", agents=agents)
     idx = np.flatnonzero(pool.gold >= 0)

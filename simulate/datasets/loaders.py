@@ -1,7 +1,7 @@
 """One loader per evaluation set. Each reads the set's files from a data root, checks every gold
 label and returns the usable rows as ``Record``s plus the excluded rows with their reason (never
-guessed). The question bench (``simulate.debate.questions``) and the council tasks
-(``simulate.council.data``) both build on these, so a set is read, filtered and worded in one place.
+guessed). The question bench (``chorus.simulate.debate.questions``) and the council tasks
+(``chorus.simulate.council.data``) both build on these, so a set is read, filtered and worded in one place.
 
 Data roots (``resolve_root``): an explicit folder (``--data DIR``, a config's ``data_dir``) replaces
 the shipped data for every set; otherwise a set is read from the data shipped inside chorus
@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from core.config import ConfigError
-from core.jsonl import iter_jsonl
+from chorus.core.config import ConfigError
+from chorus.core.jsonl import iter_jsonl
 
 SHIPPED = Path(__file__).resolve().parent
 ENV = "CHORUS_DATA"

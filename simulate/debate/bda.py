@@ -32,13 +32,13 @@ from typing import Any, Mapping
 
 import pandas as pd
 
-from aggregate.counts import Pool
-from aggregate.errors import LabelError
-from aggregate.selection import outer_splits, stratified_splits
-from aggregate.trace import Move, Trace, dump_traces
-from core.plots import subplots
-from core.runs import RunDir, write_json
-from simulate.debate.questions import Item, load_items, validate_item, write_bench
+from chorus.aggregate.counts import Pool
+from chorus.aggregate.errors import LabelError
+from chorus.aggregate.selection import outer_splits, stratified_splits
+from chorus.aggregate.trace import Move, Trace, dump_traces
+from chorus.core.plots import subplots
+from chorus.core.runs import RunDir, write_json
+from chorus.simulate.debate.questions import Item, load_items, validate_item, write_bench
 
 MAPPING: dict[str, Any] = {
     "version": 1,
@@ -184,7 +184,7 @@ def _feasible(traces: list[Trace], cfg: Any) -> None:
 
 
 def _config(config: str | Path, name: str, traces: Path, overrides: Mapping[str, Any] | None, vote_arm: bool):
-    from aggregate.config import load_run_config  # lazy: pulls in scipy
+    from chorus.aggregate.config import load_run_config  # lazy: pulls in scipy
     over = {"name": name, **dict(overrides or {}), "traces": str(traces)}
     cfg = load_run_config(config, over)
     if not vote_arm and "vote_arm" in cfg.methods:  # the run has no vote arm: the method has nothing to read
@@ -208,7 +208,7 @@ def run_bda(run_dir: str | Path, *, condition: str = "debate", config: str | Pat
     plots) -> ``summary.json`` with each group's metrics beside the debate's own majorities."""
     import json
 
-    from aggregate.experiments import run_experiment  # lazy: pulls in scipy
+    from chorus.aggregate.experiments import run_experiment  # lazy: pulls in scipy
 
     turns, items, votes = read_run(run_dir)
     traces, info = debate_traces(turns, items, condition=condition, votes=votes)

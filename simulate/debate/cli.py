@@ -1,4 +1,4 @@
-"""``chorus debate`` (bench | run | report | judge | bda | belief); run and report are built from the verb registry (``core.verbs``). ``chorus influence`` is ``interventions.cli``. Heavy
+"""``chorus debate`` (bench | run | report | judge | bda | belief); run and report are built from the verb registry (``chorus.core.verbs``). ``chorus influence`` is ``chorus.interventions.cli``. Heavy
 imports stay inside the commands so ``chorus --help`` stays fast."""
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from typing import List, Optional
 
 import typer
 
-from core.cliutil import add_verbs, parse_overrides
-from core.cliutil import fail as _fail
-from core.verbs import Option, Verb, register
-from serving.profiles import DEFAULT_PROFILE, embedded_note
-from core.config import ConfigError
+from chorus.core.cliutil import add_verbs, parse_overrides
+from chorus.core.cliutil import fail as _fail
+from chorus.core.verbs import Option, Verb, register
+from chorus.serving.profiles import DEFAULT_PROFILE, embedded_note
+from chorus.core.config import ConfigError
 
 debate_app = typer.Typer(no_args_is_help=True, add_completion=False,
                          help="Multi-agent debate vs matched reflection: bench, run, report.")
@@ -105,7 +105,7 @@ def bench_cmd(out: Path = typer.Option(Path("runs/bench/mad_bench.jsonl"), "--ou
     """Build a MAD-Bench-style JSONL (+ manifest) from the evaluation sets shipped with chorus (or --data)."""
     import json
 
-    from simulate.debate.questions import build_bench, write_bench
+    from chorus.simulate.debate.questions import build_bench, write_bench
     try:
         counts = {}
         for c in count or []:
@@ -124,10 +124,10 @@ def bench_cmd(out: Path = typer.Option(Path("runs/bench/mad_bench.jsonl"), "--ou
 register(Verb(
     "debate", "run", help="Run debate and the matched reflection control in lockstep; write tables, summary, plots.",
     config_help="Debate config (a path or a shipped name, e.g. smoke).",
-    load="simulate.debate.config:load", schema="simulate.debate.config:DebateConfig",
-    run="simulate.debate.experiment:run_debate", check="simulate.debate.experiment:plan_engines",
-    report="simulate.debate.experiment:report", report_command="report", show=_print_debate, unit="turns",
-    errors=("serving.profiles:ModelError",)))
+    load="chorus.simulate.debate.config:load", schema="chorus.simulate.debate.config:DebateConfig",
+    run="chorus.simulate.debate.experiment:run_debate", check="chorus.simulate.debate.experiment:plan_engines",
+    report="chorus.simulate.debate.experiment:report", report_command="report", show=_print_debate, unit="turns",
+    errors=("chorus.serving.profiles:ModelError",)))
 add_verbs(debate_app, "debate")
 
 
@@ -142,8 +142,8 @@ def judge(run_dir: Path = typer.Argument(..., help="A debate run directory."),
     tables/judge_ledger.parquet, judge.json, and summary.json with parse rates before and after."""
     from rich.console import Console
 
-    from simulate.debate.experiment import report as _report
-    from simulate.judge import JudgeError, debate_judge
+    from chorus.simulate.debate.experiment import report as _report
+    from chorus.simulate.judge import JudgeError, debate_judge
     try:
         info = debate_judge(run_dir, profile=judge_profile, backend=backend, max_tokens=max_tokens,
                             rerender=False)  # the judge post-processes; the whole report is re-rendered here
@@ -168,8 +168,8 @@ def bda(run_dir: Path = typer.Argument(..., help="A debate run directory."),
     from rich.console import Console
     from rich.table import Table
 
-    from aggregate.errors import LabelError, ProtocolError, TraceError
-    from simulate.debate.bda import DebateTraceError, run_bda
+    from chorus.aggregate.errors import LabelError, ProtocolError, TraceError
+    from chorus.simulate.debate.bda import DebateTraceError, run_bda
     try:
         path, s = run_bda(run_dir, condition=condition, config=config, overrides=parse_overrides(sets),
                           out=out, make_plots=not no_plots)
@@ -235,15 +235,15 @@ register(Verb(
     help="The belief layer over a debate (simulate/debate/stubbornness.py): forced-choice readings of every agent,"
          "\nthe appraiser's e of every heard turn -> each agent's kappa (closed form and a joint kappa-gamma fit, with"
          "\nfamily-bootstrap intervals) beside the reflection placebo and drift, and the channel audit.",
-    config_help="", load="simulate.debate.config:load_belief_read_config",
-    run="simulate.debate.stubbornness:run_belief_verb", check="simulate.debate.stubbornness:plan_belief",
+    config_help="", load="chorus.simulate.debate.config:load_belief_read_config",
+    run="chorus.simulate.debate.stubbornness:run_belief_verb", check="chorus.simulate.debate.stubbornness:plan_belief",
     show=_show_belief, bar=False,
     argument=Option("run_dir", "RUN_DIR", Path, ..., "A debate run directory.", "config:run"),
     out=Option("out", "--out", Optional[Path], None, "Output run directory (default RUN/belief).", "run:out"),
     set_help="Override a config field: key=value (repeatable).",
     options=(Option("config", "--config", Optional[Path], None, "A belief-reading config (YAML; default: the defaults).",
                     "config"),),
-    errors=("simulate.debate.stubbornness:BeliefReadError", "serving.profiles:ModelError", "builtins:ValueError")))
+    errors=("chorus.simulate.debate.stubbornness:BeliefReadError", "chorus.serving.profiles:ModelError", "builtins:ValueError")))
 add_verbs(debate_app, "debate")
 
 

@@ -1,4 +1,4 @@
-"""Typed configs for ``chorus debate`` (``interventions.config`` extends them for ``chorus
+"""Typed configs for ``chorus debate`` (``chorus.interventions.config`` extends them for ``chorus
 influence``). Defaults follow the peer-influence paper (I = 3 agents, R = 3 rounds, up to 2,048
 new tokens); every field is validated before any model call, and an invalid one fails naming
 the field and the value."""
@@ -9,8 +9,8 @@ from typing import Any, Literal, Optional
 
 from pydantic import Field, field_validator, model_validator
 
-from core.config import Strict, load_named, resolve_config
-from serving.spec import MaxTokens, ModelSpec, Sampling
+from chorus.core.config import Strict, load_named, resolve_config
+from chorus.serving.spec import MaxTokens, ModelSpec, Sampling
 
 CONFIGS_DIR = Path(__file__).resolve().parent / "configs"
 
@@ -39,7 +39,7 @@ class BenchSpec(Strict):
 
 
 class Generation(Sampling):
-    """The agents' sampling (serving.spec.Sampling); the paper's 2,048-token cap."""
+    """The agents' sampling (chorus.serving.spec.Sampling); the paper's 2,048-token cap."""
     max_tokens: MaxTokens = 2048
 
 

@@ -9,23 +9,23 @@ from typing import Any
 
 import pandas as pd
 
-import serving  # serving.build_engine looked up per call: tests replace it
-from core.config import ConfigError, load_config
-from core.progress import Progress
-from core.runs import RunDir, amends_run, run_dir_path
-from serving.plan import DevicePlanError
-from serving.roles import plan_roles
-from simulate.debate import plots
-from simulate.debate.config import DebateConfig
-from simulate.debate.metrics import collective_summary, frame_dynamics
-from simulate.debate.numeric import numeric_summary
-from simulate.debate.outcomes import c2_summary  # seed 002 §C.2: long-debate curves, split / contested groups
-from simulate.debate.prompts import load_prompts
-from simulate.debate.protocol import run_protocol
-from simulate.debate.questions import Item, build_bench, load_bench, load_items, save_items  # noqa: F401 (re-exported)
-from simulate.debate.questions import item_frames
-from simulate.debate.voting import report_votes, run_voting
-from simulate.judge import debate_judged, read_ledger
+from chorus import serving  # chorus.serving.build_engine looked up per call: tests replace it
+from chorus.core.config import ConfigError, load_config
+from chorus.core.progress import Progress
+from chorus.core.runs import RunDir, amends_run, run_dir_path
+from chorus.serving.plan import DevicePlanError
+from chorus.serving.roles import plan_roles
+from chorus.simulate.debate import plots
+from chorus.simulate.debate.config import DebateConfig
+from chorus.simulate.debate.metrics import collective_summary, frame_dynamics
+from chorus.simulate.debate.numeric import numeric_summary
+from chorus.simulate.debate.outcomes import c2_summary  # seed 002 §C.2: long-debate curves, split / contested groups
+from chorus.simulate.debate.prompts import load_prompts
+from chorus.simulate.debate.protocol import run_protocol
+from chorus.simulate.debate.questions import Item, build_bench, load_bench, load_items, save_items  # noqa: F401 (re-exported)
+from chorus.simulate.debate.questions import item_frames
+from chorus.simulate.debate.voting import report_votes, run_voting
+from chorus.simulate.judge import debate_judged, read_ledger
 
 
 def select_items(spec) -> tuple[list[Item], dict[str, Any]]:
@@ -52,7 +52,7 @@ def plan_engines(cfg, phase: str = "debate", roles: dict[str, Any] | None = None
     """The device plan of the run's engine (role "model", the config's ``model`` block; the vote arm
     uses the same engine), before it loads: one phase, ``phase``. ``roles``: other roles held beside it
     (e.g. a transfer's sender), by role name -> ``ModelSpec``. A plan that cannot fit raises
-    ``serving.plan.DevicePlanError`` (one line naming role, sizes and device); so does one that would
+    ``chorus.serving.plan.DevicePlanError`` (one line naming role, sizes and device); so does one that would
     swap, since these runs hold every engine of the phase at once."""
     plan = plan_roles({"model": cfg.model, **(roles or {})}, phase_of=lambda role: phase)
     swapped = [p for p in plan.phases if p.mode == "swap"]

@@ -16,7 +16,7 @@ Definitions (peer-influence paper §5):
   the initially split ones).
 
 Uncertainty: question-clustered (cluster = family) paired bootstrap for per-question means
-(``core.stats.paired_bootstrap``), a clustered bootstrap for n_eff, a
+(``chorus.core.stats.paired_bootstrap``), a clustered bootstrap for n_eff, a
 cluster-level sign-flip permutation null for paired deltas, and Benjamini-Hochberg across
 cells (subdomains).
 """
@@ -28,8 +28,8 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from core.seeding import rng as make_rng, stable_int
-from core.stats import benjamini_hochberg, cluster_bootstrap, permutation_pvalue, paired_bootstrap
+from chorus.core.seeding import rng as make_rng, stable_int
+from chorus.core.stats import benjamini_hochberg, cluster_bootstrap, permutation_pvalue, paired_bootstrap
 
 
 # -- n_eff ---------------------------------------------------------------------------------
@@ -170,7 +170,7 @@ def condition_metrics(q: pd.DataFrame, turns: pd.DataFrame, condition: str) -> d
 def paired_mean_deltas(per_arm: dict[str, np.ndarray], pairs: Sequence[tuple[str, str]], clusters: np.ndarray,
                        *, n_boot: int = 2000, seed: int = 0, ci: float = 0.95) -> pd.DataFrame:
     """Paired, question-clustered bootstrap of differences of per-question means (A - B),
-    via ``core.stats.paired_bootstrap`` (its "accuracy" statistic is the mean)."""
+    via ``chorus.core.stats.paired_bootstrap`` (its "accuracy" statistic is the mean)."""
 
     n = len(clusters)
     data = {k: {"correct": np.asarray(v, float), "confidence": np.zeros(n), "brier": np.zeros(n)}

@@ -17,7 +17,7 @@ round R of the run; an estimate at round r reads that round's columns.
   ``metrics.question_table``) is not the reference.
 
 Every estimate has a question-clustered (cluster = family) percentile bootstrap interval
-(``core.stats.cluster_bootstrap``), the number of groups it rests on (``n_groups``) and, for shares,
+(``chorus.core.stats.cluster_bootstrap``), the number of groups it rests on (``n_groups``) and, for shares,
 how many of them had the event (``n_events``). A cell without groups is NaN with ``n_groups`` 0, never
 an error. Debate-vs-reflection ratios and deltas are paired: the questions eligible in both
 conditions, resampled together.
@@ -29,8 +29,8 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from core.stats import cluster_bootstrap, mean_ci, ratio_ci
-from simulate.debate.metrics import effective_voters
+from chorus.core.stats import cluster_bootstrap, mean_ci, ratio_ci
+from chorus.simulate.debate.metrics import effective_voters
 
 BY_ROUND_METRICS = ("unanimity", "wrong_agreement", "n_eff")
 COLUMNS = ["condition", "metric", "round", "estimate", "ci_low", "ci_high", "n_groups", "n_events"]
@@ -151,7 +151,7 @@ def _conditions(q: pd.DataFrame) -> list[str]:
 def _vector_bootstrap(stat: Callable[[np.ndarray], np.ndarray], clusters: np.ndarray, *, n_boot: int, seed: int,
                       ci: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(estimates, lows, highs) of a vector statistic, every entry on the same resamples of
-    ``core.stats.cluster_bootstrap`` (which takes scalar statistics: this records each resample's
+    ``chorus.core.stats.cluster_bootstrap`` (which takes scalar statistics: this records each resample's
     vector) and each entry's percentile interval over its finite values, as cluster_bootstrap does.
     One pass instead of one bootstrap per (metric, round): 39 curves of a 12-round run."""
     draws: list[np.ndarray] = []

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from core.plots import figure as _fig, subplots
+from chorus.core.plots import figure as _fig, subplots
 
 COLORS = {"debate": "#c0392b", "reflection": "#2e86c1"}
 

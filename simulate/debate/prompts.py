@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-from core.config import load_prompt_file
-from simulate.debate.questions import Item
+from chorus.core.config import load_prompt_file
+from chorus.simulate.debate.questions import Item
 
 PROMPTS_DIR = Path(__file__).resolve().parent / "prompts"
 DEFAULT_PROMPTS = "debate_v1"

@@ -29,11 +29,11 @@ from typing import Any, Callable, Sequence
 
 import pandas as pd
 
-from core.seeding import call_seed, stable_int
-from simulate.debate.numeric import NUMERIC_TURN_COLUMNS, is_correct
-from simulate.debate.parse import parse_answer, parse_numeric, read_number
-from simulate.debate.prompts import turn_messages
-from simulate.debate.questions import Item
+from chorus.core.seeding import call_seed, stable_int
+from chorus.simulate.debate.numeric import NUMERIC_TURN_COLUMNS, is_correct
+from chorus.simulate.debate.parse import parse_answer, parse_numeric, read_number
+from chorus.simulate.debate.prompts import turn_messages
+from chorus.simulate.debate.questions import Item
 
 CONDITION_KEY = {"shared": 0, "debate": 1, "reflection": 2, "vote": 3}  # vote: simulate/debate/voting.py
 

@@ -1,5 +1,5 @@
 """MAD-Bench-style question bench: a builder that assembles JSONL from the evaluation sets shipped
-with chorus (``simulate.datasets``: one loader per set) plus constructed, unlabelled value
+with chorus (``chorus.simulate.datasets``: one loader per set) plus constructed, unlabelled value
 scenarios shipped as data here; and a loader that validates any such file.
 
 One item per line::
@@ -29,15 +29,15 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import yaml
 
-from core.config import ConfigError
-from core.jsonl import iter_jsonl
-from simulate.datasets import DataError
-from simulate.datasets import load as load_set
-from simulate.debate.parse import read_number
-from core.seeding import rng as make_rng
+from chorus.core.config import ConfigError
+from chorus.core.jsonl import iter_jsonl
+from chorus.simulate.datasets import DataError
+from chorus.simulate.datasets import load as load_set
+from chorus.simulate.debate.parse import read_number
+from chorus.core.seeding import rng as make_rng
 
 if TYPE_CHECKING:
-    from core.runs import RunDir
+    from chorus.core.runs import RunDir
 
 LETTERS = "ABCDEFGHIJ"
 SCENARIOS = Path(__file__).resolve().parent / "data" / "value_scenarios.yaml"

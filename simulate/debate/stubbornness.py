@@ -10,7 +10,7 @@ The reading (``MAPPING``, written into the summary):
   speaker's belief s is its reading right after the turn it spoke, and its belief after hearing round
   r - 1 is its reading at round r before it writes anything (f = 0). A synthetic run may plant the
   latent beliefs instead (``reading: planted``);
-* evidence: the belief layer's appraiser (``simulate.belief.roles.LLMAppraiser``, the topic built from the
+* evidence: the belief layer's appraiser (``chorus.simulate.belief.roles.LLMAppraiser``, the topic built from the
   question with ``prompts/stance_appraiser_v1.yaml``) reads each debate turn once into e, and every peer
   consumes the same e (the belief layer's rule); ``appraiser: oracle`` puts e = s. An empty turn or a
   failed appraisal is NaN evidence and updates nobody; an unparsed turn is still an utterance (its
@@ -37,23 +37,23 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from core.config import validate
-from core.plots import subplots
-from core.runs import RunDir
-from core.seeding import call_seed
-from core.stats import cluster_bootstrap
-from serving.roles import build_engines, plan_roles
-from simulate.belief import core as belief_core
-from simulate.belief.analysis import pearson, transfer_curve
-from simulate.belief.roles import LLMAppraiser, temperature_scale
-from simulate.belief.topics import Topic
-from simulate.belief.trajectory import Trajectories, fit, kappa_closed_form
-from simulate.debate.bda import DebateTraceError, read_run
-from simulate.debate.config import BeliefReadConfig, DebateConfig, load
-from simulate.debate.forced_choice import forced_choice
-from simulate.debate.prompts import load_prompts, readout_prefill, turn_messages
-from simulate.debate.protocol import qkey
-from simulate.debate.questions import Item, validate_item, write_bench
+from chorus.core.config import validate
+from chorus.core.plots import subplots
+from chorus.core.runs import RunDir
+from chorus.core.seeding import call_seed
+from chorus.core.stats import cluster_bootstrap
+from chorus.serving.roles import build_engines, plan_roles
+from chorus.simulate.belief import core as belief_core
+from chorus.simulate.belief.analysis import pearson, transfer_curve
+from chorus.simulate.belief.roles import LLMAppraiser, temperature_scale
+from chorus.simulate.belief.topics import Topic
+from chorus.simulate.belief.trajectory import Trajectories, fit, kappa_closed_form
+from chorus.simulate.debate.bda import DebateTraceError, read_run
+from chorus.simulate.debate.config import BeliefReadConfig, DebateConfig, load
+from chorus.simulate.debate.forced_choice import forced_choice
+from chorus.simulate.debate.prompts import load_prompts, readout_prefill, turn_messages
+from chorus.simulate.debate.protocol import qkey
+from chorus.simulate.debate.questions import Item, validate_item, write_bench
 
 MAPPING: dict[str, Any] = {
     "version": 1,
@@ -453,7 +453,7 @@ def _inputs(src: Path, cfg: BeliefReadConfig):
     return turns, n_questions, stance, left, template, dcfg, need_model
 
 
-# -- chorus debate belief RUN_DIR: a registered verb (core.verbs) -------------------------------------
+# -- chorus debate belief RUN_DIR: a registered verb (chorus.core.verbs) -------------------------------------
 def _source_dir(cfg: BeliefReadConfig) -> Path:
     if cfg.run is None:
         raise BeliefReadError("no debate run directory: give RUN_DIR (the config's run)")

@@ -34,15 +34,15 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from core.seeding import call_seed, rng as make_rng
-from core.stats import mean_ci, permutation_pvalue
-from simulate.debate.metrics import paired_mean_deltas, plurality
-from simulate.debate.parse import parse_answer
-from simulate.debate.prompts import round0_messages
-from simulate.debate.protocol import CONDITION_KEY, qkey
-from simulate.debate.questions import Item
-from core.plots import figure
-from simulate.debate.plots import COLORS
+from chorus.core.seeding import call_seed, rng as make_rng
+from chorus.core.stats import mean_ci, permutation_pvalue
+from chorus.simulate.debate.metrics import paired_mean_deltas, plurality
+from chorus.simulate.debate.parse import parse_answer
+from chorus.simulate.debate.prompts import round0_messages
+from chorus.simulate.debate.protocol import CONDITION_KEY, qkey
+from chorus.simulate.debate.questions import Item
+from chorus.core.plots import figure
+from chorus.simulate.debate.plots import COLORS
 
 VOTE_COLUMNS = ["qid", "sample", "shared", "response", "answer", "parsed", "truncated", "completion_tokens",
                 "seed", "cached"]

@@ -25,13 +25,13 @@ from typing import Any, Callable, Iterable
 import numpy as np
 import pandas as pd
 
-from core.config import ConfigError
-from core.runs import RunDir, run_dir_path, write_json
-from serving.profiles import ModelError, embedded_note, get_profile
-from simulate.roleplay.classify import classify_texts
-from simulate.roleplay.experiment import open_finished, recompute
-from simulate.roleplay.plots import annotator_agreement
-from simulate.roleplay.prompts import load_prompts
+from chorus.core.config import ConfigError
+from chorus.core.runs import RunDir, run_dir_path, write_json
+from chorus.serving.profiles import ModelError, embedded_note, get_profile
+from chorus.simulate.roleplay.classify import classify_texts
+from chorus.simulate.roleplay.experiment import open_finished, recompute
+from chorus.simulate.roleplay.plots import annotator_agreement
+from chorus.simulate.roleplay.prompts import load_prompts
 
 STANCE_LABELS = (1, 2, 3, 4, 5, 6)
 ON_TOPIC_LABELS = (True, False)
@@ -190,7 +190,7 @@ def annotate(run_dir: str | Path, profiles: list[str], out: str | Path | None = 
         eng = (engines or {}).get(p)
         mine = eng is None
         if mine:
-            from serving import build_engine  # looked up per call: tests replace it
+            from chorus.serving import build_engine  # looked up per call: tests replace it
             eng = build_engine(spec.over_model(cfg.models[0]), store=run.store_path, role=f"classifier {p}")
         try:
             labels[p] = classify_texts(eng, pairs, P, max_tokens=cfg.classifier.max_tokens,

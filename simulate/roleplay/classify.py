@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from simulate.roleplay.prompts import classifier_messages
+from chorus.simulate.roleplay.prompts import classifier_messages
 
 # Guided choice (the engine's structured output): one short constrained answer per text, which
 # costs a prompt pass and a token or two, so every post and opinion of a run can be labelled.

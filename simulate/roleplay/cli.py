@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 import typer
 
-from core.cliutil import add_verbs, fail
-from core.verbs import Verb, register
-from core.config import ConfigError
-from serving.profiles import ModelError
+from chorus.core.cliutil import add_verbs, fail
+from chorus.core.verbs import Verb, register
+from chorus.core.config import ConfigError
+from chorus.serving.profiles import ModelError
 
 roleplay_app = typer.Typer(no_args_is_help=True, add_completion=False,
                            help="DEBATE-style role-play groups: run both setups, evaluate against the humans.")
@@ -60,14 +60,14 @@ def print_summary(console, path: Path, s: dict) -> None:
     console.print(f"results: [bold]{path}[/bold] (summary.json, tables/*.parquet, plots/*.png)")
 
 
-_ROLEPLAY_ERRORS = ("simulate.roleplay.data:GroupFormatError", "serving.types:RequestError",
-                    "serving.profiles:ModelError")
+_ROLEPLAY_ERRORS = ("chorus.simulate.roleplay.data:GroupFormatError", "chorus.serving.types:RequestError",
+                    "chorus.serving.profiles:ModelError")
 register(Verb(
     "roleplay", "run", help="Run full dynamics and next-message prediction for every model; classify; evaluate.",
     config_help="Roleplay config (a path or a shipped name: default, smoke, topic).",
-    load="simulate.roleplay.config:load", schema="simulate.roleplay.config:RoleplayConfig",
-    run="simulate.roleplay.experiment:run_roleplay", check="simulate.roleplay.experiment:plan_engines",
-    report="simulate.roleplay.experiment:report", report_command="eval", show=print_summary, unit="messages",
+    load="chorus.simulate.roleplay.config:load", schema="chorus.simulate.roleplay.config:RoleplayConfig",
+    run="chorus.simulate.roleplay.experiment:run_roleplay", check="chorus.simulate.roleplay.experiment:plan_engines",
+    report="chorus.simulate.roleplay.experiment:report", report_command="eval", show=print_summary, unit="messages",
     errors=_ROLEPLAY_ERRORS))
 add_verbs(roleplay_app, "roleplay")
 
@@ -81,7 +81,7 @@ def _show_sft(con, path: Path, s: dict) -> None:
         name = yaml.safe_load((Path(path) / "config.yaml").read_text()).get("register_as")
         con.print(f"registered in {s['registered_as']} as {name}")
     if s.get("compare_run"):
-        from core.runs import RunDir
+        from chorus.core.runs import RunDir
         print_summary(con, Path(s["compare_run"]), RunDir(s["compare_run"]).summary())
     con.print(f"results: [bold]{path}[/bold] (summary.json, tables/train_log.parquet, model/)")
 
@@ -90,8 +90,8 @@ register(Verb(
     "sft", "train", help="Build the next-message SFT set, train with TRL (LoRA optional), save a loadable model "
                          "folder; with ``compare:`` also run base vs SFT vs human.",
     config_help="SFT config (a path or a shipped name: default, lora, smoke).",
-    load="simulate.roleplay.config:load", schema="simulate.roleplay.config:SftConfig", load_kw={"part": "sft"},
-    run="simulate.roleplay.sft:train_sft", show=_show_sft, unit="steps", plots=False, errors=_ROLEPLAY_ERRORS))
+    load="chorus.simulate.roleplay.config:load", schema="chorus.simulate.roleplay.config:SftConfig", load_kw={"part": "sft"},
+    run="chorus.simulate.roleplay.sft:train_sft", show=_show_sft, unit="steps", plots=False, errors=_ROLEPLAY_ERRORS))
 add_verbs(sft_app, "sft")
 
 
@@ -103,7 +103,7 @@ def stats_command(runs: list[Path] = typer.Argument(..., metavar="RUN...", help=
                   plots: bool = typer.Option(True, "--plots/--no-plots", help="Write plots/errors.png.")) -> None:
     from rich.console import Console
 
-    from simulate.roleplay.stats import write_stats
+    from chorus.simulate.roleplay.stats import write_stats
     try:
         path, s = write_stats(runs, out, make_plots=plots)
     except ConfigError as err:
@@ -131,7 +131,7 @@ def annotators_command(run: Path = typer.Argument(..., metavar="RUN", help="A fi
                        plots: bool = typer.Option(True, "--plots/--no-plots", help="Write plots/annotators.png.")) -> None:
     from rich.console import Console
 
-    from simulate.roleplay.annotators import annotate
+    from chorus.simulate.roleplay.annotators import annotate
     try:
         path, r = annotate(run, classifier, out, make_plots=plots)
     except (ConfigError, ModelError) as err:
@@ -158,7 +158,7 @@ def probes_command(runs: list[Path] = typer.Argument(..., metavar="RUN...", help
     from rich.console import Console
     from rich.markup import escape
 
-    from simulate.roleplay.probes import write_probes
+    from chorus.simulate.roleplay.probes import write_probes
     try:
         path, s = write_probes(runs, out, make_plots=plots)
     except ConfigError as err:
@@ -184,7 +184,7 @@ def paper_command(runs: list[Path] = typer.Argument(..., metavar="RUN...", help=
     from rich.console import Console
     from rich.markup import escape
 
-    from simulate.roleplay.paper import build_paper
+    from chorus.simulate.roleplay.paper import build_paper
     try:
         p = build_paper(runs, out)
     except (ConfigError, FileNotFoundError) as err:

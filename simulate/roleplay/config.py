@@ -8,9 +8,9 @@ from typing import Any, Literal, Optional
 
 from pydantic import Field, field_validator
 
-from core.config import Strict, load_named, resolve_config
-from serving.spec import MaxTokens, ModelSpec, RoleSpec, Sampling
-from simulate.roleplay.memory import ABLATABLE
+from chorus.core.config import Strict, load_named, resolve_config
+from chorus.serving.spec import MaxTokens, ModelSpec, RoleSpec, Sampling
+from chorus.simulate.roleplay.memory import ABLATABLE
 
 CONFIGS_DIR = Path(__file__).resolve().parent / "configs"   # configs/roleplay/ and configs/sft/
 RESERVED = {"human", "degroot", "classifier"}
@@ -45,7 +45,7 @@ class ClassifierSpec(RoleSpec):
 
 
 class Generation(Sampling):
-    """The role-played speakers' sampling (serving.spec.Sampling), with the chat length."""
+    """The role-played speakers' sampling (chorus.serving.spec.Sampling), with the chat length."""
     max_tokens: MaxTokens = 64
     max_utterances: Optional[int] = Field(None, ge=1, description="keep the first N utterances of each chat")
 

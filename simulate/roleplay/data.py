@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from core.jsonl import iter_jsonl
+from chorus.core.jsonl import iter_jsonl
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "debate_synthetic.jsonl"
 STANCE_MIN, STANCE_MAX = 1.0, 6.0

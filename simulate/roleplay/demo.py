@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from serving.profiles import DEFAULT_PROFILE
-from simulate.roleplay.config import Analysis, ClassifierSpec, DataSpec, Generation, LabelledModel, RoleplayConfig
+from chorus.serving.profiles import DEFAULT_PROFILE
+from chorus.simulate.roleplay.config import Analysis, ClassifierSpec, DataSpec, Generation, LabelledModel, RoleplayConfig
 
 SIZES = {
     # tiny: one group-split test group, 2 utterances per chat, short messages, DeGroot on 2 train groups
@@ -38,7 +38,7 @@ def run_demo(out: Path, *, size: str = "tiny", progress=None, engine: Any = None
     ``backend`` serves the role-play generations and the classifier readouts ("auto": vLLM where
     installed); ``dtype`` None = the engine's default (chorus demo passes bfloat16); ``profile``
     the model of the role-play and the classifier (chorus demo passes its ``--profile``)."""
-    from simulate.roleplay.experiment import run_roleplay  # at call time: the seam tests patch
+    from chorus.simulate.roleplay.experiment import run_roleplay  # at call time: the seam tests patch
     cfg = demo_config(size, profile=profile, backend=backend, dtype=dtype)
     engines = {"base": engine} if engine is not None else None
     _, summary = run_roleplay(cfg, Path(out), progress=progress, engines=engines)

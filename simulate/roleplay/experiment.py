@@ -13,19 +13,19 @@ from typing import Any, Callable, Iterable
 import numpy as np
 import pandas as pd
 
-import serving  # serving.build_engine looked up per call: tests replace it
-from core.compute import measure
-from core.config import ConfigError, load_config
-from core.progress import Progress
-from core.runs import RecordError, RunDir, amends_run, require_record, run_dir_path
-from serving.profiles import embedded_note
-from serving.roles import plan_roles
-from simulate.roleplay import plots, setups  # setups.simulate looked up per call: tests replace it
-from simulate.roleplay.classify import attach, classify_texts, parse_rates
-from simulate.roleplay.config import RoleplayConfig
-from simulate.roleplay.data import FIXTURE, Group, golden_mask, load_groups, select_split, to_record
-from simulate.roleplay.prompts import load_prompts
-from simulate.roleplay.setups import human_rows, steps, truncate_chats
+from chorus import serving  # chorus.serving.build_engine looked up per call: tests replace it
+from chorus.core.compute import measure
+from chorus.core.config import ConfigError, load_config
+from chorus.core.progress import Progress
+from chorus.core.runs import RecordError, RunDir, amends_run, require_record, run_dir_path
+from chorus.serving.profiles import embedded_note
+from chorus.serving.roles import plan_roles
+from chorus.simulate.roleplay import plots, setups  # setups.simulate looked up per call: tests replace it
+from chorus.simulate.roleplay.classify import attach, classify_texts, parse_rates
+from chorus.simulate.roleplay.config import RoleplayConfig
+from chorus.simulate.roleplay.data import FIXTURE, Group, golden_mask, load_groups, select_split, to_record
+from chorus.simulate.roleplay.prompts import load_prompts
+from chorus.simulate.roleplay.setups import human_rows, steps, truncate_chats
 
 
 def select_groups(cfg: RoleplayConfig) -> tuple[list[Group], list[Group], list[dict], str]:
@@ -73,7 +73,7 @@ def partners_of(g: Group) -> list[dict[str, str]]:
 def run_roleplay(cfg: RoleplayConfig, out: Path | None = None, *, progress: Progress | None = None,
                  make_plots: bool = True, engines: dict[str, Any] | None = None) -> tuple[RunDir, dict[str, Any]]:
     """``engines``: already loaded engines by model label (and "classifier"), e.g. in tests. The run's
-    compute (``core.compute.measure``) is recorded in its provenance."""
+    compute (``chorus.core.compute.measure``) is recorded in its provenance."""
     P = load_prompts(cfg.prompts)
     ev, train, excluded, path = select_groups(cfg)  # fails before any model call
     plan = plan_engines(cfg) if not engines else None  # a plan that cannot fit fails here too
@@ -200,7 +200,7 @@ def embedder(name: str) -> Callable | None:
 
 def degroot_rows(ev: list[Group], alpha: float, human_labelled: pd.DataFrame, n_rounds: int) -> pd.DataFrame:
     """DeGroot predictions for the evaluated groups in the long format (stances, no texts)."""
-    from simulate.roleplay.metrics import degroot_predictions  # lazy: pulls in scipy
+    from chorus.simulate.roleplay.metrics import degroot_predictions  # lazy: pulls in scipy
     init = human_labelled[human_labelled["kind"] == "initial"].set_index(["group_id", "participant"])["stance"]
     rows = []
     for g in ev:
@@ -226,7 +226,7 @@ def recompute(run: RunDir, labels: pd.DataFrame, *, classifier_profile: str | No
     labels (default: the run's classifier), named in the embedded-model note; ``embed``: False skips
     the embedding similarity (it does not depend on the classifier)."""
     # lazy: pulls in scipy
-    from simulate.roleplay.metrics import (degroot_inputs, evaluate, fit_degroot, on_topic_by_round, on_topic_change,
+    from chorus.simulate.roleplay.metrics import (degroot_inputs, evaluate, fit_degroot, on_topic_by_round, on_topic_change,
                                            spearman, wide)
     if not (run.path / "tables" / "messages.parquet").is_file():
         raise FileNotFoundError(f"{run.path}: no tables/messages.parquet (not a roleplay run directory?)")
@@ -321,7 +321,7 @@ def open_finished(path: str | Path, error: type[ConfigError] = ConfigError, *, n
     ``annotators``), or one ``error`` line, the caller's exit-2 error: ``"{path}: {refusal}"`` unless
     the provenance says part roleplay and the file ``needs`` is there; ``"{path}: {bare}"`` first
     when given and there is no provenance.json at all; the run's record
-    (``core.runs.require_record``) must hold. ``tables``: read, each must be there and readable;
+    (``chorus.core.runs.require_record``) must hold. ``tables``: read, each must be there and readable;
     ``optional``: read where present. ``path`` is named as given."""
     run = RunDir(path)
     if bare is not None and not (run.path / "provenance.json").is_file():

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Iterable
 
-from simulate.roleplay.data import Group
+from chorus.simulate.roleplay.data import Group
 
 ABLATABLE = ("initial_opinion", "first_tweet")   # memory components the ablation probe may drop
 

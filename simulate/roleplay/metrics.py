@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 from scipy import optimize, stats
 
-from core.stats import bootstrap_ci
+from chorus.core.stats import bootstrap_ci
 
 CHANNELS = ("public", "private")
 MEASURES = ("sd", "pairwise", "range")

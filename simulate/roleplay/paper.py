@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from core.config import ConfigError
-from core.paper import copy_figures, fmt, md_table, run_plots, write_paper
-from core.runs import file_sha256, json_safe
-from serving.profiles import embedded_note
+from chorus.core.config import ConfigError
+from chorus.core.paper import copy_figures, fmt, md_table, run_plots, write_paper
+from chorus.core.runs import file_sha256, json_safe
+from chorus.serving.profiles import embedded_note
 
 SCHEMA = "chorus.roleplay-paper/1"
 OWN_FILE = {"roleplay": "summary.json", "sft": "summary.json", "roleplay-annotators": "annotators.json",
@@ -273,7 +273,7 @@ def _probes(c: Ctx) -> dict[str, Any]:
     s = _given(c, "roleplay-probes", "probes")
     if s is None:
         try:   # probes.py may be absent (a checkout without the mechanism probes)
-            P = importlib.import_module("simulate.roleplay.probes")
+            P = importlib.import_module("chorus.simulate.roleplay.probes")
         except ImportError:
             P = None
         if not hasattr(P, "analyse"):
@@ -289,7 +289,7 @@ def _stats(c: Ctx) -> dict[str, Any]:
     if "stats" not in c.cache:
         s = _given(c, "roleplay-stats", "errors")
         if s is None and _plain(c):
-            from simulate.roleplay.stats import analyse
+            from chorus.simulate.roleplay.stats import analyse
             s = analyse([r["path"] for r in _plain(c)])[0]
         c.cache["stats"] = s or _miss("roleplay runs of both splits", "chorus roleplay stats RUN_GROUP RUN_TOPIC [RUN...]")
     return c.cache["stats"]

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import numpy as np
 
-from core.plots import subplots
+from chorus.core.plots import subplots
 
 
 def _style(label: str) -> dict:

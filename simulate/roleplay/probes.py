@@ -22,11 +22,11 @@ from typing import Any
 
 import pandas as pd
 
-from core.config import ConfigError
-from core.runs import RunDir, config_diff, run_dir_path, write_json
-from simulate.roleplay.classify import attach
-from simulate.roleplay.experiment import open_finished
-from simulate.roleplay.plots import probe_bars
+from chorus.core.config import ConfigError
+from chorus.core.runs import RunDir, config_diff, run_dir_path, write_json
+from chorus.simulate.roleplay.classify import attach
+from chorus.simulate.roleplay.experiment import open_finished
+from chorus.simulate.roleplay.plots import probe_bars
 
 # the config fields a probe varies; every other field must equal the baseline's
 VARIED = ("generation.temperature", "memory.ablate")
@@ -62,7 +62,7 @@ class ProbeRun:
 def load_probe_run(path: str | Path) -> ProbeRun:
     """A finished roleplay run (its record checked), its config and the on-topic rates by round.
     Kept as a name because the paper renderer (``roleplay paper``) reads probe runs through it."""
-    from simulate.roleplay.metrics import on_topic_by_round  # lazy: pulls in scipy
+    from chorus.simulate.roleplay.metrics import on_topic_by_round  # lazy: pulls in scipy
     f = open_finished(path, ProbesInputError, tables=("messages", "labels"))
     # from the labels, not summary.json: runs made before the on-topic-by-round keys still answer
     return ProbeRun(f.path, f.cfg.model_dump(mode="json"), f.prov, f.groups_sha, f.run.summary(),
@@ -161,7 +161,7 @@ ON_TOPIC_COLS = ["source", "setup", "condition", "first_round", "last_round", "r
 def on_topic_probe(runs: list[ProbeRun]) -> pd.DataFrame:
     """First- vs last-round public on-topic rate: the humans once (the baseline's labels), then
     every simulated cell of every run."""
-    from simulate.roleplay.metrics import on_topic_change  # lazy: pulls in scipy
+    from chorus.simulate.roleplay.metrics import on_topic_change  # lazy: pulls in scipy
     base = runs[0]
     rows = [{"source": "human", "setup": "human", "condition": "human", **v, "run": str(base.path)}
             for cell, v in on_topic_change(base.on_topic).items() if cell == "human/human"]

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from core.config import load_prompt_file
-from simulate.roleplay.memory import Memory
+from chorus.core.config import load_prompt_file
+from chorus.simulate.roleplay.memory import Memory
 
 PROMPTS_DIR = Path(__file__).resolve().parent / "prompts"
 DEFAULT_PROMPTS = "roleplay_v1"

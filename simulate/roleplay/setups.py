@@ -17,10 +17,10 @@ from typing import Any, Callable, Iterable
 import numpy as np
 import pandas as pd
 
-from simulate.roleplay.data import Group
-from simulate.roleplay.memory import build_memory
-from simulate.roleplay.prompts import render
-from core.seeding import stable_int
+from chorus.simulate.roleplay.data import Group
+from chorus.simulate.roleplay.memory import build_memory
+from chorus.simulate.roleplay.prompts import render
+from chorus.core.seeding import stable_int
 
 SETUPS = ("full_dynamics", "next_message")
 COLUMNS = ["source", "setup", "group_id", "topic", "truth_framed", "participant", "kind", "round", "k",

@@ -6,11 +6,11 @@ simulations use) and the completion is the human's message; only on-topic target
 Training: TRL's ``SFTTrainer`` on a conversational prompt-completion dataset with completion-only
 loss and the seed's settings (config ``training``); LoRA through peft as an option. Before anything
 is loaded or written, ``sft_memory`` estimates the run's device memory (recorded in provenance and
-summary) and the one device planner (``serving.plan.plan_devices``: the trainer is the phase
+summary) and the one device planner (``chorus.serving.plan.plan_devices``: the trainer is the phase
 "train", its need the estimate's total) refuses a run that does not fit the device in use (on CPU,
 where the plan is mode "cpu", the estimate is checked against the host's RAM); the plan is written
 to provenance (``device_plan``) and the comparison that follows plans its own engines. The
-trainer, its model and optimizer are released (``serving.device.free_device_memory``) before the
+trainer, its model and optimizer are released (``chorus.serving.device.free_device_memory``) before the
 comparison's engines load. The result is a full local model folder (a LoRA adapter is merged into
 the base with ``merge_and_unload`` and saved with the tokenizer, and the adapter itself is kept
 beside it), so every backend can load it: its path is a serving profile wherever a profile name is
@@ -26,21 +26,21 @@ from typing import Any, Callable
 
 import pandas as pd
 
-import serving  # serving.build_engine looked up per call: tests replace it
-from core.compute import measure
-from core.config import ConfigError
-from core.runs import RunDir, run_dir_path
-from serving.device import cuda_free_gib, free_device_memory
-from serving.memory import GIB, MemoryPlanError, parameter_count
-from serving.profiles import BUILTIN, get_profile, models_file
-from simulate.roleplay.classify import classify_texts
-from simulate.roleplay.config import RoleplayConfig, SftConfig, load
-from simulate.roleplay.data import FIXTURE, Group, golden_mask, load_groups, select_split
-from simulate.roleplay.experiment import run_roleplay
-from simulate.roleplay.memory import build_memory
-from simulate.roleplay.prompts import load_prompts, render
-from simulate.roleplay.setups import steps
-from simulate.roleplay.sft_memory import BNB_OPTIMIZERS, plan_training, settings_for
+from chorus import serving  # chorus.serving.build_engine looked up per call: tests replace it
+from chorus.core.compute import measure
+from chorus.core.config import ConfigError
+from chorus.core.runs import RunDir, run_dir_path
+from chorus.serving.device import cuda_free_gib, free_device_memory
+from chorus.serving.memory import GIB, MemoryPlanError, parameter_count
+from chorus.serving.profiles import BUILTIN, get_profile, models_file
+from chorus.simulate.roleplay.classify import classify_texts
+from chorus.simulate.roleplay.config import RoleplayConfig, SftConfig, load
+from chorus.simulate.roleplay.data import FIXTURE, Group, golden_mask, load_groups, select_split
+from chorus.simulate.roleplay.experiment import run_roleplay
+from chorus.simulate.roleplay.memory import build_memory
+from chorus.simulate.roleplay.prompts import load_prompts, render
+from chorus.simulate.roleplay.setups import steps
+from chorus.simulate.roleplay.sft_memory import BNB_OPTIMIZERS, plan_training, settings_for
 
 
 def sft_examples(groups: list[Group], P: dict, kinds: list[str]) -> list[dict[str, Any]]:
@@ -206,7 +206,7 @@ def _training_args(lib: SimpleNamespace, cfg: SftConfig, output_dir: Path,
 
 def _memory_check(lib: SimpleNamespace, cfg: SftConfig, base_path: Path, args: Any) -> tuple[dict[str, Any], Any]:
     """The run's memory estimate (``sft_memory``) and its device plan: on CUDA the trainer is the
-    phase "train" of ``serving.plan.plan_devices`` on device 0's total memory, refused with the
+    phase "train" of ``chorus.serving.plan.plan_devices`` on device 0's total memory, refused with the
     planner's line (role, sizes, device) and the alternatives' estimates when it does not fit; on
     CPU the plan is mode "cpu" and the estimate is checked against the host's total RAM, where CPU
     training holds the same tensors. Returns (the record for provenance and summary, the plan)."""

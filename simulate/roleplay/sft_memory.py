@@ -1,10 +1,10 @@
 """Device memory of one SFT run, estimated before any model is loaded, and the fit decision
-(``plan_training``: on a CUDA device the trainer is one ``serving.plan.Need`` of the phase "train",
-decided by ``serving.plan.plan_devices`` like every other engine chorus plans; ``decide`` /
+(``plan_training``: on a CUDA device the trainer is one ``chorus.serving.plan.Need`` of the phase "train",
+decided by ``chorus.serving.plan.plan_devices`` like every other engine chorus plans; ``decide`` /
 ``check_fits``: the estimate against a size alone, as for CPU training against the host's RAM).
 
 Pure arithmetic on the model's ``config.json`` (its text config for multimodal models) and the
-parameter count (``serving.memory.parameter_count``: the safetensors headers; the config's closed
+parameter count (``chorus.serving.memory.parameter_count``: the safetensors headers; the config's closed
 form when there are no weights, as for the shipped ``serving/architectures`` configs). Sizes in GiB.
 
 What chorus trains (``simulate/roleplay/sft.py``): on a CUDA device with bf16 the model is *loaded*
@@ -52,8 +52,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal, Sequence
 
-from core.config import ConfigError
-from serving.plan import DevicePlan, DevicePlanError, Need, plan_devices
+from chorus.core.config import ConfigError
+from chorus.serving.plan import DevicePlan, DevicePlanError, Need, plan_devices
 
 GIB = 1024 ** 3
 BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -302,7 +302,7 @@ def alternatives(config: dict[str, Any], settings: SftSettings, *, n_params: int
 class SftPlanError(SftMemoryError, DevicePlanError):
     """The device planner refuses the trainer: its one line (role, sizes, device), then the
     estimate's components and what would fit instead. A ``ConfigError`` (the CLI's one-line exit)
-    and a ``serving.plan.DevicePlanError`` (every refused plan)."""
+    and a ``chorus.serving.plan.DevicePlanError`` (every refused plan)."""
 
 
 def trainer_need(est: SftMemoryEstimate, profile: str, *, phase: str = TRAIN_PHASE) -> Need:
@@ -318,7 +318,7 @@ def plan_training(config: dict[str, Any], settings: SftSettings, device: str, de
                   profile: str = "model", n_devices: int = 1, max_utilization: float = 0.9
                   ) -> tuple[SftMemoryEstimate, DevicePlan]:
     """The SFT run's estimate and its device plan: the trainer (``trainer_need``) planned by
-    ``serving.plan.plan_devices`` as the phase "train", the same code every other plan of chorus is.
+    ``chorus.serving.plan.plan_devices`` as the phase "train", the same code every other plan of chorus is.
 
     ``cuda``: ``device_gib`` is the CUDA device's total, of which the plan uses ``max_utilization``
     (``plan_devices``' default); a trainer the planner cannot fit raises ``SftPlanError`` (the
@@ -344,7 +344,7 @@ def plan_training(config: dict[str, Any], settings: SftSettings, device: str, de
 
 
 def settings_for(cfg: Any, *, dtype: str = "bfloat16", fused_lm_head: bool = True) -> SftSettings:
-    """The settings of an ``SftConfig`` (``simulate.roleplay.config``) at the configured length."""
+    """The settings of an ``SftConfig`` (``chorus.simulate.roleplay.config``) at the configured length."""
     t, lora = cfg.training, cfg.lora
     return SftSettings(micro_batch=t.per_device_batch_size, seq_len=t.max_length, dtype=dtype,
                        gradient_checkpointing=t.gradient_checkpointing, optim=t.optim,
@@ -372,11 +372,11 @@ def format_table(config: dict[str, Any], rows: list[SftSettings], n_params: int 
     return "\n".join(out)
 
 
-if __name__ == "__main__":  # python -m simulate.roleplay.sft_memory [ARCH] [DEVICE_GIB]: the shipped recipes
+if __name__ == "__main__":  # python -m chorus.simulate.roleplay.sft_memory [ARCH] [DEVICE_GIB]: the shipped recipes
     import sys
 
-    from serving.dummy import published_config
-    from simulate.roleplay.config import SftConfig, load
+    from chorus.serving.dummy import published_config
+    from chorus.simulate.roleplay.config import SftConfig, load
     arch = sys.argv[1] if len(sys.argv) > 1 else "llama-3.1-8b-instruct"
     dev = float(sys.argv[2]) if len(sys.argv) > 2 else None
     cfg = published_config(arch)

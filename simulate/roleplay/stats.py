@@ -6,7 +6,7 @@ Bars: one per (split, source, setup, channel, metric), the metric's mean over th
 with the SD of its bootstrap replicates. Units: groups (single-opinion and opinion-update error
 are averaged per group first; convergence error is |delta SD_sim - delta SD_human| per group;
 delta SD per group; the text metrics per group); the partner-gap Spearman rho is resampled by
-whole groups. B = the runs' ``analysis.n_boot`` replicates from ``core.seeding`` streams of the
+whole groups. B = the runs' ``analysis.n_boot`` replicates from ``chorus.core.seeding`` streams of the
 runs' seed, one stream per bar.
 
 (a) Normal approximation on two bars (the paper's "conservative normal approximation on the
@@ -37,12 +37,12 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from core.config import ConfigError
-from core.seeding import rng as make_rng, stable_int
-from simulate.roleplay.metrics import sign_test
-from core.compute import total_compute
-from simulate.roleplay.experiment import open_finished
-from core.runs import RunDir, run_dir_path, write_json
+from chorus.core.config import ConfigError
+from chorus.core.seeding import rng as make_rng, stable_int
+from chorus.simulate.roleplay.metrics import sign_test
+from chorus.core.compute import total_compute
+from chorus.simulate.roleplay.experiment import open_finished
+from chorus.core.runs import RunDir, run_dir_path, write_json
 
 CHANNELS = ("public", "private")
 SETUPS = ("full_dynamics", "next_message")
@@ -472,7 +472,7 @@ def write_stats(paths: list[str | Path], out: str | Path | None = None, make_plo
     write_json(run.path / "stats.json", s)
     (run.path / "stats.md").write_text(markdown(s, tables))
     if make_plots and len(tables["bars"]):
-        from simulate.roleplay.plots import error_scatter
+        from chorus.simulate.roleplay.plots import error_scatter
         error_scatter(tables["bars"], run.plot_path("errors"))
     run.finish()
     return run.path, s

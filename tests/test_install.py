@@ -1,0 +1,60 @@
+"""chorus installed as a user installs it: a wheel built from a clean copy of this tree, put into a
+fresh virtual environment with pip, run from outside the repository."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, clone_working_tree
+
+PARTS = ("core", "serving", "aggregate", "simulate", "interventions")
+
+
+def _run(args: list, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=600, **kw)
+
+
+@pytest.mark.skipif(shutil.which("git") is None or not (ROOT / ".git").exists(), reason="not a git checkout")
+def test_a_wheel_installs_under_one_import_root(tmp_path):
+    clone = tmp_path / "clone"
+    clone_working_tree(clone)
+    built = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
+                  tmp_path / "dist", clone])
+    assert built.returncode == 0, built.stderr[-2000:]
+    wheel, = (tmp_path / "dist").glob("chorus-*.whl")
+
+    venv = tmp_path / "venv"
+    assert _run([sys.executable, "-m", "venv", venv]).returncode == 0
+    py = venv / "bin" / "python"
+    site = Path(_run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip())
+    # the third-party stack comes from this environment as a plain path entry (no .pth of it runs, so
+    # this checkout's editable install is not seen); chorus itself only from the wheel
+    (site / "stack.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    put = _run([py, "-m", "pip", "install", "-q", "--no-deps", "--no-index", wheel])
+    assert put.returncode == 0, put.stderr[-2000:]
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    where = tmp_path / "elsewhere"   # not the repository: nothing found through the working directory
+    where.mkdir()
+    probe = ("import importlib.util as u, json, chorus, chorus.serving, chorus.simulate.debate.experiment as d\n"
+             f"print(json.dumps({{'old': [m for m in {PARTS!r} if u.find_spec(m)], 'chorus': chorus.__file__, "
+             "'serving': chorus.serving.__file__, 'debate': d.__file__, 'version': chorus.__version__, "
+             "'configs': len(list(__import__('pathlib').Path(d.__file__).parent.glob('configs/*.yaml')))}))")
+    r = _run([py, "-c", probe], cwd=where, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    import json
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["old"] == []                      # no top-level core, serving, simulate, ... after install
+    for key in ("chorus", "serving", "debate"):
+        assert got[key].startswith(str(site / "chorus")), got
+    assert got["configs"] > 0                    # the shipped configs travel in the wheel
+    assert got["version"]
+
+    r = _run([venv / "bin" / "chorus", "--help"], cwd=where, env={**env, "COLUMNS": "200"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "debate" in r.stdout and "serve" in r.stdout
