@@ -177,7 +177,8 @@ def test_preflight_parses_as_python_36():
 def _scratch_repo(tmp_path: Path) -> Path:
     repo = tmp_path / "repo"
     (repo / "scripts").mkdir(parents=True)
-    for rel in ("scripts/setup.sh", "scripts/preflight.py", "pyproject.toml"):
+    for rel in ("scripts/setup.sh", "scripts/preflight.py", "pyproject.toml", "setup.py",
+                "scripts/constraints-cpu.txt", "scripts/constraints-gpu.txt"):
         shutil.copy2(ROOT / rel, repo / rel)
     return repo
 
@@ -199,7 +200,8 @@ def _setup(repo: Path, tmp_path: Path, **env):
 
 
 def _stamp(repo: Path, engine: str) -> str:
-    digest = hashlib.sha256((repo / "pyproject.toml").read_bytes() + (repo / "scripts" / "setup.sh").read_bytes())
+    digest = hashlib.sha256(b"".join((repo / rel).read_bytes() for rel in (
+        "pyproject.toml", "setup.py", "scripts/setup.sh", f"scripts/constraints-{engine}.txt")))
     return ".setup-%s-%s" % (engine, digest.hexdigest()[:16])
 
 

@@ -54,7 +54,7 @@ def test_sft_smoke_trains_releases_the_trainer_then_compares(tmp_path, monkeypat
     from transformers import Trainer
     monkeypatch.setenv("CHORUS_MODELS_FILE", str(tmp_path / "models.yaml"))
     events = []
-    free, load_engine = sft.free_device_memory, serving.roles.load_engine  # engines are built there only
+    free, load_engine = sft.free_device_memory, chorus.serving.roles.load_engine  # engines are built there only
 
     def recording_free(**kw):
         free(**kw)
@@ -67,7 +67,7 @@ def test_sft_smoke_trains_releases_the_trainer_then_compares(tmp_path, monkeypat
         events.append(("load", profile))
         return load_engine(profile, *a, **kw)
     monkeypatch.setattr(sft, "free_device_memory", recording_free)
-    monkeypatch.setattr(serving.roles, "load_engine", recording_load)
+    monkeypatch.setattr(chorus.serving.roles, "load_engine", recording_load)
     smoke = load("smoke", RoleplayConfig, {"data.limit": 1, "data.train_limit": 1, "setups": ["next_message"],
                                            "generation.max_tokens": 4, "generation.max_utterances": 1,
                                            "analysis.n_boot": 20})
