@@ -14,7 +14,8 @@ from rich.table import Table
 
 from chorus.core.cliutil import fail
 from chorus.core.progress import progress
-from chorus.serving.profiles import DEFAULT_PROFILE, ModelError, all_profiles, cache_dir, get_profile, models_file
+from chorus.serving.profiles import (DEFAULT_PROFILE, ModelError, all_profiles, cache_dir, download_command, get_profile,
+                                     hub_cache, models_file)
 from chorus.serving.engine import default_dtype
 from chorus.serving.spec import Sampling
 from chorus.serving.store import CallStore, StoreError
@@ -27,12 +28,12 @@ store_app = typer.Typer(no_args_is_help=True)
 
 @models_app.command("list")
 def models_list() -> None:
-    """Every profile with its local path and whether it is ready."""
+    """Every profile with where it loads from (its local path, the Hugging Face cache) and whether it is ready."""
     try:
         profiles = all_profiles()
     except ModelError as err:
         fail(str(err))
-    t = Table("profile", "family", "ready", "path / what to set", box=None, pad_edge=False)
+    t = Table("profile", "family", "ready", "from", "path / what to do", box=None, pad_edge=False)
     for p in profiles.values():
         ready, why = p.status()
         if ready:
@@ -40,11 +41,14 @@ def models_list() -> None:
         elif p.embedded:
             where = f"{p.path}  (run: chorus models prepare {p.name})"
         elif str(p.path) in ("", "."):
-            where = f"set {p.env_var} or add it to {models_file()}"
+            fill = f"{download_command(p.hf_id)}, or " if p.hf_id else ""
+            where = f"not in the HF cache: {fill}set {p.env_var} or add it to {models_file()}"
         else:
             where = f"{p.path}  ({why})"
-        t.add_row(p.name, p.family, "[green]yes[/green]" if ready else "[yellow]no[/yellow]", where)
+        t.add_row(p.name, p.family, "[green]yes[/green]" if ready else "[yellow]no[/yellow]", p.source, where)
     console.print(t)
+    console.print(f"hub ids (ORG/NAME or ORG/NAME@REVISION) and the paper models' hf ids resolve from the Hugging "
+                  f"Face cache {hub_cache()}, offline", style="dim", markup=False, highlight=False)
 
 
 @models_app.command("dummy")
@@ -97,7 +101,8 @@ def models_prepare(profiles: list[str] = typer.Argument(None, help="profiles to 
 
 def generate(prompt: Optional[str] = typer.Argument(None, help="a user message (or use --chat)"),
              chat: Optional[Path] = typer.Option(None, help="JSON file: a list of {role, content} messages, or a list of such lists"),
-             profile: str = typer.Option(DEFAULT_PROFILE, "--profile", "-m"),
+             profile: str = typer.Option(DEFAULT_PROFILE, "--profile", "-m", help="a profile, a model folder, or a "
+                                         "hub id ORG/NAME[@REVISION] in the local Hugging Face cache"),
              backend: str = typer.Option("auto", "--backend", "-b", help="hf | vllm | openai | auto"),
              temperature: float = 0.0, top_p: float = 1.0, max_tokens: int = 128,
              seed: Optional[int] = None, system: Optional[str] = None,
@@ -183,7 +188,8 @@ def vllm_serve_args(path: str, name: str, *, host: str, port: int, dtype: str, t
     return args + list(extra or [])
 
 
-def serve(profile: str = typer.Argument(DEFAULT_PROFILE),
+def serve(profile: str = typer.Argument(DEFAULT_PROFILE, help="a profile, a model folder, or a hub id "
+                                       "ORG/NAME[@REVISION] in the local Hugging Face cache"),
           host: str = typer.Option("127.0.0.1", help="bind address (loopback by default; any other needs an API key)"),
           port: int = 8000, dtype: Optional[str] = None,
           tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "-tp", min=1,

@@ -10,7 +10,7 @@ from typing import Any, Callable, Sequence
 
 from chorus.serving.backends import Backend
 from chorus.serving.plan import EnginePlan, Need, needs_gib, plan_devices
-from chorus.serving.profiles import DEFAULT_PROFILE, ModelError, Profile, get_profile
+from chorus.serving.profiles import DEFAULT_PROFILE, ModelError, Profile, get_profile, hub_snapshot_of
 from chorus.serving.store import CallStore, request_key
 from chorus.serving.structured import check_output, check_schema
 from chorus.serving.types import (Completion, ContextLengthError, PreparedPrompt, RequestError, Sampling, broadcast_seeds,
@@ -46,8 +46,11 @@ class Engine:
         return {"profile": self.profile.name, "weights_sha256": self.weights_sha256, "dtype": self.dtype}
 
     def provenance(self) -> dict[str, Any]:
+        path = self.profile.path
+        hub = hub_snapshot_of(path)   # weights from the Hugging Face cache: which repository, which commit
         return {**self.identity, "family": self.profile.family, "upstream": self.profile.hf_id,
-                "license": self.profile.license, "path": str(self.profile.path),
+                "license": self.profile.license, "path": str(path),
+                "hub_id": hub[0] if hub else None, "revision": hub[1] if hub else None,
                 "engine": self.backend.settings(), "store": str(self.store.path) if self.store is not None else None}
 
     @property

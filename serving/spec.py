@@ -51,7 +51,8 @@ class Sampling(Strict):
 
 class ModelSpec(Strict):
     """One model role: which weights, on which backend, in which dtype, with which engine options."""
-    profile: str = Field(DEFAULT_PROFILE, description="a profile name (`chorus models list`) or a local model folder")
+    profile: str = Field(DEFAULT_PROFILE, description="a profile name (`chorus models list`), a local model "
+                         "folder, or a hub id ORG/NAME[@REVISION] in the local Hugging Face cache")
     backend: Backend = Field("auto", description="auto: $CHORUS_BACKEND, else vllm when installed, else hf")
     dtype: Optional[Dtype] = Field(None, description="null: float32 on CPU, bfloat16 on a GPU")
     options: dict[str, Any] = Field(default_factory=dict, description="backend options passed through: hf "

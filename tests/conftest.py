@@ -210,3 +210,38 @@ class Scripted:
     def option_logprobs(self, convs, options):
         self.seen.extend(convs)
         return [{o: -abs(int(o) - 6) for o in options} for _ in convs]
+
+
+# -- a Hugging Face hub cache of the real layout, filled with the embedded model's files ------------
+def build_hub_cache(cache: Path, repo_id: str, revisions: dict[str, list[str]], src: Path) -> dict[str, Path]:
+    """``cache/models--ORG--NAME`` as huggingface_hub writes it: each file once in ``blobs/``
+    (hard-linked to ``src``'s file where the file system allows, else a link to it: the 0.5 GB
+    weights are never copied), ``snapshots/COMMIT/<file>`` relative links into ``blobs/``, and
+    ``refs/<name>`` holding the commit (no newline, as huggingface_hub writes it).
+    ``revisions``: commit -> the ref names pointing at it. Returns commit -> snapshot folder."""
+    import hashlib
+
+    repo = cache / ("models--" + repo_id.replace("/", "--"))
+    (repo / "blobs").mkdir(parents=True, exist_ok=True)
+    (repo / "refs").mkdir(exist_ok=True)
+    files = [f for f in src.iterdir() if f.is_file() and not f.name.startswith(".")]
+    blobs = {}
+    for f in files:
+        blob = repo / "blobs" / hashlib.sha256(f"{f.name}:{f.stat().st_size}".encode()).hexdigest()
+        if not blob.exists():
+            try:
+                os.link(f, blob)
+            except OSError:
+                blob.symlink_to(f.resolve())
+        blobs[f.name] = blob
+    out = {}
+    for commit, refs in revisions.items():
+        snap = repo / "snapshots" / commit
+        snap.mkdir(parents=True, exist_ok=True)
+        for name, blob in blobs.items():
+            if not (snap / name).exists():
+                (snap / name).symlink_to(Path("..", "..", "blobs", blob.name))
+        for ref in refs:
+            (repo / "refs" / ref).write_text(commit)
+        out[commit] = snap
+    return out

@@ -23,6 +23,7 @@ def test_unknown_backend():
 
 def test_paper_model_without_path_names_the_setting(monkeypatch, tmp_path):
     monkeypatch.setenv("CHORUS_MODELS_FILE", str(tmp_path / "models.yaml"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))   # not this machine's cache, which may hold it
     monkeypatch.delenv("CHORUS_MODEL_LLAMA_3_1_8B_INSTRUCT", raising=False)
     with pytest.raises(ModelError, match="CHORUS_MODEL_LLAMA_3_1_8B_INSTRUCT"):
         load_engine("llama-3.1-8b-instruct", "hf")

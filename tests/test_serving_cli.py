@@ -17,7 +17,9 @@ def chorus(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
                           timeout=timeout, env={**__import__("os").environ, "COLUMNS": "200"})
 
 
-def test_models_list_shows_every_profile_with_path_and_readiness():
+def test_models_list_shows_every_profile_with_path_and_readiness(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))   # an empty cache: llama is not ready
+    monkeypatch.delenv("CHORUS_MODEL_LLAMA_3_1_8B_INSTRUCT", raising=False)
     r = chorus("models", "list")
     assert r.returncode == 0, r.stderr
     for name in ("smollm2-135m-instruct", "gemma3-270m", "llama-3.1-8b-instruct", "qwen3.5-9b", "gemma-4-e4b-it"):
