@@ -26,7 +26,7 @@ def test_a_wheel_installs_under_one_import_root(tmp_path):
     built = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
                   tmp_path / "dist", clone])
     assert built.returncode == 0, built.stderr[-2000:]
-    wheel, = (tmp_path / "dist").glob("chorus-*.whl")
+    wheel, = (tmp_path / "dist").glob("chorus_llm-*.whl")   # the distribution chorus-llm
 
     venv = tmp_path / "venv"
     assert _run([sys.executable, "-m", "venv", venv]).returncode == 0
@@ -44,6 +44,7 @@ def test_a_wheel_installs_under_one_import_root(tmp_path):
     probe = ("import importlib.util as u, json, chorus, chorus.serving, chorus.simulate.debate.experiment as d\n"
              f"print(json.dumps({{'old': [m for m in {PARTS!r} if u.find_spec(m)], 'chorus': chorus.__file__, "
              "'serving': chorus.serving.__file__, 'debate': d.__file__, 'version': chorus.__version__, "
+             "'dist': __import__('importlib.metadata', fromlist=['version']).version('chorus-llm'), "
              "'configs': len(list(__import__('pathlib').Path(d.__file__).parent.glob('configs/*.yaml')))}))")
     r = _run([py, "-c", probe], cwd=where, env=env)
     assert r.returncode == 0, r.stderr[-2000:]
@@ -53,7 +54,7 @@ def test_a_wheel_installs_under_one_import_root(tmp_path):
     for key in ("chorus", "serving", "debate"):
         assert got[key].startswith(str(site / "chorus")), got
     assert got["configs"] > 0                    # the shipped configs travel in the wheel
-    assert got["version"]
+    assert got["version"] and got["dist"] == got["version"]   # installed as the distribution chorus-llm
 
     r = _run([venv / "bin" / "chorus", "--help"], cwd=where, env={**env, "COLUMNS": "200"})
     assert r.returncode == 0, r.stderr[-2000:]
