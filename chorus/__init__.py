@@ -5,7 +5,8 @@ profiles, call store), ``chorus.simulate`` (belief layer, debates, councils, rol
 ``chorus.aggregate`` (BDA over council traces) and ``chorus.interventions`` (readouts, ablations,
 knockout, patching, probes). The application sits on top of them in this folder: the ``chorus``
 CLI (``chorus.cli``), the demo (``chorus.demo`` running the stages of ``chorus.stages``) and the
-HTML report (``chorus.report``).
+HTML report (``chorus.report``), and the Python front door (``chorus.api``: ``chorus.run``,
+``chorus.open_run``, ``chorus.get_model``, ``chorus.verbs``).
 """
 from pathlib import Path
 
@@ -20,5 +21,10 @@ if not (Path(__file__).parent / "core").is_dir() and (_root / "core" / "__init__
 del _root
 
 from chorus.core import __version__  # noqa: E402  one version, kept in the base
+from chorus.core.lazy import lazy_getattr  # noqa: E402
 
-__all__ = ["__version__"]
+# the Python front door (chorus/api.py), imported on first use so ``import chorus.core`` stays light
+_EXPORTS = {"run": "api", "open_run": "api", "Run": "api", "get_model": "api", "verbs": "api"}
+__getattr__ = lazy_getattr(__name__, _EXPORTS, globals())
+
+__all__ = ["__version__", *_EXPORTS]
