@@ -31,13 +31,14 @@ def verbs() -> list[str]:
 
 
 def _verb(name: str) -> Verb:
-    """``"debate run"``, or a group alone for its ``run`` verb (``"debate"``)."""
+    """``"debate run"``, ``"belief correct fit"`` (a group of two words), or a group alone for its
+    ``run`` verb (``"debate"``)."""
     import chorus.registry  # noqa: F401
-    parts = tuple(name.split())
-    key = parts if len(parts) == 2 else (parts[0], "run") if len(parts) == 1 else None
-    if key not in REGISTRY:
-        raise ConfigError(f"no verb {name!r}; the verbs: {', '.join(verbs())}")
-    return REGISTRY[key]
+    parts = name.split()
+    for key in [(" ".join(parts[:-1]), parts[-1]), (" ".join(parts), "run")] if parts else []:
+        if key in REGISTRY:
+            return REGISTRY[key]
+    raise ConfigError(f"no verb {name!r}; the verbs: {', '.join(verbs())}")
 
 
 def run(verb: str, config: str | Path | Mapping[str, Any] | None = None, *, out: str | Path | None = None,

@@ -47,5 +47,9 @@ def test_bad_input_is_one_clear_error(tmp_path):
         chorus.run("debate", "nope")
     with pytest.raises(ConfigError, match="not a chorus run directory"):
         chorus.open_run(tmp_path)
-    assert "debate run" in chorus.verbs() and "influence knockout" in chorus.verbs()
+    assert {"debate run", "influence knockout", "belief correct fit"} <= set(chorus.verbs())
+    from chorus.api import _verb
+    assert _verb("belief correct fit").key == ("belief correct", "fit") and _verb("debate").key == ("debate", "run")
+    with pytest.raises(ConfigError, match="no verb ''"):
+        chorus.run("", "smoke")
     assert chorus.open_run  # the front door is lazy: importing chorus.core alone does not load it
