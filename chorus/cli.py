@@ -40,6 +40,25 @@ app.command()(generate)
 app.command()(serve)
 
 
+def _version(value: bool) -> None:
+    if value:
+        from chorus import __version__
+        typer.echo(f"chorus {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _global(version: bool = typer.Option(False, "--version", is_eager=True, callback=_version,
+                                         help="Print chorus's version and exit."),
+            verbose: bool = typer.Option(False, "--verbose", "-v",
+                                         help="Keep the engines' own logs on the terminal (before the command)."),
+            debug: bool = typer.Option(False, "--debug", help="Show the traceback of a failure (or CHORUS_DEBUG=1).")
+            ) -> None:
+    """chorus: self-hosted models that debate, simulate opinions and deliberate."""
+    # -v and --debug are taken from the command line by the error boundary (chorus.errors.run_command)
+    # before typer parses it, so they act wherever they stand; declared here so --help shows them
+
+
 @app.command()
 def demo(size: str = typer.Option("tiny", "--size", help="tiny (a few minutes) | full (the main job, < 15 min on 2 CPU cores)"),
          out: Path = typer.Option(Path("runs/demo"), "--out", help="Run directory; OUT/report.html is written there."),

@@ -176,3 +176,12 @@ def test_serve_loads_the_text_model_of_a_multimodal_checkpoint(tmp_path):
                           extra=['--hf-overrides={"architectures": ["X"]}'])
     assert "--hf-overrides" not in own and own[-1].startswith("--hf-overrides=")
     assert "--hf-overrides" not in vllm_serve_args("/m", "p", host="127.0.0.1", port=9, dtype="float32")
+
+
+def test_version_and_the_global_flags_in_help():
+    r = chorus("--version")
+    from chorus import __version__
+    assert r.returncode == 0 and r.stdout.strip() == f"chorus {__version__}"
+    h = chorus("--help")
+    assert h.returncode == 0 and all(f in h.stdout for f in ("--version", "--verbose", "--debug"))
+    assert chorus("-v", "--version").returncode == 0   # -v is taken before typer sees the line
