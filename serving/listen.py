@@ -91,9 +91,8 @@ def decide(ns: Namespace, env_key: str | None) -> Listening:
 
 
 def check_free(host: str, port: int) -> None:
-    """A port already taken is one line now, not vLLM's traceback after the model is read."""
-    if not 0 < port < 65536:
-        raise ListenError(f"--port must be 1-65535, got {port}")
+    """A port already taken is one line now, not vLLM's traceback after the model is read (its range
+    is ``decide``'s; a port out of range that reaches here is bind's OverflowError, named below)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)   # as vLLM binds it
@@ -103,7 +102,9 @@ def check_free(host: str, port: int) -> None:
             raise ListenError(bind_problem(err, host, port)) from None
 
 
-def bind_problem(err: OSError, host: str, port: int) -> str:
+def bind_problem(err: OSError | OverflowError, host: str, port: int) -> str:
+    if isinstance(err, OverflowError):
+        return f"--port must be 1-65535, got {port}"
     if isinstance(err, socket.gaierror):
         return f"--host {host} does not resolve to an address of this machine"
     if err.errno == errno.EADDRINUSE:

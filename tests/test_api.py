@@ -52,4 +52,11 @@ def test_bad_input_is_one_clear_error(tmp_path):
     assert _verb("belief correct fit").key == ("belief correct", "fit") and _verb("debate").key == ("debate", "run")
     with pytest.raises(ConfigError, match="no verb ''"):
         chorus.run("", "smoke")
-    assert chorus.open_run  # the front door is lazy: importing chorus.core alone does not load it
+    assert chorus.open_run
+    # the front door is lazy: importing chorus.core alone loads neither it nor the parts' registry
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-c", "import sys, chorus.core.runs; "
+                        "print(sorted(m for m in ('chorus.api', 'chorus.registry') if m in sys.modules))"],
+                       capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "[]", r.stderr
