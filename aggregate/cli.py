@@ -10,7 +10,7 @@ from typing import List, Optional
 
 import typer
 
-from chorus.core.cliutil import add_verbs
+from chorus.core.cliutil import add_verbs, renamed_option
 from chorus.core.cliutil import fail as _fail
 from chorus.core.progress import progress
 from chorus.core.verbs import Option, Verb, register
@@ -53,13 +53,13 @@ register(Verb(
     config_help="Run config (a path or a shipped name in aggregate/configs/, e.g. run_synthetic).",
     load="chorus.aggregate.config:load_run_config", source="chorus.aggregate.config:config_path",
     run="chorus.aggregate.experiments:run_to_dir", show=_show, unit="fold x method", plots=False, options=(_QUIET,),
-    errors=_ERRORS))
+    errors=_ERRORS, configs="chorus.aggregate.config:CONFIGS_DIR/run_*.yaml"))
 register(Verb(
     "aggregate", "sweep", help="Adversary sweeps over a synthetic council or a real trace file (--traces): "
                                "dose-response (regime x k x p_wrong) or the sleeper axis (f).",
     config_help="Sweep config (kind: dose_response | sleeper; a path or a shipped name, e.g. sweep_dose).",
     load="chorus.aggregate.config:load_sweep_config", run="chorus.aggregate.experiments:sweep_to_dir", show=_show,
-    unit="fold x method", plots=False, errors=_ERRORS,
+    unit="fold x method", plots=False, errors=_ERRORS, configs="chorus.aggregate.config:CONFIGS_DIR/sweep_*.yaml",
     options=(Option("traces", "--traces", Optional[Path], None, "A council trace file (.jsonl / .jsonl.gz) to "
                     "corrupt instead of the config's synthetic council.", "config:traces"), _QUIET)))
 add_verbs(app, "aggregate")
@@ -109,18 +109,21 @@ def verify(run_dir: Path = typer.Argument(..., help="A run directory holding res
 @app.command()
 def generate(out: Path = typer.Option(..., "--out", help="Trace file to write (.jsonl or .jsonl.gz)."),
              n_tasks: int = typer.Option(1500, "--n", help="Number of tasks."),
-             K: int = typer.Option(2, "--K", help="Candidates per task."),
+             candidates: Optional[int] = typer.Option(None, "--candidates", help="Candidates per task (K; default 2)."),
              reliabilities: str = typer.Option("0.74,0.68,0.68", "--reliabilities", help="Seat reliabilities, comma-separated."),
              rounds: int = typer.Option(3, "--rounds"),
              adversary: Optional[str] = typer.Option(None, "--adversary", help="persistent | rotating"),
              k: int = typer.Option(1, "--k", help="Adversarial seats."),
              p_wrong: float = typer.Option(1.0, "--p-wrong"),
              seed: int = typer.Option(0, "--seed"),
-             prefix: str = typer.Option("syn", "--prefix", help="Task-id prefix (disjoint sets for lodo / transfer).")) -> None:
+             prefix: str = typer.Option("syn", "--prefix", help="Task-id prefix (disjoint sets for lodo / transfer)."),
+             K_old: Optional[int] = typer.Option(None, "--K", hidden=True)) -> None:
     """Write a synthetic council trace file (the trace JSONL of ``chorus.aggregate.trace``)."""
     from chorus.aggregate.synthetic import Adversary, CouncilSpec, generate_council
     from chorus.aggregate.trace import dump_traces
 
+    K = renamed_option(K_old, "--K", "--candidates", candidates)   # beside --k (adversarial seats), one letter apart
+    K = 2 if K is None else K
     try:
         spec = CouncilSpec(n_tasks=n_tasks, K=K, rounds=rounds,
                            reliabilities=tuple(float(x) for x in reliabilities.split(",")))

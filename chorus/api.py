@@ -47,12 +47,16 @@ def run(verb: str, config: str | Path | Mapping[str, Any] | None = None, *, out:
     """Run a registered verb as ``chorus GROUP NAME CONFIG --set K=V ... --out OUT`` does and return
     its ``Run``. ``config``: a shipped name, a YAML path or a mapping (the whole config; paths in it are
     read from the working directory); left out, the verb's default where it has one. ``model``: the
-    model role (``model.profile``: a profile, a folder or a hub id); ``set``: dotted overrides
+    model, as ``-m`` gives it (a profile, a folder or a hub id; into the field the verb names, e.g.
+    ``model.profile``, every council seat, SFT's ``base.profile``); ``set``: dotted overrides
     (``{"rounds": 1, "generation.max_tokens": 32}``). Rerunning into the same ``out`` resumes."""
     v = _verb(verb)
     over = dict(set or {})
     if model is not None:
-        over["model.profile"] = model
+        try:
+            over.update(v.model_override(model))
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
     if isinstance(config, Mapping):
         return _run_mapping(v, dict(config), over, out, plots, progress)
     name = str(config) if config is not None else v.default_config

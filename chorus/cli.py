@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from chorus.aggregate.cli import app as aggregate_app
-from chorus.core.cliutil import fail
+from chorus.core.cliutil import fail, model_option, renamed_option
 from chorus.interventions.cli import app as influence_app
 from chorus.serving.cli import generate, models_app, serve, store_app
 from chorus.serving.profiles import DEFAULT_PROFILE, ModelError, cache_dir, get_profile
@@ -23,21 +23,65 @@ from chorus.errors import run_command
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="chorus: self-hosted models that debate, simulate opinions and deliberate.")
-app.add_typer(models_app, name="models", help="Model profiles: list, prepare.")
-app.add_typer(store_app, name="store", help="The SQLite call store.")
-app.add_typer(belief_app, name="belief",
-              help="Bayesian belief layer (BCA): run, sweep, report, calibrate; multi-concept, channel correction, "
-                   "cross-appraisal.")
-app.add_typer(aggregate_app, name="aggregate", help="BDA aggregation over council traces: run, sweep, verify.")
-app.add_typer(debate_app, name="debate", help="Multi-agent debate vs matched reflection: bench, run, report, judge.")
-app.add_typer(influence_app, name="influence",
-              help="Peer influence: readout, ablate, cues, knockout, patch, probe, concepts, transfer.")
-app.add_typer(council_app, name="council",
-              help="Live LLM councils: typed-move traces, adversaries, LLM baselines, judge.")
-app.add_typer(roleplay_app, name="roleplay", help="DEBATE-style role-play groups: run, eval.")
-app.add_typer(sft_app, name="sft", help="Next-message SFT with TRL (base vs SFT vs human).")
+
+
+def verb_names(sub: typer.Typer) -> list[str]:
+    """The commands a group shows (its sub-groups too), in the order ``--help`` lists them."""
+    names = [c.name or c.callback.__name__.replace("_", "-") for c in sub.registered_commands if not c.hidden]
+    return names + [g.name for g in sub.registered_groups if not g.hidden]
+
+
+def mount(sub: typer.Typer, name: str, purpose: str) -> None:
+    """Mount a part's group with its purpose and every verb it has, listed from the group itself so
+    the line never leaves one out."""
+    app.add_typer(sub, name=name, help=f"{purpose}: {', '.join(verb_names(sub))}.")
+
+
+mount(models_app, "models", "Model profiles")
+mount(store_app, "store", "The SQLite call store")
+mount(belief_app, "belief", "Bayesian belief layer (BCA)")
+mount(aggregate_app, "aggregate", "BDA aggregation over council traces")
+mount(debate_app, "debate", "Multi-agent debate vs matched reflection")
+mount(influence_app, "influence", "Peer influence: readouts, interventions and the model's internals")
+mount(council_app, "council", "Live LLM councils (typed-move traces, adversaries, LLM baselines)")
+mount(roleplay_app, "roleplay", "DEBATE-style role-play groups vs human groups")
+mount(sft_app, "sft", "Next-message SFT with TRL (base vs SFT vs human)")
 app.command()(generate)
 app.command()(serve)
+
+
+@app.command("configs")
+def configs(part: Optional[str] = typer.Argument(None, metavar="[PART]", help="Only this part's (e.g. debate, "
+                                                                             "influence, belief)."),
+            paths: bool = typer.Option(False, "--paths", help="Print each config's file path too.")) -> None:
+    """List every shipped config, one line each: its part, its name (what CONFIG takes), the verbs that
+    take it (chorus PART VERB NAME) and what it runs."""
+    from chorus.core.config import config_description
+    from chorus.registry import REGISTRY
+
+    parts = sorted({g.split()[0] for g, _ in REGISTRY})
+    if part is not None and part not in parts:
+        fail(f"no part {part!r} has shipped configs; parts: {', '.join(parts)}")
+    rows: dict = {}   # (part, file) -> the verbs that take it, in registry order
+    for (group, name), v in REGISTRY.items():
+        if part is None or group.split()[0] == part:
+            for f in v.shipped_configs():
+                default = f.stem == v.default_config or (v.argument is not None and f.stem == "default")
+                what = ("every field at its default (what the verb loads when no config is named)" if default
+                        else config_description(f))
+                rows.setdefault((group.split()[0], f), [[], what])[0].append(" ".join([*group.split()[1:], name]))
+    import shutil
+
+    keys = sorted(rows, key=lambda k: (k[0], k[1].stem))
+    cells = [(p, f.stem, ",".join(rows[(p, f)][0])) for p, f in keys]
+    widths = [max(len(c[i]) for c in [("part", "name", "verbs"), *cells]) for i in range(3)]
+    room = max(20, shutil.get_terminal_size((120, 24)).columns - sum(widths) - 4)
+    def line(first: tuple, what: str) -> str:   # one line each: the description is cut to the terminal
+        what = what if len(what) <= room or paths else what[:room - 3] + "..."
+        return "  ".join(c.ljust(w) for c, w in zip(first, widths)) + "  " + what
+    typer.echo(line(("part", "name", "verbs"), "what it runs"))
+    for k, c in zip(keys, cells):
+        typer.echo(line(c, rows[k][1]) + (f"  {k[1]}" if paths else ""))
 
 
 def _version(value: bool) -> None:
@@ -62,10 +106,12 @@ def _global(version: bool = typer.Option(False, "--version", is_eager=True, call
 @app.command()
 def demo(size: str = typer.Option("tiny", "--size", help="tiny (a few minutes) | full (the main job, < 15 min on 2 CPU cores)"),
          out: Path = typer.Option(Path("runs/demo"), "--out", help="Run directory; OUT/report.html is written there."),
-         profile: str = typer.Option(DEFAULT_PROFILE, "--profile", "-m", help="Model profile for every stage that uses the demo's model."),
+         model: Optional[str] = model_option("The model of every stage that uses the demo's model: a profile, a "
+                                             f"model folder or a hub id (default {DEFAULT_PROFILE})."),
          backend: str = typer.Option("auto", "--backend", "-b", help="auto | hf | vllm | openai"),
          stage: list[str] = typer.Option(None, "--stage", help="Run only these stages (repeatable); default all."),
-         seed: int = typer.Option(0, "--seed")) -> None:
+         seed: int = typer.Option(0, "--seed"),
+         profile_old: Optional[str] = typer.Option(None, "--profile", hidden=True)) -> None:
     """The main job: one small study across every part on the embedded model, with a self-contained HTML report.
     Rerunning resumes: completed model calls are read back from each stage's store."""
     from rich.console import Console
@@ -74,6 +120,7 @@ def demo(size: str = typer.Option("tiny", "--size", help="tiny (a few minutes) |
     from chorus.demo import run_demo
 
     console = Console()
+    profile = renamed_option(profile_old, "--profile", "-m/--model", model) or DEFAULT_PROFILE
     if size not in ("tiny", "full"):
         fail(f"--size must be tiny or full, got {size!r}")
     try:
@@ -98,9 +145,11 @@ def demo(size: str = typer.Option("tiny", "--size", help="tiny (a few minutes) |
 
 
 @app.command()
-def rehearse(model: str = typer.Argument(..., help="a profile, a model folder, or a paper architecture "
-                                          "(llama-3.1-8b-instruct, qwen3.5-9b, gemma-4-e4b-it) without a local "
-                                          "path, which is built with dummy weights"),
+def rehearse(model_arg: Optional[str] = typer.Argument(None, metavar="MODEL", help="a profile, a model folder, a "
+                                                      "hub id, or a paper architecture (llama-3.1-8b-instruct, "
+                                                      "qwen3.5-9b, gemma-4-e4b-it) without a local path, which is "
+                                                      "built with dummy weights (or -m)"),
+             model: Optional[str] = model_option("the same as MODEL"),
              backend: list[str] = typer.Option(None, "--backend", "-b", help="hf | vllm | openai (repeatable; "
                                                "default hf and vllm)"),
              path: list[str] = typer.Option(None, "--path", help="only these paths, e.g. hf.knockout or chat "
@@ -121,6 +170,11 @@ def rehearse(model: str = typer.Argument(..., help="a profile, a model folder, o
     from chorus.serving.dummy import architectures, build_dummy
 
     console = Console()
+    if model_arg is not None and model is not None and model_arg != model:
+        fail(f"MODEL {model_arg!r} and -m {model!r} name two models: give one")
+    model = model_arg or model
+    if model is None:
+        fail("give the model to rehearse: chorus rehearse MODEL (a profile, a folder, a hub id or a paper architecture)")
     target = model
     try:
         if model in architectures() and not get_profile(model).status()[0]:

@@ -38,24 +38,72 @@ def parse_overrides(sets: Optional[list[str]]) -> dict:
     return out
 
 
+# -- renamed spellings, kept one release ------------------------------------------------------------------
+def deprecated(old: str, new: str) -> None:
+    """Say on stderr that ``old`` (a command or an option) is now ``new``; the old spelling still works
+    for this release."""
+    from rich.console import Console
+    from rich.markup import escape
+
+    Console(stderr=True).print(f"[yellow]warning:[/yellow] {escape(old)} is now {escape(new)}; the old spelling "
+                               f"goes in the next release", highlight=False, soft_wrap=True)
+
+
+def renamed_option(value: Any, old: str, new: str, current: Any = None) -> Any:
+    """The value of an option given under its old spelling (a hidden option), with the warning; else
+    ``current`` (the new option's value). Both given is bad input."""
+    if value is None:
+        return current
+    if current is not None:
+        raise typer.BadParameter(f"{old} and {new} name the same thing: give {new} only")
+    deprecated(old, new)
+    return value
+
+
+def model_option(help: str = "The model: a profile, a model folder or a Hugging Face id from the local cache.",
+                 default: Any = None) -> Any:
+    """``-m/--model``: the one option that chooses a model, in every command that takes one."""
+    return typer.Option(default, "--model", "-m", help=help)
+
+
+def plots_option(help: str = "Draw the figures (--no-plots: skip them).") -> Any:
+    return typer.Option(True, "--plots/--no-plots", help=help)
+
+
 # -- commands built from the verb registry (chorus.core.verbs) -------------------------------------------
-SET_HELP = "Override a config field: --set seed=1 --set model.profile=NAME (YAML values; repeatable)."
+SET_HELP = "Override a config field: --set seed=1 --set {model}=NAME (YAML values; repeatable)."
+
+
+def set_help(v) -> str:
+    """The ``--set`` help of a verb: its own, else the shared one with the verb's own model field."""
+    if v.set_help:
+        return v.set_help
+    if v.model is None:
+        return "Override a config field: --set seed=1 (YAML values; repeatable)."
+    return SET_HELP.format(model=v.model.replace(".*.", ".0."))
 
 
 def add_verbs(app: typer.Typer, group: str) -> None:
-    """Mount every registered verb of ``group`` on ``app``: ``NAME CONFIG [--out] [--set] [--no-plots]
-    [--check] [own options]`` (``[CONFIG]`` for a verb with a ``default_config``; the verb's
-    ``argument``, e.g. RUN_DIR, in place of CONFIG; a verb's own ``out`` option in place of ``--out``,
-    none with ``no_out``), plus the group's report command (``RUN [--no-plots]``) where a verb names
-    one. ``group`` may be two words (``belief correct``: the verbs of a nested app)."""
+    """Mount every registered verb of ``group`` on ``app``: ``NAME CONFIG [-m MODEL] [--out] [--set]
+    [--plots/--no-plots] [--check] [own options]`` (``[CONFIG]`` for a verb with a ``default_config``;
+    the verb's ``argument``, e.g. RUN_DIR, in place of CONFIG; a verb's own ``out`` option in place of
+    ``--out``, none with ``no_out``), plus the group's ``recompute RUN [--plots/--no-plots]`` where a
+    verb has a ``report`` (and its old name, hidden, with a warning). ``group`` may be two words
+    (``belief correct``: the verbs of a nested app)."""
     mounted = {c.name for c in app.registered_commands}   # a part may mount its verbs in several places
     for v in verbs(group):
         if v.name in mounted:
             continue
         app.command(v.name, help=v.help)(_run_command(v))
-        if v.report_command:
-            app.command(v.report_command, help="Recompute summary.json and the plots from a run directory's "
-                                               "files alone (no model calls).")(_report_command(v))
+        if v.report is not None:
+            app.command("recompute", help=RECOMPUTE_HELP)(_recompute_command(v))
+            if v.recompute_alias:
+                app.command(v.recompute_alias, hidden=True, help=RECOMPUTE_HELP)(
+                    _recompute_command(v, old=f"chorus {group} {v.recompute_alias}"))
+
+
+RECOMPUTE_HELP = ("Recompute summary.json and the plots from a run directory's files alone (no model calls); "
+                  "the HTML report is `chorus report RUN`.")
 
 
 def _bad_input(v) -> tuple[type[BaseException], ...]:
@@ -152,6 +200,8 @@ def _run_command(v):
         con = Console()
         try:
             over = parse_overrides(kw["set_"])
+            if v.model is not None and kw.get("model") is not None:
+                over[v.model] = kw["model"]
             own, run_kw, bar = option_values(v, kw, lambda name: _given(kw["ctx"], name))
             over.update(own)
             config = config_name(v, kw)
@@ -166,7 +216,7 @@ def _run_command(v):
             name = getattr(cfg, "name", None) or v.name
             label = v.label(cfg) if v.label else f"{name} {v.run_args[0]}" if v.run_args else name
             if v.plots:
-                run_kw["make_plots"] = not kw["no_plots"]
+                run_kw["make_plots"] = kw["plots"]
             if not v.bar:
                 bar["enabled"] = False
             with progress(label, v.unit, **bar) as update:
@@ -183,16 +233,19 @@ def _run_command(v):
         config_arg = (typer.Argument(..., help=v.config_help) if v.default_config is None else
                       typer.Argument(v.default_config, help=v.config_help))
         params = [P("config", P.POSITIONAL_OR_KEYWORD, annotation=str, default=config_arg)]
+    if v.model is not None:
+        params.append(P("model", P.KEYWORD_ONLY, annotation=Optional[str], default=model_option(
+            f"The model ({v.model}): a profile, a model folder or a Hugging Face id from the local cache.")))
     if out_opt is not None:
         params.append(P(out_opt.name, P.KEYWORD_ONLY, annotation=out_opt.type,
                         default=typer.Option(out_opt.default, out_opt.flag, help=out_opt.help)))
     params.append(P("set_", P.KEYWORD_ONLY, annotation=Optional[List[str]],
-                    default=typer.Option(None, "--set", help=v.set_help or SET_HELP)))
+                    default=typer.Option(None, "--set", help=set_help(v))))
     if v.plots:
-        params.append(P("no_plots", P.KEYWORD_ONLY, annotation=bool,
-                        default=typer.Option(False, "--no-plots", help=v.plots_help or "Skip the figures.")))
+        params.append(P("plots", P.KEYWORD_ONLY, annotation=bool, default=plots_option(v.plots_help or
+                                                                                        "Draw the figures (--no-plots: skip them).")))
     params += [P(o.name, P.KEYWORD_ONLY, annotation=o.type, default=typer.Option(
-                   o.default, o.flag, help=o.help, **({} if o.min is None else {"min": o.min})))
+                   o.default, *o.flag.split(), help=o.help, **({} if o.min is None else {"min": o.min})))
                for o in v.options]
     params.append(P("check", P.KEYWORD_ONLY, annotation=bool, default=typer.Option(
         False, "--check", help="Validate the config and print what the run would hold (its device plan); "
@@ -202,7 +255,7 @@ def _run_command(v):
     def entry(*args, **kwargs):
         bound = sig.bind(*args, **kwargs)
         bound.apply_defaults()
-        return command(**{"no_plots": False, **bound.arguments})
+        return command(**{"plots": True, **bound.arguments})
 
     sig = inspect.Signature(params)
     entry.__signature__ = sig
@@ -212,20 +265,22 @@ def _run_command(v):
     return entry
 
 
-def _report_command(v):
+def _recompute_command(v, old: str | None = None):
     from pathlib import Path
 
-    def report(run_dir: Path = typer.Argument(..., help=f"A {v.group} run directory."),
-               no_plots: bool = typer.Option(False, "--no-plots", help="Skip the figures.")) -> None:
+    def recompute(run_dir: Path = typer.Argument(..., help=f"A {v.group} run directory."),
+                  plots: bool = plots_option()) -> None:
         from rich.console import Console
 
+        if old is not None:
+            deprecated(old, f"chorus {v.group} recompute")
         try:
-            summary = resolve(v.report)(run_dir, make_plots=not no_plots)
+            summary = resolve(v.report)(run_dir, make_plots=plots)
         except _bad_input(v) as err:
             fail(err)
         v.show(Console(), run_dir, summary)
-    report.__annotations__ = {"run_dir": Path, "no_plots": bool, "return": None}
-    return report
+    recompute.__annotations__ = {"run_dir": Path, "plots": bool, "return": None}
+    return recompute
 
 
 def _print_check(v, cfg) -> None:

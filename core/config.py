@@ -87,14 +87,49 @@ def resolve_config(config: str | Path, configs_dir: Path | Sequence[Path], *, mi
                       f"shipped: {shipped})")
 
 
+def config_description(path: str | Path, width: int = 110) -> str:
+    """A shipped config's one line for ``chorus configs``: its leading comment up to the first sentence
+    end, without the command line some begin with ("# chorus council run tiny --out ...")."""
+    import re
+
+    words: list[str] = []
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        if not line.startswith("#"):
+            break
+        text = line.lstrip("#").strip()
+        if not words and text.startswith("chorus "):
+            head, sep, rest = text.partition(": ")
+            if not sep or "(" in head:   # a command line alone: what follows describes it
+                continue
+            text = rest
+        words += text.split()
+        if len(" ".join(words)) > width:
+            break
+    line = " ".join(words)
+    # the first sentence; "App. J" and "Fig. 2" end none
+    line = re.split(r"(?<!App)(?<!Fig)(?<!e\.g)(?<!i\.e)\.\s(?=[A-Z(])", line, maxsplit=1)[0].rstrip(".;:, ")
+    return line if len(line) <= width else line[:width - 3].rstrip(" ,;:") + "..."
+
+
 def set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
-    """Apply one ``--set a.b=v`` override; a numeric part indexes a list (``data.0.n=20``)."""
+    """Apply one ``--set a.b=v`` override; a numeric part indexes a list (``data.0.n=20``) and ``*``
+    stands for every item of a list (``seats.*.profile=X``: what ``-m`` sets in a config that lists
+    several models)."""
+    _set_parts(data, dotted.split("."), dotted, value)
+
+
+def _set_parts(cur: Any, parts: list[str], dotted: str, value: Any) -> None:
     import copy
-    parts = dotted.split(".")
-    cur: Any = data
     for k, p in enumerate(parts):
         last = k == len(parts) - 1
         if isinstance(cur, list):
+            if p == "*":
+                for i in range(len(cur)):
+                    if last:
+                        cur[i] = copy.deepcopy(value)
+                    else:
+                        _set_parts(cur[i], parts[k + 1:], dotted, value)
+                return
             if not p.isdigit() or int(p) >= len(cur):
                 raise ConfigError(f"--set {dotted}: {p!r} is not an index of a list of {len(cur)}")
             if last:

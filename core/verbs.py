@@ -9,8 +9,8 @@ same few functions, named as "module:function" references and imported only when
 - ``report``: the summary (and plots) recomputed from a run directory alone.
 
 Parts register their verbs in their CLI modules; ``chorus.core.cliutil.add_verbs`` builds every typer
-command from this registry with the shared options (CONFIG, ``--set``, ``--out``, ``--no-plots``,
-``--check``), so no command body is written twice.
+command from this registry with the shared options (CONFIG, ``-m/--model``, ``--set``, ``--out``,
+``--plots/--no-plots``, ``--check``), so no command body is written twice.
 
 A verb over a stored run directory (``chorus belief correct fit RUN_DIR``, ``chorus influence
 counterfactual RUN_DIR``, ``chorus debate belief RUN_DIR``) has an ``argument`` in place of CONFIG:
@@ -70,7 +70,8 @@ class Verb:
     source: str | None = None        # (config) -> the config file's path, passed to ``run`` as ``source``
     check: str | None = None         # (cfg, *run_args) -> chorus.serving.plan.DevicePlan, no model call
     report: str | None = None        # (run_dir, make_plots=) -> summary, from the run directory alone
-    report_command: str | None = None  # the group's command that runs ``report`` (e.g. "report", "eval")
+    recompute_alias: str | None = None  # the old name of the group's ``recompute`` command (which runs
+                                        # ``report``), kept one release with a warning ("report", "eval")
     unit: str = "calls"              # what the progress bar counts
     plots: bool = True               # whether the verb draws figures (``--no-plots``)
     options: tuple[Option, ...] = ()
@@ -89,7 +90,13 @@ class Verb:
     no_out: bool = False             # no run-directory option at all: the verb writes where its argument
                                      # says (correct fit: into RUN_DIR and the store); run gets none
     bar: bool = True                 # whether the command draws a progress bar (False: a run that reports none)
-    plots_help: str | None = None    # the --no-plots help, where the verb's own says more than the shared one
+    plots_help: str | None = None    # the --plots/--no-plots help, where the verb's own says more than the shared one
+    configs: str | None = None       # its shipped configs, for ``chorus configs``: "module:ATTR" of their folder,
+                                     # then "/" and comma-separated globs relative to it; "!GLOB" leaves files
+                                     # out, "+KEY" keeps those with a top-level KEY
+                                     # ("chorus.simulate.belief.config:CONFIGS_DIR/*.yaml,!multi_*.yaml,+sweep")
+    model: str | None = None         # the config field ``-m/--model`` sets (dotted; ``*`` for every item of a
+                                     # list: ``seats.*.profile``); None: the verb takes no model (or has its own)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -114,6 +121,36 @@ class Verb:
             kw[self.out.into.partition(":")[2]] = run_dir
             return resolve(self.run)(cfg, *self.run_args, **kw)
         return resolve(self.run)(cfg, *self.run_args, run_dir, **kw)
+
+    def model_override(self, model: Any) -> dict[str, Any]:
+        """The config override that ``-m/--model MODEL`` makes for this verb: into ``model`` (the shared
+        option), else into the verb's own ``model`` option's field (a list field takes a list); a verb that
+        takes no model refuses it."""
+        if self.model is not None:
+            return {self.model: model}
+        for o in self.options:
+            kind, _, target = o.into.partition(":")
+            if o.name == "model" and kind == "config" and target:
+                many = "List" in str(o.type) or "list" in str(o.type)
+                return {target: list(model) if many and isinstance(model, (list, tuple)) else [model] if many else model}
+        raise ValueError(f"verb {' '.join(self.key)!r} takes no model (it reads a stored run or calls none)")
+
+    def shipped_configs(self) -> list[Any]:
+        """The shipped config files this verb takes by name (``chorus configs``), sorted by name."""
+        import fnmatch
+        import re
+
+        if self.configs is None:
+            return []
+        ref, _, patterns = self.configs.partition("/")
+        parts = (patterns or "*.yaml").split(",")
+        take = [p for p in parts if p[0] not in "!+"]
+        drop = [p[1:] for p in parts if p[0] == "!"]
+        keys = [p[1:] for p in parts if p[0] == "+"]
+        found = {f for g in take for f in resolve(ref).glob(g)
+                 if not any(fnmatch.fnmatch(f.name, d) for d in drop)
+                 and all(re.search(rf"^{re.escape(k)}:", f.read_text(encoding="utf-8"), re.M) for k in keys)}
+        return sorted(found, key=lambda p: p.stem)
 
     def error_types(self) -> tuple[type[BaseException], ...]:
         return tuple(resolve(e) for e in self.errors)

@@ -49,7 +49,8 @@ for _verb, _help in [
                   load="chorus.interventions.config:load", schema="chorus.interventions.config:InfluenceConfig",
                   run="chorus.interventions.experiment:run_influence", run_args=(_verb,),
                   check="chorus.simulate.debate.experiment:plan_engines", show=_show_behaviour, unit="turns",
-                  errors=("chorus.serving.profiles:ModelError",)))
+                  errors=("chorus.serving.profiles:ModelError",), model="model.profile",
+                  configs="chorus.interventions.config:CONFIGS_DIR/influence_*.yaml"))
 
 # inside the model: the internals config, transformers
 _INTERNALS_ERRORS = ("chorus.serving.profiles:ModelError", "chorus.interventions.families:FamilyError",
@@ -68,7 +69,8 @@ for _verb, _help in [
     register(Verb("influence", _verb, help=_help, config_help=_CFG_HELP, load="chorus.interventions.internals.config:load",
                   run="chorus.interventions.internals.experiment:run_internals", run_args=(_verb,),
                   check="chorus.interventions.internals.experiment:plan_internals", show=_show_internals,
-                  unit="readouts", errors=_INTERNALS_ERRORS))
+                  unit="readouts", errors=_INTERNALS_ERRORS, model="model.profile",
+                  configs="chorus.interventions.config:CONFIGS_DIR/internals*.yaml"))
 
 add_verbs(app, "influence")
 
@@ -88,7 +90,7 @@ def _show_counterfactual(console, path: Path, s: dict) -> None:
     if note:
         console.print(f"[yellow]{note}[/yellow]", highlight=False)
     console.print(f"results: [bold]{path}[/bold] (summary.json, tables/turns.parquet, tables/questions.parquet, "
-                  f"plots/counterfactual.png); chorus debate report {s.get('run_dir', s.get('source_run'))} shows it "
+                  f"plots/counterfactual.png); chorus debate recompute {s.get('run_dir', s.get('source_run'))} shows it "
                   f"beside the debate")
 
 
@@ -99,7 +101,7 @@ register(Verb(
     help="What a stored debate would have become had one agent not attended to one peer at one round:\nthat reply "
          "regenerated with the peer's message cut in the chosen layers (same seed), the rest of the\ndebate "
          "continued normally; factual, replay (nothing cut) and cut compared per question.",
-    config_help="", default_config="default",
+    config_help="", default_config="default", configs="chorus.interventions.counterfactual:CONFIGS_DIR/*.yaml",
     load="chorus.interventions.counterfactual:load_counterfactual_config", run="chorus.interventions.counterfactual:run_counterfactual_verb",
     check="chorus.interventions.counterfactual:plan_counterfactual", show=_show_counterfactual, unit="replies",
     argument=Option("run_dir", "RUN_DIR", Path, ..., "A debate run directory (chorus debate run).", "config:run"),

@@ -28,7 +28,7 @@ tokens go through the call store, so a killed run resumes with nothing lost.
 
 Output: ``RUN/counterfactual-a{i}-p{j}-r{r}[-L{a}-{b}]/`` inside the debate run (a run directory:
 config, provenance, ``tables/{turns,questions}.parquet``, ``summary.json``, ``plots/``);
-``chorus debate report`` reads its summary into the debate's report.
+``chorus debate recompute`` reads its summary into the debate's report.
 """
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ any number of models.
 One numbers file (``DIR/numbers.json``: per section, rows read from the runs' ``summary.json``, every
 row naming its run, model and that summary's sha256) and ``DIR/paper.md`` rendered from that file
 alone, the runs' own figures copied beside it. Nothing is recomputed here (each run's report already
-computed its numbers from its tables; ``chorus debate report`` / ``chorus influence <verb>`` rebuild
+computed its numbers from its tables; ``chorus debate recompute`` / ``chorus influence <verb>`` rebuild
 them), no model is called, and a section whose runs are missing names the command that makes them.
 """
 from __future__ import annotations

@@ -12,12 +12,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from chorus.core.cliutil import fail
+from chorus.core.cliutil import fail, model_option, renamed_option
 from chorus.core.progress import progress
 from chorus.serving.profiles import (DEFAULT_PROFILE, ModelError, all_profiles, cache_dir, download_command, get_profile,
                                      hub_cache, models_file)
 from chorus.serving.engine import default_dtype
-from chorus.serving.spec import Sampling
+from chorus.serving.spec import ModelSpec, Sampling
 from chorus.serving.store import CallStore, StoreError
 from chorus.serving.types import validate_conversations
 
@@ -101,17 +101,37 @@ def models_prepare(profiles: list[str] = typer.Argument(None, help="profiles to 
 
 def generate(prompt: Optional[str] = typer.Argument(None, help="a user message (or use --chat)"),
              chat: Optional[Path] = typer.Option(None, help="JSON file: a list of {role, content} messages, or a list of such lists"),
-             profile: str = typer.Option(DEFAULT_PROFILE, "--profile", "-m", help="a profile, a model folder, or a "
-                                         "hub id ORG/NAME[@REVISION] in the local Hugging Face cache"),
+             model: Optional[str] = model_option(f"a profile, a model folder, or a hub id ORG/NAME[@REVISION] in "
+                                                 f"the local Hugging Face cache (default {DEFAULT_PROFILE})"),
              backend: str = typer.Option("auto", "--backend", "-b", help="hf | vllm | openai | auto"),
              temperature: float = 0.0, top_p: float = 1.0, max_tokens: int = 128,
              seed: Optional[int] = None, system: Optional[str] = None,
              schema: Optional[Path] = typer.Option(None, help="JSON schema file for structured output"),
              choice: list[str] = typer.Option(None, help="restrict the reply to one of these (repeatable)"),
              store: Optional[Path] = typer.Option(None, help="SQLite call store"),
-             as_json: bool = typer.Option(False, "--json", help="print results as JSON lines")) -> None:
+             as_json: bool = typer.Option(False, "--json", help="print results as JSON lines"),
+             dtype: Optional[str] = typer.Option(None, "--dtype", help="weights' dtype (vLLM's name): auto, float32, "
+                                                 "bfloat16, float16 (default: float32 on CPU, bfloat16 on a GPU)"),
+             tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "-tp", min=1,
+                                                      help="GPUs one vLLM engine spans"),
+             gpu_memory_utilization: Optional[float] = typer.Option(
+                 None, "--gpu-memory-utilization", min=0.0, max=1.0,
+                 help="vLLM: share of the GPU's memory the engine may take (default 0.9)"),
+             max_model_len: Optional[int] = typer.Option(None, "--max-model-len", min=1,
+                                                         help="vLLM: the context length to allocate for"),
+             enforce_eager: bool = typer.Option(False, "--enforce-eager",
+                                                help="vLLM: no CUDA graphs (faster start, slower decode)"),
+             profile_old: Optional[str] = typer.Option(None, "--profile", hidden=True)) -> None:
     """Generate a reply to one prompt or a batch of chats."""
     from chorus.serving import build_engine  # at call time: the seam tests patch
+
+    profile = renamed_option(profile_old, "--profile", "-m/--model", model) or DEFAULT_PROFILE
+    # vLLM's own engine options, under vLLM's names, into the one model spec every part uses
+    options = {k: v for k, v in (("gpu_memory_utilization", gpu_memory_utilization),
+                                 ("max_model_len", max_model_len), ("enforce_eager", enforce_eager or None))
+               if v is not None}
+    if options and backend not in ("vllm", "auto"):
+        fail(f"--{next(iter(options)).replace('_', '-')} is a vLLM engine option; backend {backend!r} cannot use it")
 
     if (prompt is None) == (chat is None):
         fail("give either a PROMPT or --chat FILE")
@@ -136,13 +156,17 @@ def generate(prompt: Optional[str] = typer.Argument(None, help="a user message (
     try:
         Sampling(temperature=temperature, top_p=top_p, max_tokens=max_tokens)
         validate_conversations(convs)
+        spec = ModelSpec(profile=profile, backend=backend, dtype=dtype, tensor_parallel_size=tensor_parallel_size,
+                         options=options)
     except ValidationError as err:
         e = err.errors()[0]
-        fail(f"--{e['loc'][0].replace('_', '-')} {e['input']!r}: {e['msg']}")
+        if not e["loc"]:   # a check across options (a vLLM option on another backend)
+            fail(e["msg"].removeprefix("Value error, "))
+        fail(f"--{str(e['loc'][0]).replace('_', '-')} {e['input']!r}: {e['msg']}")
     except ValueError as err:
         fail(f"{chat or 'prompt'}: {err}")
     try:
-        eng = build_engine({"profile": profile, "backend": backend}, store=store)
+        eng = build_engine(spec, store=store)
         with progress("generate", "requests") as update:
             outs = eng.chat(convs, temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed,
                             json_schema=js, choices=choice or None, progress=update)
@@ -188,8 +212,10 @@ def vllm_serve_args(path: str, name: str, *, host: str, port: int, dtype: str, t
     return args + list(extra or [])
 
 
-def serve(profile: str = typer.Argument(DEFAULT_PROFILE, help="a profile, a model folder, or a hub id "
-                                       "ORG/NAME[@REVISION] in the local Hugging Face cache"),
+def serve(model_arg: Optional[str] = typer.Argument(None, metavar="[MODEL]", help="a profile, a model folder, or a "
+                                                    "hub id ORG/NAME[@REVISION] in the local Hugging Face cache "
+                                                    f"(as `vllm serve MODEL`; or -m; default {DEFAULT_PROFILE})"),
+          model: Optional[str] = model_option("the same as MODEL"),
           host: str = typer.Option("127.0.0.1", help="bind address (loopback by default; any other needs an API key)"),
           port: int = 8000, dtype: Optional[str] = None,
           tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "-tp", min=1,
@@ -203,12 +229,20 @@ def serve(profile: str = typer.Argument(DEFAULT_PROFILE, help="a profile, a mode
           api_key: Optional[str] = typer.Option(None, "--api-key", help="key clients must send (default $VLLM_API_KEY); "
                                                 "required when binding to a non-loopback address"),
           max_model_len: Optional[int] = None,
+          gpu_memory_utilization: Optional[float] = typer.Option(
+              None, "--gpu-memory-utilization", min=0.0, max=1.0,
+              help="share of the GPU's memory vLLM may take (vLLM's default 0.9)"),
           extra: list[str] = typer.Option(None, help="further `vllm serve` flags, e.g. --extra=--enforce-eager; "
                                            "the host, port and key rules apply to them too")) -> None:
     """Start `vllm serve` for a profile (OpenAI-compatible; use it with backend='openai').
 
     Scale-out is vLLM's own: -tp / -pp / -dp on one node, --distributed-executor-backend ray for one
     model across a Ray cluster; or one server per node, all listed as the openai backend's endpoints."""
+    if model_arg is not None and model is not None and model_arg != model:
+        fail(f"MODEL {model_arg!r} and -m {model!r} name two models: give one")
+    profile = model_arg or model or DEFAULT_PROFILE
+    if gpu_memory_utilization is not None:
+        extra = ["--gpu-memory-utilization", str(gpu_memory_utilization), *(extra or [])]
     if distributed_executor_backend not in (None, "mp", "ray", "uni", "external_launcher"):
         fail(f"--distributed-executor-backend must be mp, ray, uni or external_launcher, got {distributed_executor_backend!r}")
     try:

@@ -193,13 +193,13 @@ def test_verify_and_report_cover_every_file_a_run_wrote(tmp_path, capsys):
     assert rc == 2 and "changed: summary.json" in out
     d2 = edited("table", lambda d: (d / "tables" / "beliefs.parquet").write_bytes(b"PAR1 truncated"))
     assert run("verify", d2)[0] == 1 and "changed: tables/beliefs.parquet" in run("verify", d2)[1]
-    rc, out = run("belief", "report", d2, "--no-plots")
+    rc, out = run("belief", "recompute", d2, "--no-plots")
     assert rc == 2 and "changed: tables/beliefs.parquet" in out
     d3 = edited("gone", lambda d: (d / "tables" / "events.parquet").unlink())
     rc, out = run("report", d3)
     assert rc == 2 and "missing: tables/events.parquet" in out
     d4 = edited("resummarize", lambda d: (d / "summary.json").unlink())   # a derived file: recomputed, sealed again
-    assert run("belief", "report", d4, "--no-plots")[0] == 0
+    assert run("belief", "recompute", d4, "--no-plots")[0] == 0
     assert run("verify", d4)[0] == 0
     assert json.loads((d4 / "summary.json").read_text())["headline"] == s["headline"]
     assert run("verify", tmp_path)[0] == 2                             # no record: said, not passed

@@ -24,7 +24,7 @@ def test_run_then_report(tmp_path):
     prov = json.loads((out / "provenance.json").read_text())
     assert prov["finished"] and prov["topics_sha256"]["transit_priority"]
     (out / "summary.json").unlink()
-    r = runner.invoke(app, ["report", str(out), "--no-plots"])
+    r = runner.invoke(app, ["recompute", str(out), "--no-plots"])
     assert r.exit_code == 0, r.output
     assert json.loads((out / "summary.json").read_text())["headline"] == s["headline"]
 

@@ -278,7 +278,7 @@ def test_cli_fit_then_corrected_sweep(tmp_path):
     assert r.exit_code == 0, r.output
     s = json.loads((out / "summary.json").read_text())
     assert s["channel_correction"]["success"]["consensus_within_0.05"] is True
-    r = runner.invoke(app, ["report", str(out), "--no-plots"])
+    r = runner.invoke(app, ["recompute", str(out), "--no-plots"])
     assert r.exit_code == 0, r.output
     assert json.loads((out / "summary.json").read_text())["channel_correction"] == s["channel_correction"]
 

@@ -188,7 +188,7 @@ def test_command_and_report_dispatch(tmp_path):
     assert "rendering part" in r.output and "120 appraiser calls" in r.output
     before = json.loads((out / "summary.json").read_text())
     (out / "summary.json").unlink()
-    r = runner.invoke(app, ["report", str(out)])
+    r = runner.invoke(app, ["recompute", str(out)])
     assert r.exit_code == 0, r.output
     after = json.loads((out / "summary.json").read_text())
     assert after["parts"] == before["parts"] and after["cost"] == before["cost"]

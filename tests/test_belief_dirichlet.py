@@ -315,7 +315,7 @@ def test_multi_command_then_report(tmp_path):
     assert s["kind"] == "multi" and s["headline"]["kappa_exact_max_rel_error"] < 1e-7
     assert json.loads((out / "provenance.json").read_text())["topics_sha256"]["aldenvale_council"]
     (out / "summary.json").unlink()
-    r = runner.invoke(app, ["report", str(out), "--no-plots"])
+    r = runner.invoke(app, ["recompute", str(out), "--no-plots"])
     assert r.exit_code == 0, r.output
     assert json.loads((out / "summary.json").read_text())["headline"] == s["headline"]
     bad = runner.invoke(app, ["multi", "multi_fj", "--set", "population.b0.kind=spread", "--out", str(tmp_path / "x")])

@@ -354,7 +354,7 @@ def test_experiment_pipeline_and_cli_with_scripted_engines(tmp_path):
     clean_plur = res[(res["arm"] == "plurality") & (res["condition"] == "clean")].iloc[0]
     assert clean_plur["accuracy"] == pytest.approx(0.5)  # every seat says 'true'; 6 of 12 are true
     assert (run.path / "results.md").is_file() and (run.path / "plots" / "accuracy.png").is_file()
-    r = CliRunner().invoke(app, ["council", "report", str(run.path), "--no-plots"])
+    r = CliRunner().invoke(app, ["council", "recompute", str(run.path), "--no-plots"])
     assert r.exit_code == 0, r.output
     assert "attack-k1" in r.output
     r = CliRunner().invoke(app, ["council", "compliance", str(run.path)])

@@ -155,7 +155,7 @@ def test_demo_profile_reaches_knockout(tmp_path):
 
     from chorus.interventions.internals.demo import demo_layers, model_layers
     out = tmp_path / "gemma"
-    p = _demo(out, "--profile", "gemma3-270m", "--backend", "hf", "--stage", "knockout")
+    p = _demo(out, "-m", "gemma3-270m", "--backend", "hf", "--stage", "knockout")
     log, _ = p.communicate(timeout=900)
     assert p.returncode == 0, log[-3000:]
     summ = json.loads((out / "summary.json").read_text())

@@ -135,7 +135,7 @@ def test_headline_recomputed_under_a_scripted_classifier(roleplay_run, tmp_path)
 def test_reclassify_the_tiny_run_with_gemma(roleplay_run, tmp_path):
     """The real second model on the session's run, through the CLI; the rerun makes no model calls."""
     path, run, _ = roleplay_run
-    res = runner.invoke(app, ["roleplay", "annotators", str(path), "--classifier", "gemma3-270m",
+    res = runner.invoke(app, ["roleplay", "annotators", str(path), "-m", "gemma3-270m",
                               "--out", str(tmp_path / "a1"), "--no-plots"])
     assert res.exit_code == 0, res.output
     r = json.loads((tmp_path / "a1" / "annotators.json").read_text())
@@ -145,7 +145,7 @@ def test_reclassify_the_tiny_run_with_gemma(roleplay_run, tmp_path):
     k = pd.read_parquet(tmp_path / "a1" / "tables" / "kappa.parquet")
     assert set(k["label"]) >= {"overall", "overall_quadratic", "1", "6", "True"}
     assert r["note"] and "gemma3-270m" in r["note"]
-    res2 = runner.invoke(app, ["roleplay", "annotators", str(path), "-c", "gemma3-270m", "--out", str(tmp_path / "a2"),
+    res2 = runner.invoke(app, ["roleplay", "annotators", str(path), "-m", "gemma3-270m", "--out", str(tmp_path / "a2"),
                                "--no-plots"])
     assert res2.exit_code == 0, res2.output
     r2 = json.loads((tmp_path / "a2" / "annotators.json").read_text())
@@ -156,9 +156,9 @@ def test_reclassify_the_tiny_run_with_gemma(roleplay_run, tmp_path):
 @pytest.mark.slow
 def test_bad_input_is_one_line_exit_2(roleplay_run, tmp_path):
     path, _, _ = roleplay_run
-    cases = [([str(tmp_path), "-c", "gemma3-270m"], "not a run directory"),
-             ([str(path), "-c", "no-such-model"], "unknown model profile"),
-             ([str(path), "-c", "smollm2-135m-instruct"], "the run's own classifier")]
+    cases = [([str(tmp_path), "-m", "gemma3-270m"], "not a run directory"),
+             ([str(path), "-m", "no-such-model"], "unknown model profile"),
+             ([str(path), "-m", "smollm2-135m-instruct"], "the run's own classifier")]
     for args, msg in cases:
         res = runner.invoke(app, ["roleplay", "annotators", *args, "--out", str(tmp_path / "x")])
         assert res.exit_code == 2, res.output

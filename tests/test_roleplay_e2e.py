@@ -1,5 +1,5 @@
 """Full-dynamics and next-message runs end to end on the SYNTHETIC fixture with the embedded model,
-the resumable store, ``roleplay eval`` from the run's files, and the CLI's bad-input errors."""
+the resumable store, ``roleplay recompute`` from the run's files, and the CLI's bad-input errors."""
 from __future__ import annotations
 
 import json
@@ -63,7 +63,7 @@ def test_both_setups_end_to_end(hf_engine, roleplay_run):
         s["cells"]["base/full_dynamics/private"]["single_error"]["mean"]
 
     # eval from the run directory's files
-    r = runner.invoke(app, ["roleplay", "eval", str(out), "--no-plots"])
+    r = runner.invoke(app, ["roleplay", "recompute", str(out), "--no-plots"])
     assert r.exit_code == 0, r.output
     flat = " ".join(r.output.split())
     assert "golden-group mask: 1 excluded" in flat and "stance parse rate" in flat
@@ -85,7 +85,7 @@ def test_cli_bad_data_names_group_field_and_value(tmp_path):
     r = runner.invoke(app, ["roleplay", "run", "smoke", "--set", f"data.path={p}", "--out", str(tmp_path / "y")])
     assert r.exit_code == 2
     assert "bad.jsonl:1 (group 'SYNTH-A1'): field participants[1].final.stance = 9 is off the 1-6" in " ".join(r.output.split())
-    r = runner.invoke(app, ["roleplay", "eval", str(tmp_path)])
+    r = runner.invoke(app, ["roleplay", "recompute", str(tmp_path)])
     assert r.exit_code == 2 and "not a roleplay run directory" in r.output
 
 

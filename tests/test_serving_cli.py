@@ -42,7 +42,7 @@ def test_generate_store_and_stats(tmp_path):
 
 
 def test_generate_bad_input_exits_nonzero_with_a_message():
-    r = chorus("generate", "hi", "--profile", "nope")
+    r = chorus("generate", "hi", "-m", "nope")
     assert r.returncode == 2 and "unknown model profile 'nope'" in r.stderr
     r = chorus("generate", "hi", "--backend", "hf", "--temperature", "-1")
     assert r.returncode == 2 and "temperature" in r.stderr

@@ -35,15 +35,22 @@ def test_every_verb_is_registered_and_a_command_of_the_one_shape():
         assert res.exit_code == 0, (v.key, res.output)
         # --out for every verb but one that writes where its argument says (no_out: it has none)
         assert ("--out" in res.output) != v.no_out, v.key
-        for opt in ("--set", "--check", *(f for o in v.options for f in o.flag.split("/"))):  # --store/--no-store
-            assert opt in res.output, (v.key, opt)
-        assert ("--no-plots" in res.output) == v.plots, v.key
+        for opt in ("--set", "--check", *(f for o in v.options for f in o.flag.replace("/", " ").split())):
+            assert opt in res.output, (v.key, opt)   # --store/--no-store; --model -m
+        assert ("--no-plots" in res.output) == ("--plots" in res.output) == v.plots, v.key
+        # -m/--model for every verb that takes a model (its own option or the shared one)
+        try:
+            v.model_override("x")
+            takes_model = True
+        except ValueError:
+            takes_model = False
+        assert ("--model" in res.output and "-m" in res.output) == takes_model, v.key
         for ref in (v.load, v.run, v.schema, v.check, v.report, *v.errors,  # every reference resolves
                     *(o.parse for o in (v.argument, *v.options) if o is not None)):
             if ref is not None:
                 assert resolve(ref) is not None, (v.key, ref)
-        if v.report_command:
-            res = _help(v, v.report_command)
+        if v.report is not None:
+            res = _help(v, "recompute")
             assert res.exit_code == 0 and "--no-plots" in res.output, (v.key, res.output)
 
 

@@ -65,7 +65,7 @@ def model_layers(profile: str) -> int:
 
 def run_demo(out: Path, *, profile: str, size: str = "tiny", progress: Callable[[int, int], None] | None = None,
              source_run: Path | None = None) -> dict:
-    """``profile``: the model (chorus demo passes its ``--profile``). ``source_run``: a debate run
+    """``profile``: the model (chorus demo passes its ``-m/--model``). ``source_run``: a debate run
     whose round-0 turns supply the contexts (the demo passes its debate stage: no second generation
     pass on transformers); else round 0 is generated here."""
     if size not in SIZES:

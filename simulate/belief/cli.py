@@ -8,7 +8,7 @@ from typing import List, Optional
 
 import typer
 
-from chorus.core.cliutil import add_verbs
+from chorus.core.cliutil import RECOMPUTE_HELP, add_verbs, deprecated, plots_option
 from chorus.core.cliutil import fail as _fail
 from chorus.core.verbs import Option, Verb, register
 from chorus.serving.profiles import DEFAULT_PROFILE
@@ -46,14 +46,15 @@ for _name, _help, _kw in [
                   load="chorus.simulate.belief.config:load_belief_config", source="chorus.simulate.belief.config:resolve_config_path",
                   run="chorus.simulate.belief.experiment:run_experiment", run_kw=_kw,
                   check="chorus.simulate.belief.experiment:check_" + _name,
-                  show=_print_summary, unit="utterances", errors=("chorus.serving.profiles:ModelError",)))
+                  show=_print_summary, unit="utterances", errors=("chorus.serving.profiles:ModelError",),
+                  model="llm.model.profile",
+                  configs="chorus.simulate.belief.config:CONFIGS_DIR/*.yaml,!multi_*.yaml" + (",+sweep" if _kw["sweep"] else "")))
 add_verbs(app, "belief")
 
 
-@app.command()
-def report(run_dir: Path = typer.Argument(..., help="A belief run directory."),
-           no_plots: bool = typer.Option(False, "--no-plots", help="Skip the figures.")) -> None:
-    """Recompute summary.json and plots from a run directory's files alone."""
+@app.command("recompute", help=RECOMPUTE_HELP)
+def recompute(run_dir: Path = typer.Argument(..., help="A belief run directory."),
+              plots: bool = plots_option()) -> None:
     from rich.console import Console
 
     from chorus.simulate.belief.cross_config import is_cross_run
@@ -61,7 +62,7 @@ def report(run_dir: Path = typer.Argument(..., help="A belief run directory."),
     if is_cross_run(run_dir):  # a cross-appraisal run (chorus belief cross)
         from chorus.simulate.belief.cross import report as _report
     try:
-        summary = _report(run_dir, make_plots=not no_plots)
+        summary = _report(run_dir, make_plots=plots)
     except (ConfigError, FileNotFoundError) as err:
         _fail(err)
     if summary.get("command") == "cross":
@@ -69,12 +70,19 @@ def report(run_dir: Path = typer.Argument(..., help="A belief run directory."),
     _print_summary(Console(), run_dir, summary)
 
 
+@app.command("report", hidden=True, help=RECOMPUTE_HELP)
+def report_renamed(run_dir: Path = typer.Argument(..., help="A belief run directory."),
+                   plots: bool = plots_option()) -> None:
+    deprecated("chorus belief report", "chorus belief recompute")
+    recompute(run_dir, plots)
+
+
 register(Verb(
     "belief", "multi", help="Multi-concept identities: a Dirichlet belief per concept (K-way stances), every seed in lockstep.",
     config_help="Multi-concept config (a path or a shipped name, e.g. multi_fj).",
     load="chorus.simulate.belief.config:load_multi_config", source="chorus.simulate.belief.config:resolve_multi_config_path",
     run="chorus.simulate.belief.experiment:run_experiment", check="chorus.simulate.belief.experiment:check_run", show=_print_summary,
-    unit="utterances",
+    unit="utterances", model="llm.model.profile", configs="chorus.simulate.belief.config:CONFIGS_DIR/multi_*.yaml",
     errors=("chorus.serving.profiles:ModelError",)))
 add_verbs(app, "belief")
 
@@ -104,12 +112,12 @@ _MODEL_ERRORS = ("chorus.serving.profiles:ModelError", "chorus.serving.store:Sto
 _DEFAULT_CONFIG = "a path or a shipped name: default, every field at its default"
 register(Verb(
     "belief", "calibrate", help="Fit the appraiser temperature tau for a model on a topic's labelled utterances.",
-    config_help=f"Calibrate config ({_DEFAULT_CONFIG}).", default_config="default",
+    config_help=f"Calibrate config ({_DEFAULT_CONFIG}).", default_config="default", configs="chorus.simulate.belief.config:CONFIGS_DIR/calibrate/*.yaml",
     load="chorus.simulate.belief.calibrate_run:load_calibrate_config", run="chorus.simulate.belief.calibrate_run:run_calibrate",
     check="chorus.simulate.belief.calibrate_run:plan_engines", show=_show_calibrate, announce=_announce_calibrate,
     label=lambda cfg: f"{cfg.model.profile}: appraising the labelled set", unit="appraisals", plots=False,
     out=Option("out", "--out", Optional[Path], None, "Run directory for the scores and plot.", "run:out"),
-    options=(Option("model", "--model", str, DEFAULT_PROFILE, "Model profile.", "config:model.profile"),
+    options=(Option("model", "--model -m", str, DEFAULT_PROFILE, "Model profile.", "config:model.profile"),
              Option("backend", "--backend", str, "auto", _BACKEND, "config:model.backend"),
              Option("topic", "--topic", Optional[str], None, "Topic with a labelled set (default: transit_priority, "
                     "or the --labels file's topic).", "config:topic"),
@@ -142,7 +150,7 @@ def _show_labelset(console, path: Path, s: dict) -> None:
 register(Verb(
     "belief", "labelset", help="Draw a calibration set from a model's own generations at each stance bin and write "
                                "it out for a\nperson to label (then: chorus belief calibrate --labels FILE.csv).",
-    config_help=f"Labelset config ({_DEFAULT_CONFIG}).", default_config="default",
+    config_help=f"Labelset config ({_DEFAULT_CONFIG}).", default_config="default", configs="chorus.simulate.belief.config:CONFIGS_DIR/labelset/*.yaml",
     load="chorus.simulate.belief.labelset:load_labelset_config", run="chorus.simulate.belief.labelset:run_labelset",
     check="chorus.simulate.belief.labelset:plan_engines", show=_show_labelset,
     label=lambda cfg: f"{cfg.model.profile}: drawing {cfg.per_bin} utterances per stance bin", unit="utterances",
@@ -151,7 +159,7 @@ register(Verb(
                "same command again resumes).", "run:run_dir"),
     options=(Option("csv", "--out", Path, ..., "The CSV to label (FILE.key.csv, FILE.instructions.txt and the run "
                     "directory FILE.run/ are written beside it).", "run:out"),
-             Option("model", "--model", str, DEFAULT_PROFILE, "Model profile whose generator writes.",
+             Option("model", "--model -m", str, DEFAULT_PROFILE, "Model profile whose generator writes.",
                     "config:model.profile"),
              Option("backend", "--backend", str, "auto", _BACKEND, "config:model.backend"),
              Option("topic", "--topic", str, "transit_priority", "Topic.", "config:topic"),
@@ -191,13 +199,13 @@ def _print_cross(console, path: Path, summary: dict) -> None:
 register(Verb(
     "belief", "cross", help="Cross-appraisal: every model's appraiser reads every model's utterances; each channel's "
                             "bias\nsplit into a rendering (generator) and a reading (appraiser) part.",
-    config_help=f"Cross-appraisal config ({_DEFAULT_CONFIG}).", default_config="default",
+    config_help=f"Cross-appraisal config ({_DEFAULT_CONFIG}).", default_config="default", configs="chorus.simulate.belief.config:CONFIGS_DIR/cross/*.yaml",
     load="chorus.simulate.belief.cross_config:load_cross_config", run="chorus.simulate.belief.cross:run_cross",
     check="chorus.simulate.belief.cross:plan_engines", show=_print_cross,
     label=lambda cfg: f"cross-appraisal ({cfg.mode}, {len(cfg.panel())} models)", unit="calls",
     out=Option("out", "--out", Optional[Path], None, "Run directory (default runs/belief/cross-TIME).", "run:out"),
     set_help="Override a field of the cross config: --set max_utterances=200 --set analysis.anchor=MODEL.",
-    options=(Option("model", "--model", Optional[List[str]], None, "A model of the panel (repeat; --synthetic "
+    options=(Option("model", "--model -m", Optional[List[str]], None, "A model of the panel (repeat; --synthetic "
                     "without --model: synth-a, synth-b, synth-c).", "config:models"),
              Option("run_", "--run", Optional[List[Path]], None, "An LLM-mode belief run whose utterances its model "
                     "contributes (repeat; no regeneration).", "config:runs"),
@@ -244,13 +252,13 @@ def _show_fit(console, path: Path, rec: dict) -> None:
 register(Verb(
     "belief correct", "fit", help="Fit a channel correction g: e -> s from a run's (s, e) pairs; apply it in a "
                                   "later run with\n--set channel_correction=stored (or =PATH).",
-    config_help="", default_config="default",
+    config_help="", default_config="default", configs="chorus.simulate.belief.config:CONFIGS_DIR/correct/*.yaml",
     load="chorus.simulate.belief.correction:load_fit_config", run="chorus.simulate.belief.correction:fit",
     check="chorus.simulate.belief.correction:check_fit", show=_show_fit, no_out=True, bar=False,
     argument=Option("run_dir", "RUN_DIR", Path, ..., "A belief run directory (its logged (s, e) pairs).", "config:run"),
     plots_help="Skip the figure of the fit.",
     set_help="Override a field of the fit's config: --set n_folds=10 (YAML values; repeatable).",
-    options=(Option("model", "--model", Optional[str], None, "Store under this model/channel name (default: the "
+    options=(Option("model", "--model -m", Optional[str], None, "Store under this model/channel name (default: the "
                     "run's model, or its synthetic oracle channel).", "config:model"),
              Option("topic", "--topic", Optional[str], None, "Topic (default: the run's only topic).", "config:topic"),
              Option("min_events", "--min-events", int, 50, "Refuse fewer (s, e) pairs than this.", "config:min_events",

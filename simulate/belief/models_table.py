@@ -1,6 +1,6 @@
 """The belief-layer paper's Tables 2 and 3 across models: one table over several models' runs.
 
-Each run directory is read as ``chorus belief report`` leaves it (``summary.json``, recomputed from
+Each run directory is read as ``chorus belief recompute`` leaves it (``summary.json``, recomputed from
 the run's files when missing, ``provenance.json``). Runs are grouped by model (``oracle`` for oracle
 mode). Table 2, one column per model, one row per metric:
 

@@ -30,7 +30,7 @@ def _read_run(path: Path) -> dict[str, Any]:
     prov = json.loads((path / "provenance.json").read_text()) if (path / "provenance.json").is_file() else {}
     sp = path / "summary.json"
     if not sp.is_file():
-        raise PaperError(f"{path}: no summary.json (finish it, or rebuild it with chorus belief report {path})")
+        raise PaperError(f"{path}: no summary.json (finish it, or rebuild it with chorus belief recompute {path})")
     s = json.loads(sp.read_text())
     if prov.get("part") != "belief":
         raise PaperError(f"{path}: not a belief run (provenance part {prov.get('part')!r})")

@@ -13,7 +13,7 @@ from typing import List, Optional
 
 import typer
 
-from chorus.core.cliutil import add_verbs
+from chorus.core.cliutil import add_verbs, model_option, plots_option, renamed_option
 from chorus.core.cliutil import fail as _fail
 from chorus.core.cliutil import parse_overrides as _overrides
 from chorus.core.verbs import Option, Verb, register
@@ -66,7 +66,8 @@ register(Verb(
     config_help="Council config (a path or a shipped name: tiny, small, full).",
     load="chorus.simulate.council.config:load", run="chorus.simulate.council.experiment:run_council_experiment",
     check="chorus.simulate.council.experiment:plan_engines", report="chorus.simulate.council.experiment:report",
-    report_command="report", show=_show, unit="seat-turns",
+    recompute_alias="report", show=_show, unit="seat-turns", model="seats.*.profile",
+    configs="chorus.simulate.council.config:CONFIGS_DIR/*.yaml",
     options=(Option("data", "--data", Optional[Path], None, _DATA_HELP, "config:data_dir"),
              Option("no_aggregate", "--no-aggregate", bool, False, "Only generate (aggregate later with report).",
                     "run:aggregate", negate=True)),
@@ -77,18 +78,20 @@ add_verbs(council_app, "council")
 
 @council_app.command()
 def judge(run_dir: Path = typer.Argument(..., help="A council run directory."),
-          judge_profile: str = typer.Option(DEFAULT_PROFILE, "--judge",
-                                            help="The judge's model profile (a local model)."),
+          model: Optional[str] = model_option("The judge: a profile, a model folder or a Hugging Face id from the "
+                                              f"local cache (default {DEFAULT_PROFILE})."),
           backend: str = typer.Option("auto", "--backend", help="Engine backend: auto, hf, vllm, openai."),
           max_tokens: int = typer.Option(16, "--max-tokens", help="New-token cap of a judge reply."),
-          no_plots: bool = typer.Option(False, "--no-plots", help="Skip the figures.")) -> None:
+          plots: bool = plots_option(),
+          judge_old: Optional[str] = typer.Option(None, "--judge", hidden=True)) -> None:
     """The frozen judge pass (BDA paper D.3): baseline answers no parser reads -> one judge at temperature 0
     -> tables/judge_ledger.parquet, judge.json, and the report again with parse rates before and after."""
     from chorus.simulate.council.experiment import report as _report
     from chorus.simulate.judge import JudgeError, council_judge
+    judge_profile = renamed_option(judge_old, "--judge", "-m/--model", model) or DEFAULT_PROFILE
     try:
         info = council_judge(run_dir, profile=judge_profile, backend=backend, max_tokens=max_tokens)
-        summary = _report(run_dir, make_plots=not no_plots)  # the judge post-processes; the report is ours
+        summary = _report(run_dir, make_plots=plots)  # the judge post-processes; the report is ours
     except (*_errors(), JudgeError) as err:
         _fail(err)
     _print(run_dir, summary)

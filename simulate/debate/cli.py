@@ -8,7 +8,7 @@ from typing import List, Optional
 
 import typer
 
-from chorus.core.cliutil import add_verbs, parse_overrides
+from chorus.core.cliutil import add_verbs, model_option, parse_overrides, plots_option, renamed_option
 from chorus.core.cliutil import fail as _fail
 from chorus.core.verbs import Option, Verb, register
 from chorus.serving.profiles import DEFAULT_PROFILE, embedded_note
@@ -126,28 +126,31 @@ register(Verb(
     config_help="Debate config (a path or a shipped name, e.g. smoke).",
     load="chorus.simulate.debate.config:load", schema="chorus.simulate.debate.config:DebateConfig",
     run="chorus.simulate.debate.experiment:run_debate", check="chorus.simulate.debate.experiment:plan_engines",
-    report="chorus.simulate.debate.experiment:report", report_command="report", show=_print_debate, unit="turns",
-    errors=("chorus.serving.profiles:ModelError",)))
+    report="chorus.simulate.debate.experiment:report", recompute_alias="report", show=_print_debate, unit="turns",
+    errors=("chorus.serving.profiles:ModelError",), model="model.profile",
+    configs="chorus.simulate.debate.config:CONFIGS_DIR/*.yaml"))
 add_verbs(debate_app, "debate")
 
 
 @debate_app.command()
 def judge(run_dir: Path = typer.Argument(..., help="A debate run directory."),
-          judge_profile: str = typer.Option(DEFAULT_PROFILE, "--judge",
-                                            help="The judge's model profile (a local model)."),
+          model: Optional[str] = model_option("The judge: a profile, a model folder or a Hugging Face id from the "
+                                              f"local cache (default {DEFAULT_PROFILE})."),
           backend: str = typer.Option("auto", "--backend", help="Engine backend: auto, hf, vllm, openai."),
           max_tokens: int = typer.Option(16, "--max-tokens", help="New-token cap of a judge reply."),
-          no_plots: bool = typer.Option(False, "--no-plots", help="Skip the figures.")) -> None:
+          plots: bool = plots_option(),
+          judge_old: Optional[str] = typer.Option(None, "--judge", hidden=True)) -> None:
     """The frozen judge pass (BDA paper D.3): turns no parser reads -> one judge at temperature 0 ->
     tables/judge_ledger.parquet, judge.json, and summary.json with parse rates before and after."""
     from rich.console import Console
 
     from chorus.simulate.debate.experiment import report as _report
     from chorus.simulate.judge import JudgeError, debate_judge
+    judge_profile = renamed_option(judge_old, "--judge", "-m/--model", model) or DEFAULT_PROFILE
     try:
         info = debate_judge(run_dir, profile=judge_profile, backend=backend, max_tokens=max_tokens,
                             rerender=False)  # the judge post-processes; the whole report is re-rendered here
-        summary = _report(run_dir, make_plots=not no_plots)
+        summary = _report(run_dir, make_plots=plots)
     except (ConfigError, FileNotFoundError, JudgeError, ValueError) as err:
         _fail(err)
     _print_debate(Console(), run_dir, summary)
@@ -162,7 +165,7 @@ def bda(run_dir: Path = typer.Argument(..., help="A debate run directory."),
                                    help="An aggregate run config (a path or a shipped name; traces are set from the run)."),
         sets: Optional[List[str]] = typer.Option(None, "--set", help="Override a config field: key=value (repeatable)."),
         out: Optional[Path] = typer.Option(None, "--out", help="Output folder (default RUN/bda-CONDITION)."),
-        no_plots: bool = typer.Option(False, "--no-plots", help="Skip the figures.")) -> None:
+        plots: bool = plots_option()) -> None:
     """BDA over a debate's agents: turns -> typed moves (simulate/debate/bda.py) -> one aggregate run per
     candidate set (nested CV of every method, bootstrap against the debate's own final majority)."""
     from rich.console import Console
@@ -172,7 +175,7 @@ def bda(run_dir: Path = typer.Argument(..., help="A debate run directory."),
     from chorus.simulate.debate.bda import DebateTraceError, run_bda
     try:
         path, s = run_bda(run_dir, condition=condition, config=config, overrides=parse_overrides(sets),
-                          out=out, make_plots=not no_plots)
+                          out=out, make_plots=plots)
     except (ConfigError, DebateTraceError, FileNotFoundError, LabelError, ProtocolError, TraceError, ValueError) as err:
         _fail(err)
     console = Console()
@@ -237,7 +240,7 @@ register(Verb(
          "\nfamily-bootstrap intervals) beside the reflection placebo and drift, and the channel audit.",
     config_help="", load="chorus.simulate.debate.config:load_belief_read_config",
     run="chorus.simulate.debate.stubbornness:run_belief_verb", check="chorus.simulate.debate.stubbornness:plan_belief",
-    show=_show_belief, bar=False,
+    show=_show_belief, bar=False, configs="chorus.simulate.debate.config:CONFIGS_DIR/belief/*.yaml",
     argument=Option("run_dir", "RUN_DIR", Path, ..., "A debate run directory.", "config:run"),
     out=Option("out", "--out", Optional[Path], None, "Output run directory (default RUN/belief).", "run:out"),
     set_help="Override a config field: key=value (repeatable).",

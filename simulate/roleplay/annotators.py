@@ -1,4 +1,4 @@
-"""``chorus roleplay annotators RUN --classifier PROFILE [...]``: annotator robustness. The run's
+"""``chorus roleplay annotators RUN -m/--model PROFILE [...]``: annotator robustness. The run's
 stored texts (every unique (topic, text) its classifier labelled) are labelled again, stance and
 on-topic, by each other classifier model through the run's own classification path
 (``classify.classify_texts``, same prompts, max_tokens and stance readout) and the run's call store
@@ -152,16 +152,16 @@ def _own_classifier(cfg: Any, profiles: list[str]) -> str:
     AnnotatorInputError."""
     own = cfg.classifier.over_model(cfg.models[0]).profile
     if not profiles:
-        raise AnnotatorInputError("give at least one --classifier PROFILE (the second classifier model)")
+        raise AnnotatorInputError("give at least one -m/--model PROFILE (the second classifier model)")
     if len(set(profiles)) != len(profiles):
-        raise AnnotatorInputError(f"--classifier given twice: {profiles}")
+        raise AnnotatorInputError(f"-m/--model given twice: {profiles}")
     try:
         own_path = get_profile(own).path.resolve()
         for p in profiles:
             if p == own or get_profile(p).path.resolve() == own_path:
-                raise AnnotatorInputError(f"--classifier {p}: that is the run's own classifier ({own}); give another model")
+                raise AnnotatorInputError(f"-m/--model {p}: that is the run's own classifier ({own}); give another model")
     except ModelError as err:
-        raise AnnotatorInputError(f"--classifier: {err}") from None
+        raise AnnotatorInputError(f"-m/--model: {err}") from None
     return own
 
 

@@ -1,12 +1,13 @@
-"""``chorus roleplay`` (run | eval) and ``chorus sft`` (train): DEBATE-style role-play groups,
+"""``chorus roleplay`` (run | recompute | ...) and ``chorus sft`` (train): DEBATE-style role-play groups,
 their human-alignment metrics and the SFT comparison. Heavy imports stay inside the
 commands so ``chorus --help`` stays fast."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 import typer
 
-from chorus.core.cliutil import add_verbs, fail
+from chorus.core.cliutil import add_verbs, fail, model_option, plots_option, renamed_option
 from chorus.core.verbs import Verb, register
 from chorus.core.config import ConfigError
 from chorus.serving.profiles import ModelError
@@ -67,8 +68,9 @@ register(Verb(
     config_help="Roleplay config (a path or a shipped name: default, smoke, topic).",
     load="chorus.simulate.roleplay.config:load", schema="chorus.simulate.roleplay.config:RoleplayConfig",
     run="chorus.simulate.roleplay.experiment:run_roleplay", check="chorus.simulate.roleplay.experiment:plan_engines",
-    report="chorus.simulate.roleplay.experiment:report", report_command="eval", show=print_summary, unit="messages",
-    errors=_ROLEPLAY_ERRORS))
+    report="chorus.simulate.roleplay.experiment:report", recompute_alias="eval", show=print_summary, unit="messages",
+    errors=_ROLEPLAY_ERRORS, model="models.*.profile",
+    configs="chorus.simulate.roleplay.config:CONFIGS_DIR/roleplay/*.yaml"))
 add_verbs(roleplay_app, "roleplay")
 
 
@@ -91,7 +93,8 @@ register(Verb(
                          "folder; with ``compare:`` also run base vs SFT vs human.",
     config_help="SFT config (a path or a shipped name: default, lora, smoke).",
     load="chorus.simulate.roleplay.config:load", schema="chorus.simulate.roleplay.config:SftConfig", load_kw={"part": "sft"},
-    run="chorus.simulate.roleplay.sft:train_sft", show=_show_sft, unit="steps", plots=False, errors=_ROLEPLAY_ERRORS))
+    run="chorus.simulate.roleplay.sft:train_sft", show=_show_sft, unit="steps", plots=False, errors=_ROLEPLAY_ERRORS,
+    model="base.profile", configs="chorus.simulate.roleplay.config:CONFIGS_DIR/sft/*.yaml"))
 add_verbs(sft_app, "sft")
 
 
@@ -124,17 +127,20 @@ def stats_command(runs: list[Path] = typer.Argument(..., metavar="RUN...", help=
                                          "Cohen's kappa per label against the run's classifier, confusion "
                                          "matrices, and the headline metrics recomputed under each.")
 def annotators_command(run: Path = typer.Argument(..., metavar="RUN", help="A finished roleplay run directory."),
-                       classifier: list[str] = typer.Option(..., "--classifier", "-c", metavar="PROFILE",
-                                                            help="Another classifier model (a profile or a local "
-                                                                 "model folder); repeat for several."),
+                       model: Optional[list[str]] = model_option(
+                           "Another classifier model (a profile, a model folder or a Hugging Face id from the local "
+                           "cache); repeat for several."),
                        out: Path = typer.Option(None, "--out", help="Output directory (default runs/roleplay-annotators/annotators-TIME)."),
-                       plots: bool = typer.Option(True, "--plots/--no-plots", help="Write plots/annotators.png.")) -> None:
+                       plots: bool = plots_option("Write plots/annotators.png (--no-plots: skip it)."),
+                       classifier_old: Optional[list[str]] = typer.Option(None, "--classifier", "-c",
+                                                                          hidden=True)) -> None:
     from rich.console import Console
 
     from chorus.simulate.roleplay.annotators import annotate
     try:
+        classifier = renamed_option(classifier_old or None, "--classifier", "-m/--model", model or None) or []
         path, r = annotate(run, classifier, out, make_plots=plots)
-    except (ConfigError, ModelError) as err:
+    except (ConfigError, ModelError, typer.BadParameter) as err:
         fail(err)
     con = Console()
     for p, ag in r["agreement"].items():

@@ -37,7 +37,7 @@ def run_demo(out: Path, *, size: str = "tiny", progress=None, engine: Any = None
     """Run the role-play demo into run directory ``out``; returns summary.json's content.
     ``backend`` serves the role-play generations and the classifier readouts ("auto": vLLM where
     installed); ``dtype`` None = the engine's default (chorus demo passes bfloat16); ``profile``
-    the model of the role-play and the classifier (chorus demo passes its ``--profile``)."""
+    the model of the role-play and the classifier (chorus demo passes its ``-m/--model``)."""
     from chorus.simulate.roleplay.experiment import run_roleplay  # at call time: the seam tests patch
     cfg = demo_config(size, profile=profile, backend=backend, dtype=dtype)
     engines = {"base": engine} if engine is not None else None

@@ -60,10 +60,10 @@ def _read_run(path: Path) -> dict[str, Any]:
     f = path / OWN_FILE[part]
     if not f.is_file():
         raise PaperError(f"{path}: no {OWN_FILE[part]} (finish the run, or rebuild a roleplay run's summary with "
-                         f"chorus roleplay eval {path})")
+                         f"chorus roleplay recompute {path})")
     data = json.loads(f.read_text())
     if part == "roleplay" and "cells" not in data:
-        raise PaperError(f"{path}: summary.json holds no cells (rebuild it with chorus roleplay eval {path})")
+        raise PaperError(f"{path}: summary.json holds no cells (rebuild it with chorus roleplay recompute {path})")
     cfg = {}
     if (path / "config.yaml").is_file():
         import yaml
@@ -200,7 +200,7 @@ def _annot(c: Ctx) -> dict[str, Any]:
     if not an:
         rp = c.of("roleplay")
         return _miss("an annotators output", f"chorus roleplay annotators {rp[0]['path'] if rp else 'RUN'} "
-                                             "--classifier PROFILE")
+                                             "-m/--model PROFILE")
     rows = [{**_src(r), "annotated_run": r["data"]["run"], "run_classifier": r["data"]["run_classifier"],
              "classifier": p, **{f"{t}_{k}": ag[t].get(k) for t in ("stance", "on_topic") for k in ("kappa", "n")},
              "stance_kappa_quadratic": ag["stance"].get("kappa_quadratic")}
