@@ -195,6 +195,10 @@ def test_the_python_api_raises_a_model_error_that_names_the_endpoint(stand_in):
         load_engine(EMBEDDED, "openai")
     assert isinstance(got.value, EndpointError) and isinstance(got.value, ModelError)
     assert [(m, p) for m, p, _b in s.requests] == [("GET", "/v1/models"), ("POST", "/tokenize")]
+    # the model check comes first even with max_model_len given: a model the server does not serve
+    # is named as such, not read as a missing endpoint from the 404 a real server gives for it
+    with pytest.raises(EndpointError, match=f"server {s.url} does not serve 'another-model'"):
+        load_engine(EMBEDDED, "openai", max_model_len=2048, served_model="another-model")
 
 
 def test_an_experiment_on_a_plain_server_stops_with_exit_2(stand_in, capsys, tmp_path):

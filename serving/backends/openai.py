@@ -133,7 +133,8 @@ class OpenAIBackend:
         self._limit = {e: float(concurrency) for e in self.endpoints}  # adaptive in-flight limit (AIMD)
         self._room = threading.Condition(self._lock)
         try:  # every endpoint checked before any call; a refused one leaves no client open
-            self.max_model_len = max_model_len or self._server_max_len()
+            served_len = self._server_max_len()  # always: an unserved model would 404 below like a missing endpoint
+            self.max_model_len = max_model_len or served_len
             self.tokenizer_check = {e: self._check_tokenizer(e) for e in self.endpoints}
             for e in self.endpoints:
                 self._check_extensions(e)
