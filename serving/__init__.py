@@ -1,5 +1,6 @@
-"""serving: one engine interface over vLLM (GPU and CPU), transformers and OpenAI-compatible
-servers; model profiles; the SQLite call store.
+"""serving: one engine interface over vLLM (GPU and CPU), transformers and vLLM's OpenAI-compatible
+servers (``chorus serve``; docs/openai.md says what a server must offer); model profiles; the SQLite
+call store.
 
     from chorus.serving import ModelSpec, build_engine
     eng = build_engine(ModelSpec(backend="auto"), store="calls.sqlite")  # the default profile

