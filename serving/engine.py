@@ -17,7 +17,7 @@ from chorus.serving.types import (Completion, ContextLengthError, PreparedPrompt
                            validate_conversations)
 
 BACKENDS = ("hf", "vllm", "openai")
-# A base model has no chat template; this plain one is documented in the README.
+# A base model has no chat template; this plain one is documented in docs/models.md.
 PLAIN_TEMPLATE = {"system": "{content}\n\n", "user": "User: {content}\n\n", "assistant": "Assistant: {content}\n\n"}
 PLAIN_GENERATION_PROMPT = "Assistant:"
 
