@@ -284,17 +284,9 @@ def test_cli_fit_then_corrected_sweep(tmp_path):
 
 
 # -- through the embedded model (plumbing only) ----------------------------------------------------
-def _serving_ready() -> bool:
-    try:
-        from chorus.serving import load_engine  # noqa: F401
-        from chorus.serving.profiles import get_profile
-        return bool(get_profile("smollm2-135m-instruct").status()[0])
-    except Exception:
-        return False
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not _serving_ready(), reason="serving layer or embedded model not available")
 def test_real_model_fit_and_apply(tmp_path, hf_engine):
     """A tiny LLM run's (s, e) pairs (6 utterances) fitted with a low --min-events, applied in a
     second tiny run (3 utterances): 12 batched model calls. SmolLM2-135M cannot judge stance: this

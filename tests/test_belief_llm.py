@@ -168,17 +168,9 @@ def test_llm_experiment_with_fake_engine_writes_a_complete_run(tmp_path):
     assert run.read_table("beliefs").probe.notna().sum() == 2 * 4 * 2
 
 
-def _serving_ready() -> bool:
-    try:
-        from chorus.serving import load_engine  # noqa: F401
-        from chorus.serving.profiles import get_profile
-        return bool(get_profile("smollm2-135m-instruct").status()[0])
-    except Exception:
-        return False
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not _serving_ready(), reason="serving layer or embedded model not available")
 def test_real_model_end_to_end(tmp_path, hf_engine):
     """N = 3, 2 rounds, 2 runs in lockstep through SmolLM2-135M (hf backend, the shared
     session engine). Plumbing only: the model cannot judge stance, so no number here is a

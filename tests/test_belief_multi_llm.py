@@ -130,17 +130,9 @@ def test_an_llm_run_where_every_appraisal_fails_still_writes_a_complete_run(tmp_
     assert run.read_table("appraisals").error.eq("non-conforming output").all()
 
 
-def _serving_ready() -> bool:
-    try:
-        from chorus.serving import load_engine  # noqa: F401
-        from chorus.serving.profiles import get_profile
-        return bool(get_profile("smollm2-135m-instruct").status()[0])
-    except Exception:  # noqa: BLE001 (any failure to set up the model means: skip)
-        return False
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not _serving_ready(), reason="serving layer or embedded model not available")
 def test_real_model_multi_concept_plumbing(tmp_path, hf_engine):
     """N = 2, 1 round, 2 runs in lockstep through SmolLM2-135M on a two-concept topic (K = 3 and
     K = 2, short stance ids so the JSON answer is ~35 tokens): 4 generator calls and 4 appraiser
