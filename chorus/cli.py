@@ -18,7 +18,7 @@ from chorus.simulate.council.cli import council_app
 from chorus.simulate.debate.cli import debate_app
 from chorus.simulate.roleplay.cli import roleplay_app, sft_app
 from chorus.core.progress import progress
-from chorus.core.runs import run_dir_path, RecordError, require_record, MANIFEST, check_record, record_files
+from chorus.core.runs import run_dir_path, RecordError, require_record, MANIFEST, check_record, record_files, RunDir
 from chorus.errors import run_command
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
@@ -222,16 +222,23 @@ def report(run_dir: Path = typer.Argument(..., help="Any chorus run directory (a
 @app.command()
 def verify(run_dir: Path = typer.Argument(..., help="Any finished chorus run directory.")) -> None:
     """Check every file a finished run wrote (summary, tables, traces, plots, configs) against the
-    record it sealed when it finished (manifest.json); exit 1 naming each changed or missing file.
-    Council aggregation runs: `chorus aggregate verify` also recomputes results.json from the traces."""
+    record it sealed when it finished (manifest.json); an analysis's run also each source it read (a
+    trace file's sha256, a run's manifest) against the fingerprint it recorded; exit 1 naming each
+    changed or missing file. Council aggregation runs: `chorus aggregate verify` also recomputes
+    results.json from the traces."""
+    from chorus.core.analyses import check_sources
+
     if not run_dir.is_dir():
         fail(f"{run_dir}: no such run directory")
     bad = check_record(run_dir)
     if bad is None:
         fail(f"{run_dir}: no {MANIFEST} (the run did not finish, or an older chorus made it): nothing to verify against")
+    sources = check_sources(run_dir)
+    bad += sources or []
     if bad:
         fail(f"{run_dir}: FAILED: " + "; ".join(bad), code=1)
-    typer.echo(f"OK: {len(record_files(run_dir))} files of {run_dir} are the ones the run wrote")
+    read = "" if sources is None else f"; its {len(RunDir(run_dir).provenance().get('sources') or [])} source(s) are the ones it read"
+    typer.echo(f"OK: {len(record_files(run_dir))} files of {run_dir} are the ones the run wrote{read}")
 
 
 def main() -> None:
