@@ -43,7 +43,10 @@ def test_the_registry_lists_every_analysis_with_what_it_reads():
     import chorus.registry as reg
 
     found = {a.name: a for a in reg.analyses("aggregate")}
-    assert set(found) == AGGREGATE
+    assert AGGREGATE <= set(found)
+    # one module of aggregate/analyses/ per analysis, named for its command (fields.py: their shared options)
+    modules = {p.stem for p in (ROOT / "aggregate" / "analyses").glob("*.py")} - {"__init__", "fields"}
+    assert modules == set(found)
     for a in found.values():
         assert a.reads and all(isinstance(r, Reads) for _, r in a.reads), a.name
         assert a.help and callable(a.brief) and callable(a.show)
