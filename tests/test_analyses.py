@@ -224,6 +224,10 @@ def test_an_analysis_of_run_directories_records_their_manifests(tmp_path, traces
     # a run of another part, or a folder that is no run, is refused naming it
     r = runner.invoke(scratch_app, [str(tmp_path)])
     assert r.exit_code == 2 and "not a chorus run directory" in r.output
+    # from Python: the same run, a mapping for the config
+    res = get_analysis("scratch rounds").run({"runs": [str(sealed)], "tag": "y"}, out=tmp_path / "py")
+    assert res.path == tmp_path / "py" and res.summary == {"n": 1, "deep": False, "tag": "y"}
+    assert json.loads((tmp_path / "py" / "provenance.json").read_text())["analysis"] == "scratch rounds"
 
 
 def test_chorus_help_stays_lazy():
