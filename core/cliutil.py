@@ -6,7 +6,7 @@ from typing import Any, Callable, Optional
 
 import typer
 
-from chorus.core.config import ConfigError
+from chorus.core.config import ConfigError, InputError
 from chorus.core.progress import progress
 from chorus.core.verbs import Option, resolve, verbs
 
@@ -59,7 +59,8 @@ def add_verbs(app: typer.Typer, group: str) -> None:
 
 
 def _bad_input(v) -> tuple[type[BaseException], ...]:
-    return (ConfigError, FileNotFoundError, *v.error_types())
+    # InputError, not ValueError: a ValueError chorus did not raise as bad input is a bug (chorus.errors)
+    return (InputError, FileNotFoundError, *v.error_types())
 
 
 def config_value(val: Any) -> Any:
