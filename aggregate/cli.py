@@ -14,7 +14,7 @@ from chorus.core.cliutil import add_verbs, renamed_option
 from chorus.core.cliutil import fail as _fail
 from chorus.core.progress import progress
 from chorus.core.verbs import Option, Verb, register
-from chorus.core.config import ConfigError
+from chorus.core.config import ConfigError, InputError
 from chorus.core.runs import RecordError, require_record, write_json
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
@@ -23,7 +23,7 @@ app = typer.Typer(no_args_is_help=True, add_completion=False,
 def _user_errors() -> tuple[type[BaseException], ...]:
     from chorus.aggregate.errors import LabelError, PriorError, TraceError
 
-    return (ConfigError, TraceError, LabelError, PriorError, ValueError)
+    return (ConfigError, TraceError, LabelError, PriorError, InputError)
 
 
 # options several commands share, declared once
@@ -46,7 +46,7 @@ def _show(console, path: Path, summary: dict) -> None:
 
 
 _ERRORS = ("chorus.aggregate.errors:TraceError", "chorus.aggregate.errors:LabelError", "chorus.aggregate.errors:PriorError",
-           "builtins:ValueError")
+           "chorus.core.config:InputError")
 _QUIET = Option("quiet", "--quiet", bool, False, "No progress bar.", "progress:enabled", negate=True)
 register(Verb(
     "aggregate", "run", help="Traces + methods -> nested-CV posteriors, metrics, bootstrap, tables, plots, one results file.",
@@ -78,9 +78,11 @@ def verify(run_dir: Path = typer.Argument(..., help="A run directory holding res
 
     from chorus.aggregate.errors import VerifyError
     from chorus.aggregate.results import verify as do_verify
+    from chorus.core.stats import check_tolerance
 
 
     try:
+        check_tolerance(tolerance)   # before the record is hashed: NaN would pass every difference
         require_record(run_dir, exempt=("results.json",))   # the rest as written; results.json is recomputed below
         with progress("verify", "fold x method", enabled=not quiet) as update:
             checks = do_verify(run_dir, cells="all" if all_cells else cells, tolerance=tolerance,
@@ -125,8 +127,11 @@ def generate(out: Path = typer.Option(..., "--out", help="Trace file to write (.
     K = renamed_option(K_old, "--K", "--candidates", candidates)   # beside --k (adversarial seats), one letter apart
     K = 2 if K is None else K
     try:
-        spec = CouncilSpec(n_tasks=n_tasks, K=K, rounds=rounds,
-                           reliabilities=tuple(float(x) for x in reliabilities.split(",")))
+        try:
+            rel = tuple(float(x) for x in reliabilities.split(","))
+        except ValueError:
+            raise InputError(f"--reliabilities {reliabilities!r}: expected numbers, comma-separated") from None
+        spec = CouncilSpec(n_tasks=n_tasks, K=K, rounds=rounds, reliabilities=rel)
         adv = Adversary(kind=adversary, k=k, p_wrong=p_wrong) if adversary else None
         dump_traces(generate_council(spec, adversary=adv, seed=seed, prefix=prefix), out)
     except _user_errors() as err:
@@ -295,7 +300,7 @@ def lodo(sets: List[str] = typer.Argument(..., help="NAME=FILE trace sets (two o
         for s in sets:
             name, sep, path = s.partition("=")
             if not sep or not name or not path:
-                raise ValueError(f"a trace set is NAME=FILE, got {s!r}")
+                raise InputError(f"a trace set is NAME=FILE, got {s!r}")
             paths[name], named[name] = path, load_traces(path)
         ms = [check_method(m.strip()) for m in methods.split(",") if m.strip()]
         table = leave_one_dataset_out(named, ms, seed=seed, inner_folds=inner_folds, outer_folds=outer_folds,
@@ -343,7 +348,7 @@ def labels(traces: Path = typer.Argument(..., help="A labelled trace file (.json
             ns = [int(x) for x in budgets.split(",") if x.strip()]
             sds = [int(x) for x in seeds.split(",") if x.strip()]
         except ValueError:
-            raise ValueError(f"--budgets and --seeds take integers, comma-separated; got {budgets!r}, {seeds!r}") from None
+            raise InputError(f"--budgets and --seeds take integers, comma-separated; got {budgets!r}, {seeds!r}") from None
         ms = [check_method(m.strip()) for m in methods.split(",") if m.strip()]
         table = label_efficiency(load_traces(traces), ms, ns, seeds=sds, protocol=protocol)
     except _user_errors() as err:
@@ -518,7 +523,7 @@ def drift(traces: List[Path] = typer.Argument(..., help="Labelled trace files, r
             adv = coalition(trs, k=k, p_wrong=p_wrong)
             trs = shifted_stream(trs, shift_kind, at, adv, seed=seed, protocol=protocol)
         elif shift_at is not None:
-            raise ValueError(f"--shift-at={shift_at} plants nothing without --shift")
+            raise InputError(f"--shift-at={shift_at} plants nothing without --shift")
         pool = Pool.from_traces(trs, protocol=protocol)
         s = StreamCounts.from_pool(pool)
         d = det.fit(s).drift(s)
@@ -578,7 +583,7 @@ def transfer(sources: List[str] = typer.Argument(..., help="NAME=FILE source tra
     def named(spec: str, what: str) -> tuple[str, str]:
         name, sep, path = spec.partition("=")
         if not sep or not name or not path:
-            raise ValueError(f"{what} is NAME=FILE, got {spec!r}")
+            raise InputError(f"{what} is NAME=FILE, got {spec!r}")
         return name, path
 
     try:

@@ -6,7 +6,7 @@ from typing import Any, Callable, Optional
 
 import typer
 
-from chorus.core.config import ConfigError
+from chorus.core.config import ConfigError, InputError
 from chorus.core.progress import progress
 from chorus.core.verbs import Option, resolve, verbs
 
@@ -107,7 +107,8 @@ RECOMPUTE_HELP = ("Recompute summary.json and the plots from a run directory's f
 
 
 def _bad_input(v) -> tuple[type[BaseException], ...]:
-    return (ConfigError, FileNotFoundError, *v.error_types())
+    # InputError, not ValueError: a ValueError chorus did not raise as bad input is a bug (chorus.errors)
+    return (InputError, FileNotFoundError, *v.error_types())
 
 
 def config_value(val: Any) -> Any:
