@@ -17,7 +17,7 @@ from chorus.core.cliutil import add_analyses, add_verbs, renamed_option
 from chorus.core.cliutil import fail as _fail
 from chorus.core.progress import progress
 from chorus.core.verbs import Option, Verb, register
-from chorus.core.config import ConfigError
+from chorus.core.config import ConfigError, InputError
 from chorus.core.runs import RecordError, require_record
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
@@ -26,7 +26,7 @@ app = typer.Typer(no_args_is_help=True, add_completion=False,
 def _user_errors() -> tuple[type[BaseException], ...]:
     from chorus.aggregate.errors import LabelError, PriorError, TraceError
 
-    return (ConfigError, TraceError, LabelError, PriorError, ValueError)
+    return (ConfigError, TraceError, LabelError, PriorError, InputError)
 
 
 def _show(console, path: Path, summary: dict) -> None:
@@ -36,7 +36,7 @@ def _show(console, path: Path, summary: dict) -> None:
 
 
 _ERRORS = ("chorus.aggregate.errors:TraceError", "chorus.aggregate.errors:LabelError", "chorus.aggregate.errors:PriorError",
-           "builtins:ValueError")
+           "chorus.core.config:InputError")
 _QUIET = Option("quiet", "--quiet", bool, False, "No progress bar.", "progress:enabled", negate=True)
 register(Verb(
     "aggregate", "run", help="Traces + methods -> nested-CV posteriors, metrics, bootstrap, tables, plots, one results file.",
@@ -68,9 +68,11 @@ def verify(run_dir: Path = typer.Argument(..., help="A run directory holding res
 
     from chorus.aggregate.errors import VerifyError
     from chorus.aggregate.results import verify as do_verify
+    from chorus.core.stats import check_tolerance
 
 
     try:
+        check_tolerance(tolerance)   # before the record is hashed: NaN would pass every difference
         require_record(run_dir, exempt=("results.json",))   # the rest as written; results.json is recomputed below
         with progress("verify", "fold x method", enabled=not quiet) as update:
             checks = do_verify(run_dir, cells="all" if all_cells else cells, tolerance=tolerance,
@@ -115,8 +117,11 @@ def generate(out: Path = typer.Option(..., "--out", help="Trace file to write (.
     K = renamed_option(K_old, "--K", "--candidates", candidates)   # beside --k (adversarial seats), one letter apart
     K = 2 if K is None else K
     try:
-        spec = CouncilSpec(n_tasks=n_tasks, K=K, rounds=rounds,
-                           reliabilities=tuple(float(x) for x in reliabilities.split(",")))
+        try:
+            rel = tuple(float(x) for x in reliabilities.split(","))
+        except ValueError:
+            raise InputError(f"--reliabilities {reliabilities!r}: expected numbers, comma-separated") from None
+        spec = CouncilSpec(n_tasks=n_tasks, K=K, rounds=rounds, reliabilities=rel)
         adv = Adversary(kind=adversary, k=k, p_wrong=p_wrong) if adversary else None
         dump_traces(generate_council(spec, adversary=adv, seed=seed, prefix=prefix), out)
     except _user_errors() as err:

@@ -10,6 +10,7 @@ import typer
 
 from chorus.aggregate.cli import app as aggregate_app
 from chorus.core.cliutil import fail, model_option, renamed_option
+from chorus.core.config import InputError
 from chorus.interventions.cli import app as influence_app
 from chorus.serving.cli import generate, models_app, serve, store_app
 from chorus.serving.profiles import DEFAULT_PROFILE, ModelError, cache_dir, get_profile
@@ -126,7 +127,7 @@ def demo(size: str = typer.Option("tiny", "--size", help="tiny (a few minutes) |
     try:
         report_path = run_demo(size=size, out=out, profile=profile, backend=backend, stages=stage or None,
                                seed=seed, console=console)
-    except (ValueError, RuntimeError) as err:
+    except (InputError, ModelError) as err:   # a failure of a stage, or a bug, goes to the boundary
         fail(str(err))
     import json
     summ = json.loads((out / "summary.json").read_text())
@@ -188,7 +189,7 @@ def rehearse(model_arg: Optional[str] = typer.Argument(None, metavar="MODEL", he
         with progress("rehearse", "paths") as update:
             res = run_rehearsal(target, backends=backend or ["hf", "vllm"], paths=path or None, dtype=dtype,
                                 out=dest, progress=update)
-    except (ModelError, ValueError) as err:
+    except (ModelError, InputError) as err:
         fail(str(err))
     t = Table(title=f"rehearsal of {model}")
     for c in ("path", "status", "s", "peak GiB", "detail / error"):

@@ -315,7 +315,10 @@ def check_sources(run_dir: str | Path) -> list[str] | None:
     """What differs from an analysis run's recorded sources: one line per source changed, missing or
     (a run directory) whose own files no longer match its record; None for a run that is not an
     analysis."""
-    prov = RunDir(run_dir).provenance()
+    try:
+        prov = RunDir(run_dir).provenance()
+    except (OSError, ValueError):   # unreadable: the record check names provenance.json as changed
+        return None
     if "analysis" not in prov:
         return None
     bad = []

@@ -9,7 +9,7 @@ from typing import Any, Callable, Optional
 import typer
 
 from chorus.core.analyses import analyses, is_csv
-from chorus.core.config import ConfigError
+from chorus.core.config import ConfigError, InputError
 from chorus.core.progress import progress
 from chorus.core.verbs import Option, resolve, verbs
 
@@ -110,7 +110,8 @@ RECOMPUTE_HELP = ("Recompute summary.json and the plots from a run directory's f
 
 
 def _bad_input(v) -> tuple[type[BaseException], ...]:
-    return (ConfigError, FileNotFoundError, *v.error_types())
+    # InputError, not ValueError: a ValueError chorus did not raise as bad input is a bug (chorus.errors)
+    return (InputError, FileNotFoundError, *v.error_types())
 
 
 def config_value(val: Any) -> Any:
@@ -361,7 +362,7 @@ def _analysis_command(a):
         out, plots = values.pop("out"), values.pop("plots", True)
         try:
             result = a.run(a.load(values), out, plots=plots)
-        except (ValueError, FileNotFoundError) as err:   # chorus's input errors are ValueErrors (ConfigError, TraceError, ...)
+        except (InputError, FileNotFoundError) as err:   # not ValueError: one chorus did not raise as bad input is a bug (chorus.errors)
             fail(err)
         a.show(Console(), result)
         # stderr: stdout stays what the analysis printed (JSON stays parseable)

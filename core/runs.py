@@ -91,6 +91,18 @@ def write_json(path: str | Path, data: Any) -> None:
     tmp.replace(path)  # atomic: a kill never leaves half a JSON file
 
 
+def read_json_object(path: Path) -> dict[str, Any]:
+    """A run's JSON record file (provenance, summary) as a mapping; one that does not parse, or is not
+    an object, is a ``RecordError`` naming the file (an edited or damaged record, not a bug)."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as err:
+        raise RecordError(f"{path}: unreadable ({type(err).__name__}: {err})") from None
+    if not isinstance(data, dict):
+        raise RecordError(f"{path}: not a JSON object (a {type(data).__name__})")
+    return data
+
+
 class RunDirInUse(ConfigError):
     """Another live process is writing this run directory."""
 
@@ -280,6 +292,34 @@ def _same_record(path: Path, config: BaseModel) -> None:
                              f"rerun with that config to resume it, or choose another --out")
 
 
+def make_run_dir(path: Path) -> None:
+    """``mkdir -p`` for a run directory, where a symbolic link that loops or points nowhere, or a file,
+    on the way is named as such (Python says only "File exists")."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError, OSError) as err:
+        raise ConfigError(f"cannot make the run directory {path}: {_why_not_a_dir(path) or err.strerror or err}; "
+                          f"choose another --out") from None
+
+
+def _why_not_a_dir(path: Path) -> str | None:
+    """The first part of ``path`` that cannot be a directory, and why."""
+    import errno
+
+    for p in reversed([path, *path.parents]):
+        if p.is_symlink():
+            try:
+                p.stat()
+            except OSError as err:
+                target = os.readlink(p)
+                if err.errno == errno.ELOOP:
+                    return f"{p} is a symbolic link that loops (to {target})"
+                return f"{p} is a symbolic link to {target}, which does not exist (a dangling link)"
+        if p.exists() and not p.is_dir():
+            return f"{p} is a file, not a directory"
+    return None
+
+
 class RunDir:
     """A run directory. ``RunDir.create`` writes config and provenance and holds the directory
     against a second writer (``RunDirInUse`` naming the PID) until ``finish``; parts add tables,
@@ -293,7 +333,7 @@ class RunDir:
     def create(cls, path: str | Path, *, part: str, config: BaseModel | None = None,
                seeds: Any = None, **provenance: Any) -> "RunDir":
         run = cls(path)
-        run.path.mkdir(parents=True, exist_ok=True)
+        make_run_dir(run.path)
         _lock(run.path)
         if config is not None:
             try:
@@ -322,7 +362,7 @@ class RunDir:
 
     def provenance(self) -> dict[str, Any]:
         p = self.path / "provenance.json"
-        return json.loads(p.read_text()) if p.exists() else {}
+        return read_json_object(p) if p.exists() else {}
 
     def update_provenance(self, **fields: Any) -> None:
         prov = self.provenance()
@@ -356,7 +396,7 @@ class RunDir:
 
     def summary(self) -> dict[str, Any]:
         p = self.path / "summary.json"
-        return json.loads(p.read_text()) if p.exists() else {}
+        return read_json_object(p) if p.exists() else {}
 
     def record_engines(self, key: str, engines: Any) -> None:
         """Write an engine's provenance (or a mapping of engines') under ``key`` now, and again at

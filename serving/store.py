@@ -24,6 +24,17 @@ def request_key(model: dict[str, Any], kind: str, request: dict[str, Any]) -> st
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
+def _schema_version(db: sqlite3.Connection, path: Path) -> int:
+    """The store's schema version; a meta table without it, or with a value that is not a number, is
+    a StoreError naming the file (not a TypeError from a missing row)."""
+    row = db.execute("SELECT v FROM meta WHERE k='schema_version'").fetchone()
+    try:
+        return int(row[0])
+    except (TypeError, ValueError):
+        got = "no schema_version row" if row is None else f"schema_version {row[0]!r}"
+        raise StoreError(f"{path} is not a readable call store: its meta table has {got}") from None
+
+
 class CallStore:
     def __init__(self, path: str | Path, timeout_s: float = 10.0, *, read_only: bool = False):
         """``read_only``: open an existing store without creating or changing anything (no tables
@@ -51,7 +62,7 @@ class CallStore:
                 latency_s REAL, backend TEXT, created REAL)""")
             self._db.execute("CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT)")
             self._db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-            v = int(self._db.execute("SELECT v FROM meta WHERE k='schema_version'").fetchone()[0])
+            v = _schema_version(self._db, self.path)
         except sqlite3.DatabaseError as err:
             msg = str(err)
             if "locked" in msg or "busy" in msg:
@@ -77,7 +88,7 @@ class CallStore:
                 self._db.close()
                 raise StoreError(f"{self.path} is an SQLite file but not a chorus call store (no calls/meta "
                                  f"tables; it has {', '.join(sorted(tables)) or 'no tables'})")
-            v = int(self._db.execute("SELECT v FROM meta WHERE k='schema_version'").fetchone()[0])
+            v = _schema_version(self._db, self.path)
         except sqlite3.DatabaseError as err:
             raise StoreError(f"{self.path} is not a readable call store ({err})") from None
         if v != SCHEMA_VERSION:

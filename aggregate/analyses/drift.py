@@ -7,6 +7,7 @@ from pydantic import Field
 
 from chorus.aggregate.analyses.fields import CoalitionSeats, Protocol, PWrong, Seed, load_all, sources
 from chorus.core.analyses import AnalysisConfig, Result, TraceFiles, analysis
+from chorus.core.config import InputError
 
 
 class DriftConfig(AnalysisConfig):
@@ -61,7 +62,7 @@ def drift():
             adv = coalition(trs, k=cfg.k, p_wrong=cfg.p_wrong)
             trs = shifted_stream(trs, cfg.shift, at, adv, seed=cfg.seed, protocol=cfg.protocol)
         elif cfg.shift_at is not None:
-            raise ValueError(f"--shift-at={cfg.shift_at} plants nothing without --shift")
+            raise InputError(f"--shift-at={cfg.shift_at} plants nothing without --shift")
         pool = Pool.from_traces(trs, protocol=cfg.protocol)
         s = StreamCounts.from_pool(pool)
         d = det.fit(s).drift(s)

@@ -15,12 +15,13 @@ from typing import Any, Sequence
 
 from chorus.core.paper import copy_figures, fmt, md_table, missing_line, run_plots, write_paper
 from chorus.core.runs import file_sha256, json_safe
+from chorus.core.config import InputError
 
 SCHEMA = "chorus.belief-paper/1"
 LLM = "--set mode=llm --set llm.model=PROFILE"
 
 
-class PaperError(ValueError):
+class PaperError(InputError):
     """A run that cannot be read into the report (one line naming it)."""
 
 

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal, Optional
 
 from pydantic import Field, field_validator, model_validator
 
-from chorus.core.config import Strict, load_named, resolve_config
+from chorus.core.config import InputError, Strict, load_named, resolve_config
 from chorus.serving.spec import Backend, Dtype, MaxTokens, ModelSpec, RoleSpec, Sampling, engine_conflict
 
 CONFIGS_DIR = Path(__file__).resolve().parent / "configs"
@@ -228,7 +228,7 @@ class CouncilConfig(Strict):
             first = by_profile.setdefault(spec.profile, (role, spec))
             msg = engine_conflict(first, (role, spec)) if first[0] != role else None
             if msg:
-                raise ValueError(msg)
+                raise InputError(msg)
         return {p: s for p, (_r, s) in by_profile.items()}
 
     def profiles(self) -> list[str]:

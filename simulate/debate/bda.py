@@ -39,6 +39,7 @@ from chorus.aggregate.trace import Move, Trace, dump_traces
 from chorus.core.plots import subplots
 from chorus.core.runs import RunDir, write_json
 from chorus.simulate.debate.questions import Item, load_items, validate_item, write_bench
+from chorus.core.config import InputError
 
 MAPPING: dict[str, Any] = {
     "version": 1,
@@ -55,7 +56,7 @@ MAPPING: dict[str, Any] = {
 }
 
 
-class DebateTraceError(ValueError):
+class DebateTraceError(InputError):
     """A debate run cannot be read as traces; the message names the run and the problem."""
 
 

@@ -93,8 +93,9 @@ register(Verb(
                          "folder; with ``compare:`` also run base vs SFT vs human.",
     config_help="SFT config (a path or a shipped name: default, lora, smoke).",
     load="chorus.simulate.roleplay.config:load", schema="chorus.simulate.roleplay.config:SftConfig", load_kw={"part": "sft"},
-    run="chorus.simulate.roleplay.sft:train_sft", show=_show_sft, unit="steps", plots=False, errors=_ROLEPLAY_ERRORS,
-    model="base.profile", configs="chorus.simulate.roleplay.config:CONFIGS_DIR/sft/*.yaml"))
+    run="chorus.simulate.roleplay.sft:train_sft", check="chorus.simulate.roleplay.sft:check_sft", show=_show_sft,
+    unit="steps", plots=False, errors=_ROLEPLAY_ERRORS, model="base.profile",
+    configs="chorus.simulate.roleplay.config:CONFIGS_DIR/sft/*.yaml"))
 add_verbs(sft_app, "sft")
 
 
