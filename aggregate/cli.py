@@ -15,7 +15,7 @@ from chorus.core.cliutil import fail as _fail
 from chorus.core.progress import progress
 from chorus.core.verbs import Option, Verb, register
 from chorus.core.config import ConfigError
-from chorus.core.runs import RecordError, require_record, write_json
+from chorus.core.runs import RecordError, check_output, require_sealed, write_json
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="BDA aggregation over council traces: run, sweep, verify.")
@@ -81,7 +81,7 @@ def verify(run_dir: Path = typer.Argument(..., help="A run directory holding res
 
 
     try:
-        require_record(run_dir, exempt=("results.json",))   # the rest as written; results.json is recomputed below
+        require_sealed(run_dir, exempt=("results.json",))   # the rest as written (no record: unverified); results.json is recomputed below
         with progress("verify", "fold x method", enabled=not quiet) as update:
             checks = do_verify(run_dir, cells="all" if all_cells else cells, tolerance=tolerance,
                                bootstrap=not no_bootstrap, progress=update)
@@ -122,6 +122,7 @@ def generate(out: Path = typer.Option(..., "--out", help="Trace file to write (.
     from chorus.aggregate.trace import dump_traces
 
     try:
+        check_output(out)   # never into (or over) a run directory
         spec = CouncilSpec(n_tasks=n_tasks, K=K, rounds=rounds,
                            reliabilities=tuple(float(x) for x in reliabilities.split(",")))
         adv = Adversary(kind=adversary, k=k, p_wrong=p_wrong) if adversary else None
@@ -166,6 +167,7 @@ def flips(traces: List[Path] = typer.Argument(..., help="Trace files (.jsonl / .
     from chorus.aggregate.flips import decision_flips, flip_summary, plot_ratios
 
     try:
+        check_output(out)   # never into (or over) a run directory
         trs = _load_all(traces)
         per_task = decision_flips(trs, b=b, s=s, seed=seed, protocol=protocol)
     except _user_errors() as err:
@@ -204,6 +206,7 @@ def switch(traces: List[Path] = typer.Argument(..., help="Trace files (.jsonl / 
     from chorus.aggregate.label_switching import demonstrate, plot, table
 
     try:
+        check_output(out)   # never into (or over) a run directory
         trs = _load_all(traces)
         res = demonstrate(trs, compared=[m.strip() for m in methods.split(",") if m.strip()], seed=seed,
                           outer_folds=outer_folds, inner_folds=inner_folds, protocol=protocol)
@@ -244,6 +247,7 @@ def truncation(traces: List[Path] = typer.Argument(..., help="Trace files (.json
     from chorus.aggregate.truncation import truncation_table
 
     try:
+        check_output(out)   # never into (or over) a run directory
         ms = [check_method(m.strip()) for m in methods.split(",") if m.strip()]
         trs = _load_all(traces)
         metrics, deltas = truncation_table(trs, ms, outer_folds=outer_folds, inner_folds=inner_folds, seed=seed,
@@ -288,6 +292,7 @@ def lodo(sets: List[str] = typer.Argument(..., help="NAME=FILE trace sets (two o
     from chorus.aggregate.trace import load_traces
 
     try:
+        check_output(out)   # never into (or over) a run directory
         paths, named = {}, {}
         for s in sets:
             name, sep, path = s.partition("=")
@@ -336,6 +341,7 @@ def labels(traces: Path = typer.Argument(..., help="A labelled trace file (.json
     from chorus.aggregate.trace import load_traces
 
     try:
+        check_output(out)   # never into (or over) a run directory
         try:
             ns = [int(x) for x in budgets.split(",") if x.strip()]
             sds = [int(x) for x in seeds.split(",") if x.strip()]
@@ -399,6 +405,7 @@ def keys_ablation(traces: List[Path] = typer.Argument(..., help="Labelled trace 
     from chorus.aggregate.granularity import ablation_table, plot
 
     try:
+        check_output(out)   # never into (or over) a run directory
         trs = _load_all(traces)
         tab = ablation_table(trs, prior={"b": b, "kappa": kappa, "s": s}, outer_folds=outer_folds,
                              inner_folds=inner_folds, seed=seed, protocol=protocol)
@@ -451,6 +458,7 @@ def shift(traces: List[Path] = typer.Argument(..., help="Clean labelled trace fi
     from chorus.aggregate.policy_shift import before_after, coalition, plot, shift_table
 
     try:
+        check_output(out)   # never into (or over) a run directory
         ms = [check_method(m.strip()) for m in methods.split(",") if m.strip()]
         trs = _load_all(traces)
         ks = None if kinds is None else [x.strip() for x in kinds.split(",") if x.strip()]
@@ -507,6 +515,7 @@ def drift(traces: List[Path] = typer.Argument(..., help="Labelled trace files, r
     from chorus.aggregate.policy_shift import coalition, shifted_stream
 
     try:
+        check_output(out)   # never into (or over) a run directory
         trs = _load_all(traces)
         det = RowDriftDetector(window, lam=lam, factor=factor, n_boot=n_boot, seed=seed)
         adv = None
@@ -579,6 +588,7 @@ def transfer(sources: List[str] = typer.Argument(..., help="NAME=FILE source tra
         return name, path
 
     try:
+        check_output(out)   # never into (or over) a run directory
         paths = dict(named(s, "a source trace set") for s in sources)
         tname, tpath = named(target, "--target")
         ms = [check_method(m.strip()) for m in methods.split(",") if m.strip()]
