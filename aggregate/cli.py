@@ -15,7 +15,7 @@ from chorus.core.cliutil import fail as _fail
 from chorus.core.progress import progress
 from chorus.core.verbs import Option, Verb, register
 from chorus.core.config import ConfigError, InputError
-from chorus.core.runs import RecordError, require_record, write_json
+from chorus.core.runs import RecordError, check_output, require_sealed, write_json
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="BDA aggregation over council traces: run, sweep, verify.")
@@ -83,7 +83,7 @@ def verify(run_dir: Path = typer.Argument(..., help="A run directory holding res
 
     try:
         check_tolerance(tolerance)   # before the record is hashed: NaN would pass every difference
-        require_record(run_dir, exempt=("results.json",))   # the rest as written; results.json is recomputed below
+        require_sealed(run_dir, exempt=("results.json",))   # the rest as written (no record: unverified); results.json is recomputed below
         with progress("verify", "fold x method", enabled=not quiet) as update:
             checks = do_verify(run_dir, cells="all" if all_cells else cells, tolerance=tolerance,
                                bootstrap=not no_bootstrap, progress=update)
@@ -127,6 +127,7 @@ def generate(out: Path = typer.Option(..., "--out", help="Trace file to write (.
     K = renamed_option(K_old, "--K", "--candidates", candidates)   # beside --k (adversarial seats), one letter apart
     K = 2 if K is None else K
     try:
+        check_output(out)   # never into (or over) a run directory
         try:
             rel = tuple(float(x) for x in reliabilities.split(","))
         except ValueError:
@@ -174,6 +175,7 @@ def flips(traces: List[Path] = typer.Argument(..., help="Trace files (.jsonl / .
     from chorus.aggregate.flips import decision_flips, flip_summary, plot_ratios
 
     try:
+        check_output(out)   # never into (or over) a run directory
         trs = _load_all(traces)
         per_task = decision_flips(trs, b=b, s=s, seed=seed, protocol=protocol)
     except _user_errors() as err:
@@ -212,6 +214,7 @@ def switch(traces: List[Path] = typer.Argument(..., help="Trace files (.jsonl / 
     from chorus.aggregate.label_switching import demonstrate, plot, table
 
     try:
+        check_output(out)   # never into (or over) a run directory
         trs = _load_all(traces)
         res = demonstrate(trs, compared=[m.strip() for m in methods.split(",") if m.strip()], seed=seed,
                           outer_folds=outer_folds, inner_folds=inner_folds, protocol=protocol)
@@ -252,6 +255,7 @@ def truncation(traces: List[Path] = typer.Argument(..., help="Trace files (.json
     from chorus.aggregate.truncation import truncation_table
 
     try:
+        check_output(out)   # never into (or over) a run directory
         ms = [check_method(m.strip()) for m in methods.split(",") if m.strip()]
         trs = _load_all(traces)
         metrics, deltas = truncation_table(trs, ms, outer_folds=outer_folds, inner_folds=inner_folds, seed=seed,
@@ -296,6 +300,7 @@ def lodo(sets: List[str] = typer.Argument(..., help="NAME=FILE trace sets (two o
     from chorus.aggregate.trace import load_traces
 
     try:
+        check_output(out)   # never into (or over) a run directory
         paths, named = {}, {}
         for s in sets:
             name, sep, path = s.partition("=")
@@ -344,6 +349,7 @@ def labels(traces: Path = typer.Argument(..., help="A labelled trace file (.json
     from chorus.aggregate.trace import load_traces
 
     try:
+        check_output(out)   # never into (or over) a run directory
         try:
             ns = [int(x) for x in budgets.split(",") if x.strip()]
             sds = [int(x) for x in seeds.split(",") if x.strip()]
@@ -407,6 +413,7 @@ def keys_ablation(traces: List[Path] = typer.Argument(..., help="Labelled trace 
     from chorus.aggregate.granularity import ablation_table, plot
 
     try:
+        check_output(out)   # never into (or over) a run directory
         trs = _load_all(traces)
         tab = ablation_table(trs, prior={"b": b, "kappa": kappa, "s": s}, outer_folds=outer_folds,
                              inner_folds=inner_folds, seed=seed, protocol=protocol)
@@ -459,6 +466,7 @@ def shift(traces: List[Path] = typer.Argument(..., help="Clean labelled trace fi
     from chorus.aggregate.policy_shift import before_after, coalition, plot, shift_table
 
     try:
+        check_output(out)   # never into (or over) a run directory
         ms = [check_method(m.strip()) for m in methods.split(",") if m.strip()]
         trs = _load_all(traces)
         ks = None if kinds is None else [x.strip() for x in kinds.split(",") if x.strip()]
@@ -515,6 +523,7 @@ def drift(traces: List[Path] = typer.Argument(..., help="Labelled trace files, r
     from chorus.aggregate.policy_shift import coalition, shifted_stream
 
     try:
+        check_output(out)   # never into (or over) a run directory
         trs = _load_all(traces)
         det = RowDriftDetector(window, lam=lam, factor=factor, n_boot=n_boot, seed=seed)
         adv = None
@@ -587,6 +596,7 @@ def transfer(sources: List[str] = typer.Argument(..., help="NAME=FILE source tra
         return name, path
 
     try:
+        check_output(out)   # never into (or over) a run directory
         paths = dict(named(s, "a source trace set") for s in sources)
         tname, tpath = named(target, "--target")
         ms = [check_method(m.strip()) for m in methods.split(",") if m.strip()]
