@@ -311,9 +311,22 @@ def record_files(path: str | Path) -> dict[str, str]:
     return {rel: file_sha256(path / rel) for rel in _record_paths(path)}
 
 
+def _chorus_json(p: Path, *keys: str) -> dict[str, Any] | None:
+    """The JSON object in ``p`` when it is one chorus wrote (it has ``keys``); None otherwise (no file,
+    unreadable, or someone else's file of the same name)."""
+    if not p.is_file():
+        return None
+    try:
+        d = json.loads(p.read_text())
+    except (OSError, ValueError):
+        return None
+    return d if isinstance(d, dict) and all(k in d for k in keys) else None
+
+
 def _is_run(d: Path) -> bool:
-    """Whether ``d`` holds a run of its own (its provenance or its record)."""
-    return (d / "provenance.json").is_file() or (d / MANIFEST).is_file()
+    """Whether ``d`` holds a run of its own: a provenance chorus wrote (its ``part``) or a chorus record
+    (``sealed`` and ``files``); a file of the same name someone else wrote is not one."""
+    return _chorus_json(d / "provenance.json", "part") is not None or _chorus_json(d / MANIFEST, "sealed", "files") is not None
 
 
 class SealState:
@@ -604,17 +617,10 @@ def check_run_dir(path: str | Path, *, part: str | None = None, config: BaseMode
     names = sorted(x.name for x in r.iterdir())
     if not names:
         return r
-    prov: dict[str, Any] = {}
-    if (r / "provenance.json").is_file():
-        try:
-            prov = json.loads((r / "provenance.json").read_text())
-        except (OSError, ValueError):
-            prov = {}
-        if not isinstance(prov, dict):
-            prov = {}
+    prov = _chorus_json(r / "provenance.json", "part") or {}
     started = (".lock" in names or "calls.sqlite" in names) and \
         all(n in _STARTED or n.startswith("calls.sqlite") for n in names)   # killed at once, or a store seeded first
-    is_run = "part" in prov or (r / MANIFEST).is_file() or started
+    is_run = _is_run(r) or started
     if not is_run and not inner:
         raise RunDirRefused(f"run directory {p}: the folder holds files chorus did not write ({_few(names)}); "
                             f"a run goes into a new or empty directory, or an earlier run's own: choose another --out")
@@ -623,7 +629,7 @@ def check_run_dir(path: str | Path, *, part: str | None = None, config: BaseMode
     if command is not None and prov.get("command") not in (None, command):
         raise RunDirRefused(f"run directory {p} holds a run of `chorus {prov['command']}`, not of "
                             f"`chorus {command}`; choose another --out")
-    if prov.get("finished") and (r / MANIFEST).is_file() and not inner:
+    if prov.get("finished") and _chorus_json(r / MANIFEST, "sealed", "files") is not None and not inner:
         extra = unsealed_files(r)
         if extra:
             raise RunDirRefused(f"run directory {p} holds files its record does not list ({_few(extra)}): "

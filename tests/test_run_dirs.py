@@ -77,6 +77,10 @@ def _setup(tmp: Path, sealed_src: Path, needs_syn: bool) -> None:
     mine.mkdir()
     (mine / "notes.txt").write_text("my notes\n")
     (mine / "config.yaml").write_text("# my own config, not chorus's\nname: mine\n")
+    other = tmp / "other"   # a folder whose files have chorus's names but are someone else's
+    other.mkdir()
+    (other / "manifest.json").write_text('{"version": 1, "files": ["a", "b"]}\n')
+    (other / "config.yaml").write_text("build: release\n")
     os.symlink(tmp / "nowhere", tmp / "dangling")
     RunDir.create(tmp / "debate_run", part="debate", command="debate run").finish()
     _copy(sealed_src, tmp / "sealed")
@@ -95,6 +99,8 @@ CASES = [
     # (name, argv with {tmp}, message fragment)
     ("out_foreign_folder", [*BELIEF, "--out", "{tmp}/mine"],
      "run directory {tmp}/mine: the folder holds files chorus did not write (config.yaml, notes.txt)"),
+    ("out_foreign_names", [*BELIEF, "--out", "{tmp}/other"],
+     "run directory {tmp}/other: the folder holds files chorus did not write (config.yaml, manifest.json)"),
     ("out_root", [*BELIEF, "--out", "/"], "run directory /: a file-system root"),
     ("out_is_a_file", [*BELIEF, "--out", "{tmp}/mine/notes.txt"], "notes.txt is a file, not a directory"),
     ("out_through_a_file", [*BELIEF, "--out", "{tmp}/mine/notes.txt/run"], "notes.txt is a file, not a directory"),
