@@ -18,7 +18,7 @@ from chorus.core.cliutil import fail as _fail
 from chorus.core.progress import progress
 from chorus.core.verbs import Option, Verb, register
 from chorus.core.config import ConfigError, InputError
-from chorus.core.runs import RecordError, require_record
+from chorus.core.runs import RecordError, check_output, require_sealed
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="BDA aggregation over council traces: run, sweep, verify.")
@@ -73,7 +73,7 @@ def verify(run_dir: Path = typer.Argument(..., help="A run directory holding res
 
     try:
         check_tolerance(tolerance)   # before the record is hashed: NaN would pass every difference
-        require_record(run_dir, exempt=("results.json",))   # the rest as written; results.json is recomputed below
+        require_sealed(run_dir, exempt=("results.json",))   # the rest as written (no record: unverified); results.json is recomputed below
         with progress("verify", "fold x method", enabled=not quiet) as update:
             checks = do_verify(run_dir, cells="all" if all_cells else cells, tolerance=tolerance,
                                bootstrap=not no_bootstrap, progress=update)
@@ -117,6 +117,7 @@ def generate(out: Path = typer.Option(..., "--out", help="Trace file to write (.
     K = renamed_option(K_old, "--K", "--candidates", candidates)   # beside --k (adversarial seats), one letter apart
     K = 2 if K is None else K
     try:
+        check_output(out)   # never into (or over) a run directory
         try:
             rel = tuple(float(x) for x in reliabilities.split(","))
         except ValueError:

@@ -19,7 +19,9 @@ from chorus.simulate.council.cli import council_app
 from chorus.simulate.debate.cli import debate_app
 from chorus.simulate.roleplay.cli import roleplay_app, sft_app
 from chorus.core.progress import progress
-from chorus.core.runs import run_dir_path, RecordError, require_record, MANIFEST, check_record, record_files, RunDir
+from chorus.core.config import ConfigError
+from chorus.core.runs import (MANIFEST, RecordError, check_output, holding, in_use, run_dir_path,
+                              seal_state)
 from chorus.errors import run_command
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
@@ -185,7 +187,7 @@ def rehearse(model_arg: Optional[str] = typer.Argument(None, metavar="MODEL", he
             console.print(f"dummy weights: {target} (random: plumbing, memory and speed only)")
         elif layers is not None:
             fail("--layers applies to a paper architecture built with dummy weights, not to a profile with weights")
-        dest = run_dir_path(out, "rehearse", Path(model).name)
+        dest = check_output(run_dir_path(out, "rehearse", Path(model).name))   # never into a run directory
         with progress("rehearse", "paths") as update:
             res = run_rehearsal(target, backends=backend or ["hf", "vllm"], paths=path or None, dtype=dtype,
                                 out=dest, progress=update)
@@ -207,39 +209,72 @@ def rehearse(model_arg: Optional[str] = typer.Argument(None, metavar="MODEL", he
 
 @app.command()
 def report(run_dir: Path = typer.Argument(..., help="Any chorus run directory (a demo, or one part's run)."),
-           out: Path = typer.Option(None, "--out", help="HTML file to write (default RUN/report.html).")) -> None:
-    """Render a single self-contained HTML report (no network, no external assets) for a run directory."""
-    from chorus.report import ReportError, check_readable, render_report
+           out: Path = typer.Option(None, "--out", help="HTML file to write (default RUN/report.html); never a file "
+                                                        "of a run directory.")) -> None:
+    """Render a single self-contained HTML report (no network, no external assets) for a run directory.
+    A run without its record (manifest.json), or with files its record does not list, is rendered
+    under a visible UNVERIFIED / NOT SEALED banner (and said here); an edited or missing file is refused."""
+    from chorus.report import ReportError, check_readable, render_report, seal_warnings
     try:
-        if run_dir.is_dir():
-            require_record(run_dir)   # a report never shows numbers the run did not write
+        if not run_dir.is_dir():
+            render_report(run_dir, out=out)   # names what is wrong with it
+        if out is not None:
+            check_output(out, "--out", allow=run_dir / "report.html")
+        with holding(run_dir):   # one writer at a time: a run, a part's report, this one
+            st = seal_state(run_dir)
+            if st.problems:   # a report never shows numbers the run did not write
+                raise RecordError(f"{run_dir}: the run's files are not the ones it wrote ({'; '.join(st.problems)}); "
+                                  f"rerun it into a new directory, or restore the files")
             check_readable(run_dir)
-        path = render_report(run_dir, out=out)
-    except (ReportError, RecordError) as err:
+            path = render_report(run_dir, out=out, seal=st)
+    except (ReportError, ConfigError) as err:
         fail(str(err))
+    for line in seal_warnings(run_dir, st):
+        typer.echo(f"warning: {line}", err=True)
     typer.echo(str(path))
 
 
 @app.command()
 def verify(run_dir: Path = typer.Argument(..., help="Any finished chorus run directory.")) -> None:
     """Check every file a finished run wrote (summary, tables, traces, plots, configs) against the
-    record it sealed when it finished (manifest.json); an analysis's run also each source it read (a
-    trace file's sha256, a run's manifest) against the fingerprint it recorded; exit 1 naming each
-    changed or missing file. Council aggregation runs: `chorus aggregate verify` also recomputes
-    results.json from the traces."""
+    record it sealed when it finished (manifest.json); exit 1 naming each changed, missing or
+    unsealed file (present, but not in the record), and exit 1 for a run with no record (UNVERIFIED).
+    An analysis's run: also each source it read (a trace file's sha256, a run's manifest) against the
+    fingerprint it recorded, exit 1 naming a changed or missing one.
+    Council aggregation runs: `chorus aggregate verify` also recomputes results.json from the traces."""
     from chorus.core.analyses import check_sources
 
     if not run_dir.is_dir():
         fail(f"{run_dir}: no such run directory")
-    bad = check_record(run_dir)
-    if bad is None:
-        fail(f"{run_dir}: no {MANIFEST} (the run did not finish, or an older chorus made it): nothing to verify against")
-    sources = check_sources(run_dir)
-    bad += sources or []
-    if bad:
-        fail(f"{run_dir}: FAILED: " + "; ".join(bad), code=1)
-    read = "" if sources is None else f"; its {len(RunDir(run_dir).provenance().get('sources') or [])} source(s) are the ones it read"
-    typer.echo(f"OK: {len(record_files(run_dir))} files of {run_dir} are the ones the run wrote{read}")
+    who = in_use(run_dir)
+    if who:
+        fail(f"{run_dir}: in use by {who}: a run or a report is writing it now; verify it once that has finished",
+             code=1)
+    st = seal_state(run_dir)
+    if not st.sealed:
+        if not any((run_dir / f).is_file() for f in ("provenance.json", "config.yaml", "summary.json")):
+            fail(f"{run_dir}: not a chorus run directory (no {MANIFEST}, provenance.json or config.yaml): "
+                 f"nothing to verify")
+        fail(f"{run_dir}: UNVERIFIED: no {MANIFEST} (the run did not finish, its record was removed, or an older "
+             f"chorus made it): its files cannot be checked against a record", code=1)
+    sources = check_sources(run_dir)   # None: not an analysis's run
+    if st.lines() or sources:
+        resumed = st.lines() and not _finished(run_dir)
+        fail(f"{run_dir}: FAILED: " + "; ".join(st.lines() + (sources or []))
+             + (" (a resume started after the seal and did not finish: rerun the run to finish it)" if resumed else ""),
+             code=1)
+    nested = (f"; runs inside it with their own record, verified on their own: {', '.join(st.nested)}"
+              if st.nested else "")
+    read = "" if sources is None else "; every source is the one it read"
+    typer.echo(f"OK: {st.n_files} files of {run_dir} are the ones the run wrote{nested}{read}")
+
+
+def _finished(run_dir: Path) -> bool:
+    import json
+    try:
+        return bool(json.loads((run_dir / "provenance.json").read_text()).get("finished"))
+    except (OSError, ValueError, AttributeError):
+        return True
 
 
 def main() -> None:

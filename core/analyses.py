@@ -43,7 +43,7 @@ from typing import Annotated, Any, Callable, Optional, TypeVar
 from pydantic import BeforeValidator, ValidationError
 
 from chorus.core.config import ConfigError, Strict
-from chorus.core.runs import MANIFEST, RunDir, check_record, file_sha256, run_dir_path, _same_record
+from chorus.core.runs import MANIFEST, RunDir, check_record, check_run_dir, file_sha256, run_dir_path
 
 
 # -- what an analysis reads ----------------------------------------------------------------------------
@@ -178,16 +178,18 @@ class Analysis:
     def run(self, cfg: AnalysisConfig | dict[str, Any], out: str | Path | None = None, *,
             plots: bool = True) -> Result:
         """Compute and write the sealed run directory (``out``, default ``runs/GROUP/NAME-TIME``).
-        Sources are fingerprinted, and a directory holding another config refused, before any work."""
+        The directory is checked (``check_run_dir``: new, empty, or this analysis's own run of the same
+        config) and the sources fingerprinted before any work."""
         if isinstance(cfg, dict):
             cfg = self.load(cfg)
-        sources = source_records(cfg)
+        command = " ".join(self.key)
         path = run_dir_path(out, self.group, self.name)
-        _same_record(path, cfg)
+        check_run_dir(path, part=self.group, config=cfg, command=command)
+        sources = source_records(cfg)
         # the work first, in memory, then the directory: bad input found while computing leaves none behind
         result = self.factory()(cfg)
         run = RunDir.create(path, part=self.group, config=cfg, seeds=getattr(cfg, "seed", getattr(cfg, "seeds", None)),
-                            analysis=" ".join(self.key), sources=sources)
+                            command=command, analysis=command, sources=sources)
         for name, df in result.tables.items():
             run.write_table(name, df)
         if plots:
@@ -333,7 +335,7 @@ def check_sources(run_dir: str | Path) -> list[str] | None:
             bad.append(f"source changed: {s['path']} ({s['field']}; fingerprint {s['fingerprint'][:12]} "
                        f"when analysed, {now[:12]} now)")
         elif runs:
-            inner = check_record(path) or []
+            inner = check_record(path, unsealed=True) or []
             if inner:
                 bad.append(f"source changed: {s['path']} ({s['field']}; its files are not the ones it wrote: "
                            f"{'; '.join(inner)})")

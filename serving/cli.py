@@ -283,6 +283,8 @@ def store_stats(path: Path = typer.Argument(..., help="a calls.sqlite file or a 
     for r in st["by_model"]:
         t.add_row(r["kind"], r["model"], r["backend"], str(r["calls"]), str(r["prompt_tokens"]),
                   str(r["completion_tokens"]), f"{r['model_seconds']:.1f}")
-    console.print(f"{st['path']}: {st['calls']} calls, {st['bytes'] / 1e6:.1f} MB")
+    console.print(f"{st['path']}: {st['calls']} calls, {st['bytes'] / 1e6:.1f} MB"
+                  + (f"; {st['unhashed']} written by an older chorus without an output hash (served unchecked)"
+                     if st.get("unhashed") else ""))
     console.print(t)
 

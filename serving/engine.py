@@ -52,7 +52,17 @@ class Engine:
         return {**self.identity, "family": self.profile.family, "upstream": self.profile.hf_id,
                 "license": self.profile.license, "path": str(path),
                 "hub_id": hub[0] if hub else None, "revision": hub[1] if hub else None,
-                "engine": self.backend.settings(), "store": str(self.store.path) if self.store is not None else None}
+                "engine": self.backend.settings(), "store": str(self.store.path) if self.store is not None else None,
+                **self._store_check()}
+
+    def _store_check(self) -> dict[str, Any]:
+        """What reading the store found, when anything: rows of an older chorus served without a hash
+        to check them, rows whose output did not match their hash (not served; the calls made again)."""
+        st = self.store
+        if st is None or not (getattr(st, "unhashed_served", 0) or getattr(st, "edited", None)):
+            return {}
+        return {"store_check": {"unhashed_served": st.unhashed_served, "edited_not_served": list(st.edited[:50]),
+                                "n_edited": len(st.edited)}}
 
     @property
     def model(self) -> Any:

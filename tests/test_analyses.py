@@ -82,7 +82,7 @@ def test_an_analysis_run_is_sealed_with_its_sources_and_verify_passes(tmp_path, 
     stored = Result.load(out)
     assert len(stored.tables["flips"]) == 200 and stored.summary == summary
     r = invoke("verify", out)
-    assert r.exit_code == 0 and "1 source(s) are the ones it read" in r.output, r.output
+    assert r.exit_code == 0 and "every source is the one it read" in r.output, r.output
 
 
 def test_verify_names_an_edited_output(tmp_path, traces):

@@ -30,6 +30,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from chorus.core.config import ConfigError, InputError, Strict, load_named, load_yaml, resolve_config, set_dotted, validate
+from chorus.core.runs import RunName
 from chorus.serving.spec import MaxTokens, ModelSpec, Sampling, Temperature, fold_legacy
 
 from .population import Population, Topology, check_population, check_topology
@@ -50,7 +51,7 @@ def _check_seeds(v: int | list[int]) -> int | list[int]:
 class PopulationRun(Strict):
     """What every belief config starts with, in this order: a population of ``n_agents`` talking
     for ``rounds`` rounds, replicated over ``seeds`` under one root ``seed``."""
-    name: str = "belief"
+    name: RunName = "belief"
     mode: Literal["oracle", "llm"] = "oracle"
     seed: int = Field(0, ge=0, description="root seed: spawns every generator and model seed")
     seeds: int | list[int] = Field(5, description="replicates: a count (0..n-1) or a list")
@@ -151,7 +152,7 @@ MULTI_GENERATOR_TOKENS, MULTI_APPRAISER_TOKENS, MULTI_TAU = 90, 200, 1.0
 
 
 class BeliefConfig(PopulationRun):
-    name: str = "belief"
+    name: RunName = "belief"
     gamma: float = Field(0.7, gt=0.0, le=1.0)
     w: float = Field(1.0, gt=0.0)
     topology: Topology = Topology()
@@ -254,7 +255,7 @@ class BeliefConfig(PopulationRun):
 
 class MultiBeliefConfig(BeliefConfig):
     """The one schema with ``chorus belief multi``'s defaults: a multi-concept topic."""
-    name: str = "multi"
+    name: RunName = "multi"
     topic: str = "aldenvale_council"
 
 

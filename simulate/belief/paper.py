@@ -184,6 +184,4 @@ def render(numbers: dict[str, Any], out: Path) -> str:
 
 def build_paper(run_dirs: Sequence[str | Path], out: str | Path) -> Path:
     """``out/numbers.json`` from the runs, then ``out/paper.md`` from it; returns paper.md."""
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    return write_paper(out, export(run_dirs), render)[0]
+    return write_paper(Path(out), export(run_dirs), render)[0]   # write_paper makes the folder, never in a run

@@ -19,6 +19,7 @@ from chorus.core.cliutil import parse_overrides as _overrides
 from chorus.core.verbs import Option, Verb, register
 from chorus.serving.profiles import DEFAULT_PROFILE
 from chorus.core.config import ConfigError, InputError, validate
+from chorus.core.runs import check_output
 from chorus.core.progress import progress as _progress
 
 council_app = typer.Typer(no_args_is_help=True, add_completion=False,
@@ -226,6 +227,7 @@ def synthetic(out: Path = typer.Option(..., "--out", help="Trace store to write 
     generation seeds (count-level councils, no model)."""
     from chorus.simulate.council.campaign_synthetic import write_store
     try:
+        check_output(out)   # a trace store of its own: never inside a run directory
         files = write_store(out, n_questions=questions, seeds=seeds, seed=seed)
     except _campaign_errors() as err:
         _fail(err)

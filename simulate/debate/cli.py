@@ -12,7 +12,8 @@ from chorus.core.cliutil import add_verbs, model_option, parse_overrides, plots_
 from chorus.core.cliutil import fail as _fail
 from chorus.core.verbs import Option, Verb, register
 from chorus.serving.profiles import DEFAULT_PROFILE, embedded_note
-from chorus.core.config import InputError
+from chorus.core.config import ConfigError, InputError
+from chorus.core.runs import check_output
 
 debate_app = typer.Typer(no_args_is_help=True, add_completion=False,
                          help="Multi-agent debate vs matched reflection: bench, run, report.")
@@ -107,6 +108,8 @@ def bench_cmd(out: Path = typer.Option(Path("runs/bench/mad_bench.jsonl"), "--ou
 
     from chorus.simulate.debate.questions import bench_warnings, build_bench, write_bench
     try:
+        check_output(out)   # never over (or into) a run's record
+        check_output(Path(str(out) + ".manifest.json"))
         counts = {}
         for c in count or []:
             k, _, v = c.partition("=")

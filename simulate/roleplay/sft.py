@@ -293,7 +293,10 @@ def _write_results(cfg: SftConfig, run: RunDir, trainer: Any, result: Any, model
                "steps_per_second": result.metrics.get("train_steps_per_second"),
                "settings": cfg.training.model_dump(), "memory_estimate": memory}
     if cfg.register_as:
-        summary["registered_as"] = register_profile(cfg.register_as, model_dir, family=get_profile(cfg.base.profile).family)
+        reg = register_profile(cfg.register_as, model_dir, family=get_profile(cfg.base.profile).family)
+        summary["registered_as"] = reg["file"] if reg["written"] else None
+        if not reg["written"]:   # the user's file is not edited: the lines to add, and why
+            summary["register"] = {k: reg[k] for k in ("file", "lines", "why")}
     run.update_provenance(trained_model={"path": str(model_dir.resolve())})
     run.write_summary(summary)
     return summary
@@ -486,19 +489,50 @@ class _ProgressCallback:
         return CB()
 
 
-def register_profile(name: str, model_dir: Path, family: str = "other") -> str:
-    """Add ``name: {path, family}`` to the user's models.yaml (``$CHORUS_MODELS_FILE``); the
-    profile then resolves like any other. Returns the file written."""
+def register_profile(name: str, model_dir: Path, family: str = "other") -> dict[str, Any]:
+    """Add ``name: {path, family}`` to the user's models.yaml (``$CHORUS_MODELS_FILE``) without losing
+    anything in it: the entry's lines are appended to the file's text (its comments, order and every
+    other entry stay byte for byte), and only when the file read back then holds exactly what it held
+    plus this entry. An entry of that name with another path, a file that is not a plain mapping, or
+    one that would read back otherwise is not edited: the lines to add are returned (and printed by
+    ``chorus sft train``) instead. Returns ``{file, written, lines, why}``."""
     import yaml
 
     if name in BUILTIN:
         raise ConfigError(f"register_as = {name!r} is a built-in profile name")
     f = models_file()
-    data = (yaml.safe_load(f.read_text()) or {}) if f.is_file() else {}
-    data[name] = {"path": str(Path(model_dir).resolve()), "family": family}
+    entry = {name: {"path": str(Path(model_dir).resolve()), "family": family}}
+    lines = yaml.safe_dump(entry, sort_keys=False, allow_unicode=True)
+    res: dict[str, Any] = {"file": str(f), "written": False, "lines": lines, "why": None}
+    text = f.read_text(encoding="utf-8") if f.is_file() else ""
+    try:
+        data = yaml.safe_load(text) if text.strip() else {}
+    except yaml.YAMLError as err:
+        res["why"] = f"{f} is not valid YAML ({' '.join(str(err).split())[:120]})"
+        return res
+    if not isinstance(data, dict):
+        res["why"] = f"{f} is not a mapping of profile names"
+        return res
+    if name in data:
+        if data[name] == entry[name]:
+            res["written"] = True   # already there, as it would be written
+        else:
+            res["why"] = f"{f} already has an entry {name!r} ({data[name]!r}); it is left as it is"
+        return res
+    new = text + ("\n" if text and not text.endswith("\n") else "") + lines
+    try:
+        back = yaml.safe_load(new)
+    except yaml.YAMLError:
+        back = None
+    if back != {**data, **entry}:   # e.g. a flow mapping ({a: b}) or an open block: appending would change it
+        res["why"] = f"{f} cannot take the entry by appending it without changing what it holds"
+        return res
     f.parent.mkdir(parents=True, exist_ok=True)
-    f.write_text(yaml.safe_dump(data, sort_keys=True))
-    return str(f)
+    tmp = f.with_name(f.name + ".tmp")
+    tmp.write_text(new, encoding="utf-8")
+    tmp.replace(f)
+    res["written"] = True
+    return res
 
 
 def compare(cfg: SftConfig, model_dir: Path, out: Path, progress=None) -> Path:
