@@ -19,6 +19,7 @@ ENGINE_LOGGERS = ("vllm", "transformers", "torch", "nnsight", "accelerate", "pef
 _FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 _VLLM_CFG = "vllm-logging.json"
 _current: Path | None = None
+_handler: logging.Handler | None = None
 
 
 def quiet_native_logs() -> None:
@@ -35,6 +36,7 @@ def _library_warnings_to_log(show):
             logging.getLogger("py.warnings").warning("%s:%s: %s: %s", filename, lineno, category.__name__, message)
         else:
             show(message, category, filename, lineno, file, line)
+    showwarning._chorus = True  # type: ignore[attr-defined]
     return showwarning
 
 
@@ -50,12 +52,18 @@ def engine_log() -> Path | None:
 def engine_logs_to(path: str | Path) -> Path | None:
     """Send the model libraries' logs to ``path`` from now on; the first call in a process decides
     (a demo's top-level run, not the stage runs inside it). Returns the file, or None when verbose."""
-    global _current
-    if verbose() or _current is not None:
+    global _current, _handler
+    if verbose() or (_current is not None and _current.parent.is_dir()):
         return _current
+    # (an earlier run's folder that is gone, a notebook's or a test's: this run takes the logs over)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     handler = logging.FileHandler(path, encoding="utf-8")
+    if _handler is not None:
+        for name in (*ENGINE_LOGGERS, "py.warnings"):
+            logging.getLogger(name).removeHandler(_handler)
+        _handler.close()
+    _handler = handler
     handler.setFormatter(logging.Formatter(_FORMAT))
     for name in ENGINE_LOGGERS:    # loggers already configured (a library imported before the run)
         lg = logging.getLogger(name)
@@ -76,7 +84,8 @@ def engine_logs_to(path: str | Path) -> Path | None:
         os.environ["VLLM_LOGGING_CONFIG_PATH"] = str(cfg)
     logging.getLogger("py.warnings").addHandler(handler)
     logging.getLogger("py.warnings").propagate = False
-    warnings.showwarning = _library_warnings_to_log(warnings.showwarning)
+    if not getattr(warnings.showwarning, "_chorus", False):
+        warnings.showwarning = _library_warnings_to_log(warnings.showwarning)
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")   # weight-loading bars
     if "transformers" in sys.modules:
@@ -85,3 +94,12 @@ def engine_logs_to(path: str | Path) -> Path | None:
         tlog.disable_progress_bar()
     _current = path
     return path
+
+
+def vllm_logging_ready() -> None:
+    """Before a vLLM engine starts: every process it starts reads ``VLLM_LOGGING_CONFIG_PATH``, and
+    refuses to start when that file is gone. chorus's own file goes with its run's folder (a notebook
+    or a test that removed an earlier run): then vLLM logs as it does by default."""
+    theirs = os.environ.get("VLLM_LOGGING_CONFIG_PATH", "")
+    if theirs.endswith(_VLLM_CFG) and not Path(theirs).is_file():
+        del os.environ["VLLM_LOGGING_CONFIG_PATH"]

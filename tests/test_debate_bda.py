@@ -119,4 +119,5 @@ def test_bda_cli_names_bad_input(tmp_path):
     assert r.exit_code == 2 and "condition 'reflection' is not in this run" in r.output
     r = CliRunner().invoke(app, ["debate", "bda", str(src)])   # 6 questions cannot fill 5x5 folds
     assert r.exit_code == 2 and "no candidate group can be cross-validated" in r.output and "no-yes (6 questions)" in r.output
+    assert not (src / "bda-debate").exists()  # refused before any write: the debate's report is not stopped
 

@@ -61,7 +61,7 @@ def test_paper_over_the_real_run(roleplay_run, tmp_path):
     assert sec["stance_fidelity"]["also_missing"] == [{"missing": "no run of the topic split",
                                                        "command": "chorus roleplay run topic --set data.path=groups.jsonl"}]
     assert sec["sft_comparison"]["command"].startswith("chorus sft train default")
-    assert sec["annotators"]["command"] == f"chorus roleplay annotators {path} --classifier PROFILE"
+    assert sec["annotators"]["command"] == f"chorus roleplay annotators {path} -m PROFILE"
     # statistics from stats.analyse over the run: the bars are the run's cells
     from chorus.simulate.roleplay.stats import analyse
     st = analyse([path])[0]
@@ -77,7 +77,7 @@ def test_paper_over_the_real_run(roleplay_run, tmp_path):
     md = (out / "paper.md").read_text()
     assert _headings(md) == [t for _, t, *_ in P.SECTIONS]
     assert "missing: no run of the topic split; run: `chorus roleplay run topic" in md
-    assert f"missing: an annotators output; run: `chorus roleplay annotators {path} --classifier PROFILE`" in md
+    assert f"missing: an annotators output; run: `chorus roleplay annotators {path} -m PROFILE`" in md
     assert (out / "figures" / "run__convergence.png").is_file() and "figures/run__convergence.png" in md
     assert "missing annotators: an annotators output" in r.output
 

@@ -18,7 +18,7 @@ from typing import Any, Iterator
 from chorus.serving.backends import Finished
 from chorus.serving.profiles import ModelError, cache_dir
 from chorus.serving.types import Sampling
-from chorus.core.logs import engine_log
+from chorus.core.logs import engine_log, vllm_logging_ready
 
 # Single-token readouts ask vLLM for the log-probabilities of exactly the option tokens
 # (``logprob_token_ids``, at most vLLM's MAX_LOGPROB_TOKEN_IDS = 128 per request, with
@@ -44,6 +44,7 @@ def vllm_env() -> dict[str, str]:
            "TORCHINDUCTOR_CACHE_DIR": str(cache_dir() / "inductor"),
            # run the engine core in this process: no spawn, clean shutdown, same speed on small CPUs
            "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    vllm_logging_ready()
     if _cpu_only():
         env["VLLM_CPU_KVCACHE_SPACE"] = "2"  # GiB; about 93k KV tokens for SmolLM2
     for k, v in env.items():

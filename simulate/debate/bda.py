@@ -217,6 +217,24 @@ def run_bda(run_dir: str | Path, *, condition: str = "debate", config: str | Pat
         raise DebateTraceError(f"{run_dir}: no labelled option question has a parsed turn in condition "
                                f"{condition!r} (left out: {info['left_out']})")
     out = Path(out) if out is not None else Path(run_dir) / f"bda-{condition}"
+    # every group planned before any write: when none can be cross-validated the command says so in one
+    # line and leaves no run behind (an unfinished one would stop the debate's report)
+    plan: dict[str, tuple[list[Trace], Any, dict[str, Any]]] = {}
+    skipped: dict[str, dict[str, Any]] = {}
+    for name, trs in candidate_groups(traces).items():
+        cfg = _config(config, f"debate-bda-{name}", (out / "traces" / f"{name}.jsonl").resolve(), overrides,
+                      info["vote_arm"])
+        g: dict[str, Any] = {"n_traces": len(trs), "candidates": list(trs[0].candidates),
+                             "n_agents": len({m.agent for tr in trs for m in tr.moves})}
+        try:
+            _feasible(trs, cfg)
+        except LabelError as err:
+            skipped[name] = {**g, "skipped": str(err)}
+            continue
+        plan[name] = (trs, cfg, g)
+    if not plan:
+        raise DebateTraceError(f"{run_dir}: no candidate group can be cross-validated: " + "; ".join(
+            f"{k} ({g['n_traces']} questions): {g['skipped']}" for k, g in skipped.items()))
     # a run directory of its own (never the debate run's files): checked, held, sealed at its end
     run = RunDir.create(out, part="debate-bda", command="debate bda", source_run=str(Path(run_dir).resolve()),
                         condition=condition)
@@ -225,24 +243,16 @@ def run_bda(run_dir: str | Path, *, condition: str = "debate", config: str | Pat
                                "mapping": MAPPING["version"], **info, "debate": _debate_numbers(run_dir, condition),
                                "groups": {}}
     for name, trs in candidate_groups(traces).items():
-        tfile = dump_traces(trs, out / "traces" / f"{name}.jsonl")
-        cfg = _config(config, f"debate-bda-{name}", tfile.resolve(), overrides, info["vote_arm"])
-        g: dict[str, Any] = {"n_traces": len(trs), "candidates": list(trs[0].candidates),
-                             "n_agents": len({m.agent for tr in trs for m in tr.moves})}
-        try:
-            _feasible(trs, cfg)
-        except LabelError as err:
-            summary["groups"][name] = {**g, "skipped": str(err)}
+        dump_traces(trs, out / "traces" / f"{name}.jsonl")  # skipped groups' traces too: the record of all
+        if name in skipped:
+            summary["groups"][name] = skipped[name]
             continue
+        _, cfg, g = plan[name]
         results = json.loads(run_experiment(cfg, out / name).read_text())
         cell = results["cells"][0]
         g.update({"run": name, "methods": list(cell["metrics"]), "metrics": cell["metrics"],
                   "bootstrap": [b for b in cell.get("bootstrap") or [] if b["metric"] == "accuracy"]})
         summary["groups"][name] = g
-    if not any("metrics" in g for g in summary["groups"].values()):
-        write_json(out / "summary.json", summary)
-        raise DebateTraceError(f"{run_dir}: no candidate group can be cross-validated: " + "; ".join(
-            f"{k} ({g['n_traces']} questions): {g['skipped']}" for k, g in summary["groups"].items()))
     if make_plots:
         _plot(summary, out / "plots" / "bda_methods.png")
     write_json(out / "summary.json", summary)

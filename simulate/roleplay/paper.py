@@ -200,7 +200,7 @@ def _annot(c: Ctx) -> dict[str, Any]:
     if not an:
         rp = c.of("roleplay")
         return _miss("an annotators output", f"chorus roleplay annotators {rp[0]['path'] if rp else 'RUN'} "
-                                             "-m/--model PROFILE")
+                                             "-m PROFILE")
     rows = [{**_src(r), "annotated_run": r["data"]["run"], "run_classifier": r["data"]["run_classifier"],
              "classifier": p, **{f"{t}_{k}": ag[t].get(k) for t in ("stance", "on_topic") for k in ("kappa", "n")},
              "stance_kappa_quadratic": ag["stance"].get("kappa_quadratic")}
