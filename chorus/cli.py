@@ -220,6 +220,23 @@ def report(run_dir: Path = typer.Argument(..., help="Any chorus run directory (a
 
 
 @app.command()
+def view(run_dir: Path = typer.Argument(..., help="A debate, council or role-play run directory, or a demo."),
+         out: Path = typer.Option(None, "--out", help="HTML file to write (default RUN/transcripts.html)."),
+         with_: list[Path] = typer.Option(None, "--with", help="An influence run made from this run that is not "
+                                          "beside it, in ../influence/ or inside it (repeatable).")) -> None:
+    """Write the transcript viewer alone: one self-contained HTML page with every message of the run,
+    by question, condition, round and agent (chorus report writes it too, beside report.html)."""
+    from chorus.transcripts import ViewerError, write_viewer
+    try:
+        if run_dir.is_dir():
+            require_record(run_dir)   # a page never shows messages the run did not write
+        path, st = write_viewer(run_dir, out=out, with_runs=with_ or ())
+    except (ViewerError, RecordError) as err:
+        fail(str(err))
+    typer.echo(f"{path} ({st['units']} questions/groups, {st['messages']} messages, {st['html_bytes'] / 1e6:.1f} MB)")
+
+
+@app.command()
 def verify(run_dir: Path = typer.Argument(..., help="Any finished chorus run directory.")) -> None:
     """Check every file a finished run wrote (summary, tables, traces, plots, configs) against the
     record it sealed when it finished (manifest.json); exit 1 naming each changed or missing file.

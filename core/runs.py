@@ -171,13 +171,13 @@ def file_sha256(p: Path) -> str:
 
 def record_files(path: str | Path) -> dict[str, str]:
     """Every result file of a run directory with its sha256. Left out: the call store (SQLite
-    checks itself), the lock, manifests (nested stage runs keep their own), the HTML rendering,
+    checks itself), the lock, manifests (nested stage runs keep their own), the HTML renderings (report, transcripts),
     logs and temporary files."""
     path = Path(path)
     out: dict[str, str] = {}
     for p in sorted(path.rglob("*")):
         rel = p.relative_to(path).as_posix()
-        if not p.is_file() or p.name.startswith("calls.sqlite") or p.name in (".lock", MANIFEST, "report.html") \
+        if not p.is_file() or p.name.startswith("calls.sqlite") or p.name in (".lock", MANIFEST, "report.html", "transcripts.html") \
                 or p.name.endswith(".tmp") or rel.split("/")[0] == "logs":
             continue
         out[rel] = file_sha256(p)
