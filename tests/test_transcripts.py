@@ -243,7 +243,9 @@ def test_influence_runs_are_found_by_their_declared_source(tmp_path, monkeypatch
     assert sorted(x[1] for x in u["cf"]) == ["cut", "factual", "replay"]
     assert {"a1-p0-r1 · cut", "a1-p0-r1 · replay"} <= set(sec["conditions"])
     cut = [t for t in u["turns"] if t["c"] == "a1-p0-r1 · cut" and t["a"] == 1 and t["r"] == 1]
-    assert cut[0]["t"].startswith("cut: I keep B") and cut[0]["sw"] is False
+    assert cut[0]["t"].startswith("cut: I keep B") and cut[0]["sw"] is False   # B at round 0 too: kept
+    assert not [t for t in u["turns"] if t["c"] == "a1-p0-r1 · cut" and t["r"] == 0]   # the debate's own round 0
+    assert sec["cf_from"] == {"a1-p0-r1 · cut": 1, "a1-p0-r1 · replay": 1}
     with pytest.raises(ViewerError, match="does not declare"):
         links(run, [tmp_path / "proj" / "runs" / "influence" / "other"])
 
@@ -356,12 +358,15 @@ def test_filter_to_one_question_and_one_agent_then_screenshot(tmp_path, browser)
         .map(e => [e.getAttribute('data-from'), e.getAttribute('data-to'), e.getAttribute('data-round')])""")
     assert sorted(edges) == [["0", "1", "1"], ["2", "1", "1"]]
     # the measurements on that turn: readouts (with the filler control), knockout, counterfactual
-    card = p.page.locator("#view .turn").nth(1)
-    ro = card.locator(".overlay.ro").inner_text()
-    assert "debate@filler" in ro and "-0.5" in ro
-    pairs = card.locator(".overlay.pairs").inner_text()
-    assert "knockout" in pairs and "50%" in pairs            # (1 - 0) / (1 - (-1)) of the effect removed
-    assert "counterfactual [" in pairs and "a1-p0-r1" in pairs
+    line = p.page.locator("#view .turn").nth(1).locator(".overlay.sum").inner_text()
+    assert "readout [3] debate: f=0 → A · f=1 → A" in line and "readout [3] debate@filler" in line
+    assert "knockout [2] of Agent 1's message (after): 50% of its effect removed" in line   # (1 - 0) / (1 - (-1))
+    assert "counterfactual [1] a1-p0-r1: " in line and "cut → B here, B at the end" in line
+    tables = p.page.locator("#view .round[data-round='1'] .measures")
+    ro = tables.locator(".ro").inner_text()
+    assert "debate@filler" in ro and "-0.5" in ro and "log p(C)" in ro
+    pairs = tables.locator(".pairs").all_inner_texts()
+    assert "50%" in pairs[0] and "a1-p0-r1" in pairs[1]
     shot = tmp_path / "viewer-q0-agent2.png"
     p.page.screenshot(path=str(shot), full_page=True)
     assert shot.stat().st_size > 10_000
@@ -370,7 +375,7 @@ def test_filter_to_one_question_and_one_agent_then_screenshot(tmp_path, browser)
     # the counterfactual arm is a condition of its own
     p.page.select_option("#cond", "a1-p0-r1 · cut")
     p.page.wait_for_function("() => document.querySelector('#view').getAttribute('data-filter') === 'a1-p0-r1 · cut||1'")
-    assert [c["t"] for c in p.cards()][1:] == ["cut: I keep B.\nAnswer: B"] * 2
+    assert [c["t"] for c in p.cards()] == ["cut: I keep B.\nAnswer: B"] * 2   # round 0 is the debate's own
     p.clean()
     p.page.close()
 

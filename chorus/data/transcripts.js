@@ -165,9 +165,11 @@
     fill(selR, s.rounds.map(function (r) { return [r, roundName(s, r)]; }), 'all rounds', S.r);
     fill(selA, s.agents.map(function (a) { return [a, agentName(s, a)]; }), 'all agents', S.a);
     S.c = selC.value; S.r = selR.value; S.a = selA.value;
-    renderList();
     var rows = filtered();
     if (S.id === null || !s.index.some(function (r) { return r[0] === S.id; })) S.id = rows.length ? rows[0][0] : null;
+    var at = rows.findIndex(function (r) { return r[0] === S.id; });
+    if (at >= 0) S.page = Math.floor(at / PAGE);     // the list opens on the page of the question shown
+    renderList();
     return showUnit();
   }
 
@@ -288,6 +290,7 @@
     var what = s.kind === 'debate' ? (c === 'vote' ? 'independent samples of the round-0 prompt (compute-matched vote)' :
       peers ? 'each agent reads every peer\'s previous-round message' : 'matched control: each agent reads only its own previous message')
       : s.kind === 'council' ? 'typed moves in the order of the trace' : (c === 'human' ? 'the human group' : 'simulated group');
+    if (s.cf_from && s.cf_from[c] !== undefined) what += '; its rounds before ' + s.cf_from[c] + ' are the debate\'s own (shown under debate)';
     var block = el('section', {cls: 'cond', 'data-cond': c}, el('h3', null, c, el('span', {cls: 'meta', text: '  ' + what})));
     if (s.kind === 'council') {
       ts = ts.slice().sort(function (x, y) { return x.m - y.m; });
@@ -301,7 +304,7 @@
       var shared = list.length && Array.isArray(list[0].c) && list[0].c.length > 1;
       var h = r === 'vote' ? 'samples' : roundName(s, r) + (shared ? ' (shared by ' + list[0].c.join(' and ') + ': one generation)' : '');
       block.appendChild(el('div', {cls: 'round', 'data-round': String(r)}, el('h4', {text: h}),
-        el('div', {cls: 'grid'}, list.map(function (t) { return turnCard(s, u, c, t); }))));
+        el('div', {cls: 'grid'}, list.map(function (t) { return turnCard(s, u, c, t); })), roundMeasures(s, u, c, list)));
     });
     return block;
   }
@@ -355,70 +358,102 @@
             x.why ? tag(x.why, 'warn') : null), el('div', {cls: 'msg raw', text: x.t}));
         })));
     }
-    if (t.ro && t.ro.length) card.appendChild(readouts(s, u, t));
-    var pm = pairMeasures(s, u, c, t);
-    if (pm) card.appendChild(pm);
+    var sum = cardSummary(s, u, c, t);
+    if (sum) card.appendChild(sum);
     return card;
   }
 
-  function readouts(s, u, t) {
-    var rows = t.ro.slice().sort(function (x, y) { return (x[1] < y[1] ? -1 : x[1] > y[1] ? 1 : 0) || x[2] - y[2]; });
-    var own = (u.opts || []).map(function (o) { return o[0]; });
-    var labs = rows[0][7] || own;       // a row names its labels only when they are not the question's
-    return el('div', {cls: 'overlay ro'}, el('b', {text: 'forced-choice readouts'}),
-      ' (log-probabilities of the options after the fraction f of this reply; f = 0: right after reading)',
-      el('table', null, el('tr', null, el('th', {text: 'run'}), el('th', {text: 'context'}), el('th', {text: 'f'}), el('th', {text: 'argmax'}),
-        labs.map(function (l) { return el('th', {text: 'log p(' + l + ')'}); }), el('th', {text: 'margin peer − own'})),
-        rows.map(function (x) {
-          return el('tr', null, el('td', {text: '[' + (x[0] + 1) + ']'}), el('td', {text: x[1]}), el('td', {text: fmt(x[2])}),
-            el('td', {text: fmt(x[3])}), x[4].map(function (p) { return el('td', {text: fmt(p)}); }),
-            el('td', {text: x[6] ? fmt(x[5]) + ' (peer answer ' + x[6] + ')' : '–'}));
-        })));
+  // -- influence measurements: one line on the turn, the full tables under the round -----------------
+  function yes(x) { return x === null || x === undefined ? '–' : x ? 'yes' : 'no'; }
+  function koRemoved(k) {   // share of the peer's effect on the margin that the cut removed
+    var eff = k[5] !== null && k[6] !== null ? k[5] - k[6] : null;
+    return eff && k[7] !== null ? (k[5] - k[7]) / eff : null;
+  }
+  function pct(x) { return x === null ? '–' : (100 * x).toFixed(0) + '%'; }
+  function cfLinks(s, t) {
+    return s.links.map(function (l, i) { return [l, i]; }).filter(function (p) {
+      return p[0].kind === 'counterfactual' && p[0].receiver === t.a && p[0].round === t.r;
+    });
+  }
+  function kos(u, c, t) { return c === 'debate' && t.r === 1 ? (u.ko || []).filter(function (k) { return k[1] === t.a; }) : []; }
+  function abs(u, c, t) { return c === 'debate' && t.r === 1 ? (u.ab || []).filter(function (k) { return k[1] === t.a; }) : []; }
+
+  function cardSummary(s, u, c, t) {
+    if (s.kind !== 'debate' || t.a === null || t.a === undefined) return null;
+    var lines = [];
+    var byCtx = new Map();
+    (t.ro || []).forEach(function (x) { var k = '[' + (x[0] + 1) + '] ' + x[1]; if (!byCtx.has(k)) byCtx.set(k, []); byCtx.get(k).push(x); });
+    byCtx.forEach(function (rows, k) {
+      rows.sort(function (x, y) { return x[2] - y[2]; });
+      lines.push('readout ' + k + ': ' + rows.map(function (x) { return 'f=' + fmt(x[2]) + ' → ' + fmt(x[3]); }).join(' · '));
+    });
+    kos(u, c, t).forEach(function (k) {
+      lines.push('knockout [' + (k[0] + 1) + '] of ' + agentName(s, k[2]) + '\'s message (' + fmt(k[3]) + '): ' + pct(koRemoved(k)) + ' of its effect removed');
+    });
+    var ab = abs(u, c, t);
+    if (ab.length) lines.push('ablations/cues: ' + ab.length + ' contexts (table below)');
+    if (c === 'debate') cfLinks(s, t).forEach(function (p) {
+      var rows = (u.cf || []).filter(function (x) { return x[0] === p[1]; });
+      if (rows.length) lines.push('counterfactual [' + (p[1] + 1) + '] ' + p[0].tag + ': ' + rows.map(function (x) {
+        return x[1] + ' → ' + fmt(x[4]) + ' here, ' + fmt(x[5]) + ' at the end';
+      }).join('; '));
+    });
+    return lines.length ? el('div', {cls: 'overlay sum'}, lines.map(function (l) { return el('div', {text: l}); })) : null;
   }
 
-  // knockout / ablation margins and counterfactual outcomes that concern this receiver at this turn
-  function pairMeasures(s, u, c, t) {
-    if (s.kind !== 'debate' || t.a === null || t.a === undefined) return null;
+  function table(heads, rows) {
+    return el('table', {cls: 'small'}, el('tr', null, heads.map(function (h) { return el('th', {text: h}); })),
+      rows.map(function (r) { return el('tr', null, r.map(function (x) { return el('td', {text: x}); })); }));
+  }
+
+  function roundMeasures(s, u, c, list) {
+    if (s.kind !== 'debate') return null;
     var parts = [];
-    if (c === 'debate' && t.r === 1) {
-      var ko = (u.ko || []).filter(function (k) { return k[1] === t.a; });
-      if (ko.length) parts.push(el('div', null, el('b', {text: 'knockout'}),
-        ' (single-peer context built from round 0: margin = log p(peer\'s answer) − log p(own answer))',
-        el('table', null, el('tr', null, ['run', 'peer', 'queries', 'mixer', 'with the message', 'no message', 'attention cut', 'effect removed']
-          .map(function (h) { return el('th', {text: h}); })),
-          ko.map(function (k) {
-            var eff = k[5] !== null && k[6] !== null ? k[5] - k[6] : null;
-            var rem = eff && k[7] !== null ? (k[5] - k[7]) / eff : null;
-            return el('tr', null, el('td', {text: '[' + (k[0] + 1) + ']'}), el('td', {text: agentName(s, k[2]) + ' (' + fmt(k[9]) + ' vs own ' + fmt(k[8]) + ')'}),
-              el('td', {text: fmt(k[3])}), el('td', {text: fmt(k[4])}), el('td', {text: fmt(k[5])}), el('td', {text: fmt(k[6])}),
-              el('td', {text: fmt(k[7])}), el('td', {text: rem === null ? '–' : (100 * rem).toFixed(0) + '%'}));
-          }))));
-      var ab = (u.ab || []).filter(function (k) { return k[1] === t.a; });
-      if (ab.length) parts.push(el('div', null, el('b', {text: 'ablations / cues'}), ' (margin log p(peer\'s answer) − log p(own answer) per context)',
-        el('table', null, el('tr', null, ['run', 'peer', 'context', 'margin'].map(function (h) { return el('th', {text: h}); })),
-          ab.map(function (k) {
-            return el('tr', null, el('td', {text: '[' + (k[0] + 1) + ']'}), el('td', {text: agentName(s, k[2]) + ' (' + fmt(k[6]) + ' vs own ' + fmt(k[5]) + ')'}),
-              el('td', {text: fmt(k[3])}), el('td', {text: fmt(k[4])}));
+    var ro = [];
+    list.forEach(function (t) { (t.ro || []).forEach(function (x) { ro.push([t, x]); }); });
+    if (ro.length) {
+      ro.sort(function (p, q) { return p[0].a - q[0].a || (p[1][1] < q[1][1] ? -1 : p[1][1] > q[1][1] ? 1 : 0) || p[1][2] - q[1][2]; });
+      var labs = ro[0][1][7] || (u.opts || []).map(function (o) { return o[0]; });  // a row names its labels only when they are not the question's
+      parts.push(el('div', {cls: 'ro'}, el('b', {text: 'forced-choice readouts'}),
+        ' (log-probabilities of the options read after the fraction f of the reply; f = 0: right after reading; margin: peer\'s answer − own previous)',
+        table(['agent', 'run', 'context', 'f', 'argmax'].concat(labs.map(function (l) { return 'log p(' + l + ')'; })).concat(['margin']),
+          ro.map(function (p) {
+            var x = p[1];
+            return [agentName(s, p[0].a), '[' + (x[0] + 1) + ']', x[1], fmt(x[2]), fmt(x[3])].concat(x[4].map(fmt))
+              .concat([x[6] ? fmt(x[5]) + ' (peer answer ' + x[6] + ')' : '–']);
           }))));
     }
-    if (c === 'debate' && u.cf) {
-      var mine = s.links.map(function (l, i) { return [l, i]; }).filter(function (p) {
-        return p[0].kind === 'counterfactual' && p[0].receiver === t.a && p[0].round === t.r;
+    var ko = [], ab = [], cf = [];
+    list.forEach(function (t) {
+      kos(u, c, t).forEach(function (k) { ko.push([t, k]); });
+      abs(u, c, t).forEach(function (k) { ab.push([t, k]); });
+      if (c === 'debate') cfLinks(s, t).forEach(function (p) {
+        (u.cf || []).filter(function (x) { return x[0] === p[1]; }).forEach(function (x) { cf.push([t, p, x]); });
       });
-      mine.forEach(function (p) {
-        var rows = u.cf.filter(function (x) { return x[0] === p[1]; });
-        if (!rows.length) return;
-        parts.push(el('div', null, el('b', {text: 'counterfactual [' + (p[1] + 1) + '] ' + p[0].tag}),
-          ' (this agent\'s attention to ' + agentName(s, p[0].peer) + '\'s message cut at this round, layers ' + fmt(p[0].layers) + '; its arms are conditions of their own)',
-          el('table', null, el('tr', null, ['arm', 'before', 'peer before', 'at this round', 'final', 'took the peer\'s answer here', 'at the end']
-            .map(function (h) { return el('th', {text: h}); })),
-            rows.map(function (x) {
-              return el('tr', null, el('td', {text: x[1]}), el('td', {text: fmt(x[2])}), el('td', {text: fmt(x[3])}), el('td', {text: fmt(x[4])}),
-                el('td', {text: fmt(x[5])}), el('td', {text: x[6] === null ? '–' : x[6] ? 'yes' : 'no'}), el('td', {text: x[7] === null ? '–' : x[7] ? 'yes' : 'no'}));
-            }))));
-      });
-    }
-    return parts.length ? el('div', {cls: 'overlay pairs'}, parts) : null;
+    });
+    if (ko.length) parts.push(el('div', {cls: 'pairs'}, el('b', {text: 'knockout'}),
+      ' (all layers; single-peer context built from round 0; margin = log p(peer\'s answer) − log p(own answer))',
+      table(['receiver', 'run', 'peer', 'queries', 'mixer', 'with the message', 'no message', 'attention cut', 'effect removed'],
+        ko.map(function (p) {
+          var k = p[1];
+          return [agentName(s, p[0].a), '[' + (k[0] + 1) + ']', agentName(s, k[2]) + ' (' + fmt(k[9]) + ' vs own ' + fmt(k[8]) + ')',
+            fmt(k[3]), fmt(k[4]), fmt(k[5]), fmt(k[6]), fmt(k[7]), pct(koRemoved(k))];
+        }))));
+    if (ab.length) parts.push(el('div', {cls: 'pairs'}, el('b', {text: 'ablations / cues'}),
+      ' (margin = log p(peer\'s answer) − log p(own answer) in each context; round-0 messages)',
+      table(['receiver', 'run', 'peer', 'context', 'margin'], ab.map(function (p) {
+        var k = p[1];
+        return [agentName(s, p[0].a), '[' + (k[0] + 1) + ']', agentName(s, k[2]) + ' (' + fmt(k[6]) + ' vs own ' + fmt(k[5]) + ')', fmt(k[3]), fmt(k[4])];
+      }))));
+    if (cf.length) parts.push(el('div', {cls: 'pairs'}, el('b', {text: 'counterfactual debates'}),
+      ' (the receiver\'s attention to one peer\'s message cut at this round; its replayed and cut arms are conditions of their own)',
+      table(['receiver', 'run', 'cut', 'arm', 'before', 'peer before', 'at this round', 'final', 'took the peer\'s answer here', 'at the end'],
+        cf.map(function (p) {
+          var l = p[1][0], x = p[2];
+          return [agentName(s, p[0].a), '[' + (p[1][1] + 1) + '] ' + l.tag, agentName(s, l.peer) + '\'s message, layers ' + fmt(l.layers),
+            x[1], fmt(x[2]), fmt(x[3]), fmt(x[4]), fmt(x[5]), yes(x[6]), yes(x[7])];
+        }))));
+    return parts.length ? el('details', {cls: 'measures', open: ''}, el('summary', {text: 'influence measurements of this round'}), parts) : null;
   }
 
   // -- who moved whom -------------------------------------------------------------------------
@@ -440,7 +475,7 @@
     return box;
   }
   function graph(s, u, c, ts) {
-    var W = 240, H = 200, cx = W / 2, cy = 96, R = 62;
+    var W = 260, H = 230, cx = W / 2, cy = H / 2, R = 66;
     var agents = s.agents;
     var pos = {};
     agents.forEach(function (a, i) {
@@ -463,7 +498,7 @@
         var ab = k.split('|'); if (!pos[ab[0]] || !pos[ab[1]]) return;
         var p = pos[ab[0]], q = pos[ab[1]];
         svg.appendChild(sv('line', {x1: p[0], y1: p[1], x2: q[0], y2: q[1], stroke: '#999', 'stroke-width': 1.5}));
-        svg.appendChild(sv('text', {x: (p[0] + q[0]) / 2, y: (p[1] + q[1]) / 2 - 3, 'font-size': 10, fill: '#555', 'text-anchor': 'middle'},
+        svg.appendChild(sv('text', {x: p[0] + 0.4 * (q[0] - p[0]), y: p[1] + 0.4 * (q[1] - p[1]) - 3, 'font-size': 10, fill: '#555', 'text-anchor': 'middle'},
           'r' + Array.from(pairs[k]).sort().join(',')));
       });
       caption = c + ': who chatted with whom (rounds on the lines); under each name its stance, initial → final, where the classifier labelled it';
@@ -476,7 +511,7 @@
         var key = e[0] + '>' + e[1], n = seen[key] = (seen[key] || 0) + 1;
         var dx = q[0] - p[0], dy = q[1] - p[1], L = Math.sqrt(dx * dx + dy * dy) || 1;
         var sx = p[0] + dx / L * 17, sy = p[1] + dy / L * 17, tx = q[0] - dx / L * 19, ty = q[1] - dy / L * 19;
-        var bend = 14 * n, mx = (sx + tx) / 2 - dy / L * bend, my = (sy + ty) / 2 + dx / L * bend;
+        var bend = 10 + 16 * (n - 1), mx = (sx + tx) / 2 - dy / L * bend, my = (sy + ty) / 2 + dx / L * bend;
         svg.appendChild(sv('path', {d: 'M' + sx + ',' + sy + ' Q' + mx + ',' + my + ' ' + tx + ',' + ty, fill: 'none', stroke: '#6a4bc4',
           'stroke-width': 1.6, 'marker-end': 'url(#' + id + ')', 'class': 'edge', 'data-from': e[0], 'data-to': e[1], 'data-round': e[2]}));
         svg.appendChild(sv('text', {x: mx, y: my, 'font-size': 10, fill: '#6a4bc4', 'text-anchor': 'middle'}, 'r' + e[2]));
@@ -499,9 +534,13 @@
       if (s.kind !== 'roleplay' && last && u.ref) fill = last.ans === u.ref ? '#dff3e4' : '#fdecea';
       svg.appendChild(sv('circle', {cx: p[0], cy: p[1], r: 16, fill: fill, stroke: '#345', 'stroke-width': 1.2}));
       svg.appendChild(sv('text', {x: p[0], y: p[1] + 4, 'font-size': 11, 'text-anchor': 'middle', 'font-weight': 'bold'}, shortName(s, a)));
-      var sub = s.kind === 'roleplay' ? (first === null ? '' : fmt(first) + '→' + fmt(last))
+      var sub = s.kind === 'roleplay' ? (first === null ? '' : first.toFixed(2) + '→' + last.toFixed(2))
         : (first === null || first === undefined ? '' : fmt(first) + '→' + fmt(last && last.ans));
-      if (sub) svg.appendChild(sv('text', {x: p[0], y: p[1] + 29, 'font-size': 10, 'text-anchor': 'middle', fill: '#333'}, sub));
+      // its answers (stance), first → last, outside the circle of agents
+      var dx = p[0] - cx, dy = p[1] - cy, L = Math.sqrt(dx * dx + dy * dy) || 1;
+      var side = Math.abs(dx) > Math.abs(dy);   // a node at the side: its label under it, inside the picture
+      if (sub) svg.appendChild(sv('text', {x: side ? p[0] : p[0] + dx / L * 27, y: side ? p[1] + 29 : p[1] + dy / L * 27 + 4,
+                                           'font-size': 10, 'text-anchor': 'middle', fill: '#333'}, sub));
     });
     return el('figure', {'data-cond': c}, svg, el('figcaption', {text: caption}));
   }
