@@ -55,7 +55,7 @@ def synthetic_run(path: Path, n: int, *, agents: int = 3, rounds: int = 3, chars
                         rows.append({"qid": it.id, "family": it.family, "domain": it.domain, "subdomain": it.subdomain,
                                      "agent": a, "round": r, "condition": cc, "shared": r == 0, "response": text,
                                      "answer": now[a], "parsed": True, "truncated": False, "reference": it.reference,
-                                     "correct": now[a] == it.reference, "completion_tokens": k * 4 // 3})
+                                     "correct": None if it.reference is None else now[a] == it.reference, "completion_tokens": k * 4 // 3})
                         if readouts and r > 0:
                             for f in (0.0, 0.25, 0.5, 0.75, 1.0):
                                 lps = [round(-rng.expovariate(1.0), 3) for _ in labs]

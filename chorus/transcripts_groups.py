@@ -55,7 +55,7 @@ def _council_section(run: Path, name: str) -> dict[str, Any] | None:
         u = units.setdefault(uid, {"id": uid, "q": task.question if task else None,
                                    "opts": [[c, o] for c, o in zip(task.candidates, task.options or [])] if task and task.options else [],
                                    "cands": list(d.get("candidates") or []), "ref": _s(d.get("gold")),
-                                   "fam": ds, "dom": ds, "sub": None, "turns": []})
+                                   "fam": ds, "dom": None, "sub": None, "turns": []})
         pos: dict[str, Any] = {}      # agent -> its answer held after its latest endorsing move
         moves = d.get("moves") or []
         for j, m in enumerate(moves):

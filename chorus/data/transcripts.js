@@ -516,7 +516,9 @@
           'stroke-width': 1.6, 'marker-end': 'url(#' + id + ')', 'class': 'edge', 'data-from': e[0], 'data-to': e[1], 'data-round': e[2]}));
         svg.appendChild(sv('text', {x: mx, y: my, 'font-size': 10, fill: '#6a4bc4', 'text-anchor': 'middle'}, 'r' + e[2]));
       });
-      caption = c + ': an arrow from a peer to an agent that switched to that peer\'s previous answer (label: the round)' +
+      caption = c + ': an arrow from a peer to an agent that switched to that peer\'s ' +
+        (s.kind === 'council' ? 'answer (a concession names its target)' : 'previous answer') + ' (label: the round); ' +
+        'beside each agent its first → last answer' + (u.ref ? ' (green: the last is the ' + (s.kind === 'council' ? 'gold' : 'reference') + ')' : '') +
         (edges.length ? '' : ' · no agent took a peer\'s answer here');
     }
     agents.forEach(function (a) {
@@ -527,7 +529,7 @@
         var st = mine.filter(function (t) { return t.stance !== undefined && t.stance !== null; });
         if (st.length) { first = st[0].stance; last = st[st.length - 1].stance; }
       } else {
-        var byR = mine.filter(function (t) { return t.ans !== undefined; }).sort(function (x, y) { return s.kind === 'council' ? x.m - y.m : x.r - y.r; });
+        var byR = mine.filter(function (t) { return t.ans !== undefined && t.ans !== null; }).sort(function (x, y) { return s.kind === 'council' ? x.m - y.m : x.r - y.r; });
         if (byR.length) { first = byR[0].ans; last = byR[byR.length - 1]; }
       }
       var fill = '#eef';
