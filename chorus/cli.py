@@ -233,7 +233,7 @@ def view(run_dir: Path = typer.Argument(..., help="A debate, council or role-pla
         path, st = write_viewer(run_dir, out=out, with_runs=with_ or ())
     except (ViewerError, RecordError) as err:
         fail(str(err))
-    typer.echo(f"{path} ({st['units']} questions/groups, {st['messages']} messages, {st['html_bytes'] / 1e6:.1f} MB)")
+    typer.echo(f"{path} ({st['what']}; {st['html_bytes'] / 1e6:.1f} MB)")
 
 
 @app.command()

@@ -135,7 +135,7 @@ def render(secs: list[dict[str, Any]], *, title: str, run_path: str) -> tuple[st
             parts.append(f'<script type="application/json" id="chunk-{si}-{k}" data-enc="{enc}">{body}</script>')
     n_units = sum(s["n_units"] for s in secs)
     n_msgs = sum(s["n_messages"] for s in secs)
-    meta = {"title": title, "run": run_path, "version": __version__, "encoding": enc, "sections": meta_secs,
+    meta = {"title": title, "run": run_path, "version": __version__, "encoding": enc, "sections": meta_secs, "what": what(secs),
             "n_units": n_units, "n_messages": n_msgs}
     css = (ASSETS / "transcripts.css").read_text()
     js = (ASSETS / "transcripts.js").read_text()
@@ -147,9 +147,21 @@ def render(secs: list[dict[str, Any]], *, title: str, run_path: str) -> tuple[st
            f"<noscript><p>This page renders the transcripts with its inline script; allow scripts for this file.</p></noscript>"
            f'<script type="application/json" id="meta">{_script_json(meta)}</script>'
            + "".join(parts) + f"<div id='app'></div><script>{js}</script></body></html>")
-    stats = {"sections": len(secs), "units": n_units, "messages": n_msgs, "json_bytes": total_raw,
+    stats = {"sections": len(secs), "units": n_units, "messages": n_msgs, "what": what(secs), "json_bytes": total_raw,
              "encoding": enc, "html_bytes": len(doc.encode())}
     return doc, stats
+
+
+NOUNS = {"debate": ("question", "messages"), "council": ("council question", "moves"), "roleplay": ("group", "messages")}
+
+
+def what(secs: list[dict[str, Any]]) -> str:
+    """What a page holds, in words: "60 messages in 4 questions; 180 moves in 10 council questions"."""
+    out = []
+    for s in secs:
+        unit, msgs = NOUNS[s["kind"]]
+        out.append(f"{s['n_messages']} {msgs} in {s['n_units']} {unit}{'s' if s['n_units'] != 1 else ''}")
+    return "; ".join(out)
 
 
 def viewer_path(report: str | Path) -> Path:
@@ -171,7 +183,7 @@ def transcripts_link(run_dir: str | Path, report: str | Path) -> str:
     if path is None:
         return ""
     return (f"<p><b><a href='{html.escape(path.name)}'>Transcripts</a></b>: every message of this run "
-            f"({st['messages']} in {st['units']} questions or groups), by question, condition, round and agent, "
+            f"({st['what']}), by question, condition, round and agent, "
             f"with the switches between answers and the influence measurements made on them "
             f"(<code>{html.escape(path.name)}</code>, {st['html_bytes'] / 1e6:.1f} MB).</p>")
 

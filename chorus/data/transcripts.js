@@ -80,8 +80,7 @@
   function frame() {
     header = el('header', null,
       el('h1', {text: META.title}),
-      el('p', {cls: 'meta', text: 'run ' + META.run + ' · ' + META.n_units + ' questions/groups · ' +
-        META.n_messages + ' messages · rendered by chorus ' + META.version +
+      el('p', {cls: 'meta', text: 'run ' + META.run + ' · ' + META.what + ' · rendered by chorus ' + META.version +
         (META.encoding === 'gzip' ? ' · messages stored compressed, decoded per question' : '')}));
     nav = el('nav', {id: 'sections'});
     info = el('div', {id: 'sectionInfo'});
