@@ -28,6 +28,7 @@ from chorus.aggregate.errors import TraceError
 from chorus.aggregate.metrics import brier_per_task
 from chorus.aggregate.selection import argmax_random, argmin_random
 from chorus.aggregate.spectral import one_coin_posterior, spectral_skills
+from chorus.core.config import InputError
 
 
 def _vote_counts(pool: Pool, idx: np.ndarray, seats: np.ndarray | None = None,
@@ -169,7 +170,7 @@ class BestMember(Aggregator):
         super().__init__(inner_folds=inner_folds, random_state=random_state, protocol=protocol,
                          on_violation=on_violation)
         if confidence not in ("train_accuracy", "stated"):
-            raise ValueError(f"confidence must be 'train_accuracy' or 'stated', got {confidence!r}")
+            raise InputError(f"confidence must be 'train_accuracy' or 'stated', got {confidence!r}")
         self.confidence = confidence
 
     def _fit(self, pool: Pool, idx: np.ndarray) -> None:
@@ -342,7 +343,7 @@ class DawidSkeneEM(Aggregator):
         super().__init__(inner_folds=inner_folds, random_state=random_state, protocol=protocol,
                          on_violation=on_violation)
         if init not in ("majority", "spectral"):
-            raise ValueError(f"DawidSkeneEM init must be 'majority' or 'spectral', got {init!r}")
+            raise InputError(f"DawidSkeneEM init must be 'majority' or 'spectral', got {init!r}")
         self.init = init
         self.n_iter = n_iter
         self.tol = tol

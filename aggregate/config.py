@@ -9,6 +9,7 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from chorus.aggregate.methods import check_method
 from chorus.core.config import Strict, load_yaml, resolve_config, set_dotted, validate
+from chorus.core.runs import RunName
 from chorus.aggregate.synthetic import CouncilSpec
 
 CONFIGS_DIR = Path(__file__).resolve().parent / "configs"
@@ -105,7 +106,7 @@ class BootstrapConfig(Strict):
 
 
 class _Common(Strict):
-    name: str = "aggregate"
+    name: RunName = "aggregate"
     seed: int = 0
     protocol: Literal["strict", "general"] = "strict"
     on_violation: Literal["error", "skip"] = "error"

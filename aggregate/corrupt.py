@@ -54,6 +54,7 @@ from chorus.aggregate.synthetic import Adversary
 from chorus.aggregate.trace import Move, Trace
 from chorus.core.seeding import rng as make_rng
 from chorus.core.seeding import stable_int
+from chorus.core.config import InputError
 
 KEY_CORRUPT = 15  # synthetic.py uses stream keys 10..14
 KEY_SLEEPER_PICK = 14  # the sleeper's calibration pick, as in synthetic.sleeper_traces
@@ -75,7 +76,7 @@ def _check(traces: Sequence[Trace], adversary: Adversary) -> tuple[str, ...] | N
     for tr in traces:
         n = len(tr.agents)
         if adversary.k > n:
-            raise ValueError(f"adversary k={adversary.k} exceeds the {n} seats of task {tr.task_id!r} "
+            raise InputError(f"adversary k={adversary.k} exceeds the {n} seats of task {tr.task_id!r} "
                              f"(seats {list(tr.agents)!r})")
     if adversary.kind != "persistent":
         return None
@@ -83,7 +84,7 @@ def _check(traces: Sequence[Trace], adversary: Adversary) -> tuple[str, ...] | N
     names = tuple(adversary.seats) if adversary.seats is not None else seats[len(seats) - adversary.k:]
     unknown = [s for s in names if s not in seats]
     if unknown or len(set(names)) != adversary.k:
-        raise ValueError(f"adversary seats {list(names)!r} must be {adversary.k} distinct seats of "
+        raise InputError(f"adversary seats {list(names)!r} must be {adversary.k} distinct seats of "
                          f"{list(seats)!r}")
     return names
 
@@ -123,7 +124,7 @@ def _retarget(m: Move, target: int | None, agent: str | None, **extra: Any) -> d
 
 def _corrupt_one(tr: Trace, adv: Adversary, fixed: tuple[str, ...] | None, seed: int, proto) -> Trace:
     if tr.gold is None:
-        raise ValueError(f"task {tr.task_id!r} has no gold answer: a flip toward a wrong candidate needs one")
+        raise InputError(f"task {tr.task_id!r} has no gold answer: a flip toward a wrong candidate needs one")
     n = len(tr.moves)
     key = task_key(tr.task_id)
     if fixed is None:
@@ -147,7 +148,7 @@ def _corrupt_one(tr: Trace, adv: Adversary, fixed: tuple[str, ...] | None, seed:
     for j, m in enumerate(tr.moves):
         out = m
         if j in informative and m.agent in bad and m.force == "retract":
-            raise ValueError(f"task {tr.task_id!r}, move {j}: a retract by adversarial seat {m.agent!r} "
+            raise InputError(f"task {tr.task_id!r}, move {j}: a retract by adversarial seat {m.agent!r} "
                              f"cannot be corrupted (its meaning follows the seat's corrupted position)")
         if j in informative and m.agent in bad and u[j] < adv.p_wrong:
             w = (gold + 1) % tr.K if adv.target == "fixed" else int(wdraw[j]) + (int(wdraw[j]) >= gold)
@@ -231,7 +232,7 @@ def split_by_question(traces: Sequence[Trace], n_calibration: int, *, seed: int 
     traces = list(traces)
     qids = list(dict.fromkeys(tr.qid for tr in traces))
     if not 0 < n_calibration < len(traces):
-        raise ValueError(f"n_calibration={n_calibration} must lie between 1 and the {len(traces)} traces - 1 "
+        raise InputError(f"n_calibration={n_calibration} must lie between 1 and the {len(traces)} traces - 1 "
                          f"(the rest is the deployment set)")
     size = {q: 0 for q in qids}
     for tr in traces:
@@ -246,7 +247,7 @@ def split_by_question(traces: Sequence[Trace], n_calibration: int, *, seed: int 
     cal = [tr for tr in traces if tr.qid in cal_q]
     dep = [tr for tr in traces if tr.qid not in cal_q]
     if not dep:
-        raise ValueError(f"n_calibration={n_calibration} leaves no deployment question "
+        raise InputError(f"n_calibration={n_calibration} leaves no deployment question "
                          f"({len(qids)} questions, {len(traces)} traces)")
     return cal, dep
 
@@ -258,7 +259,7 @@ def sleeper_from_traces(traces: Sequence[Trace], *, n_calibration: int, f: float
     ``f`` is corrupted at every larger ``f``), else its clean trace, and a disjoint deployment
     set, every trace corrupted."""
     if not 0.0 <= f <= 1.0:
-        raise ValueError(f"f must lie in [0, 1], got {f!r}")
+        raise InputError(f"f must lie in [0, 1], got {f!r}")
     cal, dep = split_by_question(traces, n_calibration, seed=seed)
     # corrupted once over the whole file: the persistent seats are the council's, not a split's
     bad = {tr.task_id: tr for tr in corrupt_traces(traces, adversary, seed=seed, protocol=protocol)}

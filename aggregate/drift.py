@@ -38,6 +38,7 @@ from chorus.aggregate.counts import Pool
 from chorus.aggregate.posterior import MU_CLIP
 from chorus.core.seeding import rng as make_rng
 from chorus.core.plots import subplots
+from chorus.core.config import InputError
 
 KEY_DRIFT_BOOT = 41  # the noise floor's bootstrap stream (seed, KEY_DRIFT_BOOT)
 MIN_PER_CLASS = 10
@@ -137,25 +138,25 @@ class RowDriftDetector:
     def __init__(self, window: int, *, lam: float = 1.0, factor: float = 2.0, n_boot: int = 200,
                  mu_clip: float = MU_CLIP, min_per_class: int = MIN_PER_CLASS, seed: int = 0):
         if isinstance(window, bool) or not isinstance(window, (int, np.integer)) or window < 2:
-            raise ValueError(f"window must be an integer >= 2, got {window!r}")
+            raise InputError(f"window must be an integer >= 2, got {window!r}")
         if not (np.isfinite(lam) and lam > 0):
-            raise ValueError(f"lam must be a positive number, got {lam!r}")
+            raise InputError(f"lam must be a positive number, got {lam!r}")
         if not (np.isfinite(factor) and factor > 0):
-            raise ValueError(f"factor must be a positive number, got {factor!r}")
+            raise InputError(f"factor must be a positive number, got {factor!r}")
         if n_boot < 2:
-            raise ValueError(f"n_boot must be >= 2, got {n_boot!r}")
+            raise InputError(f"n_boot must be >= 2, got {n_boot!r}")
         self.window, self.lam, self.factor, self.n_boot = int(window), float(lam), float(factor), int(n_boot)
         self.mu_clip, self.min_per_class, self.seed = mu_clip, int(min_per_class), seed
 
     def _check(self, s: StreamCounts) -> None:
         W = self.window
         if s.T < 2 * W:
-            raise ValueError(f"window={W} needs a stream of at least 2 x window = {2 * W} labelled tasks "
+            raise InputError(f"window={W} needs a stream of at least 2 x window = {2 * W} labelled tasks "
                              f"(reference + one monitored window); got {s.T}")
         cnt = np.bincount(s.gold[:W], minlength=s.K)
         k = int(np.argmin(cnt))
         if cnt[k] < self.min_per_class:
-            raise ValueError(f"window={W} is too short for the noise floor: the reference window holds "
+            raise InputError(f"window={W} is too short for the noise floor: the reference window holds "
                              f"{int(cnt[k])} tasks of class {s.labels[k]!r}, it needs >= {self.min_per_class} "
                              f"of each of the K={s.K} classes")
 

@@ -2,8 +2,10 @@
 line, field or value, so a bad input never fails anonymously."""
 from __future__ import annotations
 
+from chorus.core.config import InputError
 
-class TraceError(ValueError):
+
+class TraceError(InputError):
     """A trace record is malformed (structure, types, candidates, targets)."""
 
 
@@ -11,11 +13,11 @@ class ProtocolError(TraceError):
     """A move is illegal under the council protocol (see ``chorus.aggregate.moves``)."""
 
 
-class LabelError(ValueError):
+class LabelError(InputError):
     """Gold labels are missing, outside the candidates, or too few for the requested folds."""
 
 
-class PriorError(ValueError):
+class PriorError(InputError):
     """Priors are missing an agent, or hold invalid (alpha, beta) or candidate probabilities."""
 
 

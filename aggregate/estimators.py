@@ -23,6 +23,7 @@ from chorus.aggregate.metrics import brier_sum_logits
 from chorus.aggregate.posterior import (MU_CLIP, RELIABILITY_BASES, beta_params, one_coin_grid_logits, per_agent_mu,
                                  reliabilities, softmax)
 from chorus.aggregate.selection import argmin_random
+from chorus.core.config import InputError
 
 B_GRID = (0.52, 0.55, 0.58, 0.60)
 KAPPA_GRID = (0.0, 1.0, 2.0, 3.0, 4.0)
@@ -61,22 +62,22 @@ class OneCoinBDA(Aggregator):
         super().__init__(inner_folds=inner_folds, random_state=random_state, protocol=protocol,
                          on_violation=on_violation)
         if prior not in ("per_agent", "shared"):
-            raise ValueError(f"prior must be 'per_agent' or 'shared', got {prior!r}")
+            raise InputError(f"prior must be 'per_agent' or 'shared', got {prior!r}")
         if reliability not in RELIABILITY_BASES:
-            raise ValueError(f"reliability must be one of {RELIABILITY_BASES}, got {reliability!r}")
+            raise InputError(f"reliability must be one of {RELIABILITY_BASES}, got {reliability!r}")
         self.reliability = reliability
         self.key = check_key(key)
         if key != "agent" and reliability == "round0":  # round-0 votes are per seat, not per pseudo-seat
-            raise ValueError(f"reliability='round0' needs key='agent', got key={key!r}")
+            raise InputError(f"reliability='round0' needs key='agent', got key={key!r}")
         for name, grid in (("b_grid", b_grid), ("s_grid", s_grid), ("tau_grid", tau_grid)):
             if len(grid) == 0 or any(not np.isfinite(v) or v <= 0 for v in grid):
-                raise ValueError(f"{name} must hold positive numbers, got {list(grid)!r}")
+                raise InputError(f"{name} must hold positive numbers, got {list(grid)!r}")
         if any(not 0 < b < 1 for b in b_grid):
-            raise ValueError(f"b_grid values must lie in (0, 1), got {list(b_grid)!r}")
+            raise InputError(f"b_grid values must lie in (0, 1), got {list(b_grid)!r}")
         if any(t > 1 for t in tau_grid):
-            raise ValueError(f"tau_grid values must lie in (0, 1], got {list(tau_grid)!r}")
+            raise InputError(f"tau_grid values must lie in (0, 1], got {list(tau_grid)!r}")
         if not 0 < mu_clip < 0.5:
-            raise ValueError(f"mu_clip must lie in (0, 0.5), got {mu_clip!r}")
+            raise InputError(f"mu_clip must lie in (0, 0.5), got {mu_clip!r}")
         self.prior = prior
         self.b_grid = tuple(b_grid)
         self.kappa_grid = tuple(kappa_grid)
@@ -102,7 +103,7 @@ class OneCoinBDA(Aggregator):
             return np.full(K, -np.log(K))
         p = np.asarray(self.candidate_prior, float)
         if p.shape != (K,):
-            raise ValueError(f"candidate_prior has {p.size} entries for K={K}")
+            raise InputError(f"candidate_prior has {p.size} entries for K={K}")
         with np.errstate(divide="ignore"):
             return np.log(p)
 
@@ -190,11 +191,11 @@ class ConfusionBDA(Aggregator):
         super().__init__(inner_folds=inner_folds, random_state=random_state, protocol=protocol,
                          on_violation=on_violation)
         if len(lambda_grid) == 0 or any(not np.isfinite(v) or v <= 0 for v in lambda_grid):
-            raise ValueError(f"lambda_grid must hold positive numbers, got {list(lambda_grid)!r}")
+            raise InputError(f"lambda_grid must hold positive numbers, got {list(lambda_grid)!r}")
         if len(tau_grid) == 0 or any(not 0 < t <= 1 for t in tau_grid):
-            raise ValueError(f"tau_grid values must lie in (0, 1], got {list(tau_grid)!r}")
+            raise InputError(f"tau_grid values must lie in (0, 1], got {list(tau_grid)!r}")
         if label_smoothing < 0:
-            raise ValueError(f"label_smoothing must be >= 0, got {label_smoothing!r}")
+            raise InputError(f"label_smoothing must be >= 0, got {label_smoothing!r}")
         self.lambda_grid = tuple(lambda_grid)
         self.tau_grid = tuple(tau_grid)
         self.hyperparams = hyperparams
@@ -240,7 +241,7 @@ class ConfusionBDA(Aggregator):
 
     def _proba(self, pool: Pool, idx: np.ndarray) -> np.ndarray:
         if pool.shared_candidates != self.candidates_:
-            raise ValueError(f"the confusion model was fitted on candidates {list(self.candidates_)!r}; "
+            raise InputError(f"the confusion model was fitted on candidates {list(self.candidates_)!r}; "
                              f"got {pool.shared_candidates!r}")
         return softmax(confusion_logits(pool, idx, self._logP, self._logpi0, self.hyperparams_["tau"]))
 

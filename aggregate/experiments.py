@@ -28,6 +28,7 @@ from chorus.aggregate.synthetic import Adversary, generate_council, permute_labe
 from chorus.aggregate.trace import FORCES, Trace, dump_traces, load_traces, traces_sha256
 from chorus.core.progress import Progress
 from chorus.core.runs import RunDir, library_versions, run_dir_path
+from chorus.core.config import InputError
 
 SCHEMA = "chorus.aggregate.results/1"
 _DETERMINISM = ("every random stream (folds, label budget, tie-breaks, synthetic councils, bootstrap) "
@@ -333,7 +334,7 @@ def run_sweep(cfg: SweepConfig, out: Path, *, progress: Progress | None = None) 
         seats = min(len(tr.agents) for tr in source)
         bad = [k for k in getattr(cfg, "ks", []) if k > seats]
         if bad:
-            raise ValueError(f"adversary k={bad[0]} exceeds the {seats} seats of the traces ({cfg.traces})")
+            raise InputError(f"adversary k={bad[0]} exceeds the {seats} seats of the traces ({cfg.traces})")
     run = RunDir.create(out, part="aggregate", config=cfg, seeds={"seed": cfg.seed},
                         command=f"sweep {cfg.kind}", backend="numpy/scipy (no model calls)",
                         determinism=_DETERMINISM)

@@ -22,6 +22,7 @@ from chorus.aggregate.selection import argmax_random
 from chorus.aggregate.trace import Trace
 from chorus.core.seeding import rng as make_rng
 from chorus.core.plots import subplots
+from chorus.core.config import InputError
 
 NEUTRAL_B = 0.58  # the base of the BDA paper's fixed prior (b, kappa, s) = (0.58, 2, 16), kappa set to 0
 NEUTRAL_S = 16.0
@@ -32,7 +33,7 @@ def decision_flips(traces: Sequence[Trace], *, b: float = NEUTRAL_B, s: float = 
     """One row per labelled trace: its K, gold, the round-0 and full-trace decisions, and the flip kind
     (``fix``, ``break``, ``swap`` or ``none``). Unlabelled traces are left out (a flip needs gold)."""
     if not 0.0 < b < 1.0 or not s > 0:
-        raise ValueError(f"the neutral prior needs 0 < b < 1 and s > 0, got b={b!r}, s={s!r}")
+        raise InputError(f"the neutral prior needs 0 < b < 1 and s > 0, got b={b!r}, s={s!r}")
     traces = [tr for tr in traces if tr.gold is not None]
     if not traces:
         raise TraceError("the decision-flip diagnostic needs labelled traces (gold); none of these has one")

@@ -27,6 +27,7 @@ from chorus.aggregate.methods import make_method
 from chorus.aggregate.selection import nested_cv
 from chorus.aggregate.trace import Trace
 from chorus.core.plots import subplots
+from chorus.core.config import InputError
 
 FIXED_PRIOR = {"b": 0.58, "kappa": 2.0, "s": 16.0}  # the BDA paper's Table 7 granularity prior
 ESTIMATOR_ARMS = {"all": "bda_per_agent", "proposals": "bda_rel_proposals", "round0": "bda_rel_round0"}
@@ -36,11 +37,11 @@ def check_prior(prior: Mapping[str, float]) -> dict[str, float]:
     """The fixed prior, validated: b in (0, 1), kappa >= 0, s > 0."""
     p = {k: float(prior[k]) for k in ("b", "kappa", "s")}
     if not 0 < p["b"] < 1:
-        raise ValueError(f"fixed prior b must lie in (0, 1), got {p['b']!r}")
+        raise InputError(f"fixed prior b must lie in (0, 1), got {p['b']!r}")
     if not (np.isfinite(p["kappa"]) and p["kappa"] >= 0):
-        raise ValueError(f"kappa must be >= 0, got {p['kappa']!r}")
+        raise InputError(f"kappa must be >= 0, got {p['kappa']!r}")
     if not (np.isfinite(p["s"]) and p["s"] > 0):
-        raise ValueError(f"s must be > 0, got {p['s']!r}")
+        raise InputError(f"s must be > 0, got {p['s']!r}")
     return p
 
 
@@ -58,7 +59,7 @@ def ablation_table(traces: Sequence[Trace], *, keys: Sequence[str] = KEYS, prior
         check_key(k)
     unknown = [e for e in estimators if e not in ESTIMATOR_ARMS]
     if unknown:
-        raise ValueError(f"reliability estimator must be one of {', '.join(ESTIMATOR_ARMS)}, got {unknown[0]!r}")
+        raise InputError(f"reliability estimator must be one of {', '.join(ESTIMATOR_ARMS)}, got {unknown[0]!r}")
     pool = Pool.from_traces(traces, protocol=protocol, on_violation=on_violation)
     arms: dict[str, Any] = {key_arm(k): OneCoinBDA("per_agent", hyperparams=dict(prior), key=k, protocol=protocol,
                                                    on_violation=on_violation) for k in keys}

@@ -27,6 +27,7 @@ import numpy as np
 from chorus.aggregate.counts import Pool, natural_key
 from chorus.aggregate.errors import TraceError
 from chorus.aggregate.trace import FORCES
+from chorus.core.config import InputError
 
 KEYS = ("shared", "agent", "agent_round", "agent_force")
 SHARED_SEAT = "*"
@@ -36,7 +37,7 @@ _CACHE: "weakref.WeakKeyDictionary[Pool, dict[str, Pool]]" = weakref.WeakKeyDict
 
 def check_key(key: str) -> str:
     if key not in KEYS:
-        raise ValueError(f"reliability key must be one of {', '.join(KEYS)}, got {key!r}")
+        raise InputError(f"reliability key must be one of {', '.join(KEYS)}, got {key!r}")
     return key
 
 

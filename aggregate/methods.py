@@ -10,6 +10,7 @@ from chorus.aggregate.base import Aggregator
 from chorus.aggregate.baselines import (BestMember, DawidSkeneEM, FinalPlurality, GatedVote, IsotonicRecalibrated,
                                  LogisticStacker, Plurality, VerbalizedVote, VoteArm)
 from chorus.aggregate.estimators import B_GRID, KAPPA_GRID, LAMBDA_GRID, S_GRID, TAU_GRID, ConfusionBDA, OneCoinBDA
+from chorus.core.config import InputError
 
 #: name -> (description, factory(grids, common kwargs))
 _REGISTRY: dict[str, tuple[str, Callable[[Mapping[str, Any], dict], Aggregator]]] = {
@@ -72,7 +73,7 @@ def describe(name: str) -> str:
 def check_method(name: str) -> str:
     base = name[: -len(ISO_SUFFIX)] if name.endswith(ISO_SUFFIX) else name
     if base not in _REGISTRY:
-        raise ValueError(f"unknown method {name!r} (known: {', '.join(_REGISTRY)}; append "
+        raise InputError(f"unknown method {name!r} (known: {', '.join(_REGISTRY)}; append "
                          f"'{ISO_SUFFIX}' for isotonic recalibration)")
     return name
 

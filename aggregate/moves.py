@@ -31,6 +31,7 @@ from typing import Iterable, Literal
 
 from chorus.aggregate.errors import ProtocolError
 from chorus.aggregate.trace import FORCES, Trace
+from chorus.core.config import InputError
 
 OnViolation = Literal["error", "skip"]
 
@@ -198,7 +199,7 @@ class Protocol:
                     raise ProtocolError(f"task {trace.task_id!r}, move {v.move} ({m.agent}, round "
                                         f"{m.round}, {m.force}): {v.reason}")
         elif on_violation != "skip":
-            raise ValueError(f"on_violation must be 'error' or 'skip', got {on_violation!r}")
+            raise InputError(f"on_violation must be 'error' or 'skip', got {on_violation!r}")
         return ends
 
 
@@ -214,7 +215,7 @@ def get_protocol(p: "str | Protocol") -> Protocol:
     try:
         return PROTOCOLS[p]
     except KeyError:
-        raise ValueError(f"unknown protocol {p!r} (expected one of {', '.join(PROTOCOLS)})") from None
+        raise InputError(f"unknown protocol {p!r} (expected one of {', '.join(PROTOCOLS)})") from None
 
 
 def extract_endorsements(trace: Trace, protocol: "str | Protocol" = "general",

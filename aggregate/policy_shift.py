@@ -45,6 +45,7 @@ from chorus.aggregate.selection import fit_predict_split
 from chorus.aggregate.synthetic import Adversary
 from chorus.aggregate.trace import Trace
 from chorus.core.plots import subplots
+from chorus.core.config import InputError
 
 ORDERS = ("forward", "reverse")
 LIES_ON = ("all", "even", "odd", "none")
@@ -59,9 +60,9 @@ class Policy:
 
     def __post_init__(self):
         if self.order not in ORDERS:
-            raise ValueError(f"policy order must be one of {ORDERS}, got {self.order!r}")
+            raise InputError(f"policy order must be one of {ORDERS}, got {self.order!r}")
         if self.lies_on not in LIES_ON:
-            raise ValueError(f"policy lies_on must be one of {LIES_ON}, got {self.lies_on!r}")
+            raise InputError(f"policy lies_on must be one of {LIES_ON}, got {self.lies_on!r}")
 
     def lies(self, g: int) -> bool:
         return {"all": True, "none": False, "even": g % 2 == 0, "odd": g % 2 == 1}[self.lies_on]
@@ -82,22 +83,22 @@ def shift_kinds(K: int) -> list[str]:
 
 def check_kind(kind: str, K: int) -> str:
     if kind not in SHIFTS:
-        raise ValueError(f"shift kind {kind!r} is unknown (known: {', '.join(SHIFTS)})")
+        raise InputError(f"shift kind {kind!r} is unknown (known: {', '.join(SHIFTS)})")
     if kind not in shift_kinds(K):
-        raise ValueError(f"shift kind {kind!r} needs K >= 3 (a second wrong answer to back); these traces have K={K}")
+        raise InputError(f"shift kind {kind!r} needs K >= 3 (a second wrong answer to back); these traces have K={K}")
     return kind
 
 
 def _shared(traces: Sequence[Trace]) -> tuple[str, ...]:
     if not traces:
-        raise ValueError("traces: none given")
+        raise InputError("traces: none given")
     cands = traces[0].candidates
     for tr in traces:
         if tr.candidates != cands:
-            raise ValueError(f"traces: a policy shift needs one shared candidate list; task {tr.task_id!r} has "
+            raise InputError(f"traces: a policy shift needs one shared candidate list; task {tr.task_id!r} has "
                              f"{list(tr.candidates)!r}, task {traces[0].task_id!r} {list(cands)!r}")
         if tr.gold is None:
-            raise ValueError(f"traces: task {tr.task_id!r} has no gold answer (a policy is defined by gold)")
+            raise InputError(f"traces: task {tr.task_id!r} has no gold answer (a policy is defined by gold)")
     return cands
 
 
@@ -114,7 +115,7 @@ def apply_policy(traces: Sequence[Trace], policy: Policy, adversary: Adversary, 
     traces = list(traces)
     cands = _shared(traces)
     if adversary.kind != "persistent":
-        raise ValueError(f"adversary kind must be 'persistent' for a policy shift (a policy belongs to seats), "
+        raise InputError(f"adversary kind must be 'persistent' for a policy shift (a policy belongs to seats), "
                          f"got {adversary.kind!r}")
     adv = replace(adversary, target="fixed")
     lie = [policy.lies(cands.index(tr.gold)) for tr in traces]
@@ -132,7 +133,7 @@ def shifted_stream(traces: Sequence[Trace], kind: str, shift_at: int, adversary:
     traces = list(traces)
     check_kind(kind, len(_shared(traces)))
     if not 0 < shift_at < len(traces):
-        raise ValueError(f"shift_at={shift_at} must lie between 1 and the {len(traces)} traces - 1")
+        raise InputError(f"shift_at={shift_at} must lie between 1 and the {len(traces)} traces - 1")
     old, new = SHIFTS[kind]
     return (apply_policy(traces[:shift_at], old, adversary, seed=seed, protocol=protocol)
             + apply_policy(traces[shift_at:], new, adversary, seed=seed, protocol=protocol))

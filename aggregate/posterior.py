@@ -16,6 +16,7 @@ from scipy.special import betaln, logsumexp
 from chorus.aggregate.counts import Pool
 from chorus.aggregate.errors import PriorError
 from chorus.aggregate.trace import Trace
+from chorus.core.config import InputError
 
 MU_CLIP = 0.01  # mu_i is clipped into [MU_CLIP, 1 - MU_CLIP] ("away from the ends")
 
@@ -46,7 +47,7 @@ def reliabilities(pool: Pool, idx: np.ndarray, basis: str = "all") -> np.ndarray
         num = ((a == g[:, None]) & (a >= 0)).sum(0).astype(float)
         den = (a >= 0).sum(0).astype(float)
     else:
-        raise ValueError(f"reliability basis must be one of {RELIABILITY_BASES}, got {basis!r}")
+        raise InputError(f"reliability basis must be one of {RELIABILITY_BASES}, got {basis!r}")
     with np.errstate(invalid="ignore", divide="ignore"):
         r = num / den
     bad = ~np.isfinite(r)

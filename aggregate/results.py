@@ -21,6 +21,7 @@ import numpy as np
 
 from chorus.aggregate.results_file import METRIC_COLS, RESULTS, read_results, render_markdown, write_results
 from chorus.core.progress import Progress
+from chorus.core.stats import check_tolerance
 from chorus.aggregate.trace import load_traces, traces_sha256
 
 __all__ = ["RESULTS", "METRIC_COLS", "write_results", "read_results", "render_markdown", "Check",
@@ -140,6 +141,7 @@ def verify(run_dir: str | Path, *, cells: "str | int | None" = None, tolerance: 
     from chorus.aggregate.config import RunConfig, SweepConfig
     from chorus.aggregate.experiments import evaluate_run, evaluate_sweep_cell, move_inventory
 
+    tolerance = check_tolerance(tolerance)
     run_dir = Path(run_dir)
     res = read_results(run_dir)
     checks: list[Check] = []

@@ -22,6 +22,7 @@ from chorus.aggregate.errors import LabelError
 from chorus.core.progress import Progress
 from chorus.core.seeding import rng as make_rng
 from chorus.core.seeding import stable_int
+from chorus.core.config import InputError
 
 TIE_TOL = 1e-12
 
@@ -65,7 +66,7 @@ def stratified_splits(y: np.ndarray, n_splits: int, seed: int, what: str = "data
 
     y = np.asarray(y)
     if n_splits < 2:
-        raise ValueError(f"folds must be >= 2, got {n_splits}")
+        raise InputError(f"folds must be >= 2, got {n_splits}")
     if (y < 0).any():
         raise LabelError(f"{what}: {(y < 0).sum()} tasks have no gold label")
     classes, cnt = np.unique(y, return_counts=True)

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from chorus.core.config import InputError
+
 _EPS = 1e-10
 
 
@@ -52,7 +54,7 @@ def skills_from_agreement(A: np.ndarray, K: int, *, iters: int = 5000) -> np.nda
     """``spectral_skills`` from a pairwise agreement matrix (NaN: never observed; the diagonal is
     ignored). Exact when A is the one-coin model's own: A_ij = p_i p_j + (1 - p_i)(1 - p_j) / (K - 1)."""
     if K < 2:
-        raise ValueError(f"K must be at least 2, got {K}")
+        raise InputError(f"K must be at least 2, got {K}")
     A = np.asarray(A, dtype=float)
     W = A.shape[0]
     M = (A - 1.0 / K) * K / (K - 1)
@@ -110,5 +112,5 @@ def mirrored(skill: np.ndarray, prior: np.ndarray) -> tuple[np.ndarray, np.ndarr
     """The K = 2 mirror image of a one-coin fit: every reliability p -> 1 - p, the class prior
     reversed. Its likelihood of any set of votes equals the original's."""
     if len(prior) != 2:
-        raise ValueError(f"the mirror symmetry is exact at K = 2 only, got K = {len(prior)}")
+        raise InputError(f"the mirror symmetry is exact at K = 2 only, got K = {len(prior)}")
     return 1.0 - np.asarray(skill, float), np.asarray(prior, float)[::-1].copy()

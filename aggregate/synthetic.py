@@ -29,6 +29,7 @@ import numpy as np
 
 from chorus.aggregate.trace import Move, Trace
 from chorus.core.seeding import rng as make_rng
+from chorus.core.config import InputError
 
 DEFAULT_CANDIDATES = {2: ("true", "false"), 3: ("yes", "no", "maybe"), 4: ("A", "B", "C", "D")}
 
@@ -43,13 +44,13 @@ class Adversary:
 
     def __post_init__(self):
         if self.kind not in ("persistent", "rotating"):
-            raise ValueError(f"adversary kind must be 'persistent' or 'rotating', got {self.kind!r}")
+            raise InputError(f"adversary kind must be 'persistent' or 'rotating', got {self.kind!r}")
         if not 0.0 <= self.p_wrong <= 1.0:
-            raise ValueError(f"p_wrong must lie in [0, 1], got {self.p_wrong!r}")
+            raise InputError(f"p_wrong must lie in [0, 1], got {self.p_wrong!r}")
         if self.k < 0:
-            raise ValueError(f"k must be >= 0, got {self.k!r}")
+            raise InputError(f"k must be >= 0, got {self.k!r}")
         if self.target not in ("random", "fixed"):
-            raise ValueError(f"adversary target must be 'random' or 'fixed', got {self.target!r}")
+            raise InputError(f"adversary target must be 'random' or 'fixed', got {self.target!r}")
 
 
 @dataclass(frozen=True)
@@ -67,18 +68,18 @@ class CouncilSpec:
 
     def __post_init__(self):
         if self.K < 2:
-            raise ValueError(f"K must be >= 2, got {self.K}")
+            raise InputError(f"K must be >= 2, got {self.K}")
         if self.rounds < 1:
-            raise ValueError(f"rounds must be >= 1, got {self.rounds}")
+            raise InputError(f"rounds must be >= 1, got {self.rounds}")
         if any(not 0.0 <= r <= 1.0 for r in self.reliabilities) or len(self.reliabilities) < 1:
-            raise ValueError(f"reliabilities must lie in [0, 1], got {list(self.reliabilities)!r}")
+            raise InputError(f"reliabilities must lie in [0, 1], got {list(self.reliabilities)!r}")
         if self.candidates is not None and len(self.candidates) != self.K:
-            raise ValueError(f"{len(self.candidates)} candidates given for K={self.K}")
+            raise InputError(f"{len(self.candidates)} candidates given for K={self.K}")
         if not 0.0 <= self.p_stay <= 1.0:
-            raise ValueError(f"p_stay must lie in [0, 1], got {self.p_stay!r}")
+            raise InputError(f"p_stay must lie in [0, 1], got {self.p_stay!r}")
         if not (0 <= self.p_concede <= 1 and 0 <= self.p_challenge <= 1
                 and self.p_concede + self.p_challenge <= 1):
-            raise ValueError("p_concede and p_challenge must be probabilities summing to <= 1")
+            raise InputError("p_concede and p_challenge must be probabilities summing to <= 1")
 
     @property
     def labels(self) -> tuple[str, ...]:
@@ -105,13 +106,13 @@ def generate_council(spec: CouncilSpec, *, adversary: Adversary | None = None, s
     theta = np.asarray(spec.reliabilities, float)
     adv = adversary if adversary is not None and adversary.k > 0 and adversary.p_wrong > 0 else None
     if adv is not None and adv.k > I:
-        raise ValueError(f"adversary k={adv.k} exceeds the {I} seats")
+        raise InputError(f"adversary k={adv.k} exceeds the {I} seats")
     fixed_seats: set[int] = set()
     if adv is not None and adv.kind == "persistent":
         names = adv.seats if adv.seats is not None else agents[I - adv.k:]
         unknown = [s for s in names if s not in agents]
         if unknown or len(names) != adv.k:
-            raise ValueError(f"adversary seats {list(names)!r} must be {adv.k} of {list(agents)!r}")
+            raise InputError(f"adversary seats {list(names)!r} must be {adv.k} of {list(agents)!r}")
         fixed_seats = {agents.index(s) for s in names}
     out: list[Trace] = []
     for t in range(start, start + spec.n_tasks):
@@ -198,7 +199,7 @@ def sleeper_traces(spec: CouncilSpec, *, n_calibration: int, n_deploy: int, f: f
     adversarial trace with probability ``f`` (else the clean trace of the same task), and a
     disjoint, fully adversarial deployment set."""
     if not 0.0 <= f <= 1.0:
-        raise ValueError(f"f must lie in [0, 1], got {f!r}")
+        raise InputError(f"f must lie in [0, 1], got {f!r}")
     cal_spec = _with_n(spec, n_calibration)
     clean = generate_council(cal_spec, adversary=None, seed=seed, prefix="cal")
     attacked = generate_council(cal_spec, adversary=adversary, seed=seed, prefix="cal")

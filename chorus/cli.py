@@ -10,6 +10,7 @@ import typer
 
 from chorus.aggregate.cli import app as aggregate_app
 from chorus.core.cliutil import fail, model_option, renamed_option
+from chorus.core.config import InputError
 from chorus.interventions.cli import app as influence_app
 from chorus.serving.cli import generate, models_app, serve, store_app
 from chorus.serving.profiles import DEFAULT_PROFILE, ModelError, cache_dir, get_profile
@@ -18,7 +19,9 @@ from chorus.simulate.council.cli import council_app
 from chorus.simulate.debate.cli import debate_app
 from chorus.simulate.roleplay.cli import roleplay_app, sft_app
 from chorus.core.progress import progress
-from chorus.core.runs import run_dir_path, RecordError, require_record, MANIFEST, check_record, record_files
+from chorus.core.config import ConfigError
+from chorus.core.runs import (MANIFEST, RecordError, check_output, holding, in_use, run_dir_path,
+                              seal_state)
 from chorus.errors import run_command
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
@@ -126,7 +129,7 @@ def demo(size: str = typer.Option("tiny", "--size", help="tiny (a few minutes) |
     try:
         report_path = run_demo(size=size, out=out, profile=profile, backend=backend, stages=stage or None,
                                seed=seed, console=console)
-    except (ValueError, RuntimeError) as err:
+    except (InputError, ModelError) as err:   # a failure of a stage, or a bug, goes to the boundary
         fail(str(err))
     import json
     summ = json.loads((out / "summary.json").read_text())
@@ -184,11 +187,11 @@ def rehearse(model_arg: Optional[str] = typer.Argument(None, metavar="MODEL", he
             console.print(f"dummy weights: {target} (random: plumbing, memory and speed only)")
         elif layers is not None:
             fail("--layers applies to a paper architecture built with dummy weights, not to a profile with weights")
-        dest = run_dir_path(out, "rehearse", Path(model).name)
+        dest = check_output(run_dir_path(out, "rehearse", Path(model).name))   # never into a run directory
         with progress("rehearse", "paths") as update:
             res = run_rehearsal(target, backends=backend or ["hf", "vllm"], paths=path or None, dtype=dtype,
                                 out=dest, progress=update)
-    except (ModelError, ValueError) as err:
+    except (ModelError, InputError) as err:
         fail(str(err))
     t = Table(title=f"rehearsal of {model}")
     for c in ("path", "status", "s", "peak GiB", "detail / error"):
@@ -206,49 +209,102 @@ def rehearse(model_arg: Optional[str] = typer.Argument(None, metavar="MODEL", he
 
 @app.command()
 def report(run_dir: Path = typer.Argument(..., help="Any chorus run directory (a demo, or one part's run)."),
-           out: Path = typer.Option(None, "--out", help="HTML file to write (default RUN/report.html).")) -> None:
-    """Render a single self-contained HTML report (no network, no external assets) for a run directory."""
-    from chorus.report import ReportError, check_readable, render_report
+           out: Path = typer.Option(None, "--out", help="HTML file to write (default RUN/report.html); never a file "
+                                                        "of a run directory.")) -> None:
+    """Render a single self-contained HTML report (no network, no external assets) for a run directory.
+    A run without its record (manifest.json), or with files its record does not list, is rendered
+    under a visible UNVERIFIED / NOT SEALED banner (and said here); an edited or missing file is refused."""
+    from chorus.report import ReportError, check_readable, render_report, seal_warnings
     try:
-        if run_dir.is_dir():
-            require_record(run_dir)   # a report never shows numbers the run did not write
+        if not run_dir.is_dir():
+            render_report(run_dir, out=out)   # names what is wrong with it
+        if out is not None:
+            check_output(out, "--out", allow=run_dir / "report.html")
+        with holding(run_dir):   # one writer at a time: a run, a part's report, this one
+            st = seal_state(run_dir)
+            if st.problems:   # a report never shows numbers the run did not write
+                raise RecordError(f"{run_dir}: the run's files are not the ones it wrote ({'; '.join(st.problems)}); "
+                                  f"rerun it into a new directory, or restore the files")
             check_readable(run_dir)
-        path = render_report(run_dir, out=out)
-    except (ReportError, RecordError) as err:
+            path = render_report(run_dir, out=out, seal=st)
+    except (ReportError, ConfigError) as err:
         fail(str(err))
+    for line in seal_warnings(run_dir, st):
+        typer.echo(f"warning: {line}", err=True)
     typer.echo(str(path))
 
 
 @app.command()
 def view(run_dir: Path = typer.Argument(..., help="A debate, council or role-play run directory, or a demo."),
-         out: Path = typer.Option(None, "--out", help="HTML file to write (default RUN/transcripts.html)."),
+         out: Path = typer.Option(None, "--out", help="HTML file to write (default RUN/transcripts.html); never "
+                                                      "another file of a run directory."),
          with_: list[Path] = typer.Option(None, "--with", help="An influence run made from this run that is not "
                                           "beside it, in ../influence/ or inside it (repeatable).")) -> None:
     """Write the transcript viewer alone: one self-contained HTML page with every message of the run,
-    by question, condition, round and agent (chorus report writes it too, beside report.html)."""
-    from chorus.transcripts import ViewerError, write_viewer
+    by question, condition, round and agent (chorus report writes it too, beside report.html). A run
+    with an edited or missing file is refused; one without its record, or with files it does not list,
+    is shown with a warning (on the page, and here)."""
+    from chorus.report import seal_warnings
+    from chorus.transcripts import write_viewer
     try:
-        if run_dir.is_dir():
-            require_record(run_dir)   # a page never shows messages the run did not write
-        path, st = write_viewer(run_dir, out=out, with_runs=with_ or ())
-    except (ViewerError, RecordError) as err:
+        if out is not None:
+            check_output(out, "--out", allow=run_dir / "transcripts.html")
+        if not run_dir.is_dir():
+            write_viewer(run_dir, out=out)   # names what is wrong with it
+        with holding(run_dir):   # one writer at a time: a run, its report, this page
+            st = seal_state(run_dir)
+            if st.problems:   # a page never shows messages the run did not write
+                raise RecordError(f"{run_dir}: the run's files are not the ones it wrote ({'; '.join(st.problems)}); "
+                                  f"rerun it into a new directory, or restore the files")
+            path, info = write_viewer(run_dir, out=out, with_runs=with_ or ())
+    except InputError as err:
         fail(str(err))
-    typer.echo(f"{path} ({st['what']}; {st['html_bytes'] / 1e6:.1f} MB)")
+    for line in seal_warnings(run_dir, st):
+        typer.echo(f"warning: {line}", err=True)
+    typer.echo(f"{path} ({info['what']}; {info['html_bytes'] / 1e6:.1f} MB)")
 
 
 @app.command()
 def verify(run_dir: Path = typer.Argument(..., help="Any finished chorus run directory.")) -> None:
     """Check every file a finished run wrote (summary, tables, traces, plots, configs) against the
-    record it sealed when it finished (manifest.json); exit 1 naming each changed or missing file.
+    record it sealed when it finished (manifest.json); exit 1 naming each changed, missing or
+    unsealed file (present, but not in the record), and exit 1 for a run with no record (UNVERIFIED).
+    An analysis's run: also each source it read (a trace file's sha256, a run's manifest) against the
+    fingerprint it recorded, exit 1 naming a changed or missing one.
     Council aggregation runs: `chorus aggregate verify` also recomputes results.json from the traces."""
+    from chorus.core.analyses import check_sources
+
     if not run_dir.is_dir():
         fail(f"{run_dir}: no such run directory")
-    bad = check_record(run_dir)
-    if bad is None:
-        fail(f"{run_dir}: no {MANIFEST} (the run did not finish, or an older chorus made it): nothing to verify against")
-    if bad:
-        fail(f"{run_dir}: FAILED: " + "; ".join(bad), code=1)
-    typer.echo(f"OK: {len(record_files(run_dir))} files of {run_dir} are the ones the run wrote")
+    who = in_use(run_dir)
+    if who:
+        fail(f"{run_dir}: in use by {who}: a run or a report is writing it now; verify it once that has finished",
+             code=1)
+    st = seal_state(run_dir)
+    if not st.sealed:
+        if not any((run_dir / f).is_file() for f in ("provenance.json", "config.yaml", "summary.json")):
+            fail(f"{run_dir}: not a chorus run directory (no {MANIFEST}, provenance.json or config.yaml): "
+                 f"nothing to verify")
+        fail(f"{run_dir}: UNVERIFIED: no {MANIFEST} (the run did not finish, its record was removed, or an older "
+             f"chorus made it): its files cannot be checked against a record", code=1)
+    sources = check_sources(run_dir)   # None: not an analysis's run
+    if st.lines() or sources:
+        resumed = st.lines() and not _finished(run_dir)
+        fail(f"{run_dir}: FAILED: " + "; ".join(st.lines() + (sources or []))
+             + (" (a resume started after the seal and did not finish: rerun the run to finish it)" if resumed else ""),
+             code=1)
+    nested = (f"; runs inside it with their own record, verified on their own: {', '.join(st.nested)}"
+              if st.nested else "")
+    read = "" if sources is None else "; every source is the one it read"
+    typer.echo(f"OK: {st.n_files} files of {run_dir} are the ones the run wrote{nested}{read}")
+
+
+def _finished(run_dir: Path) -> bool:
+    import json
+    try:
+        return bool(json.loads((run_dir / "provenance.json").read_text()).get("finished"))
+    except (OSError, ValueError, AttributeError):
+        return True
 
 
 def main() -> None:

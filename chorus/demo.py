@@ -28,7 +28,7 @@ from typing import Any
 from chorus.report import render_report
 from chorus.serving.profiles import DEFAULT_PROFILE
 from chorus.stages import REGISTRY, SIZES, STAGES, DemoConfig, Stage
-from chorus.core.config import validate
+from chorus.core.config import InputError, validate
 from chorus.core.progress import progress as progress_bar
 from chorus.core.runs import RunDir, write_json
 from chorus.serving import engine_pool
@@ -107,7 +107,7 @@ def run_demo(size: str, out: Path, profile: str = DEFAULT_PROFILE, backend: str 
 
     unknown = [s for s in (stages or []) if s not in REGISTRY]
     if unknown:
-        raise ValueError(f"unknown demo stage(s) {unknown}: choose from {', '.join(STAGES)}")
+        raise InputError(f"unknown demo stage(s) {unknown}: choose from {', '.join(STAGES)}")
     cfg = validate(DemoConfig, {"size": size, "profile": profile, "backend": backend, "seed": seed,
                                 "stages": list(stages or STAGES), "sizes": SIZES.get(size, {})},
                    source="demo options")

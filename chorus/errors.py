@@ -1,15 +1,21 @@
 """The one error boundary of the ``chorus`` command: whatever a command raises becomes one message
 on stderr and a documented exit code, never a traceback (``--debug`` or ``CHORUS_DEBUG=1`` shows it).
 
-Exit codes: 0 done; 1 the run failed (a server lost, a model that crashed, a bug); 2 bad input (a
-config, a data file, a model path or profile, a run directory, a value; the message names it);
-130 interrupted (Ctrl-C; rerun the same command to resume: completed calls are in the run's store).
-Messages come from the errors themselves, which name the file, field and value where they are
-raised; this module only decides the code and the shape. ``chorus -v CMD`` keeps the engines'
+Exit codes: 0 done; 1 the run failed (a server lost, a model that crashed, training that diverged) or
+chorus has a bug; 2 bad input (a config, a data file, a model path or profile, a run directory, a value;
+the message names it); 130 interrupted (Ctrl-C; rerun the same command to resume: completed calls are
+in the run's store). Messages come from the errors themselves, which name the file, field and value
+where they are raised; this module only decides the code and the shape.
+
+Bad input is a type, not a guess: ``chorus.core.config.InputError`` (ConfigError and every part's own
+input error derive from it) and the few others ``bad_input_types`` lists. A bare ``ValueError``,
+``TypeError``, ``KeyError``... reaching this boundary is an unchecked case inside chorus: it is said
+to be a bug (exit 1, the traceback one flag away), never blamed on the user. ``chorus -v CMD`` keeps the engines'
 own log lines on the terminal (``chorus.core.logs``; otherwise they go to RUN/logs/engines.log).
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
 from typing import Callable
@@ -17,6 +23,7 @@ from chorus.serving.memory import MemoryPlanError
 from chorus.serving.plan import DevicePlanError
 from chorus.serving.profiles import ModelError
 from chorus.serving.store import StoreError
+from chorus.core.config import InputError
 from chorus.core.logs import quiet_native_logs
 from chorus.core.runs import mark_failed
 
@@ -25,14 +32,21 @@ DEBUG_ENV = "CHORUS_DEBUG"
 
 
 def bad_input_types() -> tuple[type[BaseException], ...]:
-    """What counts as bad input: chorus's own input errors (ConfigError and the data, trace, label,
-    bench errors are ValueErrors), an unknown or unready model, an unreadable store, a plan that
-    cannot fit, YAML that does not parse, and a path that is missing or of the wrong kind."""
+    """What counts as bad input: chorus's own input errors (``InputError``: ConfigError and the data,
+    trace, label, bench errors), an unknown or unready model, an unreadable store, a plan that cannot
+    fit, YAML or JSON that does not parse (chorus writes only valid files: one that is not was edited
+    or damaged), a file that is not UTF-8 text, and a path that is missing or of the wrong kind. Not
+    ``ValueError`` as such: one chorus did not raise as bad input is a bug."""
     import yaml
 
+    return (InputError, ModelError, StoreError, DevicePlanError, MemoryPlanError, yaml.YAMLError,
+            json.JSONDecodeError, UnicodeDecodeError, FileNotFoundError, FileExistsError, IsADirectoryError,
+            NotADirectoryError, PermissionError)
 
-    return (ValueError, ModelError, StoreError, DevicePlanError, MemoryPlanError, yaml.YAMLError,
-            FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError, PermissionError)
+
+#: what an unchecked case inside chorus raises (Python's own errors of a wrong value, type, key or
+#: index; not a lost server or a crashed model, which are failures of the run)
+BUG_TYPES = (ValueError, TypeError, LookupError, AttributeError, NameError, AssertionError, ArithmeticError)
 
 
 def describe(err: BaseException) -> str:
@@ -45,11 +59,18 @@ def describe(err: BaseException) -> str:
     import yaml
     if isinstance(err, yaml.YAMLError):
         return "not valid YAML: " + " ".join(msg.split())
+    if isinstance(err, json.JSONDecodeError):
+        return f"not valid JSON: {msg}"
     return msg or type(err).__name__
 
 
 def exit_code(err: BaseException) -> int:
     return BAD_INPUT_EXIT if isinstance(err, bad_input_types()) else FAILED_EXIT
+
+
+def is_bug(err: BaseException) -> bool:
+    """An error that is neither bad input nor a failure of the run: a case chorus did not check."""
+    return isinstance(err, BUG_TYPES) and not isinstance(err, bad_input_types())
 
 
 def run_command(app: Callable[..., object], argv: list[str] | None = None) -> int:
@@ -87,6 +108,9 @@ def _print(err: BaseException, code: int) -> None:
 
     if code == BAD_INPUT_EXIT:
         text = describe(err)
+    elif is_bug(err):   # not the user's input: say so, and where the traceback is
+        text = (f"a chorus bug: {type(err).__name__}: {describe(err)} (please report it; rerun with --debug or "
+                f"{DEBUG_ENV}=1 for the traceback)")
     else:
         text = f"the run failed: {type(err).__name__}: {describe(err)} (--debug or {DEBUG_ENV}=1 for the traceback)"
     # escape: messages quote user values such as [0, 1]; soft_wrap: never break a path or line number

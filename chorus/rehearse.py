@@ -38,6 +38,7 @@ from chorus.simulate.belief.topics import load_topic
 from chorus.serving.launch import free_port, start_server, stop_server, wait_healthy
 from chorus.serving.profiles import all_profiles, get_profile
 from chorus.interventions import knockout, patching, probes
+from chorus.core.config import InputError
 
 __all__ = ["PATHS", "BACKENDS", "rehearse", "Skip", "CheckFailed"]
 
@@ -582,21 +583,21 @@ PATHS: dict[str, tuple[str, Callable[[_Rehearsal], dict[str, Any]]]] = {
 def _select(backends: list[str], paths: list[str] | None) -> list[str]:
     bad = [b for b in backends if b not in BACKENDS]
     if bad:
-        raise ValueError(f"unknown backend(s) {bad}: choose from {', '.join(BACKENDS)}")
+        raise InputError(f"unknown backend(s) {bad}: choose from {', '.join(BACKENDS)}")
     short = {n.split(".", 1)[1] for n in PATHS}
     if paths is not None:
         unknown = [p for p in paths if p not in PATHS and p not in short]
         if unknown:
-            raise ValueError(f"unknown path(s) {unknown}: choose from {', '.join(PATHS)} "
+            raise InputError(f"unknown path(s) {unknown}: choose from {', '.join(PATHS)} "
                              f"(or a short name such as 'chat' for every backend)")
         off = [p for p in paths if p in PATHS and PATHS[p][0] not in backends]
         if off:
-            raise ValueError(f"path(s) {off} belong to a backend not in backends={list(backends)}")
+            raise InputError(f"path(s) {off} belong to a backend not in backends={list(backends)}")
     # a short name ('chat') selects that path on every backend asked for
     want = lambda n: paths is None or n in paths or n.split(".", 1)[1] in paths
     out = [n for b in BACKENDS if b in backends for n, (kind, _) in PATHS.items() if kind == b and want(n)]
     if not out:
-        raise ValueError(f"no path of {paths} runs on backends {list(backends)}")
+        raise InputError(f"no path of {paths} runs on backends {list(backends)}")
     return out
 
 
@@ -645,7 +646,7 @@ def rehearse(model: str | Path, *, backends: Sequence[str] = ("hf", "vllm"), pat
     convention of ``chorus.core.progress``, one unit per path."""
     selected = _select(list(backends), paths)
     if dtype is not None and dtype not in ("float32", "bfloat16", "float16"):
-        raise ValueError(f"dtype must be float32, bfloat16 or float16, got {dtype!r}")
+        raise InputError(f"dtype must be float32, bfloat16 or float16, got {dtype!r}")
     prof = get_profile(str(model))
     folder = prof.require()  # a missing model is one clear error, before anything runs
     # a folder travels as its absolute path: `chorus serve` and the run configs resolve it elsewhere

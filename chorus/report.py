@@ -12,12 +12,14 @@ import base64
 import html
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from chorus import __version__
+from chorus.core.runs import MANIFEST, SealState, in_use, seal_state
 from chorus.serving.profiles import embedded_note
 from chorus.stages import REGISTRY, STAGES
 from chorus.transcripts import transcripts_link
@@ -30,7 +32,7 @@ img{max-width:100%;border:1px solid #eee}figure{display:inline-block;margin:.5em
 figure.wide{display:block;max-width:100%}
 figcaption{font-size:12px;color:#555;text-align:center}.warn{background:#fff4e5;border-left:4px solid #f0a020;padding:.5em 1em}
 .bad{background:#fdecea;border-left:4px solid #d33;padding:.5em 1em}.ok{color:#1a7f37;font-weight:bold}
-.failed{color:#d33;font-weight:bold}.other{color:#b26a00;font-weight:bold}nav a{margin-right:1em}
+.failed{color:#d33;font-weight:bold}.seal{font-size:1.1em}.sealok{color:#1a7f37}.other{color:#b26a00;font-weight:bold}nav a{margin-right:1em}
 details{margin:.4em 0}summary{cursor:pointer;color:#345}"""
 
 MAX_ROWS = 25
@@ -141,7 +143,38 @@ def _version_note(prov: dict[str, Any] | None) -> str:
     return ""
 
 
-def _run_body(run: Path, title_level: int = 2, anchor: str = "") -> str:
+def seal_warnings(run: Path, st: SealState) -> list[str]:
+    """What the page's banner says about the run's record, as plain lines (the command prints them)."""
+    out = []
+    who = in_use(run)
+    if who:
+        out.append(f"{run} is in use by {who}: its files are being written now")
+    if not st.sealed:
+        out.append(f"UNVERIFIED: {run} has no {MANIFEST} (the run did not finish, its record was removed, or an "
+                   f"older chorus made it): nothing shown is checked against a record")
+    if st.problems:
+        out.append("NOT AS WRITTEN: " + "; ".join(st.problems))
+    if st.unsealed:
+        out.append(f"NOT SEALED: {len(st.unsealed)} file(s) present that the run's record does not list: "
+                   + ", ".join(st.unsealed[:20]) + (" ..." if len(st.unsealed) > 20 else ""))
+    return out
+
+
+def _seal_banner(run: Path, st: SealState) -> str:
+    lines = seal_warnings(run, st)
+    if not lines:
+        return (f"<p class='sealok'>Sealed: the run's {st.n_files} files are the ones it wrote "
+                f"(checked against its {MANIFEST} when this page was rendered).</p>")
+    return "".join(f"<p class='bad seal'><b>{_esc(ln.split(':', 1)[0])}</b>:{_esc(ln.split(':', 1)[1])}</p>"
+                   if ln.split(":", 1)[0].isupper() else f"<p class='warn seal'>{_esc(ln)}</p>" for ln in lines)
+
+
+def _flag(p: Path, unsealed: frozenset[Path]) -> str:
+    """A marker beside a table or plot the run's record does not list."""
+    return " <b class='failed'>(not sealed)</b>" if p.resolve() in unsealed else ""
+
+
+def _run_body(run: Path, title_level: int = 2, anchor: str = "", unsealed: frozenset[Path] = frozenset()) -> str:
     """Headline numbers, plots, tables and provenance of one run directory."""
     h = f"h{title_level}"
     out: list[str] = []
@@ -169,7 +202,7 @@ def _run_body(run: Path, title_level: int = 2, anchor: str = "") -> str:
         # a multi-panel figure shrunk to half the page is illegible: wide ones get the full width
         wide = " class='wide'" if _png_width(data) > WIDE_PX else ""
         out.append(f"<figure{wide}><img alt='{_esc(png.stem)}' src='data:image/png;base64,{b64}'>"
-                   f"<figcaption>{_esc(png.stem)}</figcaption></figure>")
+                   f"<figcaption>{_esc(png.stem)}{_flag(png, unsealed)}</figcaption></figure>")
     pqs = sorted((run / "tables").glob("*.parquet")) if (run / "tables").is_dir() else []
     out.append(f"<{h} id='{anchor}tables'>Tables</{h}>")
     if not pqs:
@@ -177,7 +210,8 @@ def _run_body(run: Path, title_level: int = 2, anchor: str = "") -> str:
     for pq in pqs:
         try:
             df = pd.read_parquet(pq)
-            out.append(f"<details><summary>{_esc(pq.stem)} ({len(df)} rows)</summary>{_df_table(df)}</details>")
+            out.append(f"<details><summary>{_esc(pq.stem)} ({len(df)} rows){_flag(pq, unsealed)}</summary>"
+                       f"{_df_table(df)}</details>")
         except Exception as e:  # a half-written table must not stop the report
             out.append(f"<p class='bad'>{_esc(pq.name)}: unreadable ({_esc(type(e).__name__)})</p>")
     out.append(f"<{h} id='{anchor}provenance'>Provenance</{h}>")
@@ -219,7 +253,8 @@ def _demo_profiles(run: Path, stages: list[str], profile: str | None) -> list[st
     return [x for p in provs for x in _profile_values(p)] if provs else [profile]
 
 
-def _demo_body(run: Path, summ: dict[str, Any] | None, prov: dict[str, Any] | None) -> str:
+def _demo_body(run: Path, summ: dict[str, Any] | None, prov: dict[str, Any] | None,
+               unsealed: frozenset[Path] = frozenset()) -> str:
     stages = (summ or {}).get("stages", {})
     timing = (_read_json(run / "timing.json") or {}).get("stages", {})
     # the last invocation may have run only some stages (--stage); earlier ones stay in the summary
@@ -264,7 +299,7 @@ def _demo_body(run: Path, summ: dict[str, Any] | None, prov: dict[str, Any] | No
             out.append(f"<p class='{'bad' if rec['status'] == 'failed' else 'warn'}'>{_esc(rec['status'])}: "
                        f"{_esc(rec.get('error', ''))}</p>")
         if sdir.is_dir():
-            out.append(_run_body(sdir, title_level=3, anchor=f"{name}-"))
+            out.append(_run_body(sdir, title_level=3, anchor=f"{name}-", unsealed=unsealed))
         out.append("</section>")
     return "".join(out)
 
@@ -282,8 +317,10 @@ def check_readable(run_dir: str | Path) -> None:
                                   f"rerun the run's report command, or restore the file") from None
 
 
-def render_report(run_dir: str | Path, out: str | Path | None = None) -> Path:
-    """Write ``RUN/report.html`` (or ``out``) for the run directory ``run_dir``; returns its path."""
+def render_report(run_dir: str | Path, out: str | Path | None = None, *, seal: SealState | None = None) -> Path:
+    """Write ``RUN/report.html`` (or ``out``) for the run directory ``run_dir``; returns its path. The
+    page opens with where the run stands against its record (``seal``, else checked now): sealed,
+    UNVERIFIED (no record), NOT AS WRITTEN, NOT SEALED (files it does not list, marked where shown)."""
     run = Path(run_dir)
     if not run.is_dir():
         raise ReportError(f"{run}: no such run directory")
@@ -295,7 +332,9 @@ def render_report(run_dir: str | Path, out: str | Path | None = None) -> Path:
                                                       and all(isinstance(v, dict) and "status" in v
                                                               for v in summ["stages"].values()))
     part = (prov or {}).get("part", "run")
-    body = _demo_body(run, summ, prov) if is_demo else _run_body(run)
+    st = seal if seal is not None else seal_state(run)
+    unsealed = frozenset((run / u).resolve() for u in st.unsealed)
+    body = _demo_body(run, summ, prov, unsealed) if is_demo else _run_body(run, unsealed=unsealed)
     nav = ("<nav><a href='#overview'>overview</a>" + "".join(
         f"<a href='#stage-{_esc(s)}'>{_esc(s)}</a>" for s in _demo_stages(prov, summ))
         + "<a href='#demo-provenance'>provenance</a></nav>") if is_demo else ""
@@ -308,10 +347,10 @@ def render_report(run_dir: str | Path, out: str | Path | None = None) -> Path:
     doc = (f"<!doctype html><html lang='en'><head><meta charset='utf-8'>"
            f"<meta name='viewport' content='width=device-width,initial-scale=1'>"
            f"<title>chorus {_esc(part)}: {_esc(run.resolve().name)}</title><style>{CSS}</style></head><body>"
-           f"<h1>chorus {_esc(part)}: {_esc(run.resolve().name)}</h1>{nav}{viewer}{body}{demo_prov}"
+           f"<h1>chorus {_esc(part)}: {_esc(run.resolve().name)}</h1>{_seal_banner(run, st)}{nav}{viewer}{body}{demo_prov}"
            f"<footer><p><small>rendered by chorus {_esc(__version__)} from the files in {_esc(run.resolve())}</small></p>"
            f"</footer></body></html>")
-    tmp = path.with_suffix(".html.tmp")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")   # two renderings never share a temporary file
     tmp.write_text(doc, encoding="utf-8")
     tmp.replace(path)
     return path

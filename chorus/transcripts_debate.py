@@ -15,11 +15,13 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from chorus.core.config import InputError
+
 NO_PEERS = ("reflection", "vote")   # conditions whose agents read no peer's message
 INDEX_COLS = ["id", "family", "domain", "text", "switches", "to_peer", "measures", "messages"]
 
 
-class ViewerError(ValueError):
+class ViewerError(InputError):
     """The directory cannot be viewed (missing, or it stores no messages)."""
 
 
@@ -82,6 +84,23 @@ def _profiles(obj: Any) -> list[str]:
     if isinstance(obj, list):
         return [p for v in obj for p in _profiles(v)]
     return []
+
+
+def record_state(run: Path) -> dict[str, Any]:
+    """A run directory against its record (``chorus.core.runs.seal_state``), as the page says it: sealed,
+    UNVERIFIED (no record), NOT AS WRITTEN (changed or missing files: ``problems``) or NOT SEALED (files
+    the record does not list)."""
+    from chorus.core.runs import MANIFEST, seal_state
+    st = seal_state(run)
+    if not st.sealed:
+        return {"ok": False, "problems": False, "text": f"UNVERIFIED: no {MANIFEST} (the run did not finish, its "
+                "record was removed, or an older chorus made it): nothing shown is checked against a record"}
+    if st.problems:
+        return {"ok": False, "problems": True, "text": "NOT AS WRITTEN: " + "; ".join(st.problems[:20])}
+    if st.unsealed:
+        return {"ok": False, "problems": False, "text": f"NOT SEALED: {len(st.unsealed)} file(s) present that the "
+                f"run's record does not list: " + ", ".join(st.unsealed[:20])}
+    return {"ok": True, "problems": False, "text": f"sealed: its {st.n_files} files are the ones it wrote"}
 
 
 def standing(run: Path) -> dict[str, Any]:
@@ -202,7 +221,13 @@ def links(run: Path, extra: Sequence[Path] = ()) -> list[Link]:
                 raise ViewerError(f"--with {d}: it does not declare {run} as its source "
                                   f"(source.run = {src!r}); only runs made from this run are shown on it")
             continue
-        found += _measures(d, f"declares source.run = {src}")
+        state = record_state(d)
+        if state["problems"]:   # numbers its run did not write are never shown: named instead
+            found.append(Link(d, "not shown", f"declares source.run = {src}", info={"state": state["text"]}))
+            continue
+        for link in _measures(d, f"declares source.run = {src}"):
+            link.info["state"] = state["text"]
+            found.append(link)
     return found
 
 
@@ -372,6 +397,7 @@ def _debate_section(run: Path, name: str, extra: Sequence[Path]) -> dict[str, An
     return {"kind": "debate", "name": name, "path": str(run.resolve()), "standing": standing(run),
             "conditions": conds, "agents": agents, "rounds": rounds, "peers_read": [c for c in conds if c not in NO_PEERS],
             "links": linfo, "notes": notes, "n_units": len(units), "n_messages": n_msgs, "cf_from": cf_from,
+            "record": record_state(run),
             "index_cols": INDEX_COLS,
             "index": index, "units": list(units.values())}
 

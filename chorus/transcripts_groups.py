@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from chorus.transcripts_debate import INDEX_COLS, _b, _f, _i, _s, _table, standing
+from chorus.transcripts_debate import INDEX_COLS, _b, _f, _i, _s, _table, record_state, standing
 
 
 # -- council -------------------------------------------------------------------------------------
@@ -91,7 +91,7 @@ def _council_section(run: Path, name: str) -> dict[str, Any] | None:
     conds = list(dict.fromkeys(t["c"] for u in units.values() for t in u["turns"]))
     return {"kind": "council", "name": name, "path": str(run.resolve()), "standing": standing(run),
             "conditions": conds, "agents": sorted(agents), "rounds": sorted(rounds), "peers_read": conds,
-            "links": [], "notes": [note] if note else [], "n_units": len(units),
+            "record": record_state(run), "links": [], "notes": [note] if note else [], "n_units": len(units),
             "n_messages": sum(len(u["turns"]) for u in units.values()),
             "index_cols": INDEX_COLS,
             "index": index, "units": list(units.values())}
@@ -147,6 +147,6 @@ def _roleplay_section(run: Path, name: str) -> dict[str, Any] | None:
     conds = (["human"] if "human" in conds else []) + [c for c in conds if c != "human"]
     return {"kind": "roleplay", "name": name, "path": str(run.resolve()), "standing": standing(run),
             "conditions": conds, "agents": sorted(agents), "rounds": sorted(rounds), "peers_read": [],
-            "links": [], "notes": [], "n_units": len(units), "n_messages": sum(len(u["turns"]) for u in units.values()),
+            "record": record_state(run), "links": [], "notes": [], "n_units": len(units), "n_messages": sum(len(u["turns"]) for u in units.values()),
             "index_cols": INDEX_COLS,
             "index": index, "units": list(units.values())}

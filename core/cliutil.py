@@ -1,12 +1,15 @@
-"""What every part's CLI shares: the error exit and ``--set KEY=VALUE`` overrides (the progress bar
-is ``chorus.core.progress``)."""
+"""What every part's CLI shares: the error exit, ``--set KEY=VALUE`` overrides (the progress bar
+is ``chorus.core.progress``), and the commands built from the two registries: experiment verbs
+(``add_verbs``, ``chorus.core.verbs``) and analyses over stored runs or trace files (``add_analyses``,
+``chorus.core.analyses``)."""
 from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
 import typer
 
-from chorus.core.config import ConfigError
+from chorus.core.analyses import analyses, is_csv
+from chorus.core.config import ConfigError, InputError
 from chorus.core.progress import progress
 from chorus.core.verbs import Option, resolve, verbs
 
@@ -107,7 +110,8 @@ RECOMPUTE_HELP = ("Recompute summary.json and the plots from a run directory's f
 
 
 def _bad_input(v) -> tuple[type[BaseException], ...]:
-    return (ConfigError, FileNotFoundError, *v.error_types())
+    # InputError, not ValueError: a ValueError chorus did not raise as bad input is a bug (chorus.errors)
+    return (InputError, FileNotFoundError, *v.error_types())
 
 
 def config_value(val: Any) -> Any:
@@ -299,3 +303,80 @@ def _print_check(v, cfg) -> None:
         engines = "; ".join(f"{e.name} for {', '.join(e.roles)} (needs {e.need_gib:.2f} GiB)" for e in ph.engines)
         con.print(f"phase {ph.name} ({ph.mode}): {engines}", highlight=False, soft_wrap=True)
     con.print(f"plan: {plan.reason}", highlight=False, soft_wrap=True)
+
+
+# -- commands built from the analysis registry (chorus.core.analyses) ----------------------------------
+def add_analyses(app: typer.Typer, group: str) -> None:
+    """Mount every registered analysis of ``group`` on ``app``: ``NAME SOURCES... [--field-name VALUE]...
+    [--out RUN] [--plots/--no-plots]``, the options read from its config's fields."""
+    mounted = {c.name: getattr(c.callback, "analysis", None) for c in app.registered_commands}
+    for a in analyses(group):
+        if a.name in mounted and mounted[a.name] is not a:   # a verb or another command of that name
+            raise ValueError(f"analysis {' '.join(a.key)!r}: the group already has a command {a.name!r}")
+        if a.name not in mounted:
+            app.command(a.name, help=a.help)(_analysis_command(a))
+
+
+def _analysis_params(a) -> list:
+    """The command's parameters from the config's fields: the first source field positional, the others
+    ``--field-name`` (``--x/--no-x`` for a boolean; a ``Csv`` list as one comma-separated string), each
+    with its default and its description as help."""
+    import inspect
+    from pathlib import Path
+
+    P = inspect.Parameter
+    positional = a.reads[0][0]
+    params = []
+    for name, f in a.config.model_fields.items():
+        default = ... if f.is_required() else f.default
+        ann, help = f.annotation, f.description or ""
+        if is_csv(a.config, name):   # the command line keeps "a,b,c"; the config validates it into a typed list
+            ann = Optional[str] if default is None else str
+            default = default if default in (None, ...) else ",".join(str(x) for x in default)
+        flag = "--" + name.replace("_", "-")
+        if name == positional:
+            params.insert(0, P(name, P.POSITIONAL_OR_KEYWORD, annotation=ann, default=typer.Argument(default, help=help)))
+        elif ann is bool:
+            params.append(P(name, P.KEYWORD_ONLY, annotation=bool,
+                            default=typer.Option(default, f"{flag}/--no-{flag[2:]}", help=help)))
+        else:
+            params.append(P(name, P.KEYWORD_ONLY, annotation=ann, default=typer.Option(default, flag, help=help)))
+    params.append(P("out", P.KEYWORD_ONLY, annotation=Optional[Path], default=typer.Option(
+        None, "--out", help=f"Run directory (default runs/{a.group}/{a.name}-TIME): config, provenance with each "
+                            f"source's fingerprint, tables/, summary.json{', plots/' if a.plots else ''}; sealed "
+                            f"(chorus verify).")))
+    if a.plots:
+        params.append(P("plots", P.KEYWORD_ONLY, annotation=bool, default=plots_option()))
+    return params
+
+
+def _analysis_command(a):
+    import inspect
+
+    def entry(*args, **kwargs):
+        from rich.console import Console
+
+        bound = sig.bind(*args, **kwargs)
+        bound.apply_defaults()
+        values = dict(bound.arguments)
+        out, plots = values.pop("out"), values.pop("plots", True)
+        try:
+            result = a.run(a.load(values), out, plots=plots)
+        except (InputError, FileNotFoundError) as err:   # not ValueError: one chorus did not raise as bad input is a bug (chorus.errors)
+            fail(err)
+        a.show(Console(), result)
+        # stderr: stdout stays what the analysis printed (JSON stays parseable)
+        Console(stderr=True).print(f"run directory: {result.path} ({', '.join(result.files())})",
+                                   highlight=False, soft_wrap=True, markup=False)
+        reason = a.fails(result.summary) if a.fails else None
+        if reason:
+            fail(f"FAILED: {reason}", code=1)
+
+    params = _analysis_params(a)
+    sig = inspect.Signature(params)
+    entry.__signature__ = sig
+    entry.__annotations__ = {p.name: p.annotation for p in params}
+    entry.__name__ = entry.__qualname__ = a.name.replace("-", "_")
+    entry.__doc__ = a.help
+    entry.analysis = a   # what add_analyses recognises as already mounted
+    return entry

@@ -13,11 +13,20 @@ M = TypeVar("M", bound=BaseModel)
 
 
 class Strict(BaseModel):
-    """The base of every config model: an unknown key is an error naming it, never ignored."""
-    model_config = ConfigDict(extra="forbid")
+    """The base of every config model: an unknown key is an error naming it, never ignored; NaN and
+    infinity are refused in every float field (``learning_rate: .inf`` would pass ``gt=0`` and train a
+    model of NaN; no config of chorus means infinity by a float)."""
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
-class ConfigError(ValueError):
+class InputError(ValueError):
+    """Bad input: a config, a data file, a run directory, an option's value. The one type the error
+    boundary (``chorus.errors``) reports as bad input (exit 2, the message alone), so every part's own
+    input errors derive from it; a bare ``ValueError`` reaching the boundary is a bug of chorus.
+    (A ``ValueError`` still, so ``except ValueError`` around chorus calls keeps working.)"""
+
+
+class ConfigError(InputError):
     """A config file or value is invalid; the message names the field and the value."""
 
 
@@ -161,12 +170,65 @@ def load_named(config: str | Path, model: type[M], configs_dir: Path,
 
 
 @functools.lru_cache(maxsize=16)
-def load_prompt_file(name: str, prompts_dir: Path) -> dict[str, Any]:
+def load_prompt_file(name: str, prompts_dir: Path, like: str | None = None, open_keys: tuple[str, ...] = ()
+                     ) -> dict[str, Any]:
     """A prompt YAML by name (in ``prompts_dir``) or path, with ``_name`` and ``_sha256`` (recorded
-    in provenance, so a run names the exact prompts it used). Cached: callers must not mutate it."""
+    in provenance, so a run names the exact prompts it used). Cached: callers must not mutate it.
+
+    ``like``: the shipped prompts (a name in ``prompts_dir``) a user's file stands in for. It must
+    hold every template that one holds, each using no placeholder that one lacks, so a missing or
+    misspelt template is one error naming the file and key here, before any model loads (not a
+    ``KeyError`` mid-run). ``open_keys``: mappings whose keys are the user's to choose (a council's
+    personas): any names, each text using only placeholders the shipped ones use."""
     p = resolve_config(name, prompts_dir, missing=f"prompts {name!r} not found")
-    raw = p.read_bytes()
-    d = yaml.safe_load(raw)
-    d["_sha256"] = hashlib.sha256(raw).hexdigest()
+    d = load_yaml(p)   # a mapping of valid UTF-8 YAML, or a ConfigError naming the file
+    if like is not None and p.resolve() != (Path(prompts_dir) / f"{like}.yaml").resolve():
+        _check_templates(d, load_yaml(Path(prompts_dir) / f"{like}.yaml"), p, like, open_keys=open_keys)
+    d["_sha256"] = hashlib.sha256(p.read_bytes()).hexdigest()
     d["_name"] = p.stem
     return d
+
+
+def _placeholders(text: str) -> set[str]:
+    """The ``{name}`` fields of a ``str.format`` template (a malformed one raises ValueError)."""
+    import string
+    return {f.split(".")[0].split("[")[0] for _, f, _, _ in string.Formatter().parse(text) if f is not None}
+
+
+def _check_templates(got: Any, ref: Any, path: Path, like: str, key: str = "", open_keys: tuple[str, ...] = ()) -> None:
+    """``got`` (a user's prompts) against ``ref`` (the shipped ``like``): every template of ``ref``
+    (a text, a list or a mapping of them; a number such as ``version`` is not one) present with the
+    same kind of value; every template's placeholders among those of ``ref``'s."""
+    where = f"{path}: {key or 'the file'}"
+    if isinstance(ref, dict):
+        if not isinstance(got, dict):
+            raise ConfigError(f"{where} must be a mapping (as in the shipped {like!r}), got {type(got).__name__}")
+        if key in open_keys:   # names of the user's choosing: each value against every shipped one's placeholders
+            texts = [v for v in ref.values() if isinstance(v, str)]
+            union = "".join("{" + x + "}" for t in texts for x in _placeholders(t))
+            for k, v in got.items():
+                _check_templates(v, union, path, like, f"{key}.{k}")
+            return
+        missing = [k for k, v in ref.items() if isinstance(v, (str, list, dict)) and k not in got]
+        if missing:
+            raise ConfigError(f"{path}: lacks template(s) {', '.join(f'{key}.{k}' if key else str(k) for k in missing)} "
+                              f"(every template of the shipped prompts {like!r} is needed)")
+        for k, v in ref.items():
+            if k in got:
+                _check_templates(got[k], v, path, like, f"{key}.{k}" if key else str(k), open_keys)
+    elif isinstance(ref, str):
+        if not isinstance(got, str):
+            raise ConfigError(f"{where} must be a text template, got {type(got).__name__} {got!r}")
+        try:
+            extra = sorted(_placeholders(got) - _placeholders(ref))
+        except ValueError as err:
+            raise ConfigError(f"{where}: not a valid template ({err}); write a literal brace as {{{{ or }}}}") from None
+        if extra:
+            known = ", ".join("{" + x + "}" for x in sorted(_placeholders(ref))) or "none"
+            raise ConfigError(f"{where}: unknown placeholder(s) {', '.join('{' + x + '}' for x in extra)} "
+                              f"(this template takes: {known})")
+    elif isinstance(ref, list):
+        if not isinstance(got, list) or not got:
+            raise ConfigError(f"{where} must be a non-empty list (as in the shipped {like!r}), got {got!r}")
+        if ref and all(isinstance(x, str) for x in ref) and not all(isinstance(x, str) for x in got):
+            raise ConfigError(f"{where} must be a list of texts, got {got!r}")

@@ -8,6 +8,8 @@ import json
 from pathlib import Path
 from typing import Any, Iterator
 
+from chorus.core.config import InputError
+
 
 def open_text(path: str | Path, mode: str = "r"):
     """A text handle; ``.gz`` files are (de)compressed, written with mtime 0 so that the same
@@ -18,7 +20,7 @@ def open_text(path: str | Path, mode: str = "r"):
     return open(path, mode, encoding="utf-8")
 
 
-def iter_jsonl(path: str | Path, *, error: type[Exception] = ValueError, where: str = "{path} line {n}",
+def iter_jsonl(path: str | Path, *, error: type[Exception] = InputError, where: str = "{path} line {n}",
                comments: bool = False) -> Iterator[tuple[int, Any]]:
     """Yield ``(line number, object)`` for each non-empty line (and, with ``comments``, each line
     not starting with ``//``). A line that is not JSON raises ``error`` naming the place

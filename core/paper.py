@@ -10,7 +10,7 @@ import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
-from chorus.core.runs import write_json
+from chorus.core.runs import check_output, write_json
 
 
 def fmt(x: Any, nd: int = 3, *, sig: int | None = 3, nan: str = "nan") -> str:
@@ -65,7 +65,9 @@ def copy_figures(figures: Iterable[Sequence[str]], out: Path) -> list[str]:
 def write_paper(out: Path, numbers: dict[str, Any],
                 render: Callable[[dict[str, Any], Path], str]) -> tuple[Path, dict[str, Any]]:
     """``out/numbers.json``, then ``out/paper.md`` rendered from that file as read back (so the report
-    shows only what the file holds, JSON-normalised); (paper.md, the numbers read back)."""
+    shows only what the file holds, JSON-normalised); (paper.md, the numbers read back). ``out`` is
+    never a run directory nor inside one (``chorus.core.runs.check_output``): a paper is not a run's record."""
+    check_output(out)
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "numbers.json", numbers)
     numbers = json.loads((out / "numbers.json").read_text())

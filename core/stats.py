@@ -22,11 +22,23 @@ import numpy as np
 import pandas as pd
 
 from chorus.core.seeding import rng as make_rng
+from chorus.core.config import InputError
 
 LOWER_IS_BETTER = {"brier": True, "ece_ew": True, "accuracy": False}
 
 
 # -- calibration ---------------------------------------------------------------------------------
+def check_tolerance(tolerance: float, flag: str = "--tolerance") -> float:
+    """A verification tolerance: a finite number >= 0. NaN would pass every comparison (no difference
+    is "beyond" NaN), infinity likewise, and a negative one none: each is bad input, named."""
+    import math
+
+    if not isinstance(tolerance, (int, float)) or not math.isfinite(tolerance) or tolerance < 0:
+        raise InputError(f"{flag} {tolerance!r}: must be a finite number >= 0 (NaN or infinity would pass any "
+                         f"difference as agreement)")
+    return float(tolerance)
+
+
 def bins(conf: np.ndarray, n_bins: int, strategy: str) -> np.ndarray:
     """Bin id of every task.
 
@@ -46,7 +58,7 @@ def bins(conf: np.ndarray, n_bins: int, strategy: str) -> np.ndarray:
         starts = np.cumsum(sizes)[:-1]
         edges = np.sort(conf)[starts[starts < n]]
         return np.searchsorted(edges, conf, side="right")
-    raise ValueError(f"binning strategy must be 'width' or 'mass', got {strategy!r}")
+    raise InputError(f"binning strategy must be 'width' or 'mass', got {strategy!r}")
 
 
 def reliability_table(conf: np.ndarray, correct: np.ndarray, n_bins: int = 10,
@@ -171,7 +183,7 @@ def paired_bootstrap(per_method: Mapping[str, Mapping[str, np.ndarray]],
             raise KeyError(f"bootstrap: no per-task results for method {m!r}")
     for m in metrics:
         if m not in LOWER_IS_BETTER:
-            raise ValueError(f"bootstrap metric must be one of {sorted(LOWER_IS_BETTER)}, got {m!r}")
+            raise InputError(f"bootstrap metric must be one of {sorted(LOWER_IS_BETTER)}, got {m!r}")
     n = len(next(iter(per_method.values()))["correct"])
     if clusters is None:
         cid = np.arange(n)

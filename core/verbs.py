@@ -24,6 +24,8 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from chorus.core.config import InputError
+
 
 @dataclass(frozen=True)
 class Option:
@@ -114,7 +116,7 @@ class Verb:
         kw = {**self.run_kw, **run_kw}
         if self.no_out:
             if run_dir is not None:
-                raise ValueError(f"verb {' '.join(self.key)!r} writes where its argument says: it takes no run "
+                raise InputError(f"verb {' '.join(self.key)!r} writes where its argument says: it takes no run "
                                  f"directory (got {run_dir})")
             return resolve(self.run)(cfg, *self.run_args, **kw)
         if self.out is not None:

@@ -52,6 +52,7 @@ from chorus.simulate.debate.forced_choice import forced_choice
 from chorus.simulate.debate.prompts import debate_messages, labels_text, peer_block, readout_prefill, reflection_messages
 from chorus.simulate.debate.questions import Item
 from chorus.simulate.debate.protocol import qkey
+from chorus.core.config import InputError
 
 ABLATIONS = ("no_message", "full", "answer_only", "reasoning_only", "filler", "unrelated")
 CUES = ("no_message", "plain", "good_professor", "good_ordinary", "poor_professor", "poor_ordinary",
@@ -160,7 +161,7 @@ def cue_phrases(P: dict, cue_set: str) -> tuple[dict[str, str], dict[str, str]]:
     ``record``, any other set ``status_<set>`` / ``record_<set>``."""
     keys = ("status", "record") if cue_set == "original" else (f"status_{cue_set}", f"record_{cue_set}")
     if any(k not in P for k in keys):
-        raise ValueError(f"unknown cue set {cue_set!r}: the prompts have no {keys[0]!r} / {keys[1]!r}")
+        raise InputError(f"unknown cue set {cue_set!r}: the prompts have no {keys[0]!r} / {keys[1]!r}")
     return P[keys[0]], P[keys[1]]
 
 

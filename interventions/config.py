@@ -12,6 +12,7 @@ from typing import Any, Literal, Optional
 from pydantic import Field, field_validator, model_validator
 
 from chorus.core.config import Strict, load_named, resolve_config
+from chorus.core.runs import RunName
 from chorus.serving.spec import ModelSpec
 from chorus.simulate.debate.config import CONFIGS_DIR as DEBATE_CONFIGS_DIR
 from chorus.simulate.debate.config import Analysis, BenchSpec, DebateConfig, Generation, check_conditions
@@ -123,7 +124,7 @@ class SourcedConfig(Strict):
     """What every influence verb's config holds: its name and seed, the debate it reads (``source``),
     the reading model (transformers for the internals verbs), the debate prompts its contexts are
     built with, the statistics' settings and the pair selection."""
-    name: str = "influence"
+    name: RunName = "influence"
     seed: int = Field(0, ge=0)
     source: DebateSource = DebateSource()
     model: ModelSpec = ModelSpec()
@@ -146,7 +147,7 @@ class SourcedConfig(Strict):
 class InfluenceConfig(SourcedConfig):
     """``chorus influence readout | ablate | cues``: the source, the model and the readout, ablation and
     cue settings."""
-    name: str = "influence"
+    name: RunName = "influence"
     readout: Readout = Readout()
     cues: Cues = Cues()
 

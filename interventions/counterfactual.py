@@ -40,7 +40,7 @@ import numpy as np
 import pandas as pd
 from pydantic import Field, model_validator
 
-from chorus.core.config import Strict, load_named
+from chorus.core.config import InputError, Strict, load_named
 from chorus.core.runs import RunDir
 from chorus.core.stats import cluster_bootstrap
 from chorus.interventions import knockout as ko
@@ -58,7 +58,7 @@ from chorus.simulate.debate.protocol import TURN_COLUMNS, run_protocol, turn_see
 ARMS = ("factual", "replay", "cut")
 
 
-class CounterfactualError(ValueError):
+class CounterfactualError(InputError):
     """A counterfactual that cannot be run on this debate as asked (one line naming what)."""
 
 

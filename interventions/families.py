@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from chorus.core.config import InputError
+
 # model_type -> (attention attribute of a decoder layer, recurrent-mixer attributes)
 KNOWN_FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
     "llama": ("self_attn", ()),
@@ -39,11 +41,11 @@ _LAYER_PATHS = ("model.layers", "model.language_model.layers", "language_model.m
                 "language_model.layers", "model.model.layers")
 
 
-class FamilyError(ValueError):
+class FamilyError(InputError):
     """The model's family or layout is not one knockout knows how to mask."""
 
 
-class LayerError(ValueError):
+class LayerError(InputError):
     """A requested layer index is out of range or cannot be masked."""
 
 

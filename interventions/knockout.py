@@ -34,6 +34,7 @@ from chorus.interventions.families import FamilyError, LayerError, LayerMap, dis
 from chorus.interventions.recurrent import MIXERS, RecurrentError, severed, supported
 from chorus.interventions.spans import Span, SpanError, message_token_span
 from chorus.serving.types import RequestError, validate_conversations
+from chorus.core.config import InputError
 
 KO_SDPA = "chorus_knockout"
 KO_EAGER = "chorus_knockout_eager"
@@ -183,7 +184,7 @@ def plan(engine: Any, layers: Any = "all", mixer: str = "attention") -> dict[str
     ``"recurrent"`` or ``"both"``, the recurrent layers whose state is cut (``recurrent``), and with
     ``"recurrent"`` no attention layer is masked."""
     if mixer not in MIXERS:
-        raise ValueError(f"mixer must be one of {MIXERS}, got {mixer!r}")
+        raise InputError(f"mixer must be one of {MIXERS}, got {mixer!r}")
     lm = layer_map(engine)
     masked, unmaskable = lm.resolve(layers)
     rec: list[int] = []
@@ -200,7 +201,7 @@ def plan(engine: Any, layers: Any = "all", mixer: str = "attention") -> dict[str
 
 def _check_queries(queries: str) -> None:
     if queries not in QUERIES:
-        raise ValueError(f"queries must be one of {QUERIES}, got {queries!r}")
+        raise InputError(f"queries must be one of {QUERIES}, got {queries!r}")
 
 
 def _blocked_edges(torch, rows: Sequence[Row], seqs: Sequence[list[int]], T: int, readout: Sequence[tuple[int, int]]):
@@ -222,7 +223,7 @@ def _blocked_edges(torch, rows: Sequence[Row], seqs: Sequence[list[int]], T: int
 
 def _check_route(route: str) -> None:
     if route not in ROUTES:
-        raise ValueError(f"knockout route must be one of {ROUTES}, got {route!r}")
+        raise InputError(f"knockout route must be one of {ROUTES}, got {route!r}")
 
 
 def _layer_rows(torch, lm: LayerMap, rows: Sequence[Row], active: Sequence[int], device,

@@ -22,6 +22,7 @@ from typing import Any, Sequence
 from chorus.interventions import knockout as ko
 from chorus.interventions.families import LayerError
 from chorus.interventions.spans import SpanError, message_token_span
+from chorus.core.config import InputError
 
 
 @dataclass
@@ -54,9 +55,9 @@ def greedy(engine: Any, conversation: list[dict], block_message: Any, *, layers:
     import torch
 
     if queries not in ko.QUERIES:
-        raise ValueError(f"queries must be one of {ko.QUERIES}, got {queries!r}")
+        raise InputError(f"queries must be one of {ko.QUERIES}, got {queries!r}")
     if route not in ko.ROUTES:
-        raise ValueError(f"knockout route must be one of {ko.ROUTES}, got {route!r}")
+        raise InputError(f"knockout route must be one of {ko.ROUTES}, got {route!r}")
     be = ko.hf_backend(engine)
     lm = ko.layer_map(engine)
     p = engine.render(conversation)

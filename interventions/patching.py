@@ -21,7 +21,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from chorus.core.config import ConfigError
+from chorus.core.config import ConfigError, InputError
 from chorus.core.progress import Progress
 from chorus.core.stats import cluster_bootstrap, ratio_ci
 from chorus.interventions import plots as ip
@@ -32,7 +32,7 @@ from chorus.interventions.spans import find_range, message_token_span
 from chorus.simulate.debate.prompts import debate_messages, readout_prefill
 
 
-class PatchError(ValueError):
+class PatchError(InputError):
     """The two runs cannot be aligned position by position, or the request is out of range."""
 
 

@@ -24,7 +24,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from chorus.core.config import ConfigError
+from chorus.core.config import ConfigError, InputError
 from chorus.core.runs import RunDir
 from chorus.core.seeding import rng as make_rng
 from chorus.interventions import plots as ip
@@ -36,7 +36,7 @@ from chorus.interventions.patching import cue_context
 from chorus.serving.types import validate_conversations
 
 
-class ProbeError(ValueError):
+class ProbeError(InputError):
     """Labels or activations unusable for a probe (one class, too few samples per fold, ...)."""
 
 

@@ -38,6 +38,7 @@ from chorus.simulate.debate.prompts import readout_prefill, turn_messages, debat
 from chorus.simulate.debate.questions import Item
 from chorus.interventions.ablations import filler_text, unrelated_reasoning
 from chorus.simulate.debate.protocol import qkey
+from chorus.core.config import InputError
 
 FRACTIONS = (0.0, 0.25, 0.5, 0.75, 1.0)
 CONTROLS = ("unrelated", "filler")
@@ -64,7 +65,7 @@ def control_peers(items: dict[str, Item], peers: Sequence[tuple[str, str]], cont
             new = filler_text(tokenizer, len(tokenizer(text.strip(), add_special_tokens=False).input_ids),
                               P["filler_sentences"], rng)
         else:
-            raise ValueError(f"unknown readout control {control!r} (one of {', '.join(CONTROLS)})")
+            raise InputError(f"unknown readout control {control!r} (one of {', '.join(CONTROLS)})")
         if new is None:
             return None
         out.append((name, new))
@@ -98,7 +99,7 @@ def readout_jobs(items: dict[str, Item], turns: pd.DataFrame, P: dict, *, fracti
     turn once more per control (condition ``debate@<control>``, see ``control_peers``)."""
     bad = [c for c in controls if c not in CONTROLS]
     if bad:
-        raise ValueError(f"unknown readout control(s) {bad} (known: {', '.join(CONTROLS)})")
+        raise InputError(f"unknown readout control(s) {bad} (known: {', '.join(CONTROLS)})")
     meta, convs = [], []
     t = turns.sort_values(["condition", "qid", "round", "agent"])
     resp: dict[tuple, list] = {}

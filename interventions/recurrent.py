@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from typing import Any
 from chorus.interventions.families import KNOWN_FAMILIES
+from chorus.core.config import InputError
 
 # model_type -> the Gated DeltaNet input projections the edits act on (conv input, decay, write gate)
 RECURRENT_FAMILIES: dict[str, tuple[str, str, str]] = {
@@ -41,7 +42,7 @@ MIXERS = ("attention", "recurrent", "both")
 __all__ = ["RecurrentError", "RECURRENT_FAMILIES", "MIXERS", "supported", "modules", "severed", "recompute_layer"]
 
 
-class RecurrentError(ValueError):
+class RecurrentError(InputError):
     """A recurrent knockout that cannot be done as asked (no recurrent layers, a family whose
     recurrent mixer chorus cannot cut, a KV cache)."""
 

@@ -14,8 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from chorus.core.config import InputError
 
-class SpanError(ValueError):
+
+class SpanError(InputError):
     """A block target lies outside the conversation or cannot be located in the rendered text."""
 
 

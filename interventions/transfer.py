@@ -43,7 +43,7 @@ import numpy as np
 import pandas as pd
 
 from chorus import serving  # chorus.serving.build_engine looked up per call: tests replace it
-from chorus.core.config import ConfigError
+from chorus.core.config import ConfigError, InputError
 from chorus.core.seeding import rng as make_rng
 from chorus.core.stats import cluster_bootstrap, ratio_ci
 from chorus.interventions import plots as ip
@@ -60,7 +60,7 @@ SITES = ("readout", "anchor")
 ROWS_PER_TRACE = 16  # receiver rows (copies of one context) per nnsight trace
 
 
-class TransferError(ValueError):
+class TransferError(InputError):
     """Sender and receiver cannot be connected as asked (layers out of range, widths without a
     map, a map of the wrong shape); the message names both models."""
 

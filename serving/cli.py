@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from chorus.core.cliutil import fail, model_option, renamed_option
+from chorus.core.config import InputError
 from chorus.core.progress import progress
 from chorus.serving.profiles import (DEFAULT_PROFILE, ModelError, all_profiles, cache_dir, download_command, get_profile,
                                      hub_cache, models_file)
@@ -143,7 +144,7 @@ def generate(prompt: Optional[str] = typer.Argument(None, help="a user message (
             data = json.loads(chat.read_text())
         except (OSError, json.JSONDecodeError) as err:
             fail(f"{chat}: {err}")
-        convs = data if data and isinstance(data[0], list) else [data]
+        convs = data if isinstance(data, list) and data and isinstance(data[0], list) else [data]
     js = None
     if schema is not None:
         try:
@@ -163,14 +164,14 @@ def generate(prompt: Optional[str] = typer.Argument(None, help="a user message (
         if not e["loc"]:   # a check across options (a vLLM option on another backend)
             fail(e["msg"].removeprefix("Value error, "))
         fail(f"--{str(e['loc'][0]).replace('_', '-')} {e['input']!r}: {e['msg']}")
-    except ValueError as err:
+    except InputError as err:
         fail(f"{chat or 'prompt'}: {err}")
     try:
         eng = build_engine(spec, store=store)
         with progress("generate", "requests") as update:
             outs = eng.chat(convs, temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed,
                             json_schema=js, choices=choice or None, progress=update)
-    except (ValueError, RuntimeError) as err:
+    except (InputError, ModelError, StoreError) as err:   # a lost server or a bug: the boundary's
         fail(str(err))
     for o in outs:
         if as_json:
@@ -282,6 +283,8 @@ def store_stats(path: Path = typer.Argument(..., help="a calls.sqlite file or a 
     for r in st["by_model"]:
         t.add_row(r["kind"], r["model"], r["backend"], str(r["calls"]), str(r["prompt_tokens"]),
                   str(r["completion_tokens"]), f"{r['model_seconds']:.1f}")
-    console.print(f"{st['path']}: {st['calls']} calls, {st['bytes'] / 1e6:.1f} MB")
+    console.print(f"{st['path']}: {st['calls']} calls, {st['bytes'] / 1e6:.1f} MB"
+                  + (f"; {st['unhashed']} written by an older chorus without an output hash (served unchecked)"
+                     if st.get("unhashed") else ""))
     console.print(t)
 

@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from chorus.core.config import ConfigError, InputError
 from chorus.serving.backends import Backend
 from chorus.serving.plan import EnginePlan, Need, needs_gib, plan_devices
 from chorus.serving.profiles import DEFAULT_PROFILE, ModelError, Profile, get_profile, hub_snapshot_of
@@ -51,7 +52,17 @@ class Engine:
         return {**self.identity, "family": self.profile.family, "upstream": self.profile.hf_id,
                 "license": self.profile.license, "path": str(path),
                 "hub_id": hub[0] if hub else None, "revision": hub[1] if hub else None,
-                "engine": self.backend.settings(), "store": str(self.store.path) if self.store is not None else None}
+                "engine": self.backend.settings(), "store": str(self.store.path) if self.store is not None else None,
+                **self._store_check()}
+
+    def _store_check(self) -> dict[str, Any]:
+        """What reading the store found, when anything: rows of an older chorus served without a hash
+        to check them, rows whose output did not match their hash (not served; the calls made again)."""
+        st = self.store
+        if st is None or not (getattr(st, "unhashed_served", 0) or getattr(st, "edited", None)):
+            return {}
+        return {"store_check": {"unhashed_served": st.unhashed_served, "edited_not_served": list(st.edited[:50]),
+                                "n_edited": len(st.edited)}}
 
     @property
     def model(self) -> Any:
@@ -377,8 +388,55 @@ def resolve_backend(backend: str = "auto") -> str:
     if backend == "auto":
         backend = os.environ.get("CHORUS_BACKEND") or ("vllm" if _have_vllm() else "hf")
     if backend not in BACKENDS:
-        raise ValueError(f"unknown backend '{backend}': choose one of {', '.join(BACKENDS)} or 'auto'")
+        raise InputError(f"unknown backend '{backend}': choose one of {', '.join(BACKENDS)} or 'auto'")
     return backend
+
+
+#: options ``load_engine`` itself takes for every backend (not the backend class's keywords)
+_COMMON_OPTIONS = frozenset({"batch_invariant", "max_model_len"})
+
+
+def backend_options(backend: str) -> frozenset[str] | None:
+    """The option names ``backend`` takes (its class's keywords, vLLM's engine arguments for vllm);
+    None where they cannot be listed here (vLLM not installed: its own error comes at the load)."""
+    import inspect
+
+    if backend == "hf":
+        from chorus.serving.backends.hf import HFBackend as cls
+    elif backend == "openai":
+        from chorus.serving.backends.openai import OpenAIBackend as cls
+    elif backend == "vllm":
+        from chorus.serving.backends.vllm import VLLMBackend as cls
+    else:
+        return None
+    names = {n for n, p in inspect.signature(cls.__init__).parameters.items()
+             if p.kind is not p.VAR_KEYWORD and n not in ("self", "path", "profile", "dtype")}
+    return frozenset(names | _COMMON_OPTIONS)
+
+
+def check_options(backend: str, options: dict[str, Any] | None, where: str = "model.options") -> None:
+    """Every backend option is a keyword its backend takes: a misspelt one (``max_num_seq``) is one
+    error naming it before anything loads, not a ``TypeError`` from inside the backend after the load
+    began. vLLM's own engine arguments pass through to it; they are listed (a slow import of vLLM)
+    only when an option is not one of chorus's."""
+    known = backend_options(backend)
+    unknown = sorted(set(options or {}) - (known or set()))
+    if known is None or not unknown:
+        return
+    if backend == "vllm" and _have_vllm():
+        import dataclasses
+        import inspect
+
+        from vllm import LLM
+        from vllm.engine.arg_utils import EngineArgs
+        known = known | {f.name for f in dataclasses.fields(EngineArgs)} | set(inspect.signature(LLM.__init__).parameters)
+        unknown = sorted(set(options or {}) - known)
+    elif backend == "vllm":
+        return   # vLLM is not installed: load_engine says so
+    if unknown:
+        also = "; and vLLM's own engine arguments" if backend == "vllm" else ""
+        raise ConfigError(f"{where}: unknown option(s) {', '.join(map(repr, unknown))} for backend {backend!r} "
+                          f"(chorus's options for it: {', '.join(sorted(backend_options(backend) or ()))}{also})")
 
 
 def load_engine(profile: str = DEFAULT_PROFILE, backend: str = "auto", *, store: str | Path | CallStore | None = None,
@@ -396,13 +454,14 @@ def load_engine(profile: str = DEFAULT_PROFILE, backend: str = "auto", *, store:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     backend = resolve_backend(backend)
+    check_options(backend, backend_kwargs, "options")
     if backend != "vllm" and backend_kwargs.get("batch_invariant"):
         raise ModelError(f"batch_invariant=True is an option of backend 'vllm' (vLLM's batch-invariant mode); "
                          f"backend '{backend}' cannot honour it")
     if backend != "vllm" and "batch_invariant" in backend_kwargs:
         backend_kwargs.pop("batch_invariant")  # False / None: nothing to turn off elsewhere
     if dtype is not None and dtype not in ("float32", "bfloat16", "float16"):
-        raise ValueError(f"dtype must be float32, bfloat16 or float16, got {dtype!r}")
+        raise InputError(f"dtype must be float32, bfloat16 or float16, got {dtype!r}")
     prof = get_profile(profile)
     dtype = dtype or default_dtype()
     st = store if isinstance(store, CallStore) or store is None else CallStore(store)

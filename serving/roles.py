@@ -9,7 +9,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
-from chorus.serving.engine import Engine, default_dtype, load_engine, resolve_backend
+from chorus.core.config import ConfigError
+from chorus.serving.engine import Engine, check_options, default_dtype, load_engine, resolve_backend
 from chorus.serving.plan import DevicePlan, Need, engine_options, needs_gib, plan_devices
 from chorus.serving.profiles import ModelError, get_profile
 from chorus.serving.spec import ModelSpec, check_engines, spec_of
@@ -52,6 +53,7 @@ def plan_roles(specs: Mapping[str, ModelSpec | str], *, device_gib: float | None
         except ModelError as err:
             raise ModelError(f"{role}: {err}") from None
         backend = resolve_backend(spec.backend)
+        check_options(backend, spec.options, f"{role}: options")   # a misspelt option, before any directory
         if backend in ("hf", "vllm"):   # weights loaded here must be on disk now
             ready, why = prof.status()
             if not ready:
@@ -61,6 +63,37 @@ def plan_roles(specs: Mapping[str, ModelSpec | str], *, device_gib: float | None
         needs.append(Need(role, spec.profile, backend, dtype, size, tp=spec.tensor_parallel_size,
                           phase=phase_of(role) if phase_of else "main"))
     return plan_devices(needs, device_gib, n_devices=n_devices)
+
+
+def context_ceiling(spec: ModelSpec | str) -> int | None:
+    """The most tokens (prompt and reply together) the role's model can ever hold, read from its
+    config.json (``max_position_embeddings``, or the text model's in a multimodal config) and a
+    ``max_model_len`` option; None where the folder does not say. The window an engine opens is at
+    most this (a vLLM engine on a CPU may open less)."""
+    import json
+
+    spec = spec_of(spec, "model")
+    try:
+        cfg = json.loads((get_profile(spec.profile).path / "config.json").read_text())
+    except (ModelError, OSError, ValueError):
+        return None
+    if not isinstance(cfg, dict):
+        return None
+    cfg = cfg if "max_position_embeddings" in cfg else (cfg.get("text_config") or {})
+    lens = [v for v in (cfg.get("max_position_embeddings"), spec.options.get("max_model_len")) if isinstance(v, int) and v > 0]
+    return min(lens) if lens else None
+
+
+def check_new_tokens(specs: Mapping[str, ModelSpec | str], max_tokens: int, field: str) -> None:
+    """``max_tokens`` new tokens (the config's ``field``) must leave room for a prompt in every role's
+    context window: one that cannot is a config error before any model loads (else every request
+    would be excluded as too long, and a run of nothing would follow)."""
+    for role, value in specs.items():
+        spec = spec_of(value, role)
+        ceiling = context_ceiling(spec)
+        if ceiling is not None and max_tokens >= ceiling:
+            raise ConfigError(f"{field} = {max_tokens}: the model of role {role!r} ({spec.profile}) holds at most "
+                              f"{ceiling} tokens, prompt and reply together, so no prompt would fit; lower {field}")
 
 
 def _resolved(spec: ModelSpec) -> tuple:

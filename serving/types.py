@@ -5,11 +5,13 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
+from chorus.core.config import InputError
+
 Message = dict[str, str]
 Conversation = list[Message]
 
 
-class RequestError(ValueError):
+class RequestError(InputError):
     """Invalid input to an engine call: messages, sampling parameters, schema or options."""
 
 

@@ -32,7 +32,7 @@ from typing import Any, Callable, Mapping, Sequence
 import pandas as pd
 
 from chorus import serving  # chorus.serving.build_engine looked up per call: tests replace it
-from chorus.core.config import load_config, load_prompt_file
+from chorus.core.config import InputError, load_config, load_prompt_file
 from chorus.core.seeding import call_seed, stable_int
 from chorus.core.runs import RunDir, amends_run, write_json
 from chorus.serving.profiles import DEFAULT_PROFILE
@@ -52,12 +52,12 @@ LEDGER_COLUMNS = ["part", "record_id", "candidates", "options", "answer_sha256",
                   "prompt_name", "prompt_sha256", "cached"]
 
 
-class JudgeError(ValueError):
+class JudgeError(InputError):
     """A record or run directory the judge pass cannot use (the message names the field)."""
 
 
 def load_judge_prompt(name: str = DEFAULT_PROMPT) -> dict[str, Any]:
-    return load_prompt_file(name, PROMPTS_DIR)
+    return load_prompt_file(name, PROMPTS_DIR, DEFAULT_PROMPT)
 
 
 # -- extraction ----------------------------------------------------------------------------------

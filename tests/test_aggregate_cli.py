@@ -88,7 +88,7 @@ def test_run_from_trace_file_and_controls(tmp_path):
     cell = json.loads((out / "results.json").read_text())["cells"][0]
     assert cell["move_inventory"]["propose"] == 360 and cell["move_inventory"]["concede"] == 0
     assert runner.invoke(app, ["verify", str(out), "--quiet"]).exit_code == 0
-    res = runner.invoke(app, ["check", str(traces)])
+    res = runner.invoke(app, ["check", str(traces), "--out", str(tmp_path / "chk")])
     assert res.exit_code == 0 and '"rejected": 0' in res.output
 
 

@@ -44,7 +44,7 @@ def test_needs_named_adversaries_and_the_cli_prints_it(tmp_path):
 
     from chorus.cli import app
     f = dump_traces(TRACES, tmp_path / "attack.jsonl")
-    r = CliRunner().invoke(app, ["aggregate", "contagion", str(f)])
+    r = CliRunner().invoke(app, ["aggregate", "contagion", str(f), "--out", str(tmp_path / "c")])
     assert r.exit_code == 0 and "effective_corrupted_fraction" in r.output, r.output
     r = CliRunner().invoke(app, ["aggregate", "contagion", str(dump_traces([plain], tmp_path / "p.jsonl"))])
     assert r.exit_code == 2 and "adversarial" in r.output

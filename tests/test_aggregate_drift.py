@@ -112,15 +112,15 @@ def test_cli_drift_and_shift_end_to_end(tmp_path):
     res = run(app, ["aggregate", "drift", str(f), "--window", "60", "--shift", "permute", "--shift-at", "300",
                     "--out", str(tmp_path / "d")])
     assert res.exit_code == 0, res.output
-    j = json.loads((tmp_path / "d" / "drift.json").read_text())
+    j = json.loads((tmp_path / "d" / "summary.json").read_text())
     assert j["shift_at"] == 300 and 0 < j["alarm_delay"] <= 1 and j["threshold"] == pytest.approx(2 * j["noise_floor"])
-    assert (tmp_path / "d" / "plots" / "drift.png").stat().st_size > 0 and (tmp_path / "d" / "drift.parquet").exists()
+    assert (tmp_path / "d" / "plots" / "drift.png").stat().st_size > 0 and (tmp_path / "d" / "tables" / "drift.parquet").exists()
     res = run(app, ["aggregate", "drift", str(f), "--window", "8"])
     assert res.exit_code == 2 and "window=8 is too short" in res.output
     res = run(app, ["aggregate", "shift", str(f), "--kinds", "permute", "--n-calibration", "150",
                     "--methods", "bda_per_agent,bda_confusion", "--out", str(tmp_path / "s")])
     assert res.exit_code == 0, res.output
-    ba = {r["method"]: r for r in json.loads((tmp_path / "s" / "shift.json").read_text())["before_after"]}
+    ba = {r["method"]: r for r in json.loads((tmp_path / "s" / "summary.json").read_text())["before_after"]}
     # the confusion learned the coalition's wrong-answer map and follows it into the wrong answer; the
     # one-coin never learned which wrong answer, only how often a seat is wrong
     assert ba["bda_confusion"]["delta_acc"] < -0.3 and abs(ba["bda_per_agent"]["delta_acc"]) < 0.1

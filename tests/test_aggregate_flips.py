@@ -71,7 +71,7 @@ def test_flips_cli_writes_its_files_and_names_bad_input(tmp_path):
     f = dump_traces([_trace("fix", "x", BOTH_CONCEDE), _trace("hold", "x", HOLD)], tmp_path / "t.jsonl")
     r = CliRunner().invoke(app, ["aggregate", "flips", str(f), "--out", str(tmp_path / "out")])
     assert r.exit_code == 0, r.output
-    by_k = json.loads((tmp_path / "out" / "flips_by_k.json").read_text())["by_K"]
+    by_k = json.loads((tmp_path / "out" / "summary.json").read_text())["by_K"]
     assert by_k[0]["fixed"] == 1 and by_k[0]["broken"] == 0 and (tmp_path / "out" / "plots" / "flip_ratios.png").is_file()
     u = dump_traces([_trace("u", None, R0)], tmp_path / "u.jsonl")
     r = CliRunner().invoke(app, ["aggregate", "flips", str(u)])

@@ -97,7 +97,7 @@ def test_table7_command_writes_both_halves_and_names_bad_input(tmp_path):
     r = CliRunner().invoke(app, ["aggregate", "keys", str(f), "--outer-folds", "2", "--inner-folds", "2",
                                  "--out", str(tmp_path / "out")])
     assert r.exit_code == 0, r.output
-    res = json.loads((tmp_path / "out" / "keys.json").read_text())
+    res = json.loads((tmp_path / "out" / "summary.json").read_text())
     rows = {(x["half"], x["arm"]): x for x in res["rows"]}
     assert set(rows) == {("granularity", k) for k in ("shared", "agent", "agent_round", "agent_force")} | \
         {("estimator", e) for e in ("all", "proposals", "round0")}

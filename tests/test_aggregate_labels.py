@@ -40,6 +40,6 @@ def test_bad_budgets_name_themselves_and_the_cli_writes_the_curve(tmp_path):
     r = CliRunner().invoke(app, ["aggregate", "labels", str(f), "--budgets", "10,40", "--seeds", "0,1",
                                  "--methods", "plurality,bda_per_agent", "--out", str(tmp_path / "out")])
     assert r.exit_code == 0, r.output
-    assert (tmp_path / "out" / "labels.parquet").is_file() and (tmp_path / "out" / "plots" / "label_efficiency.png").is_file()
+    assert (tmp_path / "out" / "tables" / "labels.parquet").is_file() and (tmp_path / "out" / "plots" / "label_efficiency.png").is_file()
     r = CliRunner().invoke(app, ["aggregate", "labels", str(f), "--budgets", "10,x"])
     assert r.exit_code == 2 and "budgets" in r.output

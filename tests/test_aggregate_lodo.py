@@ -45,7 +45,7 @@ def test_lodo_names_bad_sets_and_the_cli_writes_its_table(tmp_path):
                                  "--inner-folds", "2", "--outer-folds", "2", "--out", str(tmp_path / "out")])
     assert r.exit_code == 0, r.output
     import pandas as pd
-    tab = pd.read_parquet(tmp_path / "out" / "lodo.parquet")
+    tab = pd.read_parquet(tmp_path / "out" / "tables" / "lodo.parquet")
     assert set(tab["held_out"]) == {"a", "b"} and set(tab["evaluation"]) == {"transfer", "in_domain"}
     r = CliRunner().invoke(app, ["aggregate", "lodo", f"a={fa}", "nofile"])
     assert r.exit_code == 2 and "NAME=FILE" in r.output

@@ -103,7 +103,7 @@ def test_cli_writes_the_demonstration_and_refuses_other_k(tmp_path):
     dump_traces(_council([0.2, 0.2, 0.2, 0.7, 0.7], n=400), f)
     res = CliRunner().invoke(app, ["aggregate", "switch", str(f), "--out", str(tmp_path / "o")])
     assert res.exit_code == 0, res.output
-    j = json.loads((tmp_path / "o" / "switch.json").read_text())
+    j = json.loads((tmp_path / "o" / "summary.json").read_text())
     assert j["n_tasks"] == 400 and (tmp_path / "o" / "plots" / "label_switching.png").is_file()
     g = tmp_path / "k3.jsonl"
     dump_traces(generate_council(CouncilSpec(n_tasks=100, K=3, rounds=2, reliabilities=(0.7, 0.6, 0.6))), g)

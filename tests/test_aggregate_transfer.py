@@ -80,7 +80,7 @@ def test_bad_sets_are_named_and_the_cli_writes_its_table(tmp_path):
                                  "plurality,bda_per_agent,bda_confusion", "--inner-folds", "2", "--outer-folds", "2",
                                  "--out", str(tmp_path / "out")])
     assert r.exit_code == 0, r.output
-    rows = json.loads((tmp_path / "out" / "transfer.json").read_text())["rows"]
+    rows = json.loads((tmp_path / "out" / "summary.json").read_text())["rows"]
     assert {(x["method"], x["evaluation"], x["skipped"]) for x in rows} >= {("bda_confusion", "transfer", True),
                                                                              ("bda_confusion", "in_domain", False)}
     r = CliRunner().invoke(app, ["aggregate", "transfer", f"claims={fa}", "--target", "pubmedqa"])

@@ -45,7 +45,7 @@ def test_cli_writes_both_tables(attacked, tmp_path):
     res = CliRunner().invoke(app, ["aggregate", "truncation", str(f), "--methods", "plurality,stacker",
                                    "--n-boot", "100", "--out", str(tmp_path / "o")])
     assert res.exit_code == 0, res.output
-    j = json.loads((tmp_path / "o" / "truncation.json").read_text())
+    j = json.loads((tmp_path / "o" / "summary.json").read_text())
     assert {r["method"] for r in j["deltas"]} == {"plurality", "stacker"} and len(j["metrics"]) == 4
     res = CliRunner().invoke(app, ["aggregate", "truncation", str(f), "--methods", "nosuch"])
     assert res.exit_code == 2 and "unknown method 'nosuch'" in res.output

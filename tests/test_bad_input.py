@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from chorus.cli import app
+from chorus.core.config import InputError
 from chorus.errors import run_command
 
 
@@ -20,10 +21,39 @@ def _tree(d: Path) -> dict[str, str]:
 
 
 def _files(tmp: Path) -> None:
+    import json
+    import os
+    import sqlite3
+
+    import yaml
+
+    from chorus.simulate.debate.prompts import PROMPTS_DIR
     (tmp / "bad_utf8.yaml").write_bytes(b"name: x\nrounds: \xff\xfe\n")
     (tmp / "empty.yaml").write_text("# nothing but a comment\n")
     (tmp / "binary.yaml").write_bytes(bytes(range(256)))
     (tmp / "list.yaml").write_text("- a\n- b\n")
+    # prompts files: templates missing, a plain string, a misspelt placeholder in an otherwise whole copy
+    (tmp / "p_missing.yaml").write_text('version: 1\ninstruction: "x {labels}"\n')
+    (tmp / "p_str.yaml").write_text('"just a string"\n')
+    shipped = yaml.safe_load((PROMPTS_DIR / "debate_v1.yaml").read_text())
+    (tmp / "p_typo.yaml").write_text(yaml.safe_dump({**shipped, "round0": "{questoin}\n\n{options}\n\n{instruction}"}))
+    # an SQLite file with a store's tables whose meta table lost its schema row
+    with sqlite3.connect(tmp / "noschema.sqlite") as c:
+        c.execute("create table calls (key text)")
+        c.execute("create table meta (k text, v text)")
+    # --out paths that cannot be directories: a link to itself, a link to nothing
+    os.symlink(tmp / "loop", tmp / "loop")
+    os.symlink(tmp / "nowhere", tmp / "dangle")
+    (tmp / "chat_dict.json").write_text(json.dumps({"role": "user", "content": "hi"}))
+    # --data folders: TruthfulQA without a column; an MMLU subject file that is empty
+    (tmp / "data_nocol" / "truthfulqa").mkdir(parents=True)
+    (tmp / "data_nocol" / "truthfulqa" / "TruthfulQA.csv").write_text("Type,Category,Question,Best Answer\n"
+                                                                     "Adversarial,Misc,Why?,Because.\n")
+    (tmp / "data_empty" / "mmlu" / "test").mkdir(parents=True)
+    (tmp / "data_empty" / "mmlu" / "test" / "moral_scenarios_test.csv").write_text("")
+    # a roleplay run whose provenance record is not a JSON object
+    (tmp / "odd_run").mkdir()
+    (tmp / "odd_run" / "provenance.json").write_text("[1, 2]")
 
 
 CASES = [
@@ -66,6 +96,60 @@ CASES = [
      "config not found: nosuch", "r15"),
     ("labelset_per_bin_zero", ["belief", "labelset", "--out", "{tmp}/set.csv", "--per-bin", "0",
                                "--run-dir", "{tmp}/r16"], 2, "per_bin = 0: Input should be greater than", "r16"),
+    # issue 53: crashes (exit 1, nothing named) and checks that came too late, now one line before anything
+    ("prompts_without_templates", ["debate", "run", "smoke", "--set", "prompts={tmp}/p_missing.yaml", "--out", "{tmp}/r20"],
+     2, "p_missing.yaml: lacks template(s) options_letter, options_word, round0", "r20"),
+    ("prompts_a_string", ["debate", "run", "smoke", "--set", "prompts={tmp}/p_str.yaml", "--out", "{tmp}/r21"], 2,
+     "p_str.yaml: top level must be a mapping, got str", "r21"),
+    ("prompts_misspelt_placeholder", ["debate", "run", "smoke", "--set", "prompts={tmp}/p_typo.yaml", "--out", "{tmp}/r22"],
+     2, "p_typo.yaml: round0: unknown placeholder(s) {questoin} (this template takes: {instruction}, {options}, "
+        "{question})", "r22"),
+    ("council_prompts_without_templates", ["council", "run", "tiny", "--set", "prompts={tmp}/p_missing.yaml",
+                                           "--check"], 2, "p_missing.yaml: lacks template(s) personas", None),
+    ("model_option_misspelt", ["debate", "run", "smoke", "--set", "model.options={max_num_seq: 3}", "--out", "{tmp}/r23"],
+     2, "model: options: unknown option(s) 'max_num_seq' for backend 'hf'", "r23"),
+    ("max_tokens_beyond_the_window", ["debate", "run", "smoke", "--set", "generation.max_tokens=100000000",
+                                      "--out", "{tmp}/r24"], 2,
+     "generation.max_tokens = 100000000: the model of role 'model' (smollm2-135m-instruct) holds at most 8192 tokens",
+     "r24"),
+    ("store_without_schema_row", ["store", "stats", "{tmp}/noschema.sqlite"], 2,
+     "noschema.sqlite is not a readable call store: its meta table has no schema_version row", None),
+    ("out_a_symlink_loop", ["belief", "run", "fj", "--set", "mode=oracle", "--out", "{tmp}/loop"], 2,
+     "{tmp}/loop is a symbolic link that loops", None),
+    ("out_a_dangling_link", ["belief", "run", "fj", "--set", "mode=oracle", "--out", "{tmp}/dangle"], 2,
+     "{tmp}/dangle is a symbolic link to {tmp}/nowhere, which does not exist (a dangling link)", "nowhere"),
+    ("verify_nan_tolerance", ["aggregate", "verify", "{tmp}", "--tolerance", "nan"], 2,
+     "--tolerance nan: must be a finite number >= 0", None),
+    ("campaign_verify_nan_tolerance", ["council", "campaign-verify", "{tmp}", "--tolerance", "nan"], 2,
+     "--tolerance nan: must be a finite number >= 0", None),
+    ("sft_infinite_learning_rate", ["sft", "train", "smoke", "--set", "training.learning_rate=.inf", "--check"], 2,
+     "training.learning_rate = inf: Input should be a finite number", None),
+    ("sft_register_as_a_builtin", ["sft", "train", "smoke", "--set", "register_as=gemma3-270m", "--out", "{tmp}/r25"],
+     2, "register_as = 'gemma3-270m' is a built-in profile name", "r25"),
+    ("sft_compare_unknown", ["sft", "train", "smoke", "--set", "compare=nosuch", "--check"], 2,
+     "compare = 'nosuch': config not found: nosuch", None),
+    ("council_more_tasks_than_the_set", ["council", "run", "tiny", "--set", "data.0.n=5000", "--set",
+                                         "data.0.balanced=false", "--out", "{tmp}/r26"], 2,
+     "truthfulqa_claims: n = 5000 tasks asked for, but the set holds only 790 usable tasks", "r26"),
+    ("bench_csv_missing_a_column", ["debate", "bench", "--data", "{tmp}/data_nocol", "--out", "{tmp}/b1.jsonl",
+                                    *[x for sub in ("disciplinary", "strategy", "biomedical", "moral_scenarios",
+                                                    "moral_disputes", "contested") for x in ("--count", f"{sub}=0")]], 2,
+     "data_nocol/truthfulqa/TruthfulQA.csv: missing column(s) 'Best Incorrect Answer'", "b1.jsonl"),
+    ("bench_csv_empty", ["debate", "bench", "--data", "{tmp}/data_empty", "--out", "{tmp}/b2.jsonl",
+                         *[x for sub in ("misconceptions", "disciplinary", "strategy", "biomedical", "moral_disputes",
+                                         "contested") for x in ("--count", f"{sub}=0")]], 2,
+     "moral_scenarios: {tmp}/data_empty/mmlu/test/moral_scenarios_test.csv: the file is empty", "b2.jsonl"),
+    ("bench_count_not_a_number", ["debate", "bench", "--count", "strategy=x", "--out", "{tmp}/b3.jsonl"], 2,
+     "--count 'strategy=x': expected SUBDOMAIN=N", "b3.jsonl"),
+    ("generate_chat_a_mapping", ["generate", "--chat", "{tmp}/chat_dict.json"], 2,
+     "chat_dict.json: conversation 0 must be a non-empty list", None),
+    ("campaign_budgets_not_numbers", ["council", "campaign", "{tmp}", "--out", "{tmp}/camp", "--budgets", "a,b"], 2,
+     "--budgets 'a,b': expected whole numbers", "camp"),
+    ("generate_traces_reliabilities_not_numbers", ["aggregate", "generate", "--out", "{tmp}/t.jsonl",
+                                                   "--reliabilities", "0.7,high"], 2,
+     "--reliabilities '0.7,high': expected numbers", "t.jsonl"),
+    ("run_record_not_an_object", ["roleplay", "stats", "{tmp}/odd_run"], 2,
+     "odd_run/provenance.json: not a JSON object (a list)", None),
 ]
 
 
@@ -84,17 +168,34 @@ def test_bad_input_is_one_line_and_leaves_nothing(tmp_path, capsys, name, argv, 
         assert not (tmp_path / absent).exists()
 
 
-def test_a_failure_that_is_not_bad_input_exits_1_with_one_line(capsys):
+@pytest.mark.parametrize("exc, code, says", [
+    # an unchecked case inside chorus: a bug, never "bad input" (a bare ValueError included)
+    (KeyError("x"), 1, "error: a chorus bug: KeyError: 'x' (please report it; rerun with --debug or CHORUS_DEBUG=1 "
+                       "for the traceback)"),
+    (ValueError("could not convert string to float: 'a'"), 1,
+     "error: a chorus bug: ValueError: could not convert string to float: 'a' (please report it;"),
+    (TypeError("f() got an unexpected keyword argument 'z'"), 1, "error: a chorus bug: TypeError:"),
+    # a failure of the run (a lost server, a crashed model): not a bug, not the user's input
+    (RuntimeError("server lost"), 1,
+     "error: the run failed: RuntimeError: server lost (--debug or CHORUS_DEBUG=1 for the traceback)"),
+    # bad input is a type: the message alone, exit 2
+    (InputError("x.csv: missing column 'answer'"), 2,
+     "error: x.csv: missing column 'answer'"),
+])
+def test_the_boundary_tells_bad_input_from_a_failure_and_a_bug(capsys, exc, code, says):
+    """The boundary decides by type: ``InputError`` (and the other ``bad_input_types``) is bad input;
+    Python's own ValueError/TypeError/KeyError... from inside chorus is a bug; anything else failed.
+    The command here is a stand-in that raises (control flow only): the boundary is the real one."""
     import typer
 
     def boom():
-        raise KeyError("x")
+        raise exc
     t = typer.Typer()
     t.command()(boom)
-    assert run_command(t, []) == 1
+    assert run_command(t, []) == code
     err = capsys.readouterr().err
-    assert "error: the run failed: KeyError: 'x' (--debug or CHORUS_DEBUG=1 for the traceback)" in " ".join(err.split())
-    with pytest.raises(KeyError):
+    assert says in " ".join(err.split()) and err.count("error:") == 1, err
+    with pytest.raises(type(exc)):
         run_command(t, ["--debug"])
 
 
@@ -256,3 +357,19 @@ def test_a_start_that_fails_after_its_directory_is_a_marked_attempt(tmp_path, ca
     cfg = load("smoke", DebateConfig, {"model.profile": str(broken), "model.backend": "hf"})
     RunDir.create(out, part="debate", config=cfg).finish()   # the same config starts again
     assert "failed" not in json.loads((out / "provenance.json").read_text())
+
+
+def test_config_floats_are_finite_but_a_committed_agent_is_still_infinitely_stubborn():
+    """Every config refuses NaN and infinity in its float fields (``learning_rate: .inf`` once passed
+    ``gt=0`` and trained a model of NaN), except where infinity means something: a custom belief
+    population's per-agent ``kappas`` (``.inf``: a committed agent). NaN is refused there too."""
+    from chorus.core.config import ConfigError, validate
+    from chorus.simulate.belief.population import Population
+    from chorus.simulate.roleplay.config import SftConfig
+    for bad in (float("inf"), float("nan"), float("-inf")):
+        with pytest.raises(ConfigError, match="training.learning_rate = .*: Input should be a finite number"):
+            validate(SftConfig, {"training": {"learning_rate": bad}})
+    pop = validate(Population, {"kind": "custom", "kappas": [float("inf"), 1.0, 2.0]})
+    assert pop.kappas[0] == float("inf")
+    with pytest.raises(ConfigError, match="every kappa must be > 0"):
+        validate(Population, {"kind": "custom", "kappas": [float("nan"), 1.0, 2.0]})

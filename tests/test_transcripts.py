@@ -248,6 +248,14 @@ def test_influence_runs_are_found_by_their_declared_source(tmp_path, monkeypatch
     assert sec["cf_from"] == {"a1-p0-r1 · cut": 1, "a1-p0-r1 · replay": 1}
     with pytest.raises(ViewerError, match="does not declare"):
         links(run, [tmp_path / "proj" / "runs" / "influence" / "other"])
+    assert sec["record"]["ok"] and all(l["state"].startswith("sealed") for l in sec["links"] if "state" in l)
+    # a linked run whose files were edited after it was sealed: named, its numbers not shown
+    ko = tmp_path / "proj" / "runs" / "influence" / "ko1" / "tables" / "knockout.parquet"
+    pd.read_parquet(ko).assign(margin_knockout=9.0).to_parquet(ko)
+    (sec,) = sections(run)
+    bad = next(l for l in sec["links"] if l["name"] == "ko1")
+    assert bad["kind"] == "not shown" and "NOT AS WRITTEN: changed: tables/knockout.parquet" in bad["state"]
+    assert "ko" not in {x["id"]: x for x in sec["units"]}["q0"]
 
 
 # -- the page in a real browser ----------------------------------------------------------------------
@@ -422,6 +430,13 @@ def test_view_and_report_write_the_page_and_keep_the_record(tmp_path):
     RunDir(run).seal()                     # a command that renews the record after the page was written
     (run / "transcripts.html").write_text("rewritten by a later report")
     assert check_record(run) == []         # the page is a rendering, like report.html: not part of the record
+    other = debate_run(tmp_path / "other")
+    res = runner.invoke(app, ["view", str(run), "--out", str(other / "page.html")])
+    assert res.exit_code == 2 and "inside the run directory" in res.output and not (other / "page.html").exists()
+    turns = other / "tables" / "turns.parquet"
+    pd.read_parquet(turns).assign(response="edited").to_parquet(turns)
+    res = runner.invoke(app, ["view", str(other)])
+    assert res.exit_code == 2 and "not the ones it wrote" in res.output and not (other / "transcripts.html").exists()
     res = runner.invoke(app, ["view", str(tmp_path / "nothing")])
     assert res.exit_code != 0 and "no such run directory" in res.output
     empty = RunDir.create(tmp_path / "belief", part="belief")

@@ -136,6 +136,7 @@
     info.textContent = '';
     info.appendChild(el('p', {cls: 'standing' + (s.standing.embedded ? '' : ' plain'), id: 'standing',
                               text: s.name + ': ' + s.standing.text}));
+    if (s.record) info.appendChild(el('p', {cls: s.record.ok ? 'meta' : 'standing', id: 'record', text: 'record: ' + s.record.text}));
     info.appendChild(el('p', {cls: 'meta', text: s.kind + ' run ' + s.path + ' · ' + s.n_units +
       (s.kind === 'roleplay' ? ' groups · ' : s.kind === 'council' ? ' questions · ' : ' questions · ') +
       s.n_messages + (s.kind === 'council' ? ' moves' : ' messages') + ' · conditions: ' + s.conditions.join(', ')}));
@@ -147,6 +148,7 @@
           if (l.n_unmatched) extra.push(l.n_unmatched + ' rows match no turn');
           if (l.n_answer_mismatch) extra.push(l.n_answer_mismatch + ' rows whose answer differs from the turn\'s');
           if (l.shown) extra.push(l.shown);
+          if (l.state) extra.push('record: ' + l.state);
           return el('li', null, '[' + (i + 1) + '] ' + l.kind + ': ' + l.path + ' (' + l.how + (extra.length ? '; ' + extra.join('; ') : '') + ')');
         }))));
     } else if (s.kind === 'debate') {

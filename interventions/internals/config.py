@@ -10,6 +10,7 @@ from typing import Literal, Optional, Union
 from pydantic import Field, field_validator, model_validator
 
 from chorus.core.config import Strict
+from chorus.core.runs import RunName
 from chorus.serving.spec import ModelSpec, RoleSpec
 from chorus.interventions.config import SourcedConfig, fold_flat_source, load as load_influence
 
@@ -130,7 +131,7 @@ class ConceptSpec(Strict):
 
 
 class InternalsConfig(SourcedConfig):
-    name: str = "internals"
+    name: RunName = "internals"
     knockout: KnockoutSpec = KnockoutSpec()
     patch: PatchSpec = PatchSpec()
     probe: ProbeSpec = ProbeSpec()

@@ -32,6 +32,7 @@ from chorus.interventions.internals.config import InternalsConfig
 from chorus.interventions.probes import probe_activations, probe_contexts, probe_layers
 from chorus.serving.profiles import embedded_note, get_profile
 from chorus.simulate.debate.prompts import load_prompts
+from chorus.core.config import InputError
 
 SIZES: dict[str, dict[str, Any]] = {
     # layers: "thirds" = first, ~1/3, ~2/3, last; "every4" = every fourth and the last (demo_layers)
@@ -46,13 +47,13 @@ def demo_layers(n_layers: int, rule: str) -> list[int]:
     """The demo's layer indices for a model of ``n_layers`` layers: "thirds" (SmolLM2's 30 ->
     [0, 10, 20, 29]; gemma-3-270m's 18 -> [0, 6, 12, 17]) or "every4" (30 -> 0, 4, .., 28, 29)."""
     if n_layers < 1:
-        raise ValueError(f"a model needs at least one layer, got {n_layers}")
+        raise InputError(f"a model needs at least one layer, got {n_layers}")
     if rule == "thirds":
         picks = [0, round(n_layers / 3), round(2 * n_layers / 3), n_layers - 1]
     elif rule == "every4":
         picks = list(range(0, n_layers, 4)) + [n_layers - 1]
     else:
-        raise ValueError(f"unknown layer rule {rule!r}: thirds or every4")
+        raise InputError(f"unknown layer rule {rule!r}: thirds or every4")
     return list(dict.fromkeys(min(p, n_layers - 1) for p in picks))
 
 
@@ -69,7 +70,7 @@ def run_demo(out: Path, *, profile: str, size: str = "tiny", progress: Callable[
     whose round-0 turns supply the contexts (the demo passes its debate stage: no second generation
     pass on transformers); else round 0 is generated here."""
     if size not in SIZES:
-        raise ValueError(f"size must be one of {', '.join(SIZES)}, got {size!r}")
+        raise InputError(f"size must be one of {', '.join(SIZES)}, got {size!r}")
     z = SIZES[size]
     layers = demo_layers(model_layers(profile), z["layers"])
     cfg = InternalsConfig.model_validate({

@@ -11,6 +11,7 @@ import time
 from typing import Any, Iterator
 
 from chorus.serving.backends import Finished
+from chorus.serving.profiles import ModelError
 from chorus.serving.types import Sampling
 
 
@@ -48,7 +49,12 @@ class HFBackend:
         kw: dict[str, Any] = {"dtype": getattr(torch, dtype)}
         if attn_implementation:
             kw["attn_implementation"] = attn_implementation
-        model = AutoModelForCausalLM.from_pretrained(path, **kw).to(self.device).eval()
+        try:
+            model = AutoModelForCausalLM.from_pretrained(path, **kw)
+        except ValueError as err:   # transformers refusing an option's value (attn_implementation) or the folder
+            how = f" with attn_implementation={attn_implementation!r}" if attn_implementation else ""
+            raise ModelError(f"{path}: transformers cannot load it{how}: {' '.join(str(err).split())}") from None
+        model = model.to(self.device).eval()
         self._adopt(model, AutoTokenizer.from_pretrained(path), max_model_len, batch_size, token_budget)
 
     @classmethod

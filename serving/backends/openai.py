@@ -43,6 +43,7 @@ from typing import Any, Iterator
 from chorus.serving.backends import Finished
 from chorus.serving.profiles import ModelError, Profile
 from chorus.serving.types import Sampling
+from chorus.core.config import InputError
 
 
 class EndpointError(RuntimeError):
@@ -118,7 +119,7 @@ class OpenAIBackend:
         self.sent = {e: 0 for e in self.endpoints}  # requests per endpoint, for provenance and tests
         self._lock = threading.Lock()
         if max_attempts < 1 or backoff_s < 0 or backoff_max_s < backoff_s or down_after < 1 or probe_every_s <= 0:
-            raise ValueError("openai backend: need max_attempts >= 1, 0 <= backoff_s <= backoff_max_s, "
+            raise InputError("openai backend: need max_attempts >= 1, 0 <= backoff_s <= backoff_max_s, "
                              "down_after >= 1 and probe_every_s > 0")
         self.retry = {"max_attempts": max_attempts, "backoff_s": backoff_s, "backoff_max_s": backoff_max_s,
                       "down_after": down_after, "probe_every_s": probe_every_s}
@@ -127,7 +128,7 @@ class OpenAIBackend:
         self.faults = {"retries": 0, "taken_out": 0, "brought_back": 0, "overloaded": 0}  # for provenance
         self.last_errors: dict[str, str] = {}
         if concurrency < 1:
-            raise ValueError("openai backend: concurrency (requests in flight per endpoint) must be >= 1")
+            raise InputError("openai backend: concurrency (requests in flight per endpoint) must be >= 1")
         self.per_endpoint = concurrency
         self.concurrency = concurrency * len(self.endpoints)
         self._limit = {e: float(concurrency) for e in self.endpoints}  # adaptive in-flight limit (AIMD)

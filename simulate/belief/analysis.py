@@ -18,6 +18,7 @@ import pandas as pd
 from . import core
 from .config import BeliefConfig
 from chorus.core.stats import cluster_bootstrap
+from chorus.core.config import InputError
 
 
 def pearson(x, y) -> float:
@@ -109,7 +110,7 @@ def fj_limit_gamma_to_1(kappa, b0, adjacency=None) -> np.ndarray:
     n = len(b0)
     kappa = np.broadcast_to(kappa, b0.shape)
     if not np.all(np.isfinite(kappa)):
-        raise ValueError("the gamma -> 1 limit is for populations without committed agents (kappa = inf); "
+        raise InputError("the gamma -> 1 limit is for populations without committed agents (kappa = inf); "
                          "with one the fixed point exists at gamma = 1")
     if adjacency is None:
         pi, comp = np.ones(n), np.zeros(n, dtype=int)
@@ -118,7 +119,7 @@ def fj_limit_gamma_to_1(kappa, b0, adjacency=None) -> np.ndarray:
         A = np.maximum(A, A.T)
         pi = A.sum(1)
         if np.any(pi == 0):
-            raise ValueError("adjacency has an isolated agent (no neighbours)")
+            raise InputError("adjacency has an isolated agent (no neighbours)")
         _, comp = connected_components(A, directed=False)
     out = np.empty(n)
     for c in np.unique(comp):

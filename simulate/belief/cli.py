@@ -13,7 +13,7 @@ from chorus.core.cliutil import fail as _fail
 from chorus.core.verbs import Option, Verb, register
 from chorus.serving.profiles import DEFAULT_PROFILE
 from chorus.core.config import ConfigError
-from chorus.core.runs import write_json
+from chorus.core.runs import check_output, write_json
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="Bayesian belief layer (BCA): run, sweep, report, calibrate.")
@@ -281,6 +281,7 @@ def models(runs: List[Path] = typer.Argument(..., help="Belief run directories o
 
     from chorus.simulate.belief.models_table import TableError, fmt, models_tables, wide_table3
     try:
+        check_output(out)   # never into (or over) a run directory
         t2, t3, sources = models_tables([str(p) for p in runs])
     except (TableError, ConfigError, FileNotFoundError) as err:
         _fail(err)

@@ -29,7 +29,8 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from chorus.core.config import ConfigError, Strict, load_named, load_yaml, resolve_config, set_dotted, validate
+from chorus.core.config import ConfigError, InputError, Strict, load_named, load_yaml, resolve_config, set_dotted, validate
+from chorus.core.runs import RunName
 from chorus.serving.spec import MaxTokens, ModelSpec, Sampling, Temperature, fold_legacy
 
 from .population import Population, Topology, check_population, check_topology
@@ -41,16 +42,16 @@ CONFIGS_DIR = Path(__file__).resolve().parent / "configs"
 def _check_seeds(v: int | list[int]) -> int | list[int]:
     if isinstance(v, int):
         if v < 1:
-            raise ValueError(f"seeds must be >= 1, got {v}")
+            raise InputError(f"seeds must be >= 1, got {v}")
     elif not v or len(set(v)) != len(v) or any(x < 0 for x in v):
-        raise ValueError(f"seeds must be distinct non-negative ints, got {v}")
+        raise InputError(f"seeds must be distinct non-negative ints, got {v}")
     return v
 
 
 class PopulationRun(Strict):
     """What every belief config starts with, in this order: a population of ``n_agents`` talking
     for ``rounds`` rounds, replicated over ``seeds`` under one root ``seed``."""
-    name: str = "belief"
+    name: RunName = "belief"
     mode: Literal["oracle", "llm"] = "oracle"
     seed: int = Field(0, ge=0, description="root seed: spawns every generator and model seed")
     seeds: int | list[int] = Field(5, description="replicates: a count (0..n-1) or a list")
@@ -151,7 +152,7 @@ MULTI_GENERATOR_TOKENS, MULTI_APPRAISER_TOKENS, MULTI_TAU = 90, 200, 1.0
 
 
 class BeliefConfig(PopulationRun):
-    name: str = "belief"
+    name: RunName = "belief"
     gamma: float = Field(0.7, gt=0.0, le=1.0)
     w: float = Field(1.0, gt=0.0)
     topology: Topology = Topology()
@@ -196,10 +197,10 @@ class BeliefConfig(PopulationRun):
     def _two_stances(self) -> None:
         """A two-stance topic: one concept, K = 2; ``auto`` initial credences are recorded as ``spread``."""
         if self.concepts:
-            raise ValueError(f"concepts: topic {self.topic!r} is a two-stance topic (one concept); set gamma, "
+            raise InputError(f"concepts: topic {self.topic!r} is a two-stance topic (one concept); set gamma, "
                              f"w and population at the top level")
         if self.couplings:
-            raise ValueError(f"couplings = true: topic {self.topic!r} is a two-stance topic and declares no couplings")
+            raise InputError(f"couplings = true: topic {self.topic!r} is a two-stance topic and declares no couplings")
         p = self.population
         if p.b0.kind == "auto":
             self.population = p.model_copy(update={"b0": p.b0.model_copy(update={"kind": "spread"})})
@@ -210,11 +211,11 @@ class BeliefConfig(PopulationRun):
         (the per-concept checks need the topic's K: ``check_against_topic``)."""
         why = f"a two-stance topic's; topic {self.topic!r} has concepts"
         if self.oracle.channel != ChannelCfg():
-            raise ValueError(f"oracle.channel: the synthetic channel is {why}")
+            raise InputError(f"oracle.channel: the synthetic channel is {why}")
         if self.channel_correction != "none":
-            raise ValueError(f"channel_correction = {self.channel_correction!r}: a channel correction is {why}")
+            raise InputError(f"channel_correction = {self.channel_correction!r}: a channel correction is {why}")
         if self.sweep:
-            raise ValueError(f"sweep: a sweep grid is {why} (run one config per condition)")
+            raise InputError(f"sweep: a sweep grid is {why} (run one config per condition)")
         llm, upd = self.llm, {}
         if "max_tokens" not in llm.generator.model_fields_set:
             upd["generator"] = llm.generator.model_copy(update={"max_tokens": MULTI_GENERATOR_TOKENS})
@@ -225,7 +226,7 @@ class BeliefConfig(PopulationRun):
             upd["appraiser"] = llm.appraiser.model_copy(update=app)
         if llm.probe.enabled:
             if "enabled" in llm.probe.model_fields_set:
-                raise ValueError(f"llm.probe.enabled = true: the self-report probe is {why}")
+                raise InputError(f"llm.probe.enabled = true: the self-report probe is {why}")
             upd["probe"] = llm.probe.model_copy(update={"enabled": False})
         if upd:
             self.llm = llm.model_copy(update=upd)
@@ -254,7 +255,7 @@ class BeliefConfig(PopulationRun):
 
 class MultiBeliefConfig(BeliefConfig):
     """The one schema with ``chorus belief multi``'s defaults: a multi-concept topic."""
-    name: str = "multi"
+    name: RunName = "multi"
     topic: str = "aldenvale_council"
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from chorus.core.config import InputError
+
 __all__ = [
     "step", "credence", "prior_counts", "discounted_count", "total_count", "step_coefficients",
     "fj_step", "fj_lambda", "stationary_point", "fj_fixed_point", "eta_schedule",
@@ -20,13 +22,13 @@ __all__ = [
 def check_gamma(gamma) -> None:
     g = np.asarray(gamma, dtype=float)
     if np.any(~np.isfinite(g)) or np.any(g <= 0) or np.any(g > 1):
-        raise ValueError(f"gamma must lie in (0, 1], got {gamma!r}")
+        raise InputError(f"gamma must lie in (0, 1], got {gamma!r}")
 
 
 def check_kappa(kappa) -> None:
     k = np.asarray(kappa, dtype=float)
     if np.any(np.isnan(k)) or np.any(k <= 0):
-        raise ValueError(f"kappa must be > 0 (inf = committed), got {kappa!r}")
+        raise InputError(f"kappa must be > 0 (inf = committed), got {kappa!r}")
 
 
 def step(alpha, beta, alpha0, beta0, e, gamma=0.7, w=1.0):
@@ -110,7 +112,7 @@ def fj_fixed_point(kappa, b0, gamma=0.7, w=1.0, *, adjacency=None):
     b0 = np.asarray(b0, dtype=float)
     n = b0.shape[-1]
     if n < 2:
-        raise ValueError(f"need at least 2 agents, got N={n}")
+        raise InputError(f"need at least 2 agents, got N={n}")
     kappa = np.broadcast_to(np.asarray(kappa, dtype=float), b0.shape)
     check_kappa(kappa)
     check_gamma(gamma)
@@ -120,11 +122,11 @@ def fj_fixed_point(kappa, b0, gamma=0.7, w=1.0, *, adjacency=None):
         A = np.asarray(adjacency, dtype=float)
         deg = A.sum(-1, keepdims=True)
         if np.any(deg == 0):
-            raise ValueError("adjacency has an isolated agent (no neighbours)")
+            raise InputError("adjacency has an isolated agent (no neighbours)")
         W = A / deg
     lam = fj_lambda(kappa, gamma, w)
     if np.any(np.all(lam == 1.0, axis=-1)):
-        raise ValueError("the FJ system is singular: at gamma = 1 with no committed agent every "
+        raise InputError("the FJ system is singular: at gamma = 1 with no committed agent every "
                          "consensus is a fixed point (no unique reference)")
     eye = np.eye(n)
     M = eye - lam[..., :, None] * W
@@ -132,7 +134,7 @@ def fj_fixed_point(kappa, b0, gamma=0.7, w=1.0, *, adjacency=None):
     try:
         return np.linalg.solve(M, rhs[..., None])[..., 0]
     except np.linalg.LinAlgError:
-        raise ValueError("the FJ system is singular: at gamma = 1 with no committed agent every "
+        raise InputError("the FJ system is singular: at gamma = 1 with no committed agent every "
                          "consensus is a fixed point (no unique reference)") from None
 
 

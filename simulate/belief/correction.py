@@ -50,7 +50,7 @@ import pandas as pd
 from pydantic import Field
 
 from chorus.core.config import ConfigError, Strict, load_config, load_named
-from chorus.core.runs import RunDir, library_versions, write_json
+from chorus.core.runs import RunDir, amends_run, library_versions, write_json
 
 from . import calibration
 from .config import BeliefConfig, ChannelCfg, Condition
@@ -157,6 +157,7 @@ def correction_path(topic: str, model: str) -> Path:
     return calibration.fit_path(topic, model, CORRECTION_SUFFIX)
 
 
+@amends_run   # writes into the run: held, checked first, its record renewed after
 def fit_run(run_dir: str | Path, *, model: str | None = None, topic: str | None = None,
             min_events: int = MIN_EVENTS, store: bool = True, seed: int = 0, n_folds: int = FOLDS,
             plot: bool = True) -> dict[str, Any]:

@@ -19,6 +19,7 @@ import pandas as pd
 from chorus.core.seeding import rng
 
 from . import analysis
+from chorus.core.config import InputError
 
 STREAM_BOOT = 32
 
@@ -57,12 +58,12 @@ def additive_fit(B: np.ndarray, anchor: int | None = None) -> dict[str, np.ndarr
     apps = [a for a in range(M) if seen.reshape(M, M)[:, a].any()]
     pairs = [(g, a) for g in range(M) for a in range(M) if seen[g * M + a]]
     if not pairs:
-        raise ValueError("no pair has a finite value (no valid appraisal; for the slope, a single speaker belief)")
+        raise InputError("no pair has a finite value (no valid appraisal; for the slope, a single speaker belief)")
     if anchor is not None and anchor not in apps:
-        raise ValueError(f"the anchor (model {anchor}) has no valid appraisal to anchor on")
+        raise InputError(f"the anchor (model {anchor}) has no valid appraisal to anchor on")
     X = design(len(gens), len(apps), [(gens.index(g), apps.index(a)) for g, a in pairs])
     if np.linalg.matrix_rank(X) < X.shape[1]:
-        raise ValueError(f"the observed pairs {pairs} do not identify the additive model (every generator and "
+        raise InputError(f"the observed pairs {pairs} do not identify the additive model (every generator and "
                          f"every appraiser must be linked through observed pairs)")
     with np.errstate(invalid="ignore"):
         theta = flat[:, seen] @ np.linalg.pinv(X).T  # rows with a NaN stay NaN

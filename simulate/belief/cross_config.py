@@ -12,6 +12,7 @@ from typing import Literal, Optional
 from pydantic import Field, model_validator
 
 from chorus.core.config import Strict
+from chorus.core.runs import RunName
 from chorus.serving.spec import Backend, Dtype, ModelSpec, RoleSpec
 
 from .config import AppraiserCfg, GeneratorCfg, load_command_config
@@ -52,7 +53,7 @@ class CrossAnalysisCfg(Strict):
 
 
 class CrossConfig(Strict):
-    name: str = "cross"
+    name: RunName = "cross"
     mode: Literal["llm", "synthetic"] = "llm"
     seed: int = Field(0, ge=0, description="root seed: generated utterances, subsampling, bootstrap")
     models: list[RoleSpec] = Field(default_factory=list, description="the panel: one role per model, a profile "

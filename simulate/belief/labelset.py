@@ -38,7 +38,7 @@ from .config import GeneratorCfg, load_command_config
 from .roles import GEN, LLMGenerator, RunKey, Turn
 from .topics import _LOWER, _LOWER2, _UPPER, Topic, load_topic
 from chorus.serving.roles import plan_roles
-from chorus.core.runs import RunDir
+from chorus.core.runs import check_output, RunDir
 
 STREAM_SHUFFLE = 41
 TOPUP_FACTOR = 3          # default cap on draws per bin, in multiples of per_bin
@@ -202,6 +202,8 @@ def run_labelset(cfg: LabelsetConfig, out: Path, run_dir: Path | None = None, en
     if out.exists() and not out.is_file():
         raise ConfigError(f"--out {out}: is a directory; give a .csv file path")
     refuse_labelled(out)
+    for f in (out, sibling(out, ".key.csv"), sibling(out, ".instructions.txt")):
+        check_output(f)   # the sheet and its two files: never over (or into) a run's record
     if engine is None:
         from chorus.serving.profiles import get_profile
         get_profile(cfg.model.profile)   # an unknown profile fails before any directory exists

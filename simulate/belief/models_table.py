@@ -27,6 +27,7 @@ import pandas as pd
 
 from .analysis import pearson
 from chorus.core.runs import RunDir
+from chorus.core.config import InputError
 
 POOLED = ("channel_pearson", "belief_probe_r", "appraisal_failure_rate")
 FROM_RUN = ("degroot_initial_mean", "degroot_landing", "fj_persists", "fj_r2", "committed_monotone",
@@ -35,7 +36,7 @@ KAPPA = ("kappa_spearman", "kappa_spearman_by_seed_min", "kappa_spearman_every_s
 ROWS = ("runs", "appraiser_tau", *POOLED, *FROM_RUN, *KAPPA)
 
 
-class TableError(ValueError):
+class TableError(InputError):
     """A run that cannot be read into the table (one line naming it)."""
 
 

@@ -15,12 +15,13 @@ from typing import Any, Sequence
 
 from chorus.core.paper import copy_figures, fmt, md_table, missing_line, run_plots, write_paper
 from chorus.core.runs import file_sha256, json_safe
+from chorus.core.config import InputError
 
 SCHEMA = "chorus.belief-paper/1"
 LLM = "--set mode=llm --set llm.model=PROFILE"
 
 
-class PaperError(ValueError):
+class PaperError(InputError):
     """A run that cannot be read into the report (one line naming it)."""
 
 
@@ -183,6 +184,4 @@ def render(numbers: dict[str, Any], out: Path) -> str:
 
 def build_paper(run_dirs: Sequence[str | Path], out: str | Path) -> Path:
     """``out/numbers.json`` from the runs, then ``out/paper.md`` from it; returns paper.md."""
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    return write_paper(out, export(run_dirs), render)[0]
+    return write_paper(Path(out), export(run_dirs), render)[0]   # write_paper makes the folder, never in a run

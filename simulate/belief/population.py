@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import networkx as nx
 import numpy as np
 from pydantic import Field, field_validator, model_validator
 
-from chorus.core.config import ConfigError, Strict
+from chorus.core.config import ConfigError, InputError, Strict
 from chorus.core.seeding import rng
 
 from . import dirichlet
@@ -80,11 +80,11 @@ def check_topology(t: "Topology", n: int) -> None:
     if t.kind == "edges":
         bad = [e for e in t.edges if not (0 <= e[0] < n and 0 <= e[1] < n) or e[0] == e[1]]
         if bad:
-            raise ValueError(f"topology.edges has invalid edges for n_agents={n}: {bad[:5]}")
+            raise InputError(f"topology.edges has invalid edges for n_agents={n}: {bad[:5]}")
     if t.kind in ("ring", "small_world") and t.k >= n:
-        raise ValueError(f"topology.k = {t.k} must be < n_agents = {n}")
+        raise InputError(f"topology.k = {t.k} must be < n_agents = {n}")
     if t.kind == "scale_free" and t.m >= n:
-        raise ValueError(f"topology.m = {t.m} must be < n_agents = {n}")
+        raise InputError(f"topology.m = {t.m} must be < n_agents = {n}")
 
 
 class Population(Strict):
@@ -108,7 +108,7 @@ class Population(Strict):
     committed_fraction: float = Field(0.1, ge=0.0, lt=1.0)
     committed_b: float = Field(1.0, ge=0.0, le=1.0)
     free_b0: float = Field(0.05, ge=0.0, le=1.0)
-    kappas: list[float] | None = None
+    kappas: list[Annotated[float, Field(allow_inf_nan=True)]] | None = None   # .inf: committed (NaN refused below)
 
     @field_validator("kappa", "stubborn_kappa", "pliable_kappa")
     @classmethod

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping, Sequence
 
 from chorus.aggregate.trace import Trace, as_traces
+from chorus.core.config import InputError
 
 
 def _endorsed(tr: Trace, j: int) -> str | None:
@@ -41,7 +42,7 @@ def compliance(traces: Iterable[Trace | Mapping[str, Any]], adversaries: Sequenc
         if not advs:
             continue
         if tr.gold is None:
-            raise ValueError(f"task {tr.task_id!r}: compliance needs the gold answer")
+            raise InputError(f"task {tr.task_id!r}: compliance needs the gold answer")
         n_traces += 1
         held: dict[str, str | None] = {}
         always_anti = {a: True for a in advs}

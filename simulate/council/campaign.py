@@ -22,6 +22,7 @@ from pydantic import Field, field_validator
 from chorus.aggregate.trace import load_traces
 from chorus.core.config import Strict, load_config
 from chorus.core.runs import RunDir, file_sha256, json_safe, mark_failed, write_json
+from chorus.core.stats import check_tolerance
 from chorus.simulate.council.campaign_inputs import CampaignError, collect
 from chorus.simulate.council.campaign_sections import SECTIONS, Context, Options
 from chorus.simulate.council.config import DEFAULT_AGG_METHODS
@@ -203,6 +204,7 @@ def verify_campaign(campaign: str | Path, *, full: bool = False, tolerance: floa
     """Re-derive the numbers file from its stores: every trace file's sha256, the inventory recounted in
     plain Python, then the cheap sections (``full``: every section) re-exported and compared number by
     number. Returns (numbers compared, mismatches, sections re-derived)."""
+    tolerance = check_tolerance(tolerance)
     root = Path(campaign)
     numbers = read_numbers(root)
     cfg = load_config(root / "config.yaml", CampaignConfig) if (root / "config.yaml").is_file() else None

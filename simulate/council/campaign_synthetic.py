@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from chorus.aggregate.synthetic import Adversary, CouncilSpec, generate_council
 from chorus.aggregate.trace import Trace, dump_traces
+from chorus.core.config import InputError
 
 # (dataset, K, seat reliabilities): the binary sets differ a little, the seats' order of merit does not
 DATASETS = (("claims_a", 2, (0.78, 0.70, 0.66)), ("claims_b", 2, (0.74, 0.70, 0.62)),
@@ -21,7 +22,7 @@ def write_store(out: str | Path, *, n_questions: int = 200, seeds: int = 3, seed
     """Write the store; returns its trace files. ``n_questions`` per dataset, each generated ``seeds`` times."""
 
     if n_questions < 10 or seeds < 1:
-        raise ValueError(f"a synthetic store needs n_questions >= 10 and seeds >= 1, got {n_questions}, {seeds}")
+        raise InputError(f"a synthetic store needs n_questions >= 10 and seeds >= 1, got {n_questions}, {seeds}")
     root = Path(out)
     (root / "traces").mkdir(parents=True, exist_ok=True)
     files = []

@@ -18,7 +18,8 @@ from chorus.core.cliutil import fail as _fail
 from chorus.core.cliutil import parse_overrides as _overrides
 from chorus.core.verbs import Option, Verb, register
 from chorus.serving.profiles import DEFAULT_PROFILE
-from chorus.core.config import ConfigError
+from chorus.core.config import ConfigError, InputError, validate
+from chorus.core.runs import check_output
 from chorus.core.progress import progress as _progress
 
 council_app = typer.Typer(no_args_is_help=True, add_completion=False,
@@ -38,7 +39,7 @@ def _with_data(set_: Optional[List[str]], data: Optional[Path]) -> dict:
 
 def _errors():
     from chorus.aggregate.errors import LabelError, TraceError
-    return (ConfigError, TraceError, LabelError, FileNotFoundError, ValueError)
+    return (ConfigError, TraceError, LabelError, FileNotFoundError, InputError)
 
 
 def _print(path: Path, s: dict) -> None:
@@ -65,13 +66,13 @@ register(Verb(
     "council", "run", help="Deliberate in lockstep, write trace JSONL, run the LLM baselines, aggregate every trace file.",
     config_help="Council config (a path or a shipped name: tiny, small, full).",
     load="chorus.simulate.council.config:load", run="chorus.simulate.council.experiment:run_council_experiment",
-    check="chorus.simulate.council.experiment:plan_engines", report="chorus.simulate.council.experiment:report",
+    check="chorus.simulate.council.experiment:check_run", report="chorus.simulate.council.experiment:report",
     recompute_alias="report", show=_show, unit="seat-turns", model="seats.*.profile",
     configs="chorus.simulate.council.config:CONFIGS_DIR/*.yaml",
     options=(Option("data", "--data", Optional[Path], None, _DATA_HELP, "config:data_dir"),
              Option("no_aggregate", "--no-aggregate", bool, False, "Only generate (aggregate later with report).",
                     "run:aggregate", negate=True)),
-    errors=("chorus.aggregate.errors:TraceError", "chorus.aggregate.errors:LabelError", "builtins:ValueError",
+    errors=("chorus.aggregate.errors:TraceError", "chorus.aggregate.errors:LabelError", "chorus.core.config:InputError",
             "chorus.serving.profiles:ModelError")))
 add_verbs(council_app, "council")
 
@@ -167,10 +168,13 @@ def campaign(inputs: List[Path] = typer.Argument(..., help="Council run director
     from chorus.simulate.council.campaign import CampaignConfig, build_campaign
     from chorus.simulate.council.paper import render_paper
     try:
-        cfg = CampaignConfig(inputs=[str(p.resolve()) for p in inputs], sections=section or None,
-                             methods=method or None, n_resamples=n_resamples, seed=seed,
-                             budgets=[int(b) for b in budgets.split(",") if b.strip()],
-                             sweeps=[str(p.resolve()) for p in sweep or []])
+        if not all(b.strip().isdigit() for b in budgets.split(",") if b.strip()):
+            raise ConfigError(f"--budgets {budgets!r}: expected whole numbers, comma-separated")
+        cfg = validate(CampaignConfig, dict(inputs=[str(p.resolve()) for p in inputs], sections=section or None,
+                                            methods=method or None, n_resamples=n_resamples, seed=seed,
+                                            budgets=[int(b) for b in budgets.split(",") if b.strip()],
+                                            sweeps=[str(p.resolve()) for p in sweep or []]),
+                       source="chorus council campaign")
         with _progress("campaign", "sections") as prog:
             path = build_campaign(cfg, out, progress=prog)
         md = render_paper(out) if paper else None
@@ -223,6 +227,7 @@ def synthetic(out: Path = typer.Option(..., "--out", help="Trace store to write 
     generation seeds (count-level councils, no model)."""
     from chorus.simulate.council.campaign_synthetic import write_store
     try:
+        check_output(out)   # a trace store of its own: never inside a run directory
         files = write_store(out, n_questions=questions, seeds=seeds, seed=seed)
     except _campaign_errors() as err:
         _fail(err)

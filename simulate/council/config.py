@@ -8,7 +8,8 @@ from typing import Annotated, Any, Literal, Optional
 
 from pydantic import Field, field_validator, model_validator
 
-from chorus.core.config import Strict, load_named, resolve_config
+from chorus.core.config import InputError, Strict, load_named, resolve_config
+from chorus.core.runs import RunName
 from chorus.serving.spec import Backend, Dtype, MaxTokens, ModelSpec, RoleSpec, Sampling, engine_conflict
 
 CONFIGS_DIR = Path(__file__).resolve().parent / "configs"
@@ -55,7 +56,7 @@ class ConditionSpec(Strict):
     """A council condition: ``adversaries`` names the persistent stealth seats (A1..AI); ``swap``
     seats another model or persona in a seat for this condition only (``{A3: {profile: gemma3-270m}}``).
     A swapped seat may also be an adversary: the stand-in then plays the stealth role."""
-    name: str
+    name: RunName   # names the condition's trace files: a plain name, never a path
     adversaries: list[str] = Field(default_factory=list)
     swap: dict[str, SwapSpec] = Field(default_factory=dict, description="seat (A1..AI) -> its stand-in")
 
@@ -114,7 +115,7 @@ class JudgeSpec(RoleSpec):
 
 
 class CouncilConfig(Strict):
-    name: str = "council"
+    name: RunName = "council"
     seed: int = Field(0, ge=0)
     gen_seeds: list[int] = Field(default_factory=lambda: [0], min_length=1, description="generation seeds (repeats)")
     data: list[DataSpec] = Field(default_factory=lambda: [DataSpec(dataset="truthfulqa_claims", n=10)], min_length=1)
@@ -228,7 +229,7 @@ class CouncilConfig(Strict):
             first = by_profile.setdefault(spec.profile, (role, spec))
             msg = engine_conflict(first, (role, spec)) if first[0] != role else None
             if msg:
-                raise ValueError(msg)
+                raise InputError(msg)
         return {p: s for p, (_r, s) in by_profile.items()}
 
     def profiles(self) -> list[str]:

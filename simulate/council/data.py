@@ -82,10 +82,14 @@ def load_tasks(dataset: str, n: int | None, *, seed: int = 0, data_dir: str | Pa
     pool, excluded, loaded = _tasks(dataset, data_dir, subjects, max_context_chars)
     if not pool:
         raise DataError(f"{dataset}: no usable rows ({len(excluded)} excluded)")
+    if n is not None and n > len(pool):   # never a silent "all of them" in place of what was asked
+        why = f"; {len(excluded)} rows excluded {loaded.excluded_by_reason()}" if excluded else ""
+        raise DataError(f"{dataset}: n = {n} tasks asked for, but the set holds only {len(pool)} usable tasks"
+                        f"{why}; ask for at most {len(pool)}, or leave n unset for all of them")
     balanced = (dataset == "pubmedqa") if balanced is None else balanced
     g = rng(seed, 7, _STREAM[dataset])
     order = [pool[int(j)] for j in g.permutation(len(pool))]
-    if n is None or n >= len(order) and not balanced:
+    if n is None or n == len(order) and not balanced:
         chosen = order
     elif balanced:
         classes = list(order[0].candidates)

@@ -8,6 +8,7 @@ from typing import Any, Callable
 
 from chorus.simulate.council.config import load
 from chorus.simulate.council.experiment import run_council_experiment
+from chorus.core.config import InputError
 
 SIZES = {"tiny": "demo_tiny", "full": "demo_full"}
 
@@ -21,7 +22,7 @@ def run_demo(out: Path, *, size: str = "tiny", progress: Callable[[int, int], No
     vLLM beats transformers most on a CPU."""
 
     if size not in SIZES:
-        raise ValueError(f"size must be one of {', '.join(SIZES)}, got {size!r}")
+        raise InputError(f"size must be one of {', '.join(SIZES)}, got {size!r}")
     over: dict[str, Any] = {"models.backend": backend}
     if dtype is not None:  # else the config's
         over["models.dtype"] = dtype

@@ -31,7 +31,7 @@ from chorus.core.config import ConfigError, load_config
 from chorus.core.progress import Progress
 from chorus.core.runs import RunDir, amends_run, run_dir_path, write_json
 from chorus.serving.profiles import embedded_note
-from chorus.serving.roles import close_engines, hold_engines, plan_roles
+from chorus.serving.roles import check_new_tokens, close_engines, hold_engines, plan_roles
 from chorus.simulate.council import plots
 from chorus.simulate.council.adversary import compliance
 from chorus.simulate.council.config import CouncilConfig
@@ -54,7 +54,11 @@ def load_engines(cfg: CouncilConfig, store, plan=None) -> Any:
 def plan_engines(cfg: CouncilConfig):
     """The device plan over every role the run declares (seats, baselines, then the judge in its own
     phase: it runs after the council and the baselines are done); checked before any engine loads."""
-    return plan_roles(cfg.roles(), phase_of=lambda role: "judge" if role == "judge" else "council")
+    roles = cfg.roles()
+    check_new_tokens({r: s for r, s in roles.items() if r != "judge"}, cfg.generation.max_tokens, "generation.max_tokens")
+    if cfg.judge is not None:
+        check_new_tokens({"judge": roles["judge"]}, cfg.judge.max_tokens, "judge.max_tokens")
+    return plan_roles(roles, phase_of=lambda role: "judge" if role == "judge" else "council")
 
 
 def select_tasks(cfg: CouncilConfig, skipped: list[str] | None = None):
@@ -89,17 +93,7 @@ def trace_file(run_dir: Path, dataset: str, condition: str) -> Path:
 def run_council_experiment(cfg: CouncilConfig, out: Path | None = None, *, progress: Progress | None = None,
                            engines: dict[str, Any] | None = None, make_plots: bool = True,
                            aggregate: bool = True) -> tuple[RunDir, dict[str, Any]]:
-    P = load_prompts(cfg.prompts)
-    data = select_tasks(cfg)  # fails before any model call
-    for s in cfg.seats:
-        if s.persona not in P["personas"]:
-            raise ConfigError(f"seats: persona {s.persona!r} is not defined in prompts {cfg.prompts!r} "
-                              f"({', '.join(P['personas'])})")
-    for role, s in cfg.swap_roles().items():
-        if s.persona not in P["personas"]:
-            agent, cond = role.split("@", 1)
-            raise ConfigError(f"conditions ({cond}): swap.{agent}.persona {s.persona!r} is not defined in prompts "
-                              f"{cfg.prompts!r} ({', '.join(P['personas'])})")
+    P, data = check_inputs(cfg)  # fails before any model call
     owned = engines is None
     plan = plan_engines(cfg) if owned else None  # a plan that cannot fit fails here, before the run directory
     run = RunDir.create(run_dir_path(out, "council", cfg.name), part="council", config=cfg,
@@ -115,6 +109,29 @@ def run_council_experiment(cfg: CouncilConfig, out: Path | None = None, *, progr
     finally:
         if owned:
             close_engines(engines if not isinstance(engines, dict) else engines.values())
+
+
+def check_inputs(cfg: CouncilConfig) -> tuple[dict, list]:
+    """The prompts, the tasks of every data entry and the personas the seats name: every input the run
+    reads before its models, checked (``--check`` too). Returns (prompts, tasks by data entry)."""
+    P = load_prompts(cfg.prompts)
+    data = select_tasks(cfg)
+    for s in cfg.seats:
+        if s.persona not in P["personas"]:
+            raise ConfigError(f"seats: persona {s.persona!r} is not defined in prompts {cfg.prompts!r} "
+                              f"({', '.join(P['personas'])})")
+    for role, s in cfg.swap_roles().items():
+        if s.persona not in P["personas"]:
+            agent, cond = role.split("@", 1)
+            raise ConfigError(f"conditions ({cond}): swap.{agent}.persona {s.persona!r} is not defined in prompts "
+                              f"{cfg.prompts!r} ({', '.join(P['personas'])})")
+    return P, data
+
+
+def check_run(cfg: CouncilConfig):
+    """``--check``: every input (``check_inputs``), then the device plan it prints."""
+    check_inputs(cfg)
+    return plan_engines(cfg)
 
 
 def _run(cfg: CouncilConfig, run: RunDir, engines: Any, P: dict, data: list, progress: Progress | None,

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from chorus.core.paper import fmt, md_table
+from chorus.core.runs import amends_run
 from chorus.simulate.council.campaign import read_numbers
 from chorus.core.plots import subplots
 
@@ -498,6 +499,7 @@ class Paper:
         return head + "\n" + "\n".join(self.parts)
 
 
+@amends_run(exempt=("paper.md", "figures/"))   # into the sealed campaign: held, checked, its record renewed
 def render_paper(campaign: str | Path) -> Path:
     root = Path(campaign)
     numbers = read_numbers(root)

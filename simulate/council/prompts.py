@@ -22,7 +22,9 @@ FORCES = ("propose", "concede", "challenge")
 
 
 def load_prompts(name: str = DEFAULT_PROMPTS) -> dict[str, Any]:
-    return load_prompt_file(name, PROMPTS_DIR)
+    """Council prompts by name or path; a user's file must hold every template of the shipped ones (its
+    personas are its own)."""
+    return load_prompt_file(name, PROMPTS_DIR, DEFAULT_PROMPTS, ("personas",))
 
 
 def rubric_probability(level: str, K: int) -> float:

@@ -10,7 +10,6 @@ from ``$CHORUS_DATA``.
 """
 from __future__ import annotations
 
-import csv
 import hashlib
 import json
 import os
@@ -159,6 +158,31 @@ def _read_json(path: Path) -> Any:
         raise DataError(f"{path}: not valid JSON ({err.msg} at line {err.lineno})") from None
 
 
+def _read_csv(path: Path, columns: tuple[str, ...], dataset: str) -> list[dict[str, str]]:
+    """A CSV's rows as dicts of text. The header must name every one of ``columns`` and at least one
+    row must follow: a lost column, an empty file or a header alone is one error naming the file and
+    what it lacks (never a set or subdomain that silently shrinks to nothing, row by row). A UTF-8
+    byte-order mark is read as one (``utf-8-sig``), not as part of the first column's name; every
+    cell is text as written ("None", "NA" and empty cells stay strings, not missing values)."""
+    import pandas as pd
+
+    try:
+        df = pd.read_csv(path, dtype=str, keep_default_na=False, na_filter=False, encoding="utf-8-sig")
+    except pd.errors.EmptyDataError:
+        raise DataError(f"{path}: the file is empty (no header, no rows) (set {dataset!r})") from None
+    except pd.errors.ParserError as err:
+        raise DataError(f"{path}: not a readable CSV ({' '.join(str(err).split())}) (set {dataset!r})") from None
+    except UnicodeDecodeError as err:
+        raise DataError(f"{path}: not UTF-8 text (byte {err.start}) (set {dataset!r})") from None
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise DataError(f"{path}: missing column(s) {', '.join(map(repr, missing))} (the header has "
+                        f"{', '.join(map(repr, df.columns))}) (set {dataset!r})")
+    if df.empty:
+        raise DataError(f"{path}: a header and no rows (set {dataset!r})")
+    return df.to_dict("records")
+
+
 def _bool_gold(v: Any) -> bool | None:
     """Gold encoded as bool, 0/1 int or 0.0/1.0 float; anything else is missing."""
     if isinstance(v, bool):
@@ -188,18 +212,17 @@ def truthfulqa(root: Path) -> Loaded:
     callers shuffle the order. Rows whose two answers are empty or equal are excluded."""
     f = root / "truthfulqa" / "TruthfulQA.csv"
     recs, exc = [], []
-    with f.open(encoding="utf-8", newline="") as fh:
-        for i, r in enumerate(csv.DictReader(fh)):
-            q, good, bad = _text(r.get("Question")), _text(r.get("Best Answer")), _text(r.get("Best Incorrect Answer"))
-            if not q or not good or not bad:
-                exc.append({"dataset": "truthfulqa", "row": i, "reason": "missing question or best (incorrect) answer"})
-                continue
-            if good.lower() == bad.lower():
-                exc.append({"dataset": "truthfulqa", "row": i, "reason": "best and best incorrect answers are equal"})
-                continue
-            recs.append(Record(id=f"tqa-{i}", dataset="truthfulqa", question=q, labels=("A", "B"), options=(good, bad),
-                               gold="A", file=_rel(root, f), row=i,
-                               meta={"category": r.get("Category"), "type": r.get("Type")}))
+    for i, r in enumerate(_read_csv(f, ("Question", "Best Answer", "Best Incorrect Answer"), "truthfulqa")):
+        q, good, bad = _text(r.get("Question")), _text(r.get("Best Answer")), _text(r.get("Best Incorrect Answer"))
+        if not q or not good or not bad:
+            exc.append({"dataset": "truthfulqa", "row": i, "reason": "missing question or best (incorrect) answer"})
+            continue
+        if good.lower() == bad.lower():
+            exc.append({"dataset": "truthfulqa", "row": i, "reason": "best and best incorrect answers are equal"})
+            continue
+        recs.append(Record(id=f"tqa-{i}", dataset="truthfulqa", question=q, labels=("A", "B"), options=(good, bad),
+                           gold="A", file=_rel(root, f), row=i,
+                           meta={"category": r.get("Category"), "type": r.get("Type")}))
     return Loaded(recs, exc, root, {_rel(root, f): _sha(f)})
 
 
@@ -221,6 +244,9 @@ def truthfulqa_claims(root: Path) -> Loaded:
     return Loaded(recs, exc, root, base.files)
 
 
+MMLU_COLUMNS = ("question", "choice0", "choice1", "choice2", "choice3", "answer")
+
+
 def mmlu(root: Path, subjects: list[str] | tuple[str, ...] | None = None,
          skip: tuple[str, ...] = ()) -> Loaded:
     """MMLU test, one file per subject; options A-D. Rows with a gold outside 0-3 or empty or
@@ -238,20 +264,19 @@ def mmlu(root: Path, subjects: list[str] | tuple[str, ...] | None = None,
         if (subjects and subj not in subjects) or subj in skip:
             continue
         hashes[_rel(root, f)] = _sha(f)
-        with f.open(encoding="utf-8", newline="") as fh:
-            for i, r in enumerate(csv.DictReader(fh)):
-                ans = (r.get("answer") or "").strip()
-                if ans not in ("0", "1", "2", "3"):
-                    exc.append({"dataset": "mmlu", "row": f"{subj}:{i}", "reason": f"missing gold: answer = {ans!r}"})
-                    continue
-                opts = tuple((r.get(f"choice{k}") or "").strip() for k in range(4))
-                q = _text(r.get("question"))
-                if not q or any(not o for o in opts) or len({o.lower() for o in opts}) < 4:
-                    exc.append({"dataset": "mmlu", "row": f"{subj}:{i}", "reason": "empty or duplicated options"})
-                    continue
-                recs.append(Record(id=f"mmlu-{subj}-{i}", dataset="mmlu", question=q, labels=("A", "B", "C", "D"),
-                                   options=opts, gold="ABCD"[int(ans)], file=_rel(root, f), row=i,
-                                   meta={"subject": subj}))
+        for i, r in enumerate(_read_csv(f, MMLU_COLUMNS, "mmlu")):
+            ans = (r.get("answer") or "").strip()
+            if ans not in ("0", "1", "2", "3"):
+                exc.append({"dataset": "mmlu", "row": f"{subj}:{i}", "reason": f"missing gold: answer = {ans!r}"})
+                continue
+            opts = tuple((r.get(f"choice{k}") or "").strip() for k in range(4))
+            q = _text(r.get("question"))
+            if not q or any(not o for o in opts) or len({o.lower() for o in opts}) < 4:
+                exc.append({"dataset": "mmlu", "row": f"{subj}:{i}", "reason": "empty or duplicated options"})
+                continue
+            recs.append(Record(id=f"mmlu-{subj}-{i}", dataset="mmlu", question=q, labels=("A", "B", "C", "D"),
+                               options=opts, gold="ABCD"[int(ans)], file=_rel(root, f), row=i,
+                               meta={"subject": subj}))
     return Loaded(recs, exc, root, hashes)
 
 

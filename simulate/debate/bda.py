@@ -39,6 +39,7 @@ from chorus.aggregate.trace import Move, Trace, dump_traces
 from chorus.core.plots import subplots
 from chorus.core.runs import RunDir, write_json
 from chorus.simulate.debate.questions import Item, load_items, validate_item, write_bench
+from chorus.core.config import InputError
 
 MAPPING: dict[str, Any] = {
     "version": 1,
@@ -55,7 +56,7 @@ MAPPING: dict[str, Any] = {
 }
 
 
-class DebateTraceError(ValueError):
+class DebateTraceError(InputError):
     """A debate run cannot be read as traces; the message names the run and the problem."""
 
 
@@ -216,7 +217,9 @@ def run_bda(run_dir: str | Path, *, condition: str = "debate", config: str | Pat
         raise DebateTraceError(f"{run_dir}: no labelled option question has a parsed turn in condition "
                                f"{condition!r} (left out: {info['left_out']})")
     out = Path(out) if out is not None else Path(run_dir) / f"bda-{condition}"
-    out.mkdir(parents=True, exist_ok=True)
+    # a run directory of its own (never the debate run's files): checked, held, sealed at its end
+    run = RunDir.create(out, part="debate-bda", command="debate bda", source_run=str(Path(run_dir).resolve()),
+                        condition=condition)
     write_json(out / "mapping.json", {**MAPPING, "source_run": str(Path(run_dir).resolve()), **info})
     summary: dict[str, Any] = {"source_run": str(Path(run_dir).resolve()), "condition": condition,
                                "mapping": MAPPING["version"], **info, "debate": _debate_numbers(run_dir, condition),
@@ -243,6 +246,7 @@ def run_bda(run_dir: str | Path, *, condition: str = "debate", config: str | Pat
     if make_plots:
         _plot(summary, out / "plots" / "bda_methods.png")
     write_json(out / "summary.json", summary)
+    run.finish()
     return out, summary
 
 

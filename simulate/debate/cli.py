@@ -12,7 +12,8 @@ from chorus.core.cliutil import add_verbs, model_option, parse_overrides, plots_
 from chorus.core.cliutil import fail as _fail
 from chorus.core.verbs import Option, Verb, register
 from chorus.serving.profiles import DEFAULT_PROFILE, embedded_note
-from chorus.core.config import ConfigError
+from chorus.core.config import ConfigError, InputError
+from chorus.core.runs import check_output
 
 debate_app = typer.Typer(no_args_is_help=True, add_completion=False,
                          help="Multi-agent debate vs matched reflection: bench, run, report.")
@@ -105,15 +106,21 @@ def bench_cmd(out: Path = typer.Option(Path("runs/bench/mad_bench.jsonl"), "--ou
     """Build a MAD-Bench-style JSONL (+ manifest) from the evaluation sets shipped with chorus (or --data)."""
     import json
 
-    from chorus.simulate.debate.questions import build_bench, write_bench
+    from chorus.simulate.debate.questions import bench_warnings, build_bench, write_bench
     try:
+        check_output(out)   # never over (or into) a run's record
+        check_output(Path(str(out) + ".manifest.json"))
         counts = {}
         for c in count or []:
             k, _, v = c.partition("=")
+            if not (v == "all" or v.isdigit()):
+                raise InputError(f"--count {c!r}: expected SUBDOMAIN=N (a whole number) or SUBDOMAIN=all")
             counts[k] = None if v == "all" else int(v)
         items, manifest = build_bench(data, seed=seed, counts=counts, scenario_frames=scenario_frames)
-    except (ConfigError, ValueError) as err:
+    except InputError as err:
         _fail(err)
+    for w in bench_warnings(manifest):   # a partial source is legitimate, but said and counted
+        typer.echo(f"warning: {w}", err=True)
     manifest["output_sha256"] = write_bench(items, out)
     Path(str(out) + ".manifest.json").write_text(json.dumps(manifest, indent=2))
     typer.echo(f"{len(items)} questions ({manifest['n_labelled']} labelled) -> {out}")
@@ -125,7 +132,7 @@ register(Verb(
     "debate", "run", help="Run debate and the matched reflection control in lockstep; write tables, summary, plots.",
     config_help="Debate config (a path or a shipped name, e.g. smoke).",
     load="chorus.simulate.debate.config:load", schema="chorus.simulate.debate.config:DebateConfig",
-    run="chorus.simulate.debate.experiment:run_debate", check="chorus.simulate.debate.experiment:plan_engines",
+    run="chorus.simulate.debate.experiment:run_debate", check="chorus.simulate.debate.experiment:check_run",
     report="chorus.simulate.debate.experiment:report", recompute_alias="report", show=_print_debate, unit="turns",
     errors=("chorus.serving.profiles:ModelError",), model="model.profile",
     configs="chorus.simulate.debate.config:CONFIGS_DIR/*.yaml"))
@@ -145,13 +152,13 @@ def judge(run_dir: Path = typer.Argument(..., help="A debate run directory."),
     from rich.console import Console
 
     from chorus.simulate.debate.experiment import report as _report
-    from chorus.simulate.judge import JudgeError, debate_judge
+    from chorus.simulate.judge import debate_judge
     judge_profile = renamed_option(judge_old, "--judge", "-m/--model", model) or DEFAULT_PROFILE
     try:
         info = debate_judge(run_dir, profile=judge_profile, backend=backend, max_tokens=max_tokens,
                             rerender=False)  # the judge post-processes; the whole report is re-rendered here
         summary = _report(run_dir, make_plots=plots)
-    except (ConfigError, FileNotFoundError, JudgeError, ValueError) as err:
+    except (InputError, FileNotFoundError) as err:
         _fail(err)
     _print_debate(Console(), run_dir, summary)
     typer.echo(f"judge {info['judge_profile']} (prompt {info['prompt_name']} {info['prompt_sha256'][:12]}): "
@@ -171,12 +178,11 @@ def bda(run_dir: Path = typer.Argument(..., help="A debate run directory."),
     from rich.console import Console
     from rich.table import Table
 
-    from chorus.aggregate.errors import LabelError, ProtocolError, TraceError
-    from chorus.simulate.debate.bda import DebateTraceError, run_bda
+    from chorus.simulate.debate.bda import run_bda
     try:
         path, s = run_bda(run_dir, condition=condition, config=config, overrides=parse_overrides(sets),
                           out=out, make_plots=plots)
-    except (ConfigError, DebateTraceError, FileNotFoundError, LabelError, ProtocolError, TraceError, ValueError) as err:
+    except (InputError, FileNotFoundError) as err:
         _fail(err)
     console = Console()
     console.print(f"{s['n_traces']} traces from {s['n_questions']} questions ({s['condition']}); left out "
@@ -246,7 +252,7 @@ register(Verb(
     set_help="Override a config field: key=value (repeatable).",
     options=(Option("config", "--config", Optional[Path], None, "A belief-reading config (YAML; default: the defaults).",
                     "config"),),
-    errors=("chorus.simulate.debate.stubbornness:BeliefReadError", "chorus.serving.profiles:ModelError", "builtins:ValueError")))
+    errors=("chorus.simulate.debate.stubbornness:BeliefReadError", "chorus.serving.profiles:ModelError", "chorus.core.config:InputError")))
 add_verbs(debate_app, "debate")
 
 

@@ -10,6 +10,7 @@ from typing import Any, Literal, Optional
 from pydantic import Field, field_validator, model_validator
 
 from chorus.core.config import Strict, load_named, resolve_config
+from chorus.core.runs import RunName
 from chorus.serving.spec import MaxTokens, ModelSpec, Sampling
 
 CONFIGS_DIR = Path(__file__).resolve().parent / "configs"
@@ -69,7 +70,7 @@ def check_conditions(cls, v: list[str]) -> list[str]:
 
 
 class DebateConfig(Strict):
-    name: str = "debate"
+    name: RunName = "debate"
     seed: int = Field(0, ge=0)
     bench: BenchSpec = BenchSpec()
     model: ModelSpec = ModelSpec()
@@ -104,7 +105,7 @@ def load(config: str | Path, model: type, overrides: dict[str, Any] | None = Non
 
 class BeliefReadConfig(Strict):
     """``chorus debate belief``: a debate run read by the belief layer (``stubbornness.py``)."""
-    name: str = "debate-belief"
+    name: RunName = "debate-belief"
     run: Optional[str] = Field(None, exclude=True,
                                description="the debate run directory (chorus debate belief RUN_DIR); not part of "
                                            "the run's config record: its provenance names the source run")

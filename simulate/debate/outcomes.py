@@ -31,6 +31,7 @@ import pandas as pd
 
 from chorus.core.stats import cluster_bootstrap, mean_ci, ratio_ci
 from chorus.simulate.debate.metrics import effective_voters
+from chorus.core.config import InputError
 
 BY_ROUND_METRICS = ("unanimity", "wrong_agreement", "n_eff")
 COLUMNS = ["condition", "metric", "round", "estimate", "ci_low", "ci_high", "n_groups", "n_events"]
@@ -235,7 +236,7 @@ def contested_wrong_agreement(q: pd.DataFrame, *, at_round: int | None = None, n
     R = final_round(q)
     t = R if at_round is None else int(at_round)
     if not 0 <= t <= R:
-        raise ValueError(f"at_round must be between 0 and the run's final round {R}, got {t}")
+        raise InputError(f"at_round must be between 0 and the run's final round {R}, got {t}")
     rows = []
     for cond in _conditions(q):
         e = eligible(q, cond, R)

@@ -12,8 +12,9 @@ PROMPTS_DIR = Path(__file__).resolve().parent / "prompts"
 DEFAULT_PROMPTS = "debate_v1"
 
 
-def load_prompts(name: str = DEFAULT_PROMPTS) -> dict[str, Any]:
-    return load_prompt_file(name, PROMPTS_DIR)
+def load_prompts(name: str = DEFAULT_PROMPTS, like: str = DEFAULT_PROMPTS) -> dict[str, Any]:
+    """Debate prompts by name or path; a user's file must hold every template of the shipped ``like``."""
+    return load_prompt_file(name, PROMPTS_DIR, like)
 
 
 def labels_text(labels: Sequence[str]) -> str:

@@ -29,6 +29,7 @@ from typing import Any, Callable, Sequence
 
 import pandas as pd
 
+from chorus.core.config import InputError
 from chorus.core.seeding import call_seed, stable_int
 from chorus.simulate.debate.numeric import NUMERIC_TURN_COLUMNS, is_correct
 from chorus.simulate.debate.parse import parse_answer, parse_numeric, read_number
@@ -53,6 +54,19 @@ def turn_seed(seed: int, qid: str, agent: int, rnd: int, condition: str) -> int:
 
 def _fits(engine: Any, messages: list[dict], max_tokens: int) -> bool:
     return len(engine.render(messages).ids) + max_tokens <= engine.max_model_len
+
+
+class NothingAsked(InputError):
+    """Every question of a run was excluded before its first turn (each exclusion's reason counted)."""
+
+
+def nothing_asked(n_items: int, excluded: list[dict[str, Any]]) -> NothingAsked:
+    by: dict[str, int] = {}
+    for e in excluded:
+        by[e["reason"]] = by.get(e["reason"], 0) + 1
+    reasons = "; ".join(f"{n} x {why}" for why, n in sorted(by.items(), key=lambda kv: -kv[1])) or "none given"
+    return NothingAsked(f"all {n_items} questions were excluded before the first turn, so nothing was asked "
+                        f"({reasons}); no result is written: shorten the prompts or lower generation.max_tokens")
 
 
 def run_protocol(engine: Any, items: Sequence[Item], *, agents: int = 3, rounds: int = 3,
@@ -117,6 +131,8 @@ def run_protocol(engine: Any, items: Sequence[Item], *, agents: int = 3, rounds:
             else:
                 active[cond] = keep
         if not jobs:
+            if r == r0:   # nothing was asked at all: a run of no question is a failure, not a result
+                raise nothing_asked(len(items), excluded)
             break
         seeds = [turn_seed(seed, it.id, a, r, cond) for cond, it, a, _ in jobs]
 

@@ -204,14 +204,30 @@ def _norm(q: str) -> str:
 
 
 def _items(loaded, domain: str, subdomain: str, hashes: dict[str, str], **prov: Any) -> list[Item]:
-    """Loader records -> bench items; the files read and their hashes go to the manifest."""
+    """Loader records -> bench items; the files read and their hashes go to the manifest, the rows the
+    loader left out (by reason) to ``hashes.excluded`` (an ``_Sources``)."""
     hashes.update(loaded.files)
+    _note_excluded(hashes, subdomain, loaded)
     return [Item(id=r.id, domain=domain, subdomain=subdomain, family=r.id, question=r.question,
                  options=list(r.options) if r.options else list(r.labels), labels=list(r.labels),
                  reference=r.gold,
                  provenance={"source_file": r.file, "row": r.row, "sha256": loaded.files[r.file], **prov,
                              **{k: v for k, v in r.meta.items() if k in ("subject", "category")}})
             for r in loaded.records]
+
+
+class _Sources(dict):
+    """The files a build read (relative path -> sha256), and the rows its loaders left out, by
+    subdomain and reason (``excluded``): both go to the manifest."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.excluded: dict[str, dict[str, int]] = {}
+
+
+def _note_excluded(hashes: dict[str, str], subdomain: str, loaded) -> None:
+    if isinstance(hashes, _Sources) and loaded.excluded:
+        hashes.excluded[subdomain] = loaded.excluded_by_reason()
 
 
 def _truthfulqa(data, rng, hashes) -> list[Item]:
@@ -248,6 +264,7 @@ def _numeric(data, hashes) -> list[Item]:
     the reference is that option's text. Provenance names the row and the gold option it came from."""
     loaded = load_set("mmlu", data, subjects=_NUMERIC_SUBJECTS)
     hashes.update(loaded.files)
+    _note_excluded(hashes, "numeric", loaded)
     out = []
     for r in loaded.records:
         gold = r.options[r.labels.index(r.gold)].strip()
@@ -352,7 +369,7 @@ def build_bench(data_dir: str | Path | None = None, *, seed: int = 0,
         raise BenchError(f"unknown subdomain(s) in counts: {sorted(unknown)}; known: {sorted(DEFAULT_COUNTS)}")
     if scenario_frames not in SCENARIO_FRAMES:
         raise BenchError(f"scenario_frames must be one of {list(SCENARIO_FRAMES)}, got {scenario_frames!r}")
-    hashes: dict[str, str] = {}
+    hashes = _Sources()
     builders = {
         "misconceptions": lambda: _truthfulqa(data, make_rng(seed, 1), hashes),
         "disciplinary": lambda: _mmlu(data, None, _MMLU_SKIP, "knowledge", "disciplinary", hashes),
@@ -366,6 +383,7 @@ def build_bench(data_dir: str | Path | None = None, *, seed: int = 0,
     items: list[Item] = []
     seen: set[str] = set()
     available: dict[str, int] = {}
+    short: dict[str, dict[str, int]] = {}
     dropped_dup = 0
     for k, (sub, make) in enumerate(builders.items()):
         n = counts.get(sub)
@@ -391,15 +409,36 @@ def build_bench(data_dir: str | Path | None = None, *, seed: int = 0,
             seen.add(key)
             items.append(it)
             taken += 1
+        if taken == 0:   # a subdomain asked for and lost whole (an empty file, a lost column): an error
+            lost = hashes.excluded.get(sub)
+            why = (f"{sum(lost.values())} rows excluded: {lost}" if lost else
+                   f"{len(pool)} usable, all duplicates of earlier questions" if pool else "no rows")
+            raise BenchError(f"{sub}: no question left from {data if data else 'the shipped data'} ({why}); "
+                             f"fix the data or leave the subdomain out (--count {sub}=0)")
+        if n is not None and taken < n:   # fewer than asked: legitimate, but counted and said
+            short[sub] = {"requested": n, "built": taken, "usable": len(pool)}
     final = [items[int(j)] for j in make_rng(seed, 3).permutation(len(items))]
     manifest = {"seed": seed, "data_dir": str(data) if data else "shipped", "counts_requested": counts, "available": available,
                 "counts": _count(final), "n_items": len(final), "n_labelled": sum(it.reference is not None for it in final),
                 "n_numeric": sum(it.numeric for it in final),
-                "duplicates_dropped": dropped_dup, "source_sha256": hashes,
+                "duplicates_dropped": dropped_dup, "source_sha256": dict(hashes),
                 "scenarios_sha256": _sha(SCENARIOS)}
+    if hashes.excluded:   # rows the loaders left out (no gold, empty options, ...), by subdomain and reason
+        manifest["rows_excluded"] = hashes.excluded
+    if short:
+        manifest["short"] = short
     if scenario_frames != "default":  # added only when opted in: the default manifest stays as it was
         manifest.update(scenario_frames=scenario_frames, frames_sha256=_sha(STAKES_FRAMES))
     return final, manifest
+
+
+def bench_warnings(manifest: dict[str, Any]) -> list[str]:
+    """One line per loss a build had: rows a loader left out, subdomains built short of their count."""
+    out = [f"{sub}: {sum(r.values())} source rows excluded ({', '.join(f'{k}: {v}' for k, v in r.items())})"
+           for sub, r in (manifest.get("rows_excluded") or {}).items()]
+    out += [f"{sub}: {s['built']} questions of the {s['requested']} asked for (the data holds {s['usable']} usable)"
+            for sub, s in (manifest.get("short") or {}).items()]
+    return out
 
 
 def _count(items: Sequence[Item]) -> dict[str, int]:

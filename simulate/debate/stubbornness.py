@@ -37,7 +37,7 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from chorus.core.config import validate
+from chorus.core.config import InputError, validate
 from chorus.core.plots import subplots
 from chorus.core.runs import RunDir
 from chorus.core.seeding import call_seed
@@ -70,7 +70,7 @@ READ, SPOKE = 0.0, 1.0  # the f of a reading: before writing, right after the tu
 APPRAISE_ROLE = 2       # the belief layer's appraiser role id in request seeds
 
 
-class BeliefReadError(ValueError):
+class BeliefReadError(InputError):
     """A debate run cannot be read by the belief layer; the message names the run and the problem."""
 
 
@@ -105,7 +105,7 @@ def appraiser_topic(item: Item, template: Mapping[str, Any]):
 
 
 def load_template(name: str) -> dict[str, Any]:
-    return load_prompts(name)
+    return load_prompts(name, like="stance_appraiser_v1")
 
 
 # -- readings ----------------------------------------------------------------------------------------

@@ -43,6 +43,7 @@ from chorus.simulate.debate.protocol import CONDITION_KEY, qkey
 from chorus.simulate.debate.questions import Item
 from chorus.core.plots import figure
 from chorus.simulate.debate.plots import COLORS
+from chorus.core.config import InputError
 
 VOTE_COLUMNS = ["qid", "sample", "shared", "response", "answer", "parsed", "truncated", "completion_tokens",
                 "seed", "cached"]
@@ -66,7 +67,7 @@ def run_voting(engine: Any, items: Sequence[Item], turns: pd.DataFrame, *, agent
     """Draw the vote arm for every question debate ran (``turns``: the protocol's table).
     Returns (votes table, one row per sample in VOTE_COLUMNS; info: waves, overdraw, times)."""
     if max_samples < agents:
-        raise ValueError(f"max_samples = {max_samples} is below agents = {agents} "
+        raise InputError(f"max_samples = {max_samples} is below agents = {agents} "
                          f"(the round-0 answers are the first samples)")
     by_id = {it.id: it for it in items}
     budget = condition_tokens(turns, "debate")
@@ -75,9 +76,9 @@ def run_voting(engine: Any, items: Sequence[Item], turns: pd.DataFrame, *, agent
     spent: dict[str, int] = {}
     for qid, g in r0.groupby("qid", sort=True):
         if qid not in by_id:
-            raise ValueError(f"question {qid!r} is in the turns table but not among the items")
+            raise InputError(f"question {qid!r} is in the turns table but not among the items")
         if len(g) != agents:
-            raise ValueError(f"question {qid!r}: {len(g)} round-0 answers in the turns table, expected {agents}")
+            raise InputError(f"question {qid!r}: {len(g)} round-0 answers in the turns table, expected {agents}")
         rows[qid] = [{"qid": qid, "sample": int(a), "shared": True, "response": resp, "answer": ans,
                       "parsed": bool(p), "truncated": bool(tr), "completion_tokens": int(ct), "seed": int(s),
                       "cached": bool(c)}

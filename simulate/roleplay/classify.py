@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from chorus.simulate.roleplay.prompts import classifier_messages
+from chorus.core.config import InputError
 
 # Guided choice (the engine's structured output): one short constrained answer per text, which
 # costs a prompt pass and a token or two, so every post and opinion of a run can be labelled.
@@ -45,7 +46,7 @@ def classify_texts(engine: Any, pairs: list[tuple[str, str]], P: dict, *, max_to
     label under the model's renormalised next-token distribution over "1".."6" (a continuous
     scalar; the guided choice is still made, so its parse rate is still reported)."""
     if readout not in ("choice", "expected"):
-        raise ValueError(f"stance readout must be choice or expected, got {readout!r}")
+        raise InputError(f"stance readout must be choice or expected, got {readout!r}")
     uniq = list(dict.fromkeys((t, x) for t, x in pairs if isinstance(x, str) and x.strip()))
     cols = ["topic", "text", "stance_raw", "stance_ok", "on_topic", "on_topic_ok", "stance_choice", "stance_output",
             "on_topic_output"]

@@ -82,6 +82,11 @@ def _show_sft(con, path: Path, s: dict) -> None:
         import yaml
         name = yaml.safe_load((Path(path) / "config.yaml").read_text()).get("register_as")
         con.print(f"registered in {s['registered_as']} as {name}")
+    elif s.get("register"):   # models.yaml was not edited (chorus.simulate.roleplay.sft.register_profile)
+        from rich.markup import escape
+        r = s["register"]
+        con.print(f"[yellow]not registered: {escape(r['why'])}; to use the model by name, add these lines to "
+                  f"{escape(r['file'])}:[/yellow]\n{escape(r['lines'])}", highlight=False, soft_wrap=True)
     if s.get("compare_run"):
         from chorus.core.runs import RunDir
         print_summary(con, Path(s["compare_run"]), RunDir(s["compare_run"]).summary())
@@ -93,8 +98,9 @@ register(Verb(
                          "folder; with ``compare:`` also run base vs SFT vs human.",
     config_help="SFT config (a path or a shipped name: default, lora, smoke).",
     load="chorus.simulate.roleplay.config:load", schema="chorus.simulate.roleplay.config:SftConfig", load_kw={"part": "sft"},
-    run="chorus.simulate.roleplay.sft:train_sft", show=_show_sft, unit="steps", plots=False, errors=_ROLEPLAY_ERRORS,
-    model="base.profile", configs="chorus.simulate.roleplay.config:CONFIGS_DIR/sft/*.yaml"))
+    run="chorus.simulate.roleplay.sft:train_sft", check="chorus.simulate.roleplay.sft:check_sft", show=_show_sft,
+    unit="steps", plots=False, errors=_ROLEPLAY_ERRORS, model="base.profile",
+    configs="chorus.simulate.roleplay.config:CONFIGS_DIR/sft/*.yaml"))
 add_verbs(sft_app, "sft")
 
 

@@ -9,6 +9,7 @@ from typing import Any, Literal, Optional
 from pydantic import Field, field_validator
 
 from chorus.core.config import Strict, load_named, resolve_config
+from chorus.core.runs import RunName
 from chorus.serving.spec import MaxTokens, ModelSpec, RoleSpec, Sampling
 from chorus.simulate.roleplay.memory import ABLATABLE
 
@@ -74,7 +75,7 @@ class MemorySpec(Strict):
 
 
 class RoleplayConfig(Strict):
-    name: str = "roleplay"
+    name: RunName = "roleplay"
     seed: int = Field(0, ge=0)
     data: DataSpec = DataSpec()
     models: list[LabelledModel] = Field(default_factory=lambda: [LabelledModel()])
@@ -140,7 +141,7 @@ class SftData(Strict):
 
 
 class SftConfig(Strict):
-    name: str = "sft"
+    name: RunName = "sft"
     seed: int = Field(0, ge=0)
     base: LabelledModel = LabelledModel(label="base")
     data: SftData = SftData()

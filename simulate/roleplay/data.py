@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from chorus.core.jsonl import iter_jsonl
+from chorus.core.config import InputError
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "debate_synthetic.jsonl"
 STANCE_MIN, STANCE_MAX = 1.0, 6.0
@@ -33,7 +34,7 @@ SPLIT_PARTS = ("train", "test")
 N_PARTICIPANTS, N_ROUNDS = 4, 3
 
 
-class GroupFormatError(ValueError):
+class GroupFormatError(InputError):
     """A malformed group record; the message names file, line, group and field."""
 
 

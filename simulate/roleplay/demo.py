@@ -7,6 +7,7 @@ from typing import Any
 
 from chorus.serving.profiles import DEFAULT_PROFILE
 from chorus.simulate.roleplay.config import Analysis, ClassifierSpec, DataSpec, Generation, LabelledModel, RoleplayConfig
+from chorus.core.config import InputError
 
 SIZES = {
     # tiny: one group-split test group, 2 utterances per chat, short messages, DeGroot on 2 train groups
@@ -20,7 +21,7 @@ SIZES = {
 def demo_config(size: str = "tiny", profile: str = DEFAULT_PROFILE, backend: str = "hf",
                 dtype: str | None = None) -> RoleplayConfig:
     if size not in SIZES:
-        raise ValueError(f"size must be one of {sorted(SIZES)}, got {size!r}")
+        raise InputError(f"size must be one of {sorted(SIZES)}, got {size!r}")
     s = SIZES[size]
     return RoleplayConfig(name=f"roleplay-demo-{size}", seed=0,
                           data=DataSpec(split="group", part="test", limit=s["limit"], train_limit=s["train_limit"]),

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Iterable
 
 from chorus.simulate.roleplay.data import Group
+from chorus.core.config import InputError
 
 ABLATABLE = ("initial_opinion", "first_tweet")   # memory components the ablation probe may drop
 
@@ -76,7 +77,7 @@ def ablated(mem: Memory, drop: Iterable[str]) -> Memory:
     drop = set(drop)
     bad = drop - set(ABLATABLE)
     if bad:
-        raise ValueError(f"unknown memory component(s) {sorted(bad)}; choose from {', '.join(ABLATABLE)}")
+        raise InputError(f"unknown memory component(s) {sorted(bad)}; choose from {', '.join(ABLATABLE)}")
     out = replace(mem, rounds=list(mem.rounds))
     if "initial_opinion" in drop:
         out.initial_text = out.initial_stance = None
@@ -90,7 +91,7 @@ def build_memory(history: Group, pid: str, slot: tuple, ablate: Iterable[str] = 
     kind, r, k = slot
     p = history.participant(pid)
     if p.initial is None:
-        raise ValueError(f"group {history.group_id!r}: participant {pid!r} has no initial opinion (fails the mask)")
+        raise InputError(f"group {history.group_id!r}: participant {pid!r} has no initial opinion (fails the mask)")
     n = len(history.rounds)
     if kind == "tweet":
         past = [_round_view(history, pid, i, upto_k=None) for i in range(r)]

@@ -17,6 +17,7 @@ import pandas as pd
 from scipy import optimize, stats
 
 from chorus.core.stats import bootstrap_ci
+from chorus.core.config import InputError
 
 CHANNELS = ("public", "private")
 MEASURES = ("sd", "pairwise", "range")
@@ -35,7 +36,7 @@ def spread(x: Iterable[float], measure: str) -> float:
         return float(np.mean([abs(a[i] - a[j]) for i, j in itertools.combinations(range(len(a)), 2)])) if len(a) > 1 else 0.0
     if measure == "range":
         return float(a.max() - a.min())
-    raise ValueError(f"unknown spread measure {measure!r}")
+    raise InputError(f"unknown spread measure {measure!r}")
 
 
 def to_bin(x: np.ndarray | float) -> np.ndarray:
@@ -228,7 +229,7 @@ def fit_degroot(groups: list[tuple[dict[str, float], list[dict[str, str]], dict[
     {point: {pid: stance}}) with x0 the initial stances. Missing observations are skipped."""
     groups = [g for g in groups if all(v == v for v in g[0].values())]
     if not groups:
-        raise ValueError("DeGroot: no training group with complete initial stances")
+        raise InputError("DeGroot: no training group with complete initial stances")
 
     def sse(alpha: float) -> float:
         tot = 0.0
@@ -423,7 +424,7 @@ def evaluate(labelled: pd.DataFrame, *, embed: Callable | None = None, n_boot: i
     R = n_rounds_of(W)
     hw = W[W["source"] == "human"]
     if hw.empty:
-        raise ValueError("evaluate: no human rows (source == 'human')")
+        raise InputError("evaluate: no human rows (source == 'human')")
     hmsg = labelled[labelled["source"] == "human"]
     boot = dict(n_boot=n_boot, ci=ci, seed=seed)
     summary: dict[str, Any] = {"n_rounds": R, "points": points(R), "cells": {}, "human": {}, "sd_trajectory": {},

@@ -13,7 +13,8 @@ DEFAULT_PROMPTS = "roleplay_v1"
 
 
 def load_prompts(name: str = DEFAULT_PROMPTS) -> dict[str, Any]:
-    return load_prompt_file(name, PROMPTS_DIR)
+    """Role-play prompts by name or path; a user's file must hold every template of the shipped ones."""
+    return load_prompt_file(name, PROMPTS_DIR, DEFAULT_PROMPTS)
 
 
 def _q(text: str | None, P: dict) -> str:

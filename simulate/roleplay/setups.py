@@ -21,6 +21,7 @@ from chorus.simulate.roleplay.data import Group
 from chorus.simulate.roleplay.memory import build_memory
 from chorus.simulate.roleplay.prompts import render
 from chorus.core.seeding import stable_int
+from chorus.core.config import InputError
 
 SETUPS = ("full_dynamics", "next_message")
 COLUMNS = ["source", "setup", "group_id", "topic", "truth_framed", "participant", "kind", "round", "k",
@@ -130,7 +131,7 @@ def simulate(engine: Any, groups: list[Group], setup: str, P: dict, *, source: s
     """Run one setup on every group; returns (messages, info). ``memory_ablate``: memory components
     every agent's prompt leaves out (``memory.ABLATABLE``; the memory-ablation probe)."""
     if setup not in SETUPS:
-        raise ValueError(f"setup must be one of {SETUPS}, got {setup!r}")
+        raise InputError(f"setup must be one of {SETUPS}, got {setup!r}")
     human = [truncate_chats(g, max_utterances) for g in groups]
     hist = [_blank(g) for g in human] if setup == "full_dynamics" else human
     plan = steps(human)

@@ -193,6 +193,15 @@ def _training_args(lib: SimpleNamespace, cfg: SftConfig, output_dir: Path,
     cuda = torch.cuda.is_available()
     t = cfg.training
     bf16 = (cuda and torch.cuda.is_bf16_supported()) if t.bf16 is None else t.bf16
+    try:   # transformers checks these values itself (a scheduler name, bf16 where the device has none)
+        return _trl_config(lib, cfg, output_dir, progress, bf16, cuda)
+    except ValueError as err:
+        raise ConfigError(f"training: {' '.join(str(err).split())}") from None
+
+
+def _trl_config(lib: SimpleNamespace, cfg: SftConfig, output_dir: Path, progress: Callable[[int, int], None] | None,
+                bf16: bool, cuda: bool) -> Any:
+    t = cfg.training
     return lib.TrlConfig(output_dir=str(output_dir), num_train_epochs=t.epochs, learning_rate=t.learning_rate,
                          per_device_train_batch_size=t.per_device_batch_size,
                          gradient_accumulation_steps=t.gradient_accumulation_steps,
@@ -201,7 +210,7 @@ def _training_args(lib: SimpleNamespace, cfg: SftConfig, output_dir: Path,
                          data_seed=cfg.seed, bf16=bf16, use_cpu=not cuda, lr_scheduler_type=t.lr_scheduler,
                          warmup_steps=t.warmup_ratio, weight_decay=t.weight_decay, dataloader_num_workers=0,
                          disable_tqdm=progress is not None, gradient_checkpointing=t.gradient_checkpointing,
-                         optim=t.optim)
+                         optim=t.optim, logging_nan_inf_filter=False)   # a NaN loss is logged as NaN, not hidden
 
 
 def _memory_check(lib: SimpleNamespace, cfg: SftConfig, base_path: Path, args: Any) -> tuple[dict[str, Any], Any]:
@@ -251,7 +260,7 @@ def _trainer(lib: SimpleNamespace, cfg: SftConfig, base_path: Path, tok: Any, ds
         from peft import LoraConfig
         peft_config = LoraConfig(r=cfg.lora.r, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout,
                                  target_modules=cfg.lora.target_modules, task_type="CAUSAL_LM")
-    callbacks = [_ProgressCallback(progress)] if progress else None
+    callbacks = [_FiniteCheck()] + ([_ProgressCallback(progress)] if progress else [])
     return lib.SFTTrainer(model=model, args=args, train_dataset=ds, processing_class=tok, peft_config=peft_config,
                           callbacks=callbacks)
 
@@ -284,7 +293,10 @@ def _write_results(cfg: SftConfig, run: RunDir, trainer: Any, result: Any, model
                "steps_per_second": result.metrics.get("train_steps_per_second"),
                "settings": cfg.training.model_dump(), "memory_estimate": memory}
     if cfg.register_as:
-        summary["registered_as"] = register_profile(cfg.register_as, model_dir, family=get_profile(cfg.base.profile).family)
+        reg = register_profile(cfg.register_as, model_dir, family=get_profile(cfg.base.profile).family)
+        summary["registered_as"] = reg["file"] if reg["written"] else None
+        if not reg["written"]:   # the user's file is not edited: the lines to add, and why
+            summary["register"] = {k: reg[k] for k in ("file", "lines", "why")}
     run.update_provenance(trained_model={"path": str(model_dir.resolve())})
     run.write_summary(summary)
     return summary
@@ -297,11 +309,81 @@ def _train(lib: SimpleNamespace, cfg: SftConfig, base_path: Path, tok: Any, ds: 
     Returns weak references to its model and optimizer, to check that they are gone."""
     trainer = _trainer(lib, cfg, base_path, tok, ds, args, progress)
     result = trainer.train()
+    _check_finite(trainer, run)   # before anything is saved: a model of NaN is never written
     model_dir = _save_model(cfg, trainer, tok, run)
     summary = _write_results(cfg, run, trainer, result, model_dir, *n_info, memory)
     refs = [weakref.ref(trainer.model), weakref.ref(trainer.optimizer)]
     trainer.accelerator.free_memory()  # accelerate's own hold on the prepared model, optimizer and scheduler
     return model_dir, summary, refs
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss or the weights went NaN or infinite during training; nothing was saved."""
+
+
+def nonfinite_tensors(model: Any, trainable_only: bool = False) -> tuple[int, int]:
+    """(tensors holding a NaN or an infinity, tensors looked at): the model's parameters and buffers
+    (only the trained parameters with ``trainable_only``), one device sync for all of them."""
+    import torch
+
+    ts = [p for p in model.parameters() if p.requires_grad] if trainable_only else \
+        [t for t in model.state_dict().values() if torch.is_tensor(t) and t.is_floating_point()]
+    if not ts:
+        return 0, 0
+    ok = torch.stack([torch.isfinite(t).all() for t in ts]).cpu()
+    return int((~ok).sum()), len(ts)
+
+
+class _FiniteCheck:
+    """TrainerCallback that stops training at the first step whose loss or gradient norm (as logged)
+    or trained weights are not finite, and remembers that step (``_check_finite`` then refuses)."""
+
+    def __new__(cls):
+        import math
+
+        from transformers import TrainerCallback
+
+        class CB(TrainerCallback):
+            first: tuple[int, str] | None = None   # (step, what went non-finite)
+
+            def _stop(self, state, control, what: str) -> None:
+                if self.first is None:
+                    self.first = (int(state.global_step), what)
+                control.should_training_stop = True
+
+            def on_step_end(self, args, state, control, model=None, **kw):
+                if model is not None:
+                    bad, n = nonfinite_tensors(model, trainable_only=True)
+                    if bad:
+                        self._stop(state, control, f"{bad} of {n} trained tensors hold NaN or inf")
+
+            def on_log(self, args, state, control, logs=None, **kw):
+                for k in ("loss", "grad_norm"):
+                    v = (logs or {}).get(k)
+                    if isinstance(v, (int, float)) and not math.isfinite(v):
+                        self._stop(state, control, f"{k} = {v}")
+        return CB()
+
+
+def _check_finite(trainer: Any, run: RunDir) -> None:
+    """A training run whose loss or weights went non-finite is an error naming the step and the count
+    of non-finite tensors, raised before the model is saved (its loss log is kept for diagnosis)."""
+    import math
+
+    first = next((cb.first for cb in trainer.callback_handler.callbacks if getattr(cb, "first", None)), None)
+    log = [r for r in trainer.state.log_history if "loss" in r]
+    if first is None:   # a loss the last log caught, after the last step's check
+        bad_log = next((r for r in log if any(isinstance(r.get(k), (int, float)) and not math.isfinite(r[k])
+                                              for k in ("loss", "grad_norm"))), None)
+        first = (int(bad_log.get("step", -1)), f"loss = {bad_log.get('loss')}") if bad_log else None
+    bad, n = nonfinite_tensors(trainer.model)
+    if first is None and not bad:
+        return
+    run.write_table("train_log", pd.DataFrame(log))
+    step = f"at step {first[0]} ({first[1]})" if first else "by the end"
+    raise TrainingDiverged(f"training went non-finite {step}: {bad} of {n} tensors of the model hold NaN or inf; "
+                           f"the model was not saved (its loss log is in {run.path / 'tables' / 'train_log.parquet'}); "
+                           f"lower training.learning_rate (it is {trainer.args.learning_rate:g})")
 
 
 def _release(refs: list[weakref.ref]) -> dict[str, Any]:
@@ -324,8 +406,40 @@ def _check_released(released: dict[str, Any]) -> None:
                            "with the model folder as a profile")
 
 
+def check_sft(cfg: SftConfig) -> None:
+    """Every input of an SFT run that can be checked before anything loads (``--check`` runs it, and
+    ``train_sft`` first): the prompts, the training groups, the base model's folder, the name to
+    register under and the user's models.yaml it goes into, and the comparison's config. Each would
+    otherwise fail only after the whole training run. Returns no device plan (the trainer's is made
+    with its memory estimate, in ``train_sft``)."""
+    import yaml
+
+    load_prompts(cfg.prompts)
+    _train_groups(cfg)
+    get_profile(cfg.base.profile).require()
+    if cfg.register_as:
+        if cfg.register_as in BUILTIN:
+            raise ConfigError(f"register_as = {cfg.register_as!r} is a built-in profile name")
+        f = models_file()
+        try:
+            data = yaml.safe_load(f.read_text()) if f.is_file() else {}
+        except (yaml.YAMLError, UnicodeDecodeError) as err:
+            raise ConfigError(f"register_as: {f} (where the model would be registered) is not readable YAML "
+                              f"({type(err).__name__}); fix it or leave register_as unset") from None
+        if data is not None and not isinstance(data, dict):
+            raise ConfigError(f"register_as: {f} (where the model would be registered) is not a mapping of "
+                              f"profile names; fix it or leave register_as unset")
+    if cfg.compare:
+        try:
+            load_prompts(load(cfg.compare, RoleplayConfig).prompts)
+        except ConfigError as err:
+            raise ConfigError(f"compare = {cfg.compare!r}: {err}") from None
+    return None
+
+
 def train_sft(cfg: SftConfig, out: Path | None = None, *, progress: Callable[[int, int], None] | None = None,
               classifier_engine: Any = None) -> tuple[RunDir, dict[str, Any]]:
+    check_sft(cfg)   # every input that would otherwise fail after the training run, before it
     P = load_prompts(cfg.prompts)
     path, train_groups, excluded = _train_groups(cfg)
     base = get_profile(cfg.base.profile)
@@ -375,19 +489,50 @@ class _ProgressCallback:
         return CB()
 
 
-def register_profile(name: str, model_dir: Path, family: str = "other") -> str:
-    """Add ``name: {path, family}`` to the user's models.yaml (``$CHORUS_MODELS_FILE``); the
-    profile then resolves like any other. Returns the file written."""
+def register_profile(name: str, model_dir: Path, family: str = "other") -> dict[str, Any]:
+    """Add ``name: {path, family}`` to the user's models.yaml (``$CHORUS_MODELS_FILE``) without losing
+    anything in it: the entry's lines are appended to the file's text (its comments, order and every
+    other entry stay byte for byte), and only when the file read back then holds exactly what it held
+    plus this entry. An entry of that name with another path, a file that is not a plain mapping, or
+    one that would read back otherwise is not edited: the lines to add are returned (and printed by
+    ``chorus sft train``) instead. Returns ``{file, written, lines, why}``."""
     import yaml
 
     if name in BUILTIN:
         raise ConfigError(f"register_as = {name!r} is a built-in profile name")
     f = models_file()
-    data = (yaml.safe_load(f.read_text()) or {}) if f.is_file() else {}
-    data[name] = {"path": str(Path(model_dir).resolve()), "family": family}
+    entry = {name: {"path": str(Path(model_dir).resolve()), "family": family}}
+    lines = yaml.safe_dump(entry, sort_keys=False, allow_unicode=True)
+    res: dict[str, Any] = {"file": str(f), "written": False, "lines": lines, "why": None}
+    text = f.read_text(encoding="utf-8") if f.is_file() else ""
+    try:
+        data = yaml.safe_load(text) if text.strip() else {}
+    except yaml.YAMLError as err:
+        res["why"] = f"{f} is not valid YAML ({' '.join(str(err).split())[:120]})"
+        return res
+    if not isinstance(data, dict):
+        res["why"] = f"{f} is not a mapping of profile names"
+        return res
+    if name in data:
+        if data[name] == entry[name]:
+            res["written"] = True   # already there, as it would be written
+        else:
+            res["why"] = f"{f} already has an entry {name!r} ({data[name]!r}); it is left as it is"
+        return res
+    new = text + ("\n" if text and not text.endswith("\n") else "") + lines
+    try:
+        back = yaml.safe_load(new)
+    except yaml.YAMLError:
+        back = None
+    if back != {**data, **entry}:   # e.g. a flow mapping ({a: b}) or an open block: appending would change it
+        res["why"] = f"{f} cannot take the entry by appending it without changing what it holds"
+        return res
     f.parent.mkdir(parents=True, exist_ok=True)
-    f.write_text(yaml.safe_dump(data, sort_keys=True))
-    return str(f)
+    tmp = f.with_name(f.name + ".tmp")
+    tmp.write_text(new, encoding="utf-8")
+    tmp.replace(f)
+    res["written"] = True
+    return res
 
 
 def compare(cfg: SftConfig, model_dir: Path, out: Path, progress=None) -> Path:
