@@ -235,6 +235,36 @@ def report(run_dir: Path = typer.Argument(..., help="Any chorus run directory (a
 
 
 @app.command()
+def view(run_dir: Path = typer.Argument(..., help="A debate, council or role-play run directory, or a demo."),
+         out: Path = typer.Option(None, "--out", help="HTML file to write (default RUN/transcripts.html); never "
+                                                      "another file of a run directory."),
+         with_: list[Path] = typer.Option(None, "--with", help="An influence run made from this run that is not "
+                                          "beside it, in ../influence/ or inside it (repeatable).")) -> None:
+    """Write the transcript viewer alone: one self-contained HTML page with every message of the run,
+    by question, condition, round and agent (chorus report writes it too, beside report.html). A run
+    with an edited or missing file is refused; one without its record, or with files it does not list,
+    is shown with a warning (on the page, and here)."""
+    from chorus.report import seal_warnings
+    from chorus.transcripts import write_viewer
+    try:
+        if out is not None:
+            check_output(out, "--out", allow=run_dir / "transcripts.html")
+        if not run_dir.is_dir():
+            write_viewer(run_dir, out=out)   # names what is wrong with it
+        with holding(run_dir):   # one writer at a time: a run, its report, this page
+            st = seal_state(run_dir)
+            if st.problems:   # a page never shows messages the run did not write
+                raise RecordError(f"{run_dir}: the run's files are not the ones it wrote ({'; '.join(st.problems)}); "
+                                  f"rerun it into a new directory, or restore the files")
+            path, info = write_viewer(run_dir, out=out, with_runs=with_ or ())
+    except InputError as err:
+        fail(str(err))
+    for line in seal_warnings(run_dir, st):
+        typer.echo(f"warning: {line}", err=True)
+    typer.echo(f"{path} ({info['what']}; {info['html_bytes'] / 1e6:.1f} MB)")
+
+
+@app.command()
 def verify(run_dir: Path = typer.Argument(..., help="Any finished chorus run directory.")) -> None:
     """Check every file a finished run wrote (summary, tables, traces, plots, configs) against the
     record it sealed when it finished (manifest.json); exit 1 naming each changed, missing or

@@ -22,6 +22,7 @@ from chorus import __version__
 from chorus.core.runs import MANIFEST, SealState, in_use, seal_state
 from chorus.serving.profiles import embedded_note
 from chorus.stages import REGISTRY, STAGES
+from chorus.transcripts import transcripts_link
 
 CSS = """body{font-family:system-ui,-apple-system,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222;line-height:1.4}
 h1{font-size:1.6em}h2{border-bottom:2px solid #ddd;padding-bottom:.2em;margin-top:1.6em}h3{margin-bottom:.3em}
@@ -341,13 +342,14 @@ def render_report(run_dir: str | Path, out: str | Path | None = None, *, seal: S
     if is_demo and prov is not None:
         demo_prov = (f"<section id='demo-provenance'><h2>Provenance</h2><pre>{_esc(json.dumps(prov, indent=1, default=str))}"
                      "</pre></section>")
+    path = Path(out) if out is not None else run / "report.html"
+    viewer = transcripts_link(run, path)   # every message of the run, on a page of its own
     doc = (f"<!doctype html><html lang='en'><head><meta charset='utf-8'>"
            f"<meta name='viewport' content='width=device-width,initial-scale=1'>"
            f"<title>chorus {_esc(part)}: {_esc(run.resolve().name)}</title><style>{CSS}</style></head><body>"
-           f"<h1>chorus {_esc(part)}: {_esc(run.resolve().name)}</h1>{_seal_banner(run, st)}{nav}{body}{demo_prov}"
+           f"<h1>chorus {_esc(part)}: {_esc(run.resolve().name)}</h1>{_seal_banner(run, st)}{nav}{viewer}{body}{demo_prov}"
            f"<footer><p><small>rendered by chorus {_esc(__version__)} from the files in {_esc(run.resolve())}</small></p>"
            f"</footer></body></html>")
-    path = Path(out) if out is not None else run / "report.html"
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")   # two renderings never share a temporary file
     tmp.write_text(doc, encoding="utf-8")
     tmp.replace(path)

@@ -296,7 +296,7 @@ def _record_paths(path: Path) -> list[str]:
     out = []
     for p in sorted(path.rglob("*")):
         rel = p.relative_to(path).as_posix()
-        if not p.is_file() or p.name.startswith("calls.sqlite") or p.name in (".lock", MANIFEST, "report.html") \
+        if not p.is_file() or p.name.startswith("calls.sqlite") or p.name in (".lock", MANIFEST, "report.html", "transcripts.html") \
                 or p.name.endswith(".tmp") or rel.split("/")[0] == "logs":
             continue
         out.append(rel)
@@ -306,7 +306,7 @@ def _record_paths(path: Path) -> list[str]:
 def record_files(path: str | Path) -> dict[str, str]:
     """Every result file of a run directory with its sha256. Left out: the call store (its rows
     carry their own hashes), the lock, manifests (nested stage runs keep their own), the HTML
-    rendering, logs and temporary files."""
+    renderings (report.html, transcripts.html), logs and temporary files."""
     path = Path(path)
     return {rel: file_sha256(path / rel) for rel in _record_paths(path)}
 
