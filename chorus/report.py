@@ -19,6 +19,7 @@ from typing import Any
 import pandas as pd
 
 from chorus import __version__
+from chorus.core.analyses import readers_in
 from chorus.core.runs import MANIFEST, SealState, in_use, seal_state
 from chorus.serving.profiles import embedded_note
 from chorus.stages import REGISTRY, STAGES
@@ -174,6 +175,34 @@ def _flag(p: Path, unsealed: frozenset[Path]) -> str:
     return " <b class='failed'>(not sealed)</b>" if p.resolve() in unsealed else ""
 
 
+def _figure(png: Path, unsealed: frozenset[Path] = frozenset()) -> str:
+    data = png.read_bytes()
+    b64 = base64.b64encode(data).decode()
+    # a multi-panel figure shrunk to half the page is illegible: wide ones get the full width
+    wide = " class='wide'" if _png_width(data) > WIDE_PX else ""
+    return (f"<figure{wide}><img alt='{_esc(png.stem)}' src='data:image/png;base64,{b64}'>"
+            f"<figcaption>{_esc(png.stem)}{_flag(png, unsealed)}</figcaption></figure>")
+
+
+def _readers_section(run: Path, h: str, anchor: str) -> str:
+    """The analyses made inside this run that read it (``debate bda|belief``, ``influence
+    counterfactual``): each one's brief and figures, as its registered reader gives them, and where its
+    own run stands against its record (``chorus.core.analyses.readers_in``: the report never opens
+    another analysis's files by name)."""
+    found = readers_in(run)
+    if not found:
+        return ""
+    out = [f"<{h} id='{anchor}analyses'>Analyses of this run</{h}>"]
+    for d, r, b in found:
+        st = seal_state(d)
+        mark = "".join(f" <span class='bad'>{_esc(ln.split(':', 1)[0])}</span>" for ln in seal_warnings(d, st))
+        out.append(f"<details open><summary>{_esc(r.command)}: {_esc(d.name)}/{mark}</summary>"
+                   + _render_value(d.name, b)
+                   + "".join(_figure(p) for p in (sorted((d / "plots").glob("*.png")) if (d / "plots").is_dir() else []))
+                   + "</details>")
+    return "".join(out)
+
+
 def _run_body(run: Path, title_level: int = 2, anchor: str = "", unsealed: frozenset[Path] = frozenset()) -> str:
     """Headline numbers, plots, tables and provenance of one run directory."""
     h = f"h{title_level}"
@@ -196,13 +225,8 @@ def _run_body(run: Path, title_level: int = 2, anchor: str = "", unsealed: froze
     out.append(f"<{h} id='{anchor}plots'>Plots</{h}>")
     if not pngs:
         out.append("<p>none</p>")
-    for png in pngs:
-        data = png.read_bytes()
-        b64 = base64.b64encode(data).decode()
-        # a multi-panel figure shrunk to half the page is illegible: wide ones get the full width
-        wide = " class='wide'" if _png_width(data) > WIDE_PX else ""
-        out.append(f"<figure{wide}><img alt='{_esc(png.stem)}' src='data:image/png;base64,{b64}'>"
-                   f"<figcaption>{_esc(png.stem)}{_flag(png, unsealed)}</figcaption></figure>")
+    out += [_figure(png, unsealed) for png in pngs]
+    out.append(_readers_section(run, h, anchor))
     pqs = sorted((run / "tables").glob("*.parquet")) if (run / "tables").is_dir() else []
     out.append(f"<{h} id='{anchor}tables'>Tables</{h}>")
     if not pqs:

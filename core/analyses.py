@@ -34,6 +34,7 @@ makes a check exit 1 (after its record is written).
 """
 from __future__ import annotations
 
+import importlib
 import inspect
 import typing
 from dataclasses import dataclass, field
@@ -189,7 +190,8 @@ class Analysis:
         # the work first, in memory, then the directory: bad input found while computing leaves none behind
         result = self.factory()(cfg)
         run = RunDir.create(path, part=self.group, config=cfg, seeds=getattr(cfg, "seed", getattr(cfg, "seeds", None)),
-                            command=command, analysis=command, sources=sources)
+                            command=command, analysis=command, analysis_module=self.factory.__module__,
+                            sources=sources)
         for name, df in result.tables.items():
             run.write_table(name, df)
         if plots:
@@ -240,10 +242,27 @@ def get_analysis(name: str) -> Analysis:
     return ANALYSES[key]
 
 
+def _load_module(prov: dict[str, Any]) -> None:
+    """Import the module a run's provenance names as its analysis's (lazy registries: a report in a
+    new process finds the analysis without importing every part). chorus's own modules only."""
+    mod = prov.get("analysis_module")
+    if isinstance(mod, str) and mod.startswith("chorus."):
+        try:
+            importlib.import_module(mod)
+        except ImportError:   # a module renamed since the run: the run is shown without its brief
+            pass
+
+
 def analysis_of(run_dir: str | Path) -> Analysis | None:
     """The analysis that wrote ``run_dir`` (its provenance names it), None for another kind of run."""
-    name = RunDir(run_dir).provenance().get("analysis")
-    return ANALYSES.get(tuple(name.rsplit(" ", 1))) if name else None
+    prov = RunDir(run_dir).provenance()
+    name = prov.get("analysis")
+    if not name:
+        return None
+    key = tuple(name.rsplit(" ", 1))
+    if key not in ANALYSES:
+        _load_module(prov)
+    return ANALYSES.get(key)
 
 
 def _flag(config: type[AnalysisConfig], name: str) -> str:
@@ -348,3 +367,76 @@ def brief_of(run_dir: str | Path) -> dict[str, Any]:
     if a is None:
         raise ConfigError(f"{run_dir}: not a run of a registered analysis")
     return a.brief(RunDir(run_dir).summary())
+
+
+# -- analyses made inside the run they read ----------------------------------------------------------------
+@dataclass(frozen=True)
+class Reader:
+    """An analysis whose run lies inside the one run it reads (``debate bda``, ``debate belief``,
+    ``influence counterfactual``): it needs a model or its own verb, so it is not an ``@analysis``
+    yet, but it declares the same things: the part whose runs it reads (a data edge the layering
+    test checks), the folder its runs take inside the source (``folder``: a name or a prefix), and
+    ``brief(summary) -> dict`` with ``line(name, brief) -> str``, what the source run's report and
+    console show of it. The source run never opens the reader's files itself: it asks ``readers_in``."""
+    command: str
+    part: str
+    folder: str
+    brief: Callable[[dict], dict]
+    line: Callable[[str, dict], str]
+    module: str
+
+
+READERS: dict[str, Reader] = {}
+
+
+def reader(command: str, *, part: str, folder: str, line: Callable[[str, dict], str]) -> Callable:
+    """Register the decorated ``brief(summary) -> dict`` as that of the analysis ``command``, whose
+    runs lie in folders ``folder*`` inside the ``part`` run they read."""
+    def register(brief: Callable[[dict], dict]) -> Callable[[dict], dict]:
+        old = READERS.get(command)
+        if old is not None and old.brief is not brief and old.module != brief.__module__:
+            raise ValueError(f"analysis {command!r} is registered twice")
+        READERS[command] = Reader(command=command, part=part, folder=folder, brief=brief, line=line,
+                                  module=brief.__module__)
+        return brief
+    return register
+
+
+def reader_provenance(command: str, source: str | Path, part: str, module: str) -> dict[str, Any]:
+    """The provenance fields of a reader's run (``RunDir.create(..., **these)``): the analysis, its
+    module, and its one source with the fingerprint ``chorus verify`` checks it against later."""
+    path = Path(source)
+    reads = Reads("runs", part)
+    return {"analysis": command, "analysis_module": module,
+            "sources": [{"field": "run", "reads": str(reads), "kind": "runs", "path": str(source),
+                         "resolved": str(path.resolve()), "fingerprint": fingerprint(path, reads)}]}
+
+
+def readers_in(run_dir: str | Path) -> list[tuple[Path, Reader, dict[str, Any]]]:
+    """The finished analysis runs inside ``run_dir`` that read it, each with its registered reader and
+    brief, in folder order: what a report of ``run_dir`` shows of the analyses made of it. A folder
+    whose provenance names an analysis no longer registered, or another source, is not shown."""
+    base = Path(run_dir)
+    here = base.resolve()
+    out = []
+    for d in sorted(p for p in base.iterdir() if p.is_dir()) if base.is_dir() else []:
+        if not (d / "provenance.json").is_file() or not (d / MANIFEST).is_file():
+            continue
+        try:
+            prov = RunDir(d).provenance()
+        except (OSError, ValueError):
+            continue
+        cmd = prov.get("analysis")
+        if not cmd or not any(Path(s.get("resolved", "")) == here for s in prov.get("sources") or []):
+            continue
+        if cmd not in READERS:
+            _load_module(prov)
+        r = READERS.get(cmd)
+        if r is not None:
+            out.append((d, r, r.brief(RunDir(d).summary())))
+    return out
+
+
+def briefs_in(run_dir: str | Path) -> dict[str, dict[str, Any]]:
+    """``readers_in`` as plain data: folder name -> {"analysis": command, **brief}."""
+    return {d.name: {"analysis": r.command, **b} for d, r, b in readers_in(run_dir)}

@@ -40,18 +40,20 @@ import numpy as np
 import pandas as pd
 from pydantic import Field, model_validator
 
+from chorus.core.analyses import reader, reader_provenance
 from chorus.core.config import InputError, Strict, load_named
+from chorus.core.paper import fmt
 from chorus.core.runs import RunDir
 from chorus.core.stats import cluster_bootstrap
 from chorus.interventions import knockout as ko
 from chorus.interventions.knockout_generate import greedy
+from chorus.interventions.plots import counterfactual as plot_counterfactual
 from chorus.interventions.spans import find_range
 from chorus.serving.roles import build_engines, plan_roles
 from chorus.serving.types import Completion
 from chorus.simulate.debate.bda import DebateTraceError, read_run
 from chorus.simulate.debate.config import DebateConfig, load
 from chorus.simulate.debate.metrics import question_table
-from chorus.simulate.debate.plots import counterfactual as plot_counterfactual
 from chorus.simulate.debate.prompts import load_prompts, peer_block, turn_messages
 from chorus.simulate.debate.protocol import TURN_COLUMNS, run_protocol, turn_seed, turns_by_question
 
@@ -174,6 +176,24 @@ def _history(deb: pd.DataFrame, rnd: int) -> dict[str, dict[int, list[str]]]:
 
 
 # -- the run ----------------------------------------------------------------------------------------
+def _line(name: str, c: dict[str, Any]) -> str:
+    return (f"{name} ({c['n_questions']} questions; replay = stored debate on "
+            f"{c['replay_equals_factual']['questions']} of {c['replay_equals_factual']['of']}): " + "; ".join(
+                f"{a} final-majority acc {fmt(m['majority_correct_final'])}, unanimous "
+                f"{fmt(m['unanimous_final'])}, wrong unanimity {fmt(m['wrong_unanimous'])}"
+                for a, m in c["arms"].items()) + f"; final majorities changed by the cut: "
+            f"{c['changed']['final_majority_cut_vs_replay']}")
+
+
+@reader("influence counterfactual", part="debate", folder="counterfactual-", line=_line)
+def brief(s: dict[str, Any]) -> dict[str, Any]:
+    """What a debate run's report shows of a counterfactual made in it: the cut, each arm's outcomes,
+    what the cut changed, and whether the replay is the stored debate."""
+    keep = ("receiver", "peer", "round", "layers", "queries", "route", "n_questions", "changed", "replay_equals_factual")
+    return {**{k: s.get(k) for k in keep},
+            "arms": {a: {k: v for k, v in m.items() if k != "unanimity_by_round"} for a, m in s["arms"].items()}}
+
+
 def run_counterfactual(run_dir: str | Path, cfg: CounterfactualConfig | None = None, *, out: str | Path | None = None,
                        engine: Any = None, make_plots: bool = True, progress: Any = None) -> tuple[Path, dict[str, Any]]:
     """``chorus influence counterfactual RUN``: the factual, replayed and cut debates of every question
@@ -197,7 +217,8 @@ def run_counterfactual(run_dir: str | Path, cfg: CounterfactualConfig | None = N
     run = RunDir.create(outp, part="influence-counterfactual", config=cfg, seeds={"root": dcfg.seed},
                         command="influence counterfactual", source_run=str(src.resolve()),
                         prompts={"name": P["_name"], "sha256": P["_sha256"]}, masked_layers=plan["masked"],
-                        unmaskable_layers=plan["unmaskable"])
+                        unmaskable_layers=plan["unmaskable"],
+                        **reader_provenance("influence counterfactual", src, "debate", __name__))
     run.record_engines("model", eng)
     sel = {q: items[q] for q in qids}
     stored = {(r.qid, int(r.agent)): r for r in deb[deb["round"] == cfg.round].itertuples()}

@@ -72,12 +72,23 @@ def test_replay_reproduces_the_debate_and_the_cut_changes_it(tiny_debate):
     path3, _ = run_counterfactual(src, CounterfactualConfig(receiver=2, peer=0, round=2, layers=[1, 2],
                                                             queries="decision", n_boot=20), engine=eng)
     assert path3.name == "counterfactual-a2-p0-r2-L1-2-decision"
+    # the debate's report asks the registry: each counterfactual's brief and figure, its own files untouched
+    from chorus.core.analyses import briefs_in, check_sources
+    from chorus.report import render_report
     from chorus.simulate.debate.experiment import report
     rep = report(src)
-    assert set(rep["counterfactual"]) == {"counterfactual-a0-p1-r1", "counterfactual-a2-p0-r2-L1-2-decision"}
-    assert (src / "plots" / "counterfactual-a0-p1-r1.png").is_file()
-    tab = pd.read_parquet(src / "tables" / "counterfactual.parquet")
-    assert set(tab["counterfactual"]) == set(rep["counterfactual"])
+    assert "counterfactual" not in rep and not (src / "tables" / "counterfactual.parquet").exists()
+    briefs = briefs_in(src)
+    assert set(briefs) == {"counterfactual-a0-p1-r1", "counterfactual-a2-p0-r2-L1-2-decision"}
+    assert briefs["counterfactual-a0-p1-r1"]["analysis"] == "influence counterfactual"
+    assert same(briefs["counterfactual-a0-p1-r1"]["arms"], {a: {k: v for k, v in m.items() if k != "unanimity_by_round"}
+                                                            for a, m in s["arms"].items()})
+    html = render_report(src).read_text()
+    assert "Analyses of this run" in html and "counterfactual-a2-p0-r2-L1-2-decision/" in html
+    # its record names the run it read; the debate's report rewrote that run's record since
+    prov = json.loads((path / "provenance.json").read_text())
+    assert prov["analysis"] == "influence counterfactual" and prov["sources"][0]["resolved"] == str(src.resolve())
+    assert [x.split(";")[0] for x in check_sources(path)] == [f"source changed: {src} (run"]
 
 
 def test_bad_input_is_one_line(tiny_debate, tmp_path):

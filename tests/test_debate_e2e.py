@@ -235,8 +235,9 @@ def test_real_debate_read_by_the_belief_layer(debate_run, hf_engine):
     with pytest.raises(DebateTraceError, match="cross-validated|has a parsed turn"):  # too few questions
         run_bda(run.path, make_plots=False)
     assert not (run.path / "bda-debate").exists()  # refused before any write: no unfinished run left inside
-    rep = report(run.path, make_plots=False)  # the report reads the belief run inside the debate run
-    assert [r["agent"] for r in rep["belief"]["agents"]] == ["A1", "A2", "A3", "all"]
+    from chorus.core.analyses import briefs_in
+    report(run.path, make_plots=False)  # the debate's own numbers: the belief run is shown beside them, not in them
+    assert [r["agent"] for r in briefs_in(run.path)["belief"]["agents"]] == ["A1", "A2", "A3", "all"]
 
 
 def test_real_debate_counterfactual_replays_exactly(debate_run, hf_engine):
@@ -244,7 +245,6 @@ def test_real_debate_counterfactual_replays_exactly(debate_run, hf_engine):
     reply regenerated with its attention to agent 1's response cut in every layer; with nothing cut the
     replay is the stored debate, token for token (the engine's own seeded sampler)."""
     from chorus.interventions.counterfactual import CounterfactualConfig, run_counterfactual
-    from chorus.simulate.debate.experiment import report
     run, _ = debate_run
     path, s = run_counterfactual(run.path, CounterfactualConfig(receiver=0, peer=1, round=1, n_boot=20),
                                  engine=hf_engine)
@@ -252,7 +252,9 @@ def test_real_debate_counterfactual_replays_exactly(debate_run, hf_engine):
     t = pd.read_parquet(path / "tables" / "turns.parquet")
     cut = t[(t["condition"] == "cut") & (t["round"] == 1) & (t["agent"] == 0)]
     assert len(cut) == 3 and cut["response"].map(len).gt(0).all()
-    assert set(report(run.path, make_plots=False)["counterfactual"]) == {"counterfactual-a0-p1-r1"}
+    from chorus.core.analyses import briefs_in
+    assert {k for k, b in briefs_in(run.path).items() if b["analysis"] == "influence counterfactual"} \
+        == {"counterfactual-a0-p1-r1"}
 
 
 def test_influence_cues_with_the_magnitude_matched_set(debate_run, hf_engine, tmp_path):

@@ -289,3 +289,83 @@ if __name__ == "__main__":  # print the package graph and the module circles
     circles = module_cycles(module_graph())
     print(f"module circles: {len(circles)}" + "".join(f"\n  {c}" for c in circles))
     sys.exit(bool(up or priv or _cycles(g) or circles))
+
+
+# -- data edges: which part's runs a module opens -------------------------------------------------------------
+def _folder_uses(path: Path, folder: str) -> list[int]:
+    """Lines where the file reaches into a run folder ``folder`` (exact, or a prefix ending in ``-``) by
+    name: ``x / "belief" / "summary.json"``, ``x.glob("bda-*/summary.json")``. (Naming the folder alone,
+    ``CONFIGS / "belief"``, is not reading a run's files.)"""
+    def named(v: str) -> bool:
+        return v.startswith(folder) if folder.endswith("-") else (v == folder or v.startswith(folder + "/"))
+
+    def const(node: ast.AST) -> str | None:
+        return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
+
+    lines = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+            left = node.left
+            inner = isinstance(left, ast.BinOp) and isinstance(left.op, ast.Div) and named(const(left.right) or "")
+            if inner or ("/" in (const(node.right) or "") and named(const(node.right) or "")):
+                lines.append(node.lineno)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("glob", "rglob"):
+            if any(named(c) and "/" in c for c in (const(a) for a in node.args) if c):
+                lines.append(node.lineno)
+    return lines
+
+
+def data_edges(readers: dict, writers: dict[str, str]) -> list[str]:
+    """What breaks the declared data edges: an analysis that reads runs of a part above its own layer, and
+    any module below the application, other than the analysis's own, that opens its run folder by name
+    (the way a report read analyses behind the registry's back). ``writers``: part -> module of its runs."""
+    bad = []
+    mods = _modules()
+    for r in readers.values():
+        src, own = _layer(writers[r.part]), _layer(r.module)
+        if RANK[own] < RANK[src]:
+            bad.append(f"{r.module}: {r.command!r} reads {r.part} runs, written a layer above it ({src})")
+        for mod, path in mods.items():
+            if mod == r.module or _layer(mod) == "chorus":
+                continue
+            for line in _folder_uses(path, r.folder):
+                bad.append(f"{path.relative_to(ROOT)}:{line}: opens {r.command!r}'s folder {r.folder!r}; "
+                           f"ask chorus.core.analyses.readers_in")
+    return bad
+
+
+def _writers() -> dict[str, str]:
+    from chorus.registry import REGISTRY
+    return {g: v.run.split(":")[0] for (g, n), v in REGISTRY.items() if n == "run"}
+
+
+def test_data_flows_only_through_declared_readers():
+    """Every analysis made inside the run it reads is registered with the part it reads; the registry
+    sees all of them, and no other module opens their folders."""
+    from chorus.core.analyses import READERS
+    writers = _writers()   # (imports chorus.registry: every reader registers)
+    assert {"debate bda", "debate belief", "influence counterfactual"} <= set(READERS)
+    assert all(r.part in writers for r in READERS.values())
+    bad = data_edges(READERS, writers)
+    assert not bad, "undeclared data edges:\n" + "\n".join(bad)
+
+
+def test_data_edge_check_catches_a_report_reading_behind_the_registry(tmp_path, monkeypatch):
+    from chorus.core.analyses import Reader
+    for pkg in PACKAGES:
+        (tmp_path / pkg).mkdir()
+        (tmp_path / pkg / "__init__.py").write_text("")
+    (tmp_path / "simulate" / "report.py").write_text(
+        "def report(run):\n    s = (run / 'belief' / 'summary.json').read_text()\n    return sorted(run.glob('bda-*/x'))\n")
+    (tmp_path / "simulate" / "belief_run.py").write_text("def out(src):\n    return src / 'belief' / 'summary.json'\n")
+    (tmp_path / "simulate" / "configs.py").write_text("def cfg(d):\n    return d / 'belief'\n")   # a folder named alone
+    (tmp_path / "chorus" / "viewer.py").write_text("def f(run):\n    return run / 'belief'\n")   # the application: allowed
+    (tmp_path / "aggregate" / "up.py").write_text("")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    readers = {"debate belief": Reader("debate belief", "debate", "belief", dict, str, "chorus.simulate.belief_run"),
+               "debate bda": Reader("debate bda", "debate", "bda-", dict, str, "chorus.aggregate.up")}
+    bad = data_edges(readers, {"debate": "chorus.simulate.debate.experiment"})
+    assert sorted(bad) == sorted([
+        "simulate/report.py:2: opens 'debate belief''s folder 'belief'; ask chorus.core.analyses.readers_in",
+        "simulate/report.py:3: opens 'debate bda''s folder 'bda-'; ask chorus.core.analyses.readers_in",
+        "chorus.aggregate.up: 'debate bda' reads debate runs, written a layer above it (simulate)"])

@@ -37,6 +37,8 @@ from chorus.aggregate.errors import LabelError
 from chorus.aggregate.selection import outer_splits, stratified_splits
 from chorus.aggregate.trace import Move, Trace, dump_traces
 from chorus.core.plots import subplots
+from chorus.core.analyses import reader, reader_provenance
+from chorus.core.paper import fmt
 from chorus.core.runs import RunDir, write_json
 from chorus.simulate.debate.questions import Item, load_items, validate_item, write_bench
 from chorus.core.config import InputError
@@ -237,7 +239,7 @@ def run_bda(run_dir: str | Path, *, condition: str = "debate", config: str | Pat
             f"{k} ({g['n_traces']} questions): {g['skipped']}" for k, g in skipped.items()))
     # a run directory of its own (never the debate run's files): checked, held, sealed at its end
     run = RunDir.create(out, part="debate-bda", command="debate bda", source_run=str(Path(run_dir).resolve()),
-                        condition=condition)
+                        condition=condition, **reader_provenance("debate bda", run_dir, "debate", __name__))
     write_json(out / "mapping.json", {**MAPPING, "source_run": str(Path(run_dir).resolve()), **info})
     summary: dict[str, Any] = {"source_run": str(Path(run_dir).resolve()), "condition": condition,
                                "mapping": MAPPING["version"], **info, "debate": _debate_numbers(run_dir, condition),
@@ -258,6 +260,27 @@ def run_bda(run_dir: str | Path, *, condition: str = "debate", config: str | Pat
     write_json(out / "summary.json", summary)
     run.finish()
     return out, summary
+
+
+def _line(name: str, b: dict[str, Any]) -> str:
+    out = []
+    for gname, g in b["groups"].items():
+        m = g["metrics"]
+        line = ", ".join(f"{k} acc {fmt(m[k]['accuracy'])}" for k in ("final_plurality", "plurality", "bda_per_agent")
+                         if k in m) or f"skipped: {g['skipped']}"
+        out.append(f"BDA {name}, {gname} ({g['n_traces']} questions): {line}")
+    return "\n".join(out)
+
+
+@reader("debate bda", part="debate", folder="bda-", line=_line)
+def brief(s: dict[str, Any]) -> dict[str, Any]:
+    """What a debate run's report shows of a ``debate bda`` run made in it: each group's accuracy,
+    Brier and ECE per method, or why it was skipped."""
+    return {"condition": s["condition"], "n_traces": s["n_traces"], "left_out": s["left_out"],
+            "groups": {k: {"n_traces": g["n_traces"], "skipped": g.get("skipped"),
+                           "metrics": {m: {x: v[x] for x in ("accuracy", "brier", "ece_ew")}
+                                       for m, v in (g.get("metrics") or {}).items()}}
+                       for k, g in s["groups"].items()}}
 
 
 def _debate_numbers(run_dir: str | Path, condition: str) -> dict[str, Any]:

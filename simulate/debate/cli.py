@@ -8,6 +8,7 @@ from typing import List, Optional
 
 import typer
 
+from chorus.core.analyses import readers_in
 from chorus.core.cliutil import add_verbs, model_option, parse_overrides, plots_option, renamed_option
 from chorus.core.cliutil import fail as _fail
 from chorus.core.verbs import Option, Verb, register
@@ -64,24 +65,8 @@ def _print_debate(console, path: Path, s: dict) -> None:
                       f"cap hits {v['n_cap_hits']}; on {v.get('n_paired', 0)} common questions: " + "; ".join(
                           f"{a} acc {_fmt(m['accuracy']['estimate'])}, wrong unanimity "
                           f"{_fmt(m['wrong_unanimity']['estimate'])}" for a, m in (v.get("arms") or {}).items()))
-    for name, b in (s.get("bda") or {}).items():  # chorus debate bda: BDA over the debating agents
-        for gname, g in b["groups"].items():
-            m = g["metrics"]
-            line = ", ".join(f"{k} acc {_fmt(m[k]['accuracy'])}" for k in ("final_plurality", "plurality", "bda_per_agent")
-                             if k in m) or f"skipped: {g['skipped']}"
-            console.print(f"BDA {name}, {gname} ({g['n_traces']} questions): {line}")
-    b = s.get("belief")  # chorus debate belief: the belief layer over the debating agents
-    if b:
-        console.print(f"belief layer ({b['reading']} readings, appraiser {b['appraiser']}, gamma {b['gamma']}): " + "; ".join(
-            f"{r['agent']} kappa {_fmt(r['kappa'])} (placebo {_fmt(r.get('kappa_placebo'))})" for r in b["agents"]))
-    for name, c in (s.get("counterfactual") or {}).items():  # chorus influence counterfactual RUN
-        arms = c["arms"]
-        console.print(f"{name} ({c['n_questions']} questions; replay = stored debate on "
-                      f"{c['replay_equals_factual']['questions']} of {c['replay_equals_factual']['of']}): " + "; ".join(
-                          f"{a} final-majority acc {_fmt(m['majority_correct_final'])}, unanimous "
-                          f"{_fmt(m['unanimous_final'])}, wrong unanimity {_fmt(m['wrong_unanimous'])}"
-                          for a, m in arms.items()) + f"; final majorities changed by the cut: "
-                      f"{c['changed']['final_majority_cut_vs_replay']}")
+    for d, r, b in readers_in(path):  # analyses made inside the run (debate bda|belief, influence counterfactual)
+        console.print(r.line(d.name, b))
     ex = s.get("exclusions", {})
     console.print(f"exclusions: {ex.get('n', 0)} {ex.get('by_reason', {})}; parse rate {_fmt(s.get('parse_rate'))}, "
                   f"truncated {s.get('n_truncated')}")

@@ -112,29 +112,6 @@ def run_debate(cfg: DebateConfig, out: Path | None = None, *, progress: Progress
     return run, summary
 
 
-def _bda_brief(s: dict[str, Any]) -> dict[str, Any]:
-    return {"condition": s["condition"], "n_traces": s["n_traces"], "left_out": s["left_out"],
-            "groups": {k: {"n_traces": g["n_traces"], "skipped": g.get("skipped"),
-                           "metrics": {m: {x: v[x] for x in ("accuracy", "brier", "ece_ew")}
-                                       for m, v in (g.get("metrics") or {}).items()}}
-                       for k, g in s["groups"].items()}}
-
-
-def _belief_brief(s: dict[str, Any]) -> dict[str, Any]:
-    keep = ("agent", "kappa", "kappa_lo", "kappa_hi", "kappa_fit", "gamma_fit", "kappa_round1", "kappa_placebo",
-            "drift_debate", "drift_reflection", "retained")
-    return {"model": s.get("model"), "reading": s["reading"], "appraiser": s["appraiser"], "gamma": s["gamma"],
-            "counts": s["counts"], "audit": {"pearson_s_e": s["audit"]["pearson_s_e"], "n": s["audit"]["n"],
-                                             "reading_stated": s["audit"]["reading_stated"]},
-            "agents": [{k: r.get(k) for k in keep} for r in s["agents"]]}
-
-
-def _counterfactual_brief(s: dict[str, Any]) -> dict[str, Any]:
-    keep = ("receiver", "peer", "round", "layers", "queries", "route", "n_questions", "changed", "replay_equals_factual")
-    return {**{k: s.get(k) for k in keep},
-            "arms": {a: {k: v for k, v in m.items() if k != "unanimity_by_round"} for a, m in s["arms"].items()}}
-
-
 @amends_run
 def report(run_dir: str | Path, *, make_plots: bool = True) -> dict[str, Any]:
     """summary.json and plots from RUN/config.yaml, RUN/tables/*.parquet and RUN/protocol.json."""
@@ -174,21 +151,6 @@ def report(run_dir: str | Path, *, make_plots: bool = True) -> dict[str, Any]:
         summary["judge"] = debate_judged(turns, read_ledger(run.path), seed=cfg.seed)
     if (run.path / "tables" / "votes.parquet").is_file():  # the compute-matched vote arm (voting.py)
         summary["vote"] = report_votes(run, cfg, turns, q, make_plots=make_plots)
-    bda = sorted(run.path.glob("bda-*/summary.json"))  # chorus debate bda (bda.py) wrote these inside the run
-    if bda:
-        summary["bda"] = {p.parent.name: _bda_brief(json.loads(p.read_text())) for p in bda}
-    if (run.path / "belief" / "summary.json").is_file():  # chorus debate belief (stubbornness.py) wrote it inside the run
-        summary["belief"] = _belief_brief(json.loads((run.path / "belief" / "summary.json").read_text()))
-    cfs = sorted(run.path.glob("counterfactual-*/summary.json"))  # chorus influence counterfactual wrote these
-    if cfs:
-        summary["counterfactual"], rows = {}, []
-        for p in cfs:
-            cs = json.loads(p.read_text())
-            summary["counterfactual"][p.parent.name] = _counterfactual_brief(cs)
-            rows += [{"counterfactual": p.parent.name, **d} for d in cs["deltas"]]
-            if make_plots:
-                plots.counterfactual(cs, run.plot_path(p.parent.name))
-        run.write_table("counterfactual", pd.DataFrame(rows))
     if make_plots:
         plots.by_round(summary, "unanimity_by_round", run.plot_path("unanimity_by_round"), ylabel="unanimous groups",
                        title="unanimity by round", extra_key="unanimity_by_round_split")

@@ -91,32 +91,3 @@ def estimates(table, path: Path, *, title: str) -> Path:
     fig.tight_layout()
     fig.savefig(path)
     return path
-
-
-def counterfactual(summary: dict[str, Any], path: Path) -> Path:
-    """A counterfactual debate (``interventions/counterfactual.py``): each arm's question-level means
-    (factual, replay, cut) and its unanimity by round, the cut round marked."""
-    arms = list(summary["arms"])
-    names = [k for k, v in summary["arms"][arms[0]].items() if isinstance(v, float)]
-    fig, (a1, a2) = subplots(1, 2, figsize=(11.0, 3.8))
-    x = np.arange(len(names))
-    w = 0.8 / len(arms)
-    for k, arm in enumerate(arms):
-        a1.bar(x + (k - (len(arms) - 1) / 2) * w, [summary["arms"][arm][m] for m in names], width=w, label=arm)
-    a1.set_xticks(x, [n.replace("_", " ") for n in names], rotation=20, ha="right", fontsize=8)
-    a1.set_ylabel("share of questions")
-    a1.set_title(f"agent {summary['receiver']} not attending to agent {summary['peer']} at round {summary['round']}",
-                 fontsize=9)
-    a1.legend(fontsize=7)
-    for arm in arms:
-        u = summary["arms"][arm]["unanimity_by_round"]
-        xs = sorted(int(r) for r in u)
-        a2.plot(xs, [u[r] if r in u else u[str(r)] for r in xs], "o-", ms=3, label=arm)
-    a2.axvline(summary["round"], color="0.7", ls=":", lw=1)
-    a2.set_xlabel("round")
-    a2.set_ylabel("unanimous groups")
-    a2.set_title(f"{summary['model']}: unanimity by round ({summary['n_questions']} questions)", fontsize=9)
-    a2.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path)
-    return path

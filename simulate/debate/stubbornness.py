@@ -37,7 +37,9 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
+from chorus.core.analyses import reader, reader_provenance
 from chorus.core.config import InputError, validate
+from chorus.core.paper import fmt
 from chorus.core.plots import subplots
 from chorus.core.runs import RunDir
 from chorus.core.seeding import call_seed
@@ -364,6 +366,23 @@ def channel_audit(readings: pd.DataFrame, evidence: pd.DataFrame, cfg: BeliefRea
 
 
 # -- the command -----------------------------------------------------------------------------------------
+def _line(name: str, b: dict[str, Any]) -> str:
+    return (f"belief layer ({b['reading']} readings, appraiser {b['appraiser']}, gamma {b['gamma']}): " + "; ".join(
+        f"{r['agent']} kappa {fmt(r['kappa'])} (placebo {fmt(r.get('kappa_placebo'))})" for r in b["agents"]))
+
+
+@reader("debate belief", part="debate", folder="belief", line=_line)
+def brief(s: dict[str, Any]) -> dict[str, Any]:
+    """What a debate run's report shows of a ``debate belief`` run made in it: each agent's kappa with
+    its interval, the placebo and drift, and the channel audit."""
+    keep = ("agent", "kappa", "kappa_lo", "kappa_hi", "kappa_fit", "gamma_fit", "kappa_round1", "kappa_placebo",
+            "drift_debate", "drift_reflection", "retained")
+    return {"model": s.get("model"), "reading": s["reading"], "appraiser": s["appraiser"], "gamma": s["gamma"],
+            "counts": s["counts"], "audit": {"pearson_s_e": s["audit"]["pearson_s_e"], "n": s["audit"]["n"],
+                                             "reading_stated": s["audit"]["reading_stated"]},
+            "agents": [{k: r.get(k) for k in keep} for r in s["agents"]]}
+
+
 def run_belief(run_dir: str | Path, cfg: BeliefReadConfig | None = None, *, out: str | Path | None = None,
                engine: Any = None, appraiser_engine: Any = None, make_plots: bool = True,
                progress: Any = None) -> tuple[Path, dict[str, Any]]:
@@ -375,7 +394,8 @@ def run_belief(run_dir: str | Path, cfg: BeliefReadConfig | None = None, *, out:
     outp = Path(out) if out is not None else src / "belief"
     run = RunDir.create(outp, part="debate-belief", config=cfg, seeds={"seed": cfg.seed}, command="debate belief",
                         source_run=str(src.resolve()), mapping=MAPPING,
-                        appraiser_prompts={"name": template["_name"], "sha256": template["_sha256"]})
+                        appraiser_prompts={"name": template["_name"], "sha256": template["_sha256"]},
+                        **reader_provenance("debate belief", src, "debate", __name__))
     engines = _engines(src, dcfg, cfg, engine, appraiser_engine) if need_model else {}
     for role, eng in engines.items():
         run.record_engines(role, eng)
