@@ -11,13 +11,15 @@ call store, so the ledger is rebuilt from the store with no model call.
 * ``judge_pass(engine, records)``: the generic pass over records (``record_id``, ``candidates``,
   ``answer_text``, optional ``options``, ``parser_answer``, ``part`` and pass-through keys) ->
   the ledger, one row per record (``sent`` says whether it reached the judge).
-* ``council_judge(RUN)`` / ``debate_judge(RUN)``: the pass over a run directory's unparsed answers;
-  they write ``tables/judge_ledger.parquet`` and ``judge.json`` (``debate_judge`` also sets the
-  ``judge`` entry of an existing summary.json).
+* ``council_judge(RUN)`` (``chorus.simulate.council.judged``) / ``debate_judge(RUN)``
+  (``chorus.simulate.debate.judged``): the pass over a run directory's unparsed answers; they write
+  ``tables/judge_ledger.parquet`` and ``judge.json`` (``debate_judge`` also sets the ``judge`` entry
+  of an existing summary.json).
 
-The judge is a post-processor with per-part adapters (``council_records`` / ``council_judged``,
-``debate_records`` / ``apply_debate_verdicts`` / ``debate_judged``): it reads a part's tables and
-never its report. Each part's ``report`` reads the ledger through these adapters and shows parse
+The judge is a post-processor; each part holds its own adapter (``council_records`` /
+``council_judged`` in ``simulate/council/judged.py``, ``debate_records`` / ``apply_debate_verdicts`` /
+``debate_judged`` in ``simulate/debate/judged.py``), so a debate run never loads council code. It
+reads a part's tables and never its report. Each part's ``report`` reads the ledger through these adapters and shows parse
 rates (and accuracy) before and after the pass beside the originals; re-rendering it after a pass
 is the caller's (``chorus council judge`` / ``chorus debate judge`` run the pass, then the report).
 """
@@ -36,11 +38,7 @@ from chorus.core.config import InputError, load_config, load_prompt_file
 from chorus.core.seeding import call_seed, stable_int
 from chorus.core.runs import RunDir, amends_run, write_json
 from chorus.serving.profiles import DEFAULT_PROFILE
-from chorus.simulate.council.config import CouncilConfig
-from chorus.simulate.debate.config import DebateConfig
-from chorus.simulate.debate.metrics import condition_metrics, question_table
 from chorus.simulate.debate.parse import parse_answer
-from chorus.simulate.debate.questions import load_items
 
 PROMPTS_DIR = Path(__file__).resolve().parent / "prompts"
 DEFAULT_PROMPT = "judge_v1"
@@ -194,7 +192,7 @@ def read_ledger(run_dir: str | Path) -> pd.DataFrame | None:
     return pd.read_parquet(p) if p.is_file() else None
 
 
-def _judged_map(ledger: pd.DataFrame | None) -> dict[str, str]:
+def judged_answers(ledger: pd.DataFrame | None) -> dict[str, str]:
     """record_id -> the answer after the pass, for the records the pass read or mapped."""
     if ledger is None or not len(ledger):
         return {}
@@ -202,14 +200,14 @@ def _judged_map(ledger: pd.DataFrame | None) -> dict[str, str]:
     return dict(zip(got["record_id"], got["judged_answer"]))
 
 
-def _engine(profile: Any, backend: str, store: Path, engine: Any) -> Any:
+def judge_engine(profile: Any, backend: str, store: Path, engine: Any) -> Any:
     """The judge role's engine: ``profile`` is a profile name or a ``ModelSpec``."""
     if engine is not None:
         return engine
     return serving.build_engine(serving.spec_of(profile, backend=backend), store=store, role="judge")
 
 
-def _write(run_dir: Path, ledger: pd.DataFrame, info: dict[str, Any], engine: Any) -> None:
+def write_ledger(run_dir: Path, ledger: pd.DataFrame, info: dict[str, Any], engine: Any) -> None:
     run = RunDir(run_dir)
     run.write_table(LEDGER, ledger)
     write_json(run_dir / "judge.json", info)
@@ -218,171 +216,13 @@ def _write(run_dir: Path, ledger: pd.DataFrame, info: dict[str, Any], engine: An
                                                             "sha256": info["prompt_sha256"]}})
 
 
-def _info(ledger: pd.DataFrame, P: dict, engine: Any, part: str, rates: list[dict[str, Any]]) -> dict[str, Any]:
+def judge_info(ledger: pd.DataFrame, P: dict, engine: Any, part: str, rates: list[dict[str, Any]]) -> dict[str, Any]:
     ident = getattr(engine, "identity", None) or {}
     return {"part": part, "judge_profile": ident.get("profile"), "judge_weights_sha256": ident.get("weights_sha256"),
             "judge_dtype": ident.get("dtype"), "prompt_name": P["_name"], "prompt_sha256": P["_sha256"],
             "temperature": 0.0, "counts": ledger_counts(ledger),
             "cached": int(ledger["cached"].fillna(False).astype(bool).sum()) if len(ledger) else 0,
             "parse_rates": rates}
-
-
-# -- council ---------------------------------------------------------------------------------------
-def council_records(base: pd.DataFrame) -> list[dict[str, Any]]:
-    """The council baselines' unparsed answers (ArgLLMs returns a label by construction)."""
-    if not len(base):
-        return []
-    bad = base[~base["parsed"].astype(bool)]
-    if len(bad) and "response" not in base.columns:
-        raise JudgeError("tables/baselines.parquet has no 'response' column (a run from before the judge pass): "
-                         "rerun `chorus council run` with the same --out; the call store answers every call")
-    out = []
-    for _, r in bad.iterrows():
-        opts = r.get("options") if "options" in base.columns else None
-        opts = None if opts is None or isinstance(opts, (float, str)) else opts  # NaN / missing: no option texts
-        out.append({"part": "council", "record_id": f"{r['dataset']}|{r['condition']}|{r['method']}|{r['trace_id']}",
-                    "candidates": list(r["candidates"]), "options": None if opts is None else list(opts),
-                    "answer_text": r["response"], "dataset": r["dataset"], "condition": r["condition"],
-                    "method": r["method"], "trace_id": r["trace_id"]})
-    return out
-
-
-def council_judged(base: pd.DataFrame, ledger: pd.DataFrame | None) -> pd.DataFrame:
-    """Per (dataset, condition, method): parse rate and accuracy over all tasks (unparsed = wrong)
-    before and after the pass. The originals (``parsed``, ``answer``) are left as they were."""
-    cols = ["dataset", "condition", "method", "n_tasks", "parse_rate", "parse_rate_judged", "accuracy_all",
-            "accuracy_all_judged", "n_judge_mapped"]
-    if not len(base):
-        return pd.DataFrame(columns=cols)
-    m = _judged_map(ledger)
-    b = base.assign(record_id=base["dataset"] + "|" + base["condition"] + "|" + base["method"] + "|" + base["trace_id"])
-    parsed = b["parsed"].astype(bool)
-    after = [a if p else m.get(rid) for a, p, rid in zip(b["answer"], parsed, b["record_id"])]
-    b = b.assign(after=after, correct=[p and a == g for a, p, g in zip(b["answer"], parsed, b["gold"])])
-    b["correct_after"] = [a is not None and a == g for a, g in zip(b["after"], b["gold"])]
-    b["mapped"] = ~parsed & b["after"].notna()
-    rows = []
-    for (ds, cond, meth), g in b.groupby(["dataset", "condition", "method"], sort=False):
-        rows.append({"dataset": ds, "condition": cond, "method": meth, "n_tasks": int(len(g)),
-                     "parse_rate": float(g["parsed"].astype(bool).mean()),
-                     "parse_rate_judged": float(g["after"].notna().mean()),
-                     "accuracy_all": float(g["correct"].mean()),
-                     "accuracy_all_judged": float(g["correct_after"].mean()),
-                     "n_judge_mapped": int(g["mapped"].sum())})
-    return pd.DataFrame(rows, columns=cols)
-
-
-@amends_run
-def council_judge(run_dir: str | Path, *, profile: str = DEFAULT_JUDGE, backend: str = "auto", engine: Any = None,
-                  prompt: str = DEFAULT_PROMPT, max_tokens: int = 16, rerender: bool = True,
-                  make_plots: bool = True, aggregate: bool = True) -> dict[str, Any]:
-    """The judge pass over a council run's unparsed baseline answers (calls in RUN/calls.sqlite);
-    writes the ledger and judge.json. The report is not re-rendered here: call
-    ``chorus.simulate.council.experiment.report(RUN)`` after it (``chorus council judge`` does).
-    ``rerender``, ``make_plots`` and ``aggregate`` are deprecated and ignored (they were the
-    re-render's), kept so that callers passing them still work."""
-    run_dir = Path(run_dir)
-    bpath = run_dir / "tables" / "baselines.parquet"
-    if not (run_dir / "config.yaml").is_file() or not (run_dir / "tables" / "turns.parquet").is_file():
-        raise FileNotFoundError(f"{run_dir}: no config.yaml / tables/turns.parquet (not a council run directory?)")
-    cfg = load_config(run_dir / "config.yaml", CouncilConfig)
-    base = pd.read_parquet(bpath) if bpath.is_file() else pd.DataFrame()
-    records = council_records(base)
-    eng = _engine(profile, backend, run_dir / "calls.sqlite", engine)
-    ledger = judge_pass(eng, records, prompt=prompt, seed=cfg.seed, max_tokens=max_tokens)
-    rates = council_judged(base, ledger).to_dict(orient="records")
-    info = _info(ledger, load_judge_prompt(prompt), eng, "council", rates)
-    _write(run_dir, ledger, info, eng)
-    return info
-
-
-# -- debate ----------------------------------------------------------------------------------------
-def debate_records(turns: pd.DataFrame, items: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The debate's unparsed turns; a shared round-0 turn (one generation listed under each
-    condition) is one record."""
-    bad = turns[~turns["parsed"].astype(bool)]
-    out, seen = [], set()
-    for _, r in bad.iterrows():
-        cond = "shared" if bool(r["shared"]) else r["condition"]
-        rid = f"{r['qid']}|a{int(r['agent'])}|r{int(r['round'])}|{cond}"
-        if rid in seen:
-            continue
-        seen.add(rid)
-        it = items.get(r["qid"])
-        if it is None or not it.labels:
-            raise JudgeError(f"turn {rid}: question {r['qid']!r} has no labels in RUN/bench.jsonl")
-        word = [str(o).lower() for o in it.options or []] == [lab.lower() for lab in it.labels]
-        out.append({"part": "debate", "record_id": rid, "candidates": list(it.labels),
-                    "options": None if word else list(it.options), "answer_text": r["response"],
-                    "qid": r["qid"], "agent": int(r["agent"]), "round": int(r["round"]), "condition": cond})
-    return out
-
-
-def debate_turn_ids(turns: pd.DataFrame) -> list[str]:
-    return [f"{q}|a{int(a)}|r{int(r)}|{'shared' if s else c}"
-            for q, a, r, s, c in zip(turns["qid"], turns["agent"], turns["round"], turns["shared"], turns["condition"])]
-
-
-def apply_debate_verdicts(turns: pd.DataFrame, ledger: pd.DataFrame | None) -> pd.DataFrame:
-    """The turns table re-scored with the pass's answers (``answer``, ``parsed``, ``correct``);
-    the originals stay in ``answer_original`` / ``parsed_original``, ``judged`` marks the changes."""
-    m = _judged_map(ledger)
-    t = turns.copy()
-    t["answer_original"], t["parsed_original"] = t["answer"], t["parsed"].astype(bool)
-    new = [a if p else m.get(rid) for a, p, rid in zip(t["answer"], t["parsed_original"], debate_turn_ids(t))]
-    t["answer"] = new
-    t["parsed"] = [a is not None for a in new]
-    t["judged"] = t["parsed"] & ~t["parsed_original"]
-    t["correct"] = [None if (not isinstance(ref, str)) or a is None else a == ref
-                    for a, ref in zip(t["answer"], t["reference"])]
-    return t
-
-
-def debate_judged(turns: pd.DataFrame, ledger: pd.DataFrame | None, *, seed: int = 0) -> dict[str, Any]:
-    """Per condition: parse rates before and after the pass and the collective metrics recomputed
-    on the re-scored turns (the summary's own metrics stay the originals)."""
-    t = apply_debate_verdicts(turns, ledger)
-    q = question_table(t, seed=seed)
-    out: dict[str, Any] = {"counts": ledger_counts(ledger) if ledger is not None else None, "conditions": {}}
-    for cond in sorted(t["condition"].unique()):
-        s = t[t["condition"] == cond]
-        out["conditions"][cond] = {"parse_rate_before": float(s["parsed_original"].mean()),
-                                   "parse_rate_after": float(s["parsed"].mean()),
-                                   "n_turns": int(len(s)), "n_judged": int(s["judged"].sum()),
-                                   "metrics_after": condition_metrics(q, t, cond)}
-    return out
-
-
-@amends_run
-def debate_judge(run_dir: str | Path, *, profile: str = DEFAULT_JUDGE, backend: str = "auto", engine: Any = None,
-                 prompt: str = DEFAULT_PROMPT, max_tokens: int = 16, rerender: bool = True,
-                 make_plots: bool = True) -> dict[str, Any]:
-    """The judge pass over a debate run's unparsed turns (calls in RUN/calls.sqlite); writes the
-    ledger and judge.json and, unless ``rerender`` is False, sets the ``judge`` entry of an existing
-    summary.json (``debate_judged``, the entry ``chorus.simulate.debate.experiment.report`` writes; the
-    rest of the summary and the plots are not touched: ``chorus debate judge`` re-renders the
-    whole report after the pass). ``make_plots`` is deprecated and ignored (the judge entry has
-    no figure)."""
-    run_dir = Path(run_dir)
-    if not (run_dir / "config.yaml").is_file() or not (run_dir / "tables" / "turns.parquet").is_file():
-        raise FileNotFoundError(f"{run_dir}: no config.yaml / tables/turns.parquet (not a debate run directory?)")
-    cfg = load_config(run_dir / "config.yaml", DebateConfig)
-    turns = pd.read_parquet(run_dir / "tables" / "turns.parquet")
-    records = debate_records(turns, load_items(run_dir))
-    eng = _engine(profile, backend, run_dir / "calls.sqlite", engine)
-    ledger = judge_pass(eng, records, prompt=prompt, seed=cfg.seed, max_tokens=max_tokens)
-    t = apply_debate_verdicts(turns, ledger)
-    rates = [{"condition": c, "n_turns": int(len(s)), "parse_rate": float(s["parsed_original"].mean()),
-              "parse_rate_judged": float(s["parsed"].mean()), "n_judge_mapped": int(s["judged"].sum())}
-             for c, s in t.groupby("condition", sort=True)]
-    info = _info(ledger, load_judge_prompt(prompt), eng, "debate", rates)
-    _write(run_dir, ledger, info, eng)
-    run = RunDir(run_dir)
-    if rerender and (run.path / "summary.json").is_file():
-        summary = run.summary()
-        summary["judge"] = debate_judged(turns, read_ledger(run_dir), seed=cfg.seed)  # as report() reads it
-        run.write_summary(summary)
-    return info
 
 
 def dumps(info: Mapping[str, Any]) -> str:

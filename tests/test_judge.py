@@ -14,8 +14,9 @@ import pytest
 from chorus.serving.engine import Engine
 from chorus.serving.profiles import get_profile
 from chorus.serving.store import CallStore
-from chorus.simulate.judge import (NONE, JudgeError, apply_debate_verdicts, council_judged, judge_pass, ledger_counts,
-                            parse_verdict)
+from chorus.simulate.council.judged import council_judged
+from chorus.simulate.debate.judged import apply_debate_verdicts
+from chorus.simulate.judge import JudgeError, NONE, judge_pass, ledger_counts, parse_verdict
 
 EMBEDDED = "smollm2-135m-instruct"
 
@@ -217,7 +218,7 @@ def test_council_run_judge_pass_rerenders_the_report(tmp_path):
     # the CLI again on the same store: every verdict cached (the real engine would make no call)
     r = CliRunner().invoke(app, ["council", "judge", str(tmp_path / "nope")])
     assert r.exit_code != 0 and "nope" in r.output
-    from chorus.simulate.judge import council_judge
+    from chorus.simulate.council.judged import council_judge
     again = council_judge(run.path, engine=script_engine(policy, tmp_path / "calls.sqlite", raise_on_call=True),
                           make_plots=False, aggregate=False)
     assert again["cached"] == 4 and again["counts"] == info["counts"]
@@ -226,7 +227,7 @@ def test_council_run_judge_pass_rerenders_the_report(tmp_path):
 def test_debate_run_judge_pass_rerenders_the_summary(tmp_path):
     from chorus.simulate.debate.config import DebateConfig, load
     from chorus.simulate.debate.experiment import run_debate
-    from chorus.simulate.judge import debate_judge
+    from chorus.simulate.debate.judged import debate_judge
 
     def judge(text, s):  # the first label offered
         return re.search(r"Reply with exactly one of: ([^,]+),", text).group(1)

@@ -88,7 +88,7 @@ def judge(run_dir: Path = typer.Argument(..., help="A council run directory."),
     """The frozen judge pass (BDA paper D.3): baseline answers no parser reads -> one judge at temperature 0
     -> tables/judge_ledger.parquet, judge.json, and the report again with parse rates before and after."""
     from chorus.simulate.council.experiment import report as _report
-    from chorus.simulate.judge import JudgeError, council_judge
+    from chorus.simulate.council.judged import JudgeError, council_judge
     judge_profile = renamed_option(judge_old, "--judge", "-m/--model", model) or DEFAULT_PROFILE
     try:
         info = council_judge(run_dir, profile=judge_profile, backend=backend, max_tokens=max_tokens)

@@ -41,7 +41,8 @@ from chorus.simulate.council.prompts import load_prompts
 from chorus.simulate.council.runner import Seat, make_councils, run_councils
 from chorus.simulate.council.seats import render as render_swaps
 from chorus.simulate.council.seats import seat_rows, seats_frame
-from chorus.simulate.judge import council_judge, council_judged, read_ledger
+from chorus.simulate.council.judged import council_judge, council_judged
+from chorus.simulate.judge import read_ledger
 
 
 def load_engines(cfg: CouncilConfig, store, plan=None) -> Any:

@@ -40,7 +40,7 @@ def _print_debate(console, path: Path, s: dict) -> None:
     for k in keys:
         t.add_row(k, *[_fmt(s["conditions"][c].get(k)) for c in conds])
     console.print(t)
-    for c, j in (s.get("judge") or {}).get("conditions", {}).items():  # after the frozen judge pass (simulate/judge.py)
+    for c, j in (s.get("judge") or {}).get("conditions", {}).items():  # after the frozen judge pass (judged.py)
         m = j.get("metrics_after", {})
         console.print(f"judge pass, {c}: parse rate {_fmt(j['parse_rate_before'])} -> {_fmt(j['parse_rate_after'])} "
                       f"({j['n_judged']} turns mapped); acc_final_majority {_fmt(m.get('acc_final_majority'))}, "
@@ -137,7 +137,7 @@ def judge(run_dir: Path = typer.Argument(..., help="A debate run directory."),
     from rich.console import Console
 
     from chorus.simulate.debate.experiment import report as _report
-    from chorus.simulate.judge import debate_judge
+    from chorus.simulate.debate.judged import debate_judge
     judge_profile = renamed_option(judge_old, "--judge", "-m/--model", model) or DEFAULT_PROFILE
     try:
         info = debate_judge(run_dir, profile=judge_profile, backend=backend, max_tokens=max_tokens,

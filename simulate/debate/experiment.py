@@ -25,7 +25,8 @@ from chorus.simulate.debate.protocol import run_protocol
 from chorus.simulate.debate.questions import Item, build_bench, load_bench, load_items, save_items  # noqa: F401 (re-exported)
 from chorus.simulate.debate.questions import item_frames
 from chorus.simulate.debate.voting import report_votes, run_voting
-from chorus.simulate.judge import debate_judged, read_ledger
+from chorus.simulate.debate.judged import debate_judged
+from chorus.simulate.judge import read_ledger
 
 
 def select_items(spec) -> tuple[list[Item], dict[str, Any]]:
