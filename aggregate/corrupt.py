@@ -46,8 +46,6 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Sequence
 
-import numpy as np
-
 from chorus.aggregate.counts import natural_key
 from chorus.aggregate.moves import get_protocol
 from chorus.aggregate.synthetic import Adversary
@@ -277,8 +275,3 @@ def corruption_counts(traces: Sequence[Trace]) -> dict[str, int]:
             for k in ("flipped", "repaired", "changed"):
                 out[k] += len(c.get(k, ()))
     return out
-
-
-def informative_moves(tr: Trace, protocol: str = "strict") -> np.ndarray:
-    """Indices of a trace's informative moves (accepted and endorsing or rejecting a candidate)."""
-    return np.array(sorted({e.move for e in get_protocol(protocol).run(tr)[1]}), dtype=int)

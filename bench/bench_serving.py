@@ -139,10 +139,10 @@ def bench_store(n_calls=10_000):
         from chorus.serving import load_engine
         eng = load_engine(PROFILE, "hf", store=Path(d) / "engine.sqlite")
         cs = [[{"role": "user", "content": f"q{i}"}] for i in range(n_calls)]
-        from chorus.serving.types import Completion, Sampling
+        from chorus.serving.types import Completion, RequestSampling
         rows = []
         for i, c in enumerate(cs):  # pre-fill as if these calls had been made
-            k = request_key(eng.identity, "chat", {"messages": c, **Sampling(temperature=0, max_tokens=8).key_dict()})
+            k = request_key(eng.identity, "chat", {"messages": c, **RequestSampling(temperature=0, max_tokens=8).key_dict()})
             rows.append((k, "chat", eng.identity, {"messages": c}, Completion("x", 1, 1, "stop").to_dict(), "hf"))
         eng.store.put_many(rows)
         t0 = time.perf_counter()

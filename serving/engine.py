@@ -14,7 +14,7 @@ from chorus.serving.plan import EnginePlan, Need, needs_gib, plan_devices
 from chorus.serving.profiles import DEFAULT_PROFILE, ModelError, Profile, get_profile, hub_snapshot_of
 from chorus.serving.store import CallStore, request_key
 from chorus.serving.structured import check_output, check_schema
-from chorus.serving.types import (Completion, ContextLengthError, PreparedPrompt, RequestError, Sampling, broadcast_seeds,
+from chorus.serving.types import (Completion, ContextLengthError, PreparedPrompt, RequestError, RequestSampling, broadcast_seeds,
                            validate_conversations)
 
 BACKENDS = ("hf", "vllm", "openai")
@@ -116,7 +116,7 @@ class Engine:
         if json_schema is not None:
             check_schema(json_schema)
         seeds = broadcast_seeds(seed, len(convs))
-        samplings = [Sampling(temperature=temperature, top_p=top_p, max_tokens=max_tokens, stop=stops, seed=s,
+        samplings = [RequestSampling(temperature=temperature, top_p=top_p, max_tokens=max_tokens, stop=stops, seed=s,
                               json_schema=json_schema, choices=tuple(choices) if choices is not None else None)
                      for s in seeds]
         keys = [request_key(self.identity, "chat", {"messages": c, **s.key_dict()}) if (s.greedy or s.seed is not None)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from chorus.serving.types import RequestError, Sampling
+from chorus.serving.types import RequestError, RequestSampling
 
 
 class SchemaError(RequestError):
@@ -57,7 +57,7 @@ def _unsatisfiable(s: Any, where: str) -> str | None:
     return None
 
 
-def check_output(text: str, sampling: Sampling) -> tuple[bool, Any, str | None]:
+def check_output(text: str, sampling: RequestSampling) -> tuple[bool, Any, str | None]:
     """(conformed, parsed, error) for a constrained request's text."""
     if sampling.choices is not None:
         t = text.strip()

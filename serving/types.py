@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
 from chorus.core.config import InputError
@@ -20,8 +20,9 @@ class ContextLengthError(RequestError):
 
 
 @dataclass(frozen=True)
-class Sampling:
-    """Sampling parameters of one request. ``seed`` makes a sampled output reproducible."""
+class RequestSampling:
+    """Sampling parameters of one request, as the engine hands it to a backend (a config's ``generation``
+    block is ``chorus.serving.spec.Sampling``). ``seed`` makes a sampled output reproducible."""
     temperature: float = 1.0
     top_p: float = 1.0
     max_tokens: int = 256
@@ -94,13 +95,6 @@ class PreparedPrompt:
     """A conversation rendered by the tokenizer's chat template, as token ids."""
     text: str
     ids: list[int]
-
-
-@dataclass
-class OptionRequest:
-    """Score ``options`` as continuations of one rendered prompt."""
-    prompt: PreparedPrompt
-    option_ids: list[list[int]] = field(default_factory=list)
 
 
 def validate_conversations(conversations: Sequence[Any]) -> list[Conversation]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Iterator, Protocol
 
-from chorus.serving.types import Sampling
+from chorus.serving.types import RequestSampling
 
 # (request index, completion fields) for every request that finished in one engine step
 Finished = list[tuple[int, dict[str, Any]]]
@@ -16,7 +16,7 @@ class Backend(Protocol):
     name: str
     max_model_len: int
 
-    def generate(self, prompts: list[list[int]], samplings: list[Sampling]) -> Iterator[Finished]:
+    def generate(self, prompts: list[list[int]], samplings: list[RequestSampling]) -> Iterator[Finished]:
         """Generate for token-id prompts; yield groups of finished requests as they finish
         (so the caller can commit them before the next group)."""
         ...

@@ -12,7 +12,7 @@ from typing import Any, Iterator
 
 from chorus.serving.backends import Finished
 from chorus.serving.profiles import ModelError
-from chorus.serving.types import Sampling
+from chorus.serving.types import RequestSampling
 
 
 def eos_ids(model: Any, tok: Any) -> list[int]:
@@ -121,7 +121,7 @@ class HFBackend:
         return self._grammars
 
     # -- generation ------------------------------------------------------------------------
-    def generate(self, prompts: list[list[int]], samplings: list[Sampling]) -> Iterator[Finished]:
+    def generate(self, prompts: list[list[int]], samplings: list[RequestSampling]) -> Iterator[Finished]:
         groups: dict[Any, list[int]] = {}
         for i, s in enumerate(samplings):
             k = s.key_dict()
@@ -134,7 +134,7 @@ class HFBackend:
             for batch in self._batches(order, lengths, extra=s0.max_tokens):
                 yield self._generate_batch([prompts[i] for i in batch], [samplings[i] for i in batch], batch)
 
-    def _generate_batch(self, prompts: list[list[int]], samplings: list[Sampling], index: list[int]) -> Finished:
+    def _generate_batch(self, prompts: list[list[int]], samplings: list[RequestSampling], index: list[int]) -> Finished:
         torch = self.torch
         from transformers import GenerationConfig, LogitsProcessorList
 

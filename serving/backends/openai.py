@@ -42,7 +42,7 @@ from typing import Any, Iterator
 
 from chorus.serving.backends import Finished
 from chorus.serving.profiles import ModelError, Profile
-from chorus.serving.types import Sampling
+from chorus.serving.types import RequestSampling
 from chorus.core.config import InputError
 
 
@@ -378,7 +378,7 @@ class OpenAIBackend:
         if errors:
             raise errors[0]
 
-    def generate(self, prompts: list[list[int]], samplings: list[Sampling]) -> Iterator[Finished]:
+    def generate(self, prompts: list[list[int]], samplings: list[RequestSampling]) -> Iterator[Finished]:
         bodies = []
         for p, s in zip(prompts, samplings):
             b: dict[str, Any] = {"prompt": p, "max_tokens": s.max_tokens, "temperature": s.temperature,

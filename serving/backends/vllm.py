@@ -17,7 +17,7 @@ from typing import Any, Iterator
 
 from chorus.serving.backends import Finished
 from chorus.serving.profiles import ModelError, cache_dir
-from chorus.serving.types import Sampling
+from chorus.serving.types import RequestSampling
 from chorus.core.logs import engine_log, vllm_logging_ready
 
 # Single-token readouts ask vLLM for the log-probabilities of exactly the option tokens
@@ -325,7 +325,7 @@ class VLLMBackend:
                 "env": self.env, "load_seconds": round(self.load_seconds, 1),
                 "batch_invariant": self.batch_invariant, "determinism": det}
 
-    def _params(self, s: Sampling):
+    def _params(self, s: RequestSampling):
         from vllm import SamplingParams
         from vllm.sampling_params import StructuredOutputsParams
 
@@ -416,7 +416,7 @@ class VLLMBackend:
             if engine.has_unfinished_requests():  # a caller stopped early (e.g. KeyboardInterrupt)
                 engine.abort_request(list(where))
 
-    def generate(self, prompts: list[list[int]], samplings: list[Sampling]) -> Iterator[Finished]:
+    def generate(self, prompts: list[list[int]], samplings: list[RequestSampling]) -> Iterator[Finished]:
         params = [self._params(s) for s in samplings]
         for done in self._run(prompts, params):
             group: Finished = []
