@@ -35,21 +35,18 @@ def _show(console, path: Path, summary: dict) -> None:
                   f"(tables/, plots/, results.md, summary.json)")
 
 
-_ERRORS = ("chorus.aggregate.errors:TraceError", "chorus.aggregate.errors:LabelError", "chorus.aggregate.errors:PriorError",
-           "chorus.core.config:InputError")
 _QUIET = Option("quiet", "--quiet", bool, False, "No progress bar.", "progress:enabled", negate=True)
 register(Verb(
     "aggregate", "run", help="Traces + methods -> nested-CV posteriors, metrics, bootstrap, tables, plots, one results file.",
     config_help="Run config (a path or a shipped name in aggregate/configs/, e.g. run_synthetic).",
     load="chorus.aggregate.config:load_run_config", source="chorus.aggregate.config:config_path",
-    run="chorus.aggregate.experiments:run_to_dir", show=_show, unit="fold x method", plots=False, options=(_QUIET,),
-    errors=_ERRORS, configs="chorus.aggregate.config:CONFIGS_DIR/run_*.yaml"))
+    run="chorus.aggregate.experiments:run_to_dir", show=_show, unit="fold x method", plots=False, options=(_QUIET,), configs="chorus.aggregate.config:CONFIGS_DIR/run_*.yaml"))
 register(Verb(
     "aggregate", "sweep", help="Adversary sweeps over a synthetic council or a real trace file (--traces): "
                                "dose-response (regime x k x p_wrong) or the sleeper axis (f).",
     config_help="Sweep config (kind: dose_response | sleeper; a path or a shipped name, e.g. sweep_dose).",
     load="chorus.aggregate.config:load_sweep_config", run="chorus.aggregate.experiments:sweep_to_dir", show=_show,
-    unit="fold x method", plots=False, errors=_ERRORS, configs="chorus.aggregate.config:CONFIGS_DIR/sweep_*.yaml",
+    unit="fold x method", plots=False, configs="chorus.aggregate.config:CONFIGS_DIR/sweep_*.yaml",
     options=(Option("traces", "--traces", Optional[Path], None, "A council trace file (.jsonl / .jsonl.gz) to "
                     "corrupt instead of the config's synthetic council.", "config:traces"), _QUIET)))
 add_verbs(app, "aggregate")

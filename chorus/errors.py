@@ -7,8 +7,8 @@ the message names it); 130 interrupted (Ctrl-C; rerun the same command to resume
 in the run's store). Messages come from the errors themselves, which name the file, field and value
 where they are raised; this module only decides the code and the shape.
 
-Bad input is a type, not a guess: ``chorus.core.config.InputError`` (ConfigError and every part's own
-input error derive from it) and the few others ``bad_input_types`` lists. A bare ``ValueError``,
+Bad input is a type, not a guess: ``chorus.core.config.bad_input_types`` (``InputError``, from which
+ConfigError and every part's own input error derive, and the few classes marked ``@bad_input``). A bare ``ValueError``,
 ``TypeError``, ``KeyError``... reaching this boundary is an unchecked case inside chorus: it is said
 to be a bug (exit 1, the traceback one flag away), never blamed on the user. ``chorus -v CMD`` keeps the engines'
 own log lines on the terminal (``chorus.core.logs``; otherwise they go to RUN/logs/engines.log).
@@ -19,29 +19,14 @@ import json
 import os
 import sys
 from typing import Callable
-from chorus.serving.memory import MemoryPlanError
-from chorus.serving.plan import DevicePlanError
-from chorus.serving.profiles import ModelError
-from chorus.serving.store import StoreError
-from chorus.core.config import InputError
+import chorus.interventions.knockout  # noqa: F401  (registers its @bad_input error)
+import chorus.serving.plan  # noqa: F401  (registers the serving errors marked @bad_input)
+from chorus.core.config import bad_input_types
 from chorus.core.logs import quiet_native_logs
 from chorus.core.runs import mark_failed
 
 BAD_INPUT_EXIT, FAILED_EXIT = 2, 1
 DEBUG_ENV = "CHORUS_DEBUG"
-
-
-def bad_input_types() -> tuple[type[BaseException], ...]:
-    """What counts as bad input: chorus's own input errors (``InputError``: ConfigError and the data,
-    trace, label, bench errors), an unknown or unready model, an unreadable store, a plan that cannot
-    fit, YAML or JSON that does not parse (chorus writes only valid files: one that is not was edited
-    or damaged), a file that is not UTF-8 text, and a path that is missing or of the wrong kind. Not
-    ``ValueError`` as such: one chorus did not raise as bad input is a bug."""
-    import yaml
-
-    return (InputError, ModelError, StoreError, DevicePlanError, MemoryPlanError, yaml.YAMLError,
-            json.JSONDecodeError, UnicodeDecodeError, FileNotFoundError, FileExistsError, IsADirectoryError,
-            NotADirectoryError, PermissionError)
 
 
 #: what an unchecked case inside chorus raises (Python's own errors of a wrong value, type, key or

@@ -20,6 +20,7 @@ import pandas as pd
 
 from chorus import __version__
 from chorus.core.analyses import readers_in
+from chorus.core.config import InputError
 from chorus.core.runs import MANIFEST, SealState, in_use, seal_state
 from chorus.serving.profiles import embedded_note
 from chorus.stages import REGISTRY, STAGES
@@ -45,7 +46,7 @@ def _png_width(data: bytes) -> int:
     return int.from_bytes(data[16:20], "big") if data[:8] == b"\x89PNG\r\n\x1a\n" else 0
 
 
-class ReportError(ValueError):
+class ReportError(InputError):
     """The directory cannot be rendered (missing, or not a chorus run directory)."""
 
 

@@ -9,7 +9,7 @@ from typing import Any, Callable, Optional
 import typer
 
 from chorus.core.analyses import analyses, is_csv
-from chorus.core.config import ConfigError, InputError
+from chorus.core.config import ConfigError, bad_input_types
 from chorus.core.progress import progress
 from chorus.core.verbs import Option, resolve, verbs
 
@@ -107,11 +107,6 @@ def add_verbs(app: typer.Typer, group: str) -> None:
 
 RECOMPUTE_HELP = ("Recompute summary.json and the plots from a run directory's files alone (no model calls); "
                   "the HTML report is `chorus report RUN`.")
-
-
-def _bad_input(v) -> tuple[type[BaseException], ...]:
-    # InputError, not ValueError: a ValueError chorus did not raise as bad input is a bug (chorus.errors)
-    return (InputError, FileNotFoundError, *v.error_types())
 
 
 def config_value(val: Any) -> Any:
@@ -225,7 +220,7 @@ def _run_command(v):
                 bar["enabled"] = False
             with progress(label, v.unit, **bar) as update:
                 rundir, summary = v.execute(cfg, kw[out_opt.name] if out_opt else None, progress=update, **run_kw)
-        except _bad_input(v) as err:
+        except bad_input_types() as err:   # not ValueError: one chorus did not raise as bad input is a bug
             fail(err)
         v.show(con, rundir.path, summary)
 
@@ -280,7 +275,7 @@ def _recompute_command(v, old: str | None = None):
             deprecated(old, f"chorus {v.group} recompute")
         try:
             summary = resolve(v.report)(run_dir, make_plots=plots)
-        except _bad_input(v) as err:
+        except bad_input_types() as err:   # not ValueError: one chorus did not raise as bad input is a bug
             fail(err)
         v.show(Console(), run_dir, summary)
     recompute.__annotations__ = {"run_dir": Path, "plots": bool, "return": None}
@@ -362,7 +357,7 @@ def _analysis_command(a):
         out, plots = values.pop("out"), values.pop("plots", True)
         try:
             result = a.run(a.load(values), out, plots=plots)
-        except (InputError, FileNotFoundError) as err:   # not ValueError: one chorus did not raise as bad input is a bug (chorus.errors)
+        except bad_input_types() as err:   # not ValueError: one chorus did not raise as bad input is a bug
             fail(err)
         a.show(Console(), result)
         # stderr: stdout stays what the analysis printed (JSON stays parseable)

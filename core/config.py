@@ -30,6 +30,32 @@ class ConfigError(InputError):
     """A config file or value is invalid; the message names the field and the value."""
 
 
+_BAD_INPUT: list[type[BaseException]] = []
+
+
+def bad_input(cls: type[BaseException]) -> type[BaseException]:
+    """Mark an error class outside ``InputError``'s family as bad input too (a model that is not there,
+    a store of another schema, a plan that cannot fit the device): the class decorator of the serving
+    and intervention errors that are the user's choice but not a ``ValueError``."""
+    if cls not in _BAD_INPUT:
+        _BAD_INPUT.append(cls)
+    return cls
+
+
+def bad_input_types() -> tuple[type[BaseException], ...]:
+    """What counts as bad input (exit 2, the message alone), in one place for every command and the
+    error boundary: ``InputError`` (ConfigError and every part's own input error), the classes marked
+    ``@bad_input``, YAML or JSON that does not parse (chorus writes only valid files: one that is not was
+    edited or damaged), a file that is not UTF-8 text, and a path that is missing or of the wrong kind.
+    Not ``ValueError`` as such: one chorus did not raise as bad input is a bug."""
+    import json
+
+    import yaml
+
+    return (InputError, *_BAD_INPUT, yaml.YAMLError, json.JSONDecodeError, UnicodeDecodeError, FileNotFoundError,
+            FileExistsError, IsADirectoryError, NotADirectoryError, PermissionError)
+
+
 def format_validation_error(err: ValidationError, source: str = "config") -> str:
     lines = [f"invalid {source}:"]
     for e in err.errors():

@@ -77,7 +77,6 @@ class Verb:
     unit: str = "calls"              # what the progress bar counts
     plots: bool = True               # whether the verb draws figures (``--no-plots``)
     options: tuple[Option, ...] = ()
-    errors: tuple[str, ...] = ()     # "module:Class" of the part's bad-input errors (exit 2)
     default_config: str | None = None  # CONFIG may be left out ([CONFIG]): this shipped name is loaded
     out: Option | None = None        # the run directory's own option (flag, help, "run:KWARG"), passed to
                                      # ``run`` as that keyword, in place of the shared --out (run's positional)
@@ -153,10 +152,6 @@ class Verb:
                  if not any(fnmatch.fnmatch(f.name, d) for d in drop)
                  and all(re.search(rf"^{re.escape(k)}:", f.read_text(encoding="utf-8"), re.M) for k in keys)}
         return sorted(found, key=lambda p: p.stem)
-
-    def error_types(self) -> tuple[type[BaseException], ...]:
-        return tuple(resolve(e) for e in self.errors)
-
 
 REGISTRY: dict[tuple[str, str], Verb] = {}
 

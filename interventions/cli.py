@@ -48,15 +48,10 @@ for _verb, _help in [
     register(Verb("influence", _verb, help=_help, config_help=_CFG_HELP,
                   load="chorus.interventions.config:load", schema="chorus.interventions.config:InfluenceConfig",
                   run="chorus.interventions.experiment:run_influence", run_args=(_verb,),
-                  check="chorus.simulate.debate.experiment:plan_engines", show=_show_behaviour, unit="turns",
-                  errors=("chorus.serving.profiles:ModelError",), model="model.profile",
+                  check="chorus.simulate.debate.experiment:plan_engines", show=_show_behaviour, unit="turns", model="model.profile",
                   configs="chorus.interventions.config:CONFIGS_DIR/influence_*.yaml"))
 
 # inside the model: the internals config, transformers
-_INTERNALS_ERRORS = ("chorus.serving.profiles:ModelError", "chorus.interventions.families:FamilyError",
-                     "chorus.interventions.families:LayerError", "chorus.interventions.spans:SpanError",
-                     "chorus.interventions.recurrent:RecurrentError", "chorus.interventions.patching:PatchError",
-                     "chorus.interventions.probes:ProbeError", "chorus.interventions.transfer:TransferError")
 for _verb, _help in [
         ("knockout", "Knockout of the peer message: all layers, single layers, cumulative; share of the effect "
                      "removed (knockout.mixers: attention, and on hybrid models the recurrent route, or both)."),
@@ -69,7 +64,7 @@ for _verb, _help in [
     register(Verb("influence", _verb, help=_help, config_help=_CFG_HELP, load="chorus.interventions.internals.config:load",
                   run="chorus.interventions.internals.experiment:run_internals", run_args=(_verb,),
                   check="chorus.interventions.internals.experiment:plan_internals", show=_show_internals,
-                  unit="readouts", errors=_INTERNALS_ERRORS, model="model.profile",
+                  unit="readouts", model="model.profile",
                   configs="chorus.interventions.config:CONFIGS_DIR/internals*.yaml"))
 
 add_verbs(app, "influence")
@@ -115,10 +110,7 @@ register(Verb(
              Option("queries", "--queries", str, "after", "after | decision", "config:queries"),
              Option("route", "--route", str, "nnsight", "nnsight | interface (bitwise equal)", "config:route"),
              Option("max_questions", "--max-questions", Optional[int], None, "the first N questions only",
-                    "config:max_questions")),
-    errors=("chorus.interventions.counterfactual:CounterfactualError", "chorus.serving.profiles:ModelError",
-            "chorus.interventions.families:FamilyError", "chorus.interventions.families:LayerError",
-            "chorus.interventions.spans:SpanError", "chorus.interventions.knockout:KnockoutError")))
+                    "config:max_questions"))))
 add_verbs(app, "influence")
 
 

@@ -34,7 +34,7 @@ from chorus.interventions.families import FamilyError, LayerError, LayerMap, dis
 from chorus.interventions.recurrent import MIXERS, RecurrentError, severed, supported
 from chorus.interventions.spans import Span, SpanError, message_token_span
 from chorus.serving.types import RequestError, validate_conversations
-from chorus.core.config import InputError
+from chorus.core.config import InputError, bad_input
 
 KO_SDPA = "chorus_knockout"
 KO_EAGER = "chorus_knockout_eager"
@@ -47,6 +47,7 @@ __all__ = ["option_logprobs", "plan", "Row", "run_rows", "run_rows_shared_prefix
            "MIXERS", "FamilyError", "LayerError", "SpanError", "KnockoutError", "RecurrentError"]
 
 
+@bad_input
 class KnockoutError(RuntimeError):
     """Knockout could not be applied as asked (wrong backend, a layer that bypassed the mask)."""
 

@@ -8,12 +8,15 @@ import json
 import struct
 from pathlib import Path
 
+from chorus.core.config import bad_input
+
 GIB = 1024 ** 3
 BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 _ST_BYTES = {"F32": 4, "F16": 2, "BF16": 2, "F64": 8, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
              "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
 
 
+@bad_input
 class MemoryPlanError(RuntimeError):
     """A model cannot be sized, or the device lacks the memory a plan counted on (waking vLLM)."""
 

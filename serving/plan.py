@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from typing import Sequence
 
+from chorus.core.config import bad_input
 from chorus.serving.memory import BYTES, MemoryPlanError, weights_gib
 from chorus.serving.profiles import get_profile
 
@@ -32,6 +33,7 @@ BACKENDS = ("vllm", "hf", "openai", "trainer")
 _RANK = {"cpu": 0, "share": 1, "swap": 2, "serve": 3}   # the overall mode is the worst phase's
 
 
+@bad_input
 class DevicePlanError(RuntimeError):
     """The engines of an experiment cannot fit the device(s): one line naming roles, sizes, device."""
 

@@ -18,7 +18,10 @@ from typing import Iterable, Optional
 
 import yaml
 
+from chorus.core.config import bad_input
 
+
+@bad_input
 class ModelError(RuntimeError):
     """A profile is unknown, not prepared, or its folder is missing or incomplete."""
 

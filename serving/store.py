@@ -21,10 +21,13 @@ import time
 from pathlib import Path
 from typing import Any, Iterable
 
+from chorus.core.config import bad_input
+
 SCHEMA_VERSION = 2
 READS = (1, 2)   # schema 1: no output hashes (migrated to 2 when opened for writing)
 
 
+@bad_input
 class StoreError(RuntimeError):
     """The store file is locked, corrupt, or of another schema."""
 

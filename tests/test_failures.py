@@ -148,3 +148,37 @@ def test_models_prepare_repairs_a_cache_a_killed_run_left(tmp_path, monkeypatch,
     assert get_profile("gemma3-270m").status() == (True, "ready")
     assert sha256_file(tmp_path / "gguf" / g.MODEL_NAME) == g.EXPECTED_SHA256
     assert sorted(p.name for p in (tmp_path / "models").iterdir()) == ["gemma3-270m"]
+
+
+# the failures of a run: everything else chorus raises on purpose is bad input (exit 2)
+RUN_FAILURES = {"CheckFailed", "EndpointError", "TransientError", "TrainingDiverged", "VerifyError", "Skip"}
+
+
+def test_bad_input_is_one_family_not_per_verb_lists():
+    """Every error class chorus defines is either bad input, by type (``InputError`` or marked
+    ``@bad_input``: ``chorus.core.config.bad_input_types``, the one list the commands and the error
+    boundary share) or one of the named failures of a run; no verb lists its own errors."""
+    import ast
+    import dataclasses
+    import importlib
+
+    from chorus.core.config import bad_input_types
+    from chorus.core.verbs import Verb
+    import chorus.errors  # noqa: F401  (imports every module with a @bad_input class)
+
+    assert "errors" not in {f.name for f in dataclasses.fields(Verb)}
+    root = Path(__file__).resolve().parent.parent
+    found = []
+    for pkg in ("core", "serving", "aggregate", "simulate", "interventions", "chorus"):
+        for path in sorted((root / pkg).rglob("*.py")):
+            for node in ast.parse(path.read_text()).body:
+                if isinstance(node, ast.ClassDef) and any(
+                        isinstance(b, ast.Name) and (b.id.endswith(("Error", "Exception")) or b.id in RUN_FAILURES)
+                        for b in node.bases):
+                    rel = path.relative_to(root).with_suffix("")
+                    mod = ".".join(rel.parts if rel.parts[0] == "chorus" else ("chorus", *rel.parts))
+                    found.append(getattr(importlib.import_module(mod.removesuffix(".__init__")), node.name))
+    assert len(found) > 40
+    wrong = [f"{c.__module__}.{c.__name__}" for c in found
+             if issubclass(c, bad_input_types()) == (c.__name__ in RUN_FAILURES)]
+    assert not wrong, f"neither bad input nor a named failure of a run (or both): {wrong}"

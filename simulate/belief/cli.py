@@ -46,7 +46,7 @@ for _name, _help, _kw in [
                   load="chorus.simulate.belief.config:load_belief_config", source="chorus.simulate.belief.config:resolve_config_path",
                   run="chorus.simulate.belief.experiment:run_experiment", run_kw=_kw,
                   check="chorus.simulate.belief.experiment:check_" + _name,
-                  show=_print_summary, unit="utterances", errors=("chorus.serving.profiles:ModelError",),
+                  show=_print_summary, unit="utterances",
                   model="llm.model.profile",
                   configs="chorus.simulate.belief.config:CONFIGS_DIR/*.yaml,!multi_*.yaml" + (",+sweep" if _kw["sweep"] else "")))
 add_verbs(app, "belief")
@@ -82,8 +82,7 @@ register(Verb(
     config_help="Multi-concept config (a path or a shipped name, e.g. multi_fj).",
     load="chorus.simulate.belief.config:load_multi_config", source="chorus.simulate.belief.config:resolve_multi_config_path",
     run="chorus.simulate.belief.experiment:run_experiment", check="chorus.simulate.belief.experiment:check_run", show=_print_summary,
-    unit="utterances", model="llm.model.profile", configs="chorus.simulate.belief.config:CONFIGS_DIR/multi_*.yaml",
-    errors=("chorus.serving.profiles:ModelError",)))
+    unit="utterances", model="llm.model.profile", configs="chorus.simulate.belief.config:CONFIGS_DIR/multi_*.yaml"))
 add_verbs(app, "belief")
 
 
@@ -108,7 +107,6 @@ def _show_calibrate(console, path: Path, fit: dict) -> None:
 
 
 _BACKEND = "hf | vllm | openai | auto."
-_MODEL_ERRORS = ("chorus.serving.profiles:ModelError", "chorus.serving.store:StoreError")
 _DEFAULT_CONFIG = "a path or a shipped name: default, every field at its default"
 register(Verb(
     "belief", "calibrate", help="Fit the appraiser temperature tau for a model on a topic's labelled utterances.",
@@ -127,8 +125,7 @@ register(Verb(
              Option("labels", "--labels", Optional[Path], None, "A filled-in labelset CSV (chorus belief labelset) "
                     "instead of the topic's shipped set.", "config:labels"),
              Option("skip_unlabelled", "--skip-unlabelled", bool, False, "With --labels: leave rows without a label "
-                    "out (counted) instead of refusing.", "config:skip_unlabelled")),
-    errors=_MODEL_ERRORS))
+                    "out (counted) instead of refusing.", "config:skip_unlabelled"))))
 add_verbs(app, "belief")
 
 
@@ -170,8 +167,7 @@ register(Verb(
              Option("max_tokens", "--max-tokens", Optional[int], None, "Generator max tokens (default: the belief "
                     "runs' generator setting).", "config:generator.max_tokens"),
              Option("temperature", "--temperature", Optional[float], None, "Generator temperature (default: the "
-                    "belief runs' generator setting).", "config:generator.temperature")),
-    errors=_MODEL_ERRORS))
+                    "belief runs' generator setting).", "config:generator.temperature"))))
 add_verbs(app, "belief")
 
 
@@ -211,8 +207,7 @@ register(Verb(
                     "contributes (repeat; no regeneration).", "config:runs"),
              Option("synthetic", "--synthetic", bool, False, "The model-free channel with known biases.",
                     "config:mode", const="synthetic"),
-             Option("backend", "--backend", str, "auto", _BACKEND, "config:backend")),
-    errors=_MODEL_ERRORS))
+             Option("backend", "--backend", str, "auto", _BACKEND, "config:backend"))))
 add_verbs(app, "belief")
 
 

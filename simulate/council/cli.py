@@ -71,9 +71,7 @@ register(Verb(
     configs="chorus.simulate.council.config:CONFIGS_DIR/*.yaml",
     options=(Option("data", "--data", Optional[Path], None, _DATA_HELP, "config:data_dir"),
              Option("no_aggregate", "--no-aggregate", bool, False, "Only generate (aggregate later with report).",
-                    "run:aggregate", negate=True)),
-    errors=("chorus.aggregate.errors:TraceError", "chorus.aggregate.errors:LabelError", "chorus.core.config:InputError",
-            "chorus.serving.profiles:ModelError")))
+                    "run:aggregate", negate=True))))
 add_verbs(council_app, "council")
 
 

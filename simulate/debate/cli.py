@@ -118,8 +118,7 @@ register(Verb(
     config_help="Debate config (a path or a shipped name, e.g. smoke).",
     load="chorus.simulate.debate.config:load", schema="chorus.simulate.debate.config:DebateConfig",
     run="chorus.simulate.debate.experiment:run_debate", check="chorus.simulate.debate.experiment:check_run",
-    report="chorus.simulate.debate.experiment:report", recompute_alias="report", show=_print_debate, unit="turns",
-    errors=("chorus.serving.profiles:ModelError",), model="model.profile",
+    report="chorus.simulate.debate.experiment:report", recompute_alias="report", show=_print_debate, unit="turns", model="model.profile",
     configs="chorus.simulate.debate.config:CONFIGS_DIR/*.yaml"))
 add_verbs(debate_app, "debate")
 
@@ -236,8 +235,7 @@ register(Verb(
     out=Option("out", "--out", Optional[Path], None, "Output run directory (default RUN/belief).", "run:out"),
     set_help="Override a config field: key=value (repeatable).",
     options=(Option("config", "--config", Optional[Path], None, "A belief-reading config (YAML; default: the defaults).",
-                    "config"),),
-    errors=("chorus.simulate.debate.stubbornness:BeliefReadError", "chorus.serving.profiles:ModelError", "chorus.core.config:InputError")))
+                    "config"),)))
 add_verbs(debate_app, "debate")
 
 

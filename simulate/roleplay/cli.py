@@ -61,15 +61,12 @@ def print_summary(console, path: Path, s: dict) -> None:
     console.print(f"results: [bold]{path}[/bold] (summary.json, tables/*.parquet, plots/*.png)")
 
 
-_ROLEPLAY_ERRORS = ("chorus.simulate.roleplay.data:GroupFormatError", "chorus.serving.types:RequestError",
-                    "chorus.serving.profiles:ModelError")
 register(Verb(
     "roleplay", "run", help="Run full dynamics and next-message prediction for every model; classify; evaluate.",
     config_help="Roleplay config (a path or a shipped name: default, smoke, topic).",
     load="chorus.simulate.roleplay.config:load", schema="chorus.simulate.roleplay.config:RoleplayConfig",
     run="chorus.simulate.roleplay.experiment:run_roleplay", check="chorus.simulate.roleplay.experiment:plan_engines",
-    report="chorus.simulate.roleplay.experiment:report", recompute_alias="eval", show=print_summary, unit="messages",
-    errors=_ROLEPLAY_ERRORS, model="models.*.profile",
+    report="chorus.simulate.roleplay.experiment:report", recompute_alias="eval", show=print_summary, unit="messages", model="models.*.profile",
     configs="chorus.simulate.roleplay.config:CONFIGS_DIR/roleplay/*.yaml"))
 add_verbs(roleplay_app, "roleplay")
 
@@ -99,7 +96,7 @@ register(Verb(
     config_help="SFT config (a path or a shipped name: default, lora, smoke).",
     load="chorus.simulate.roleplay.config:load", schema="chorus.simulate.roleplay.config:SftConfig", load_kw={"part": "sft"},
     run="chorus.simulate.roleplay.sft:train_sft", check="chorus.simulate.roleplay.sft:check_sft", show=_show_sft,
-    unit="steps", plots=False, errors=_ROLEPLAY_ERRORS, model="base.profile",
+    unit="steps", plots=False, model="base.profile",
     configs="chorus.simulate.roleplay.config:CONFIGS_DIR/sft/*.yaml"))
 add_verbs(sft_app, "sft")
 
