@@ -37,7 +37,7 @@ import numpy as np
 from chorus.aggregate.counts import Pool
 from chorus.aggregate.posterior import MU_CLIP
 from chorus.core.seeding import rng as make_rng
-from chorus.core.plots import subplots
+from chorus.core.plots import save, subplots
 from chorus.core.config import InputError
 
 KEY_DRIFT_BOOT = 41  # the noise floor's bootstrap stream (seed, KEY_DRIFT_BOOT)
@@ -209,4 +209,4 @@ def plot_drift(drift: np.ndarray, threshold: float, floor: float, path, *, windo
     ax.set_ylabel(f"drift (W = {window})")
     ax.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
-    fig.savefig(path)
+    save(fig, path)

@@ -21,7 +21,7 @@ from chorus.aggregate.posterior import beta_params, one_coin_proba
 from chorus.aggregate.selection import argmax_random
 from chorus.aggregate.trace import Trace
 from chorus.core.seeding import rng as make_rng
-from chorus.core.plots import subplots
+from chorus.core.plots import save, subplots
 from chorus.core.config import InputError
 
 NEUTRAL_B = 0.58  # the base of the BDA paper's fixed prior (b, kappa, s) = (0.58, 2, 16), kappa set to 0
@@ -88,4 +88,4 @@ def plot_ratios(summary: pd.DataFrame, path: Any, *, title: str = "decision flip
     ax.set_ylabel("fixes / breaks")
     ax.set_title(title, fontsize=9)
     fig.tight_layout()
-    fig.savefig(path)
+    save(fig, path)

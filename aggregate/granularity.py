@@ -26,7 +26,7 @@ from chorus.aggregate.keys import KEYS, check_key, keyed_pool
 from chorus.aggregate.methods import make_method
 from chorus.aggregate.selection import nested_cv
 from chorus.aggregate.trace import Trace
-from chorus.core.plots import subplots
+from chorus.core.plots import save, subplots
 from chorus.core.config import InputError
 
 FIXED_PRIOR = {"b": 0.58, "kappa": 2.0, "s": 16.0}  # the BDA paper's Table 7 granularity prior
@@ -112,5 +112,5 @@ def plot(table: pd.DataFrame, path: "str | Path", title: str = "") -> Path:
     fig.suptitle(title or "reliability key (blue: fixed prior) and estimator (orange: inner CV)", fontsize=10)
     fig.tight_layout()
     path = Path(path)
-    fig.savefig(path)
+    save(fig, path)
     return path

@@ -20,7 +20,7 @@ from chorus.aggregate.experiments import cell_metrics
 from chorus.aggregate.methods import make_method
 from chorus.aggregate.selection import budget_subsample, fit_predict_split, seed_int
 from chorus.aggregate.trace import Trace
-from chorus.core.plots import subplots
+from chorus.core.plots import save, subplots
 
 KEY_LABELS = 23  # the calibration draw's seed stream (seed, KEY_LABELS, n)
 
@@ -66,4 +66,4 @@ def plot_curve(curve: pd.DataFrame, path, *, metric: str = "accuracy") -> None:
     ax.legend(fontsize=7)
     ax.set_title("label efficiency (mean +- SD over seeds)", fontsize=9)
     fig.tight_layout()
-    fig.savefig(path)
+    save(fig, path)

@@ -24,7 +24,7 @@ from chorus.aggregate.methods import make_method
 from chorus.aggregate.selection import nested_cv
 from chorus.aggregate.trace import Trace
 from chorus.aggregate.spectral import mirrored, one_coin_loglik
-from chorus.core.plots import subplots
+from chorus.core.plots import save, subplots
 
 UNSUPERVISED = {"ds_em": "majority", "ds_em_spectral": "spectral"}
 
@@ -95,4 +95,4 @@ def plot(result: dict[str, Any], path) -> None:
     a2.set_ylabel("accuracy")
     a2.set_title(f"unsupervised fits upside down in red ({result['n_tasks']} tasks)", fontsize=9)
     fig.tight_layout()
-    fig.savefig(path)
+    save(fig, path)

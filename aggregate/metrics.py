@@ -18,7 +18,7 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from chorus.core.plots import figure
+from chorus.core.plots import figure, save
 from chorus.core.stats import LOWER_IS_BETTER, ece, paired_bootstrap, reliability_table
 
 __all__ = ["accuracy", "brier", "brier_per_task", "brier_sum_logits", "ece", "summarize", "paired_bootstrap",
@@ -89,7 +89,7 @@ def reliability_diagram(conf: np.ndarray, correct: np.ndarray, path: str | Path,
     ax2.set_xlabel("confidence")
     ax2.set_ylabel("tasks")
     path = Path(path)
-    fig.savefig(path)
+    save(fig, path)
     return path
 
 
@@ -110,7 +110,7 @@ def reliability_overlay(curves: Mapping[str, tuple[np.ndarray, np.ndarray]], pat
     ax.set_title(title + " (ECE$_{ew}$ in legend)", fontsize=10)
     ax.legend(fontsize=7, loc="upper left")
     path = Path(path)
-    fig.savefig(path)
+    save(fig, path)
     return path
 
 
@@ -137,5 +137,5 @@ def line_plot(frame: pd.DataFrame, x: str, y: str, hue: str, path: str | Path, *
         fig.suptitle(title, fontsize=11)
     fig.tight_layout()
     path = Path(path)
-    fig.savefig(path)
+    save(fig, path)
     return path

@@ -44,7 +44,7 @@ from chorus.aggregate.metrics import summarize
 from chorus.aggregate.selection import fit_predict_split
 from chorus.aggregate.synthetic import Adversary
 from chorus.aggregate.trace import Trace
-from chorus.core.plots import subplots
+from chorus.core.plots import save, subplots
 from chorus.core.config import InputError
 
 ORDERS = ("forward", "reverse")
@@ -201,4 +201,4 @@ def plot(table: pd.DataFrame, path) -> None:
     axes[0][0].set_ylabel("deployment accuracy")
     axes[0][0].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path)
+    save(fig, path)

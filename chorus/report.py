@@ -38,7 +38,7 @@ figcaption{font-size:12px;color:#555;text-align:center}.warn{background:#fff4e5;
 details{margin:.4em 0}summary{cursor:pointer;color:#345}"""
 
 MAX_ROWS = 25
-WIDE_PX = 800  # PNGs wider than this are shown at the page's full width
+WIDE_PX = 1100  # PNGs wider than this (about 7.3 in at the 150 dpi of chorus.core.plots) take the full width
 
 
 def _png_width(data: bytes) -> int:
@@ -177,11 +177,14 @@ def _flag(p: Path, unsealed: frozenset[Path]) -> str:
 
 
 def _figure(png: Path, unsealed: frozenset[Path] = frozenset()) -> str:
+    """A plot, as its vector SVG where the run wrote one beside the PNG (``chorus.core.plots.save``)."""
     data = png.read_bytes()
-    b64 = base64.b64encode(data).decode()
+    svg = png.with_suffix(".svg")
+    shown, mime = (svg.read_bytes(), "image/svg+xml") if svg.is_file() else (data, "image/png")
+    b64 = base64.b64encode(shown).decode()
     # a multi-panel figure shrunk to half the page is illegible: wide ones get the full width
     wide = " class='wide'" if _png_width(data) > WIDE_PX else ""
-    return (f"<figure{wide}><img alt='{_esc(png.stem)}' src='data:image/png;base64,{b64}'>"
+    return (f"<figure{wide}><img alt='{_esc(png.stem)}' src='data:{mime};base64,{b64}'>"
             f"<figcaption>{_esc(png.stem)}{_flag(png, unsealed)}</figcaption></figure>")
 
 

@@ -13,7 +13,7 @@ import yaml
 from pydantic import Field
 
 from chorus.core.config import Strict
-from chorus.core.plots import figure
+from chorus.core.plots import figure, save
 from chorus.core.progress import Progress
 from chorus.core.runs import RunDir
 from chorus.serving.profiles import DEFAULT_PROFILE
@@ -120,7 +120,7 @@ def _bar_plot(rd, profile: str, path: Path) -> None:
     ax.set_ylabel("P(Yes | Yes or No)")
     ax.set_title(f"forced-choice readout, {profile}")
     fig.tight_layout()
-    fig.savefig(path)
+    save(fig, path)
 
 
 def _belief(mode: str) -> Callable[[Path, DemoConfig, Progress], dict[str, Any]]:

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from chorus.core.plots import figure as _fig, subplots
+from chorus.core.plots import figure as _fig, save, subplots
 from chorus.simulate.debate.plots import COLORS
 
 
@@ -27,7 +27,7 @@ def committed(cr: dict[str, Any], path: Path) -> Path:
     ax.legend(fontsize=8)
     ax.set_title("committed-at-read", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path)
+    save(fig, path)
     return path
 
 
@@ -49,7 +49,7 @@ def committed_gaps(gaps: dict[str, Any], path: Path) -> Path:
     ax.set_ylabel("committed-at-read at f = 0,\nminus reflection")
     ax.set_title("committed-at-read gap: peers' content vs controls", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path)
+    save(fig, path)
     return path
 
 
@@ -67,7 +67,7 @@ def effect_bars(eff: dict[str, Any], path: Path, *, title: str) -> Path:
     ax.set_ylabel("adoption-margin shift vs no message (logits)")
     ax.set_title(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path)
+    save(fig, path)
     return path
 
 
@@ -95,7 +95,7 @@ def cue_sets(sets: dict[str, Any], path: Path) -> Path:
     ax.set_title("source cues: track record vs status, per cue set", fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path)
+    save(fig, path)
     return path
 
 
@@ -135,7 +135,7 @@ def knockout_curves(summary: dict, path: Path) -> Path:
     what = "attention knockout" if mixers == ["attention"] else f"knockout by mixer ({', '.join(mixers)})"
     fig.suptitle(f"{summary.get('model')}: {what} ({summary.get('n_pairs')} pairs); >100% = all", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path)
+    save(fig, path)
     return path
 
 
@@ -163,7 +163,7 @@ def knockout_mixers(summary: dict, path: Path) -> Path:
         ax.set_title(f"all layers, queries: {q} (n = {rec['n']})", fontsize=9)
     fig.suptitle(f"{summary.get('model')}: which route carries the peer message", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path)
+    save(fig, path)
     return path
 
 
@@ -178,12 +178,18 @@ def patch_curve(summary: dict, path: Path) -> Path:
     ax.axhline(0.0, color="0.5", lw=0.8)
     pts = [r["restored"] for r in c if r["restored"] == r["restored"]]
     if pts:
-        ax.set_ylim(max(-2.0, min(-0.25, min(pts) - 0.1)), min(3.0, max(1.25, max(pts) + 0.1)))
+        lo, hi = max(-2.0, min(-0.25, min(pts) - 0.1)), min(3.0, max(1.25, max(pts) + 0.1))
+        ax.set_ylim(lo, hi)
+        out = [(r["layer"], r["restored"]) for r in c if r["restored"] == r["restored"] and not lo <= r["restored"] <= hi]
+        if out:   # a share beyond the axis (a near-zero difference): marked at the edge and named, never cut silently
+            ax.scatter([x for x, _ in out], [min(max(y, lo), hi) for _, y in out], marker="x", color="#a33", zorder=3)
+            ax.text(0.02, 0.03, "beyond the axis: " + ", ".join(f"layer {x}: {y:.3g}" for x, y in out[:6])
+                    + (" ..." if len(out) > 6 else ""), transform=ax.transAxes, fontsize=7, color="#a33")
     ax.set_xlabel("patched layer (residual after it, at the cue positions)")
     ax.set_ylabel("share of the X-Y margin difference carried")
     ax.set_title(f"{summary.get('model')}: residual interchange X -> Y ({summary.get('n_pairs')} pairs)", fontsize=9)
     fig.tight_layout()
-    fig.savefig(path)
+    save(fig, path)
     return path
 
 def probe_curve(t: pd.DataFrame, path: Path, *, concept: str) -> Path:
@@ -198,7 +204,7 @@ def probe_curve(t: pd.DataFrame, path: Path, *, concept: str) -> Path:
     ax.set_title(f"probe for '{concept}' by layer (n = {int(t['n'].iloc[0])})", fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path)
+    save(fig, path)
     return path
 
 
@@ -226,7 +232,7 @@ def transfer_curve(summary: dict, path: Path) -> Path:
                  f"site {summary.get('site')})", fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path)
+    save(fig, path)
     return path
 
 
@@ -275,7 +281,7 @@ def concept_site(t: pd.DataFrame, probe: pd.DataFrame, path: Path, *, site: str,
                  f"({'peer messages / own previous response' if site == 'reading' else 'decision token'})",
                  fontsize=10)
     fig.tight_layout()
-    fig.savefig(path)
+    save(fig, path)
     return path
 
 
@@ -304,5 +310,5 @@ def counterfactual(summary: dict[str, Any], path: Path) -> Path:
     a2.set_title(f"{summary['model']}: unanimity by round ({summary['n_questions']} questions)", fontsize=9)
     a2.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path)
+    save(fig, path)
     return path

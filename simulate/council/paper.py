@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterable, Sequence
 from chorus.core.paper import fmt, md_table
 from chorus.core.runs import amends_run
 from chorus.simulate.council.campaign import read_numbers
-from chorus.core.plots import subplots
+from chorus.core.plots import save, subplots
 
 HEADLINE = ("accuracy", "ece_ew", "brier")
 RUN_ATTACK = "chorus council run full --out RUN  (its attack-k1 / attack-k2 conditions)"
@@ -79,7 +79,7 @@ class Paper:
         draw(ax)
         fig.tight_layout()
         p = self.figs / f"{name}.png"
-        fig.savefig(p)
+        save(fig, p)
         return f"![{name}](figures/{p.name})"
 
     # sections in the paper's order ----------------------------------------------------------

@@ -36,9 +36,12 @@ def accuracy_bars(table: pd.DataFrame, path: Path, note: str | None = None) -> P
 def cost_accuracy(table: pd.DataFrame, path: Path) -> Path:
     """Accuracy against token cost per task (log x), every arm and cell."""
     fig, ax = subplots(figsize=(7, 4.5))
-    for arm, g in table.groupby("arm", sort=False):
+    markers = "os^Dv<>pP*X"
+    for k, (arm, g) in enumerate(table.groupby("arm", sort=False)):
         tok = g["tokens_per_task"].astype(float)
-        ax.scatter(tok.clip(lower=1), g["accuracy"].astype(float), label=arm, s=25)
+        # arms at the same cost and accuracy (cells of one council) would hide each other: own marker, see-through
+        ax.scatter(tok.clip(lower=1), g["accuracy"].astype(float), label=arm, s=28, alpha=0.6,
+                   marker=markers[k % len(markers)], edgecolors="none")
     ax.set_xscale("log")
     ax.set_xlabel("tokens per task (council arms: the council's own calls)")
     ax.set_ylabel("accuracy")

@@ -36,7 +36,7 @@ from chorus.aggregate.counts import Pool
 from chorus.aggregate.errors import LabelError
 from chorus.aggregate.selection import outer_splits, stratified_splits
 from chorus.aggregate.trace import Move, Trace, dump_traces
-from chorus.core.plots import subplots
+from chorus.core.plots import save, subplots
 from chorus.core.analyses import reader, reader_provenance
 from chorus.core.paper import fmt
 from chorus.core.runs import RunDir, write_json
@@ -309,7 +309,7 @@ def _plot(summary: dict[str, Any], path: Path) -> None:
     fig.suptitle(f"BDA over a debate ({summary['condition']})", fontsize=9)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
-    fig.savefig(path)
+    save(fig, path)
 
 
 # -- a synthetic debate with planted reliabilities (recovery checks: tests and bench/) ------------------

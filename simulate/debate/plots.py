@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from chorus.core.plots import figure as _fig, subplots
+from chorus.core.plots import figure as _fig, save, subplots
 
 COLORS = {"debate": "#c0392b", "reflection": "#2e86c1"}
 
@@ -29,7 +29,7 @@ def by_round(summary: dict[str, Any], key: str, path: Path, *, ylabel: str, titl
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path)
+    save(fig, path)
     return path
 
 
@@ -51,7 +51,7 @@ def curves_with_bands(table, path: Path, *, title: str = "collective outcomes by
         ax.legend(fontsize=7)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path)
+    save(fig, path)
     return path
 
 
@@ -84,10 +84,12 @@ def estimates(table, path: Path, *, title: str) -> Path:
         ax.set_xticks(range(len(metrics)))
         ax.set_xlim(-0.6, len(metrics) - 0.4)
         ax.set_xticklabels([m.replace("_", " ") for m in metrics], fontsize=7, rotation=15)
+        ax.set_ylabel("debate vs reflection (ratio or difference)" if part is parts[-1] and paired.any()
+                      else "effective independent voters" if (part["metric"] == "n_eff").all() else "share of groups")
         if part is parts[-1] and paired.any():
             ax.axhline(1.0 if part["metric"].str.endswith("ratio").all() else 0.0, color="#999", lw=0.8, ls=":")
         ax.legend(fontsize=7)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path)
+    save(fig, path)
     return path

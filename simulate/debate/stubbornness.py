@@ -40,7 +40,7 @@ import pandas as pd
 from chorus.core.analyses import reader, reader_provenance
 from chorus.core.config import InputError, validate
 from chorus.core.paper import fmt
-from chorus.core.plots import subplots
+from chorus.core.plots import save, subplots
 from chorus.core.runs import RunDir
 from chorus.core.seeding import call_seed
 from chorus.core.stats import cluster_bootstrap
@@ -562,7 +562,7 @@ def _plot(table: pd.DataFrame, drift: pd.DataFrame, audit: dict[str, Any], summa
     fig.suptitle(f"belief layer over a debate ({summary.get('model')}; reading {summary['reading']}, "
                  f"appraiser {summary['appraiser']})", fontsize=9)
     fig.tight_layout()
-    fig.savefig(path)
+    save(fig, path)
 
 
 # -- a synthetic debate whose agents follow the belief layer's update (recovery checks: tests and bench/) ----

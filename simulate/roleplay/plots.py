@@ -5,7 +5,7 @@ from pathlib import Path
 
 import numpy as np
 
-from chorus.core.plots import subplots
+from chorus.core.plots import save, subplots
 
 
 def _style(label: str) -> dict:
@@ -26,7 +26,7 @@ def sd_trajectories(summary: dict, path: Path) -> None:
     ax.set_title("stance SD trajectories: human vs simulated")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save(fig, path)
 
 
 def endpoint_distributions(summary: dict, path: Path) -> None:
@@ -42,7 +42,7 @@ def endpoint_distributions(summary: dict, path: Path) -> None:
     axes[0].set_ylabel("share of participants")
     axes[1].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save(fig, path)
 
 
 def convergence_bars(summary: dict, path: Path) -> None:
@@ -59,7 +59,7 @@ def convergence_bars(summary: dict, path: Path) -> None:
         ax.set_title(f"delta SD ({ch}); bootstrap CI over groups")
     axes[0].set_ylabel("end SD - start SD")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save(fig, path)
 
 
 def error_scatter(bars, path: Path) -> None:
@@ -80,7 +80,7 @@ def error_scatter(bars, path: Path) -> None:
             ax.set_ylabel(f"{y.replace('_', ' ')} ({ch})")
     fig.suptitle("stance errors across models (one point per split/model/setup)")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save(fig, path)
 
 
 def annotator_agreement(kappa, headline, own: str, path: Path) -> None:
@@ -113,7 +113,7 @@ def annotator_agreement(kappa, headline, own: str, path: Path) -> None:
     a2.set_title("headline metrics recomputed per classifier", fontsize=9)
     a2.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save(fig, path)
 
 
 def probe_bars(temperature, memory, path: Path) -> None:
@@ -136,4 +136,4 @@ def probe_bars(temperature, memory, path: Path) -> None:
     axes[0].set_ylabel("end SD - start SD")
     axes[1].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save(fig, path)
