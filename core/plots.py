@@ -128,7 +128,10 @@ def save(fig, path, dpi: int | None = None):
     formats = extra_formats()   # a bad value fails before any file is written
     _house_rules(fig)
     if not fig.get_constrained_layout():
-        fig.tight_layout()
+        import warnings
+        with warnings.catch_warnings():   # an inset or colorbar axes tight_layout cannot place: the tight box below still holds all
+            warnings.simplefilter("ignore", UserWarning)
+            fig.tight_layout()
     fig.savefig(path, dpi=dpi or DPI, bbox_inches="tight", metadata={"Software": None})
     for fmt in ("svg", *formats):
         meta = {"Date": None} if fmt == "svg" else {"CreationDate": None}
