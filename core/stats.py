@@ -221,50 +221,85 @@ def ratio_fields(r: dict) -> dict:
             "denominator_ci": r["denominator_ci"]}
 
 
-def max_t_band(stat: Callable[[np.ndarray], np.ndarray], clusters: np.ndarray, *, n_boot: int = 2000,
-               seed: int = 0, ci: float = 0.95) -> dict:
-    """A family-wise band over the m entries of ``stat(row_indices)`` (one per layer, say), and each
-    entry's family-wise p-value for "its true value is 0".
+def max_t_band(num: np.ndarray, den: np.ndarray | None, clusters: np.ndarray, *, n_boot: int = 2000,
+               seed: int = 0, ci: float = 0.95, chunk: int = 250) -> dict:
+    """A family-wise (simultaneous) band over m ratios of means R_j = mean(num[:, j]) / mean(den) (``den``
+    None: the means themselves), one per layer say, and each entry's family-wise p-value for R_j = 0.
 
-    The rows are resampled by whole clusters with the draws of ``cluster_bootstrap`` (the same stream:
-    with the same seed each resample is the one the per-entry percentile intervals use). Per resample,
-    T* = max_j |theta*_j - theta_j| / se_j, with se_j the bootstrap standard deviation of entry j (the
-    studentised max-|t|, so an entry with a wide interval does not dominate the maximum); c is T*'s
-    ``ci`` quantile. The band theta_j +- c se_j covers every entry's true value at once with probability
-    ``ci`` (asymptotically), so it covers whichever entry is picked after looking (the largest, say): the
-    interval a selected entry can be reported with. The single-step max-T adjusted p-value of entry j
-    is (1 + #{T* >= |theta_j| / se_j}) / (B + 1) (Westfall and Young 1993, Romano and Wolf 2005).
-    A resample where an entry is not finite is dropped for every entry.
+    Studentised cluster bootstrap of the max-|t| (bootstrap-t): whole clusters are resampled (the units
+    of ``cluster_bootstrap``: question families, say), and per resample
+    T* = max_j |R*_j - R_j| / se*_j, where se*_j is the cluster-robust (CR1, delta-method for a ratio)
+    standard error computed inside that resample: studentising with the resample's own standard error
+    carries the t-like tails of a few dozen clusters, which a band scaled by one bootstrap standard
+    deviation misses (it covered 0.84-0.87 for a nominal 0.95 at 30 clusters and 30 layers). With c the
+    ``ci`` quantile of T*, the band R_j +- c se_j covers every entry's true value at once with probability
+    about ``ci``, so it covers the entry picked after looking (the largest): the interval a selected
+    entry can be reported with. The single-step max-T adjusted p-value of entry j is
+    (1 + #{T* >= |R_j| / se_j}) / (B + 1) (Westfall and Young 1993; Romano and Wolf 2005). Rows with a
+    missing value in any column are dropped (one row set for the whole family); a resample whose
+    denominator mean is 0 or whose entries are not finite is dropped.
 
     Returns {estimate, se, ci_low, ci_high, p_value (lists, per entry), critical: c, n_boot: resamples
-    kept, n_clusters, resampled: "clusters"}."""
+    kept, n_clusters}."""
+    num = np.asarray(num, float)
+    if num.ndim != 2:
+        raise InputError(f"max_t_band: num must be (rows, entries), got shape {num.shape}")
+    n, m = num.shape
+    d = np.ones(n) if den is None else np.asarray(den, float)
     clusters = np.asarray(clusters)
-    est = np.asarray(stat(np.arange(len(clusters))), float)
-    m = len(est)
+    if len(d) != n or len(clusters) != n:
+        raise InputError(f"max_t_band: {n} rows of num, {len(d)} of den, {len(clusters)} clusters")
+    ok = np.isfinite(num).all(1) & np.isfinite(d)
+    num, d, clusters = num[ok], d[ok], clusters[ok]
     nan = [float("nan")] * m
-    out = {"estimate": est.tolist(), "se": nan, "ci_low": nan, "ci_high": nan, "p_value": nan,
-           "critical": float("nan"), "n_boot": 0, "n_clusters": int(len(np.unique(clusters))) if len(clusters) else 0}
-    if not len(clusters) or n_boot == 0 or m == 0:
+    out = {"estimate": nan, "se": nan, "ci_low": nan, "ci_high": nan, "p_value": nan, "critical": float("nan"),
+           "n_boot": 0, "n_clusters": 0}
+    if not len(d):
         return out
-    uniq, cid = np.unique(clusters, return_inverse=True)
-    members = [np.flatnonzero(cid == k) for k in range(len(uniq))]
-    rng = make_rng(seed, 11)  # cluster_bootstrap's stream: the same resamples
-    draws = np.empty((n_boot, m))
-    for b in range(n_boot):
-        pick = rng.integers(0, len(uniq), len(uniq))
-        draws[b] = stat(np.concatenate([members[k] for k in pick]))
-    draws = draws[np.isfinite(draws).all(1)]
-    if len(draws) < 2 or not np.isfinite(est).all():
+    _, cid = np.unique(clusters, return_inverse=True)
+    G = int(cid.max()) + 1
+    out["n_clusters"] = G
+    Sn = np.zeros((G, m))
+    np.add.at(Sn, cid, num)          # per-cluster sums: every resample's statistics are weighted sums
+    Sd = np.bincount(cid, weights=d, minlength=G)
+
+    def fit(W: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(R, se) per weight row of W (B, G): a cluster drawn w times counts as w clusters."""
+        A, D = W @ Sn, W @ Sd            # (B, m), (B,)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            R = A / D[:, None]
+            # delta-method influence of cluster g on R_j: (Sn_gj - R_j Sd_g) / D; CR1: G_eff / (G_eff - 1)
+            U = (Sn[None, :, :] - R[:, None, :] * Sd[None, :, None]) / D[:, None, None]
+            k = W.sum(1)
+            V = (W[:, :, None] * U ** 2).sum(1) * (k / (k - 1))[:, None]
+        return R, np.sqrt(V)
+
+    R0, se0 = (x[0] for x in fit(np.ones((1, G))))
+    out["estimate"] = R0.tolist()
+    if G < 2 or n_boot == 0 or not np.isfinite(R0).all():
         return out
-    se = draws.std(0, ddof=1)
-    se = np.where(se > 0, se, np.nan)  # an entry that never moves carries no t (and cannot lead the maximum)
-    with np.errstate(invalid="ignore"):
-        T = np.nanmax(np.abs(draws - est) / se, axis=1)
-        c = float(np.quantile(T, ci))
-        p = (1 + (T[:, None] >= (np.abs(est) / se)[None, :] - 1e-12).sum(0)) / (len(T) + 1)
-    p = np.where(np.isfinite(se), p, np.nan)
-    out.update(se=se.tolist(), ci_low=(est - c * se).tolist(), ci_high=(est + c * se).tolist(), p_value=p.tolist(),
-               critical=c, n_boot=int(len(draws)))
+    rng = make_rng(seed, 11)
+    T = []
+    done = 0
+    while done < n_boot:
+        r = min(chunk, n_boot - done)
+        draw = rng.integers(0, G, size=(r, G))
+        W = np.bincount((np.arange(r)[:, None] * G + draw).ravel(), minlength=r * G).reshape(r, G).astype(float)
+        R, se = fit(W)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            t = np.where(se > 0, np.abs(R - R0) / se, 0.0)   # an entry that cannot move cannot lead the max
+        keep = np.isfinite(R).all(1) & np.isfinite(t).all(1)
+        T.append(t[keep].max(1))
+        done += r
+    T = np.concatenate(T)
+    if len(T) < 2:
+        return out
+    c = float(np.quantile(T, ci))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        obs = np.where(se0 > 0, np.abs(R0) / se0, np.where(R0 != 0, np.inf, 0.0))
+    p = (1 + (T[:, None] >= obs[None, :] - 1e-12).sum(0)) / (len(T) + 1)
+    out.update(se=se0.tolist(), ci_low=(R0 - c * se0).tolist(), ci_high=(R0 + c * se0).tolist(),
+               p_value=p.tolist(), critical=c, n_boot=int(len(T)))
     return out
 
 

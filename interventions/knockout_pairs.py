@@ -236,7 +236,8 @@ def summarize_knockout(t: pd.DataFrame, *, n_boot: int, seed: int, ci: float) ->
 def best_single_layer(t: pd.DataFrame, curves: list[dict], *, n_boot: int, seed: int, ci: float) -> list[dict]:
     """Per token mixer and query variant of the single-layer sweep: the layer removing the largest share,
     with the interval a choice made after looking needs (module docstring). The family-wise band is
-    ``max_t_band`` of the layers' shares; the family-wise p-value is that of the layers' effects removed
+    ``max_t_band`` of the layers' shares (bootstrap-t of the max-|t|, question families resampled); the
+    family-wise p-value is that of the layers' effects removed
     in logits (mean m_full - m_ko: the same null, share 0, without the ratio's tails). Where the message
     effect's interval reaches 0 the shares have no interval and the band is unbounded too; the p-value
     stands. ``unadjusted`` is the layer's own Fieller interval, as if it had been chosen in advance."""
@@ -254,11 +255,8 @@ def best_single_layer(t: pd.DataFrame, curves: list[dict], *, n_boot: int, seed:
         num = full[:, None] - wide[layers].to_numpy(float)   # (pairs, layers): effect removed, logits
         fam = wide["family"].to_numpy()
 
-        def shares(i):
-            d = den[i].mean()
-            return num[i].mean(0) / d if d != 0 else np.full(len(layers), np.nan)
-        band = max_t_band(shares, fam, n_boot=n_boot, seed=seed, ci=ci)
-        logit = max_t_band(lambda i: num[i].mean(0), fam, n_boot=n_boot, seed=seed, ci=ci)
+        band = max_t_band(num, den, fam, n_boot=n_boot, seed=seed, ci=ci)
+        logit = max_t_band(num, None, fam, n_boot=n_boot, seed=seed, ci=ci)
         est = np.asarray(band["estimate"], float)
         if not np.isfinite(est).any():
             continue
@@ -270,7 +268,7 @@ def best_single_layer(t: pd.DataFrame, curves: list[dict], *, n_boot: int, seed:
             "mixer": mixer, "queries": q, "layer": int(layers[j]), "share_removed": float(est[j]),
             "ci_low": None if unbounded else band["ci_low"][j], "ci_high": None if unbounded else band["ci_high"][j],
             "p_value": logit["p_value"][j], "unbounded": unbounded,
-            "interval": f"family-wise over {len(layers)} layers (bootstrap max-|t|, question families resampled)",
+            "interval": f"family-wise over {len(layers)} layers (bootstrap-t of the max-|t|, question families resampled)",
             "critical_t": band["critical"], "effect_removed": float(logit["estimate"][j]),
             "effect_removed_ci_low": logit["ci_low"][j], "effect_removed_ci_high": logit["ci_high"][j],
             "n_layers_searched": len(layers), "n": int(len(wide)), "n_clusters": band["n_clusters"],

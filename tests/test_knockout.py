@@ -380,8 +380,9 @@ def test_best_single_layer_is_family_wise_beside_its_unadjusted_interval():
     own = b["unadjusted"]
     assert b["ci_low"] < own["ci_low"] < own["ci_high"] < b["ci_high"] and own["interval"] == "fieller"
     assert 0 <= b["p_value"] <= 1 and b["critical_t"] > 2.5   # 30 layers: well past the one-layer 1.96
-    bad = t.assign(margin_no_message=t["margin_full"] - rng.normal(0.05, 1.0, len(t)).round(0) * 0 -
-                   t["qid"].map({f"q{i}": v for i, v in enumerate(rng.normal(0.0, 1.0, n))}).to_numpy())
+    e = rng.normal(0.0, 1.0, n)
+    e -= e.mean()   # the message effect's mean exactly 0: its interval contains 0
+    bad = t.assign(margin_no_message=t["margin_full"] - t["qid"].map({f"q{i}": v for i, v in enumerate(e)}))
     s2 = summarize_knockout(bad, n_boot=50, seed=1, ci=0.95)
     assert all(c["unbounded"].startswith(UNBOUNDED) and c["ci_low"] is None for c in s2["curves"])
     assert s2["best_single_layer"][0]["ci_low"] is None and s2["best_single_layer"][0]["unbounded"]
