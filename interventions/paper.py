@@ -147,10 +147,10 @@ def _ablate(r):
 def _t10(r):
     s = r["summary"]
     if "reasoning_share" in s:
-        yield {"domain": "all", "reasoning_share": s["reasoning_share"]["estimate"], "ci_low": s["reasoning_share"]["ci_low"],
-               "ci_high": s["reasoning_share"]["ci_high"], "n": s.get("n_pairs")}
+        yield {"domain": "all", "reasoning_share": s["reasoning_share"]["estimate"], **_ratio_cells(s["reasoning_share"]),
+               "n": s.get("n_pairs")}
     for d, v in (s.get("reasoning_share_by_domain") or {}).items():
-        yield {"domain": d, "reasoning_share": v["estimate"], "ci_low": v["ci_low"], "ci_high": v["ci_high"], "n": v["n"]}
+        yield {"domain": d, "reasoning_share": v["estimate"], **_ratio_cells(v), "n": v["n"]}
     a = s.get("additivity")
     if a:
         yield {"domain": "additivity", "full": a["full"], "answer_plus_reasoning": a["answer_plus_reasoning"],
@@ -168,11 +168,11 @@ def _cues(r):
     for k in ("record_effect", "status_effect", "record_status_ratio", "status_within_poor_record", "relabel_shift",
               "position_shift", "relabel_position_ratio"):
         if k in s:
-            yield {"quantity": k, "cue_set": "original", **_ci(s[k])}
+            yield {"quantity": k, "cue_set": "original", **_ci(s[k]), **(_ratio_cells(s[k]) if k.endswith("ratio") else {})}
     for cs, d in (s.get("cue_sets") or {}).items():
         for k in ("record_effect", "status_effect", "record_status_ratio"):
             if k in d:
-                yield {"quantity": k, "cue_set": cs, **_ci(d[k])}
+                yield {"quantity": k, "cue_set": cs, **_ci(d[k]), **(_ratio_cells(d[k]) if k.endswith("ratio") else {})}
 
 
 _INT = "chorus influence {verb} internals --set source.run=DEBATE_RUN --set model.profile=PROFILE"
@@ -214,7 +214,7 @@ def _patch(r):
     yield {"layer": "cue effect X - Y (logits)", **_ci(s.get("cue_effect_x_minus_y")),
            "n": (s.get("cue_effect_x_minus_y") or {}).get("n")}
     for c in s.get("curve", []):
-        yield {"layer": c["layer"], "value": c["restored"], "ci_low": c["ci_low"], "ci_high": c["ci_high"], "n": c["n"]}
+        yield {"layer": c["layer"], "value": c["restored"], **_ratio_cells(c), "n": c["n"]}
 
 
 @section("fig6_concepts", "Figure 6 (§C.1): concept directions while reading peers and at the decision token",

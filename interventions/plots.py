@@ -191,7 +191,12 @@ def patch_curve(summary: dict, path: Path) -> Path:
     c = summary["curve"]
     x = [r["layer"] for r in c]
     ax.plot(x, [r["restored"] for r in c], "o-", ms=3)
-    ax.fill_between(x, [r["ci_low"] for r in c], [r["ci_high"] for r in c], alpha=0.2)
+    ax.fill_between(x, [_bound(r["ci_low"]) for r in c], [_bound(r["ci_high"]) for r in c], alpha=0.2)
+    ub = [r for r in c if r.get("unbounded")]   # no band there: an open circle says why
+    if ub:
+        ax.plot([r["layer"] for r in ub], [r["restored"] for r in ub], "o", mfc="none", ms=7, color="C0",
+                label="unbounded (denominator interval contains 0)")
+        ax.legend(fontsize=7)
     ax.axhline(1.0, color="0.5", lw=0.8)
     ax.axhline(0.0, color="0.5", lw=0.8)
     pts = [r["restored"] for r in c if r["restored"] == r["restored"]]
@@ -231,7 +236,11 @@ def transfer_curve(summary: dict, path: Path) -> Path:
             continue
         x = [r["layer_r"] for r in c]
         ax.plot(x, [r["share"] for r in c], "o-", ms=3, color=col, label=arm)
-        ax.fill_between(x, [r["ci_low"] for r in c], [r["ci_high"] for r in c], color=col, alpha=0.15)
+        ax.fill_between(x, [_bound(r["ci_low"]) for r in c], [_bound(r["ci_high"]) for r in c], color=col, alpha=0.15)
+        ub = [r for r in c if r.get("unbounded")]   # no band there: an open circle says why
+        if ub:
+            ax.plot([r["layer_r"] for r in ub], [r["share"] for r in ub], "o", mfc="none", ms=7, color=col,
+                    label=f"{arm}: unbounded (denominator interval contains 0)")
     ax.axhline(1.0, color="0.5", lw=0.8, ls="--", label="written message (1)")
     ax.axhline(0.0, color="0.5", lw=0.8, label="no message (0)")
     pts = [r["share"] for r in summary["curve"] if r["arm"] in colors and r["share"] == r["share"]]
