@@ -11,7 +11,9 @@
   C by inner CV on Brier.
 * ``GatedVote``: plurality over seats whose training round-0 accuracy exceeds 1/K.
 * ``DawidSkeneEM``: crowd-kit's unsupervised one-coin Dawid-Skene EM on the round-0 votes of
-  the deployment pool (no labels), continued to its fixed point (``one_coin_em_step``).
+  the deployment pool (no labels), continued to its fixed point (``one_coin_em_step``), from several
+  starts (majority vote, spectral, seeded random), the highest likelihood kept and every start's
+  likelihood and fixed point recorded (``starts_``).
 * ``IsotonicRecalibrated``: leak-free 5-fold isotonic recalibration (scikit-learn) of any arm.
 """
 from __future__ import annotations
@@ -27,7 +29,7 @@ from chorus.aggregate.counts import Pool
 from chorus.aggregate.errors import TraceError
 from chorus.aggregate.metrics import brier_per_task
 from chorus.aggregate.selection import argmax_random, argmin_random
-from chorus.aggregate.spectral import one_coin_posterior, spectral_skills
+from chorus.aggregate.spectral import one_coin_loglik, one_coin_posterior, spectral_skills
 from chorus.core.config import InputError
 
 
@@ -311,13 +313,16 @@ def one_coin_em_step(votes: np.ndarray, P: np.ndarray) -> np.ndarray:
     M: prior = mean of P over tasks (floored at 1e-10); skill s_w = mean of P[t, y_tw] over the
     worker's votes; error rates e_w(z, y) = s_w if z == y else (1 - s_w) / (L - 1), clipped into
     [1e-10, 1 - 1e-10]. E: P'[t, z] ∝ prior[z] * prod_w e_w(z, y_tw)."""
+    return one_coin_posterior(votes, *one_coin_m_step(votes, P))
+
+
+def one_coin_m_step(votes: np.ndarray, P: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(skill, prior): ``one_coin_em_step``'s M-step alone (the parameters a set of posteriors implies)."""
     T, L = P.shape
     has = votes >= 0
     y = np.where(has, votes, 0)
-    rows = np.arange(T)[:, None]
-    skill = (P[rows, y] * has).sum(0) / np.maximum(has.sum(0), 1)
-    prior = np.maximum(P.mean(0), _DS_EPS)
-    return one_coin_posterior(votes, skill, prior)
+    skill = (P[np.arange(T)[:, None], y] * has).sum(0) / np.maximum(has.sum(0), 1)
+    return skill, np.maximum(P.mean(0), _DS_EPS)
 
 
 class DawidSkeneEM(Aggregator):
@@ -333,18 +338,35 @@ class DawidSkeneEM(Aggregator):
     EM (``one_coin_em_step``, crowd-kit's M- and E-step written in numpy: its own step functions
     are private, pandas row-wise and ~100x slower) until no posterior moves by more than
     ``posterior_tol`` in a step, at most ``max_em_steps`` more steps (``em_converged`` says
-    whether it got there)."""
+    whether it got there).
+
+    EM finds a fixed point, not the maximum likelihood: the majority and spectral starts can end at
+    different fixed points (at K = 2 the exact mirror image, or a different one). So every fit runs
+    from the majority-vote start, the spectral start and ``n_random_starts`` seeded random ones (each
+    seat's accuracy uniform in (0, 1), uniform prior, seeded by ``random_state``), keeps the highest
+    one-coin marginal log-likelihood, and records each start (``starts_``: start, log-likelihood, EM
+    steps, converged, the fixed point it reached), ``n_fixed_points_`` (starts whose posteriors differ by
+    more than ``same_point_tol`` are different points) and ``start_kept_``. A tie (log-likelihoods within
+    1e-9 relative: the K = 2 mirror is an exact one, and unlabelled votes cannot break it) keeps the
+    ``init`` start's point, so ``init`` still names the orientation a tie falls to. ``n_random_starts=0``
+    with ``multi_start=False`` is the single-start fit of before."""
 
     supervised = False
 
     def __init__(self, *, init: str = "majority", n_iter: int = 100, tol: float = 1e-5,
-                 posterior_tol: float = 1e-10, max_em_steps: int = 10_000, inner_folds: int = 5,
+                 posterior_tol: float = 1e-10, max_em_steps: int = 10_000, multi_start: bool = True,
+                 n_random_starts: int = 3, same_point_tol: float = 1e-6, inner_folds: int = 5,
                  random_state: int = 0, protocol: str = "strict", on_violation: str = "error"):
         super().__init__(inner_folds=inner_folds, random_state=random_state, protocol=protocol,
                          on_violation=on_violation)
         if init not in ("majority", "spectral"):
             raise InputError(f"DawidSkeneEM init must be 'majority' or 'spectral', got {init!r}")
+        if not isinstance(n_random_starts, int) or n_random_starts < 0:
+            raise InputError(f"DawidSkeneEM n_random_starts must be an integer >= 0, got {n_random_starts!r}")
         self.init = init
+        self.multi_start = multi_start
+        self.n_random_starts = n_random_starts
+        self.same_point_tol = same_point_tol
         self.n_iter = n_iter
         self.tol = tol
         self.posterior_tol = posterior_tol
@@ -386,31 +408,105 @@ class DawidSkeneEM(Aggregator):
         workers = pd.Index(sorted(data["worker"].unique()))
         if len(labels) < 2:
             return pd.DataFrame(1.0, index=tasks, columns=labels)
-        V = np.full((len(tasks), len(workers)), -1, dtype=int)
-        V[tasks.get_indexer(data["task"]), workers.get_indexer(data["worker"])] = \
-            pd.Index(labels).get_indexer(data["label"])
+        V = self._matrix(data, tasks, workers, labels)
         skill = spectral_skills(V, len(labels))
         self.init_skills_ = pd.Series(skill, index=list(workers), name="init_skill")
         return pd.DataFrame(one_coin_posterior(V, skill, np.full(len(labels), 1.0 / len(labels))),
                             index=tasks, columns=labels)
 
-    def _proba(self, pool: Pool, idx: np.ndarray) -> np.ndarray:
+    def majority_start(self, data: pd.DataFrame) -> pd.DataFrame:
+        """crowd-kit's own fit (majority-vote initialised, stopped by its bound): the start we continue."""
         from crowdkit.aggregation import OneCoinDawidSkene
 
+        with warnings.catch_warnings():  # crowd-kit 1.4 trips pandas 3 deprecation warnings
+            warnings.simplefilter("ignore", DeprecationWarning)
+            warnings.simplefilter("ignore", FutureWarning)
+            return OneCoinDawidSkene(n_iter=self.n_iter, tol=self.tol).fit(data).probas_
+
+    def random_starts(self, data: pd.DataFrame) -> list[pd.DataFrame]:
+        """``n_random_starts`` seeded starts: the E-step at seat accuracies drawn uniform in (0, 1)
+        (either orientation, so a mirror image is reachable), uniform prior."""
+        labels = sorted(data["label"].unique())
+        tasks = pd.Index(sorted(data["task"].unique()))
+        workers = pd.Index(sorted(data["worker"].unique()))
+        V = self._matrix(data, tasks, workers, labels)
+        rng = self._rng(51)
+        return [pd.DataFrame(one_coin_posterior(V, rng.uniform(0.0, 1.0, len(workers)),
+                                                np.full(len(labels), 1.0 / len(labels))), index=tasks, columns=labels)
+                for _ in range(self.n_random_starts)]
+
+    @staticmethod
+    def _matrix(data: pd.DataFrame, tasks: pd.Index, workers: pd.Index, labels: list) -> np.ndarray:
+        V = np.full((len(tasks), len(workers)), -1, dtype=int)
+        V[tasks.get_indexer(data["task"]), workers.get_indexer(data["worker"])] = \
+            pd.Index(labels).get_indexer(data["label"])
+        return V
+
+    def fit_starts(self, data: pd.DataFrame) -> pd.DataFrame:
+        """Every start run to its fixed point, the highest log-likelihood kept (class docstring); sets
+        ``starts_``, ``n_fixed_points_``, ``start_kept_``, ``em_steps_``, ``em_converged_``."""
+        order = [self.init] + [s for s in ("majority", "spectral") if s != self.init] if self.multi_start else [self.init]
+        starts = [(name, self.majority_start(data) if name == "majority" else self.spectral_start(data))
+                  for name in order]
+        if self.multi_start:
+            starts += [(f"random{k}", p) for k, p in enumerate(self.random_starts(data))]
+        runs = []
+        tasks = pd.Index(sorted(data["task"].unique()))
+        for name, start in starts:
+            probas, steps, ok = self.converge(data, start)
+            # one row and column order for every start (crowd-kit's differs), so their posteriors compare
+            labels = sorted(probas.columns)
+            probas = probas.reindex(index=tasks, columns=labels)
+            if len(labels) < 2:
+                ll = 0.0
+            else:
+                V = self._matrix(data, pd.Index(probas.index), pd.Index(sorted(data["worker"].unique())), labels)
+                ll = one_coin_loglik(V, *one_coin_m_step(V, probas.to_numpy(float)))
+            runs.append({"start": name, "loglik": float(ll), "em_steps": int(steps), "converged": bool(ok),
+                         "probas": probas})
+        points: list[np.ndarray] = []   # one representative posterior per distinct fixed point
+        for r in runs:
+            P = r["probas"].to_numpy(float)
+            same = [k for k, Q in enumerate(points) if np.abs(P - Q).max() <= self.same_point_tol]
+            if not same:
+                points.append(P)
+            r["fixed_point"] = same[0] if same else len(points) - 1
+            r["mirror_of_kept"] = None
+        top = max(r["loglik"] for r in runs)
+        tie = 1e-9 * max(abs(top), 1.0)
+        kept = next(r for r in runs if r["loglik"] >= top - tie)   # the init start first: a tie falls to it
+        for r in runs:
+            P, Q = r["probas"].to_numpy(float), kept["probas"].to_numpy(float)
+            if r["fixed_point"] != kept["fixed_point"] and P.shape[1] == 2:
+                r["mirror_of_kept"] = bool(np.abs(P - Q[:, ::-1]).max() <= self.same_point_tol)
+        self.starts_ = [{k: v for k, v in r.items() if k != "probas"} for r in runs]
+        self.n_fixed_points_ = len(points)
+        self.start_kept_ = kept["start"]
+        self.em_steps_, self.em_converged_ = kept["em_steps"], kept["converged"]
+        return kept["probas"]
+
+    def starts_warning(self) -> str | None:
+        """One line when the starts reached different fixed points: how many, which start was kept, each
+        point's best log-likelihood. None when they agree (or before a fit)."""
+        if getattr(self, "n_fixed_points_", 1) <= 1:
+            return None
+        best: dict[int, dict] = {}
+        for r in sorted(self.starts_, key=lambda r: r["start"] != self.start_kept_):   # the kept start names its point
+            if r["fixed_point"] not in best:
+                best[r["fixed_point"]] = r
+        pts = "; ".join(f"{r['start']} {r['loglik']:.10g}" + (" (the kept point's mirror image)" if r["mirror_of_kept"]
+                                                              else "") for r in best.values())
+        return (f"Dawid-Skene: {len(self.starts_)} starts reached {self.n_fixed_points_} different fixed points "
+                f"(log-likelihood: {pts}); kept the {self.start_kept_} start's")
+
+    def _proba(self, pool: Pool, idx: np.ndarray) -> np.ndarray:
         idx = np.asarray(idx)
         K = pool.K
         data = self.votes_frame(pool, idx)
         P = np.full((len(idx), K), 1.0 / K)
         if len(data) == 0:
             return P
-        if self.init == "spectral":
-            start = self.spectral_start(data)
-        else:
-            with warnings.catch_warnings():  # crowd-kit 1.4 trips pandas 3 deprecation warnings
-                warnings.simplefilter("ignore", DeprecationWarning)
-                warnings.simplefilter("ignore", FutureWarning)
-                start = OneCoinDawidSkene(n_iter=self.n_iter, tol=self.tol).fit(data).probas_
-        probas, self.em_steps_, self.em_converged_ = self.converge(data, start)
+        probas = self.fit_starts(data)
         probas = probas.reindex(columns=range(K), fill_value=0.0).fillna(0.0)
         # the skills at the fixed point (the M-step of its posteriors)
         got = probas.to_numpy()[pd.Index(probas.index).get_indexer(data["task"]), data["label"].to_numpy()]
@@ -426,6 +522,11 @@ class DawidSkeneEM(Aggregator):
         if hasattr(self, "em_steps_"):
             out["em_extra_steps"] = int(self.em_steps_)
             out["em_converged"] = int(self.em_converged_)  # 0/1: a parquet column beside NaNs
+        if hasattr(self, "starts_"):   # flat columns: the folds table is a parquet file
+            out["ds_start_kept"] = self.start_kept_
+            out["ds_fixed_points"] = int(self.n_fixed_points_)
+            out.update({f"ds_loglik[{r['start']}]": r["loglik"] for r in self.starts_})
+            out["ds_starts_warning"] = self.starts_warning() or ""
         return out
 
 

@@ -233,9 +233,19 @@ def run_experiment(cfg: RunConfig, out: Path, *, config_dir: Path | None = None,
     return path
 
 
+def fit_warnings(folds: list[dict[str, Any]]) -> list[str]:
+    """One line per fitted arm and fold whose fit reported a warning (``ds_starts_warning``: Dawid-Skene
+    starts that reached different fixed points), so the run's summary says a number rests on a choice."""
+    return [f"{r['method']} fold {r['fold']}: {r['ds_starts_warning']}" for r in folds if r.get("ds_starts_warning")]
+
+
 def _run_summary(rec: dict[str, Any]) -> dict[str, Any]:
-    return {"kind": "run", "n_traces": rec["n_traces"], "K": rec["K"], "metrics": rec["metrics"],
-            "bootstrap_accuracy": [b for b in rec["bootstrap"] if b["metric"] == "accuracy"]}
+    out = {"kind": "run", "n_traces": rec["n_traces"], "K": rec["K"], "metrics": rec["metrics"],
+           "bootstrap_accuracy": [b for b in rec["bootstrap"] if b["metric"] == "accuracy"]}
+    warns = fit_warnings(rec.get("folds", []))
+    if warns:
+        out["warnings"] = warns
+    return out
 
 
 def _write_run_tables(run, cell: Cell) -> None:

@@ -58,7 +58,11 @@ def demonstrate(traces: Sequence[Trace], *, compared: Sequence[str] = ("bda_per_
         out["unsupervised"][name] = {
             "init": init, "accuracy": acc, "skills": dict(zip(pool.agents, skill.tolist())),
             "loglik": ll, "mirror_loglik": one_coin_loglik(votes, ms, mp), "mirror_accuracy": 1.0 - acc,
-            "oriented": acc >= 0.5, **({"init_skills": ds.init_skills_.to_dict()} if init == "spectral" else {})}
+            "oriented": acc >= 0.5, **({"init_skills": ds.init_skills_.to_dict()} if init == "spectral" else {}),
+            # every start's fixed point (DawidSkeneEM runs them all): which was kept, and whether they differed
+            "start_kept": ds.start_kept_, "fixed_points": ds.n_fixed_points_,
+            "starts": [{k: r[k] for k in ("start", "loglik", "fixed_point", "mirror_of_kept")} for r in ds.starts_],
+            "starts_warning": ds.starts_warning()}
     arms = {m: make_method(m, protocol=protocol, on_violation=on_violation) for m in compared}
     cv = nested_cv(pool, arms, outer_folds=outer_folds, inner_folds=inner_folds, seed=seed)
     for m, v in cell_metrics(cv).items():
@@ -71,10 +75,12 @@ def table(result: dict[str, Any]) -> pd.DataFrame:
     """One row per arm: how it was fitted, its accuracy, and (Dawid-Skene) its log-likelihood beside
     its mirror image's and whether it landed on the truth's orientation."""
     rows = [{"method": m, "fitted": f"unsupervised, {r['init']} start, all tasks", "accuracy": r["accuracy"],
-             "loglik": r["loglik"], "mirror_loglik": r["mirror_loglik"], "oriented": r["oriented"]}
+             "loglik": r["loglik"], "mirror_loglik": r["mirror_loglik"], "oriented": r["oriented"],
+             "fixed_points": r.get("fixed_points"), "start_kept": r.get("start_kept")}
             for m, r in result["unsupervised"].items()]
     rows += [{"method": m, "fitted": ("supervised" if r["supervised"] else "unsupervised") + ", nested CV",
-              "accuracy": r["accuracy"], "loglik": np.nan, "mirror_loglik": np.nan, "oriented": None}
+              "accuracy": r["accuracy"], "loglik": np.nan, "mirror_loglik": np.nan, "oriented": None,
+              "fixed_points": None, "start_kept": None}
              for m, r in result["cross_validated"].items()]
     return pd.DataFrame(rows)
 

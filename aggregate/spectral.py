@@ -10,8 +10,12 @@ each seat's accuracy off its coordinate. This is the second-moment, one-coin spe
 spectral initialisation of Zhang, Chen, Zhou and Jordan (2016), whose general method uses third-order
 moments to initialise full confusion matrices; the one-coin model needs only the rank-one part.
 
-The sign of q is not identified: q and -q give the same M. The usual choice, taken here, is the sign
-that makes most seats better than chance (sum q > 0). At K = 2 the symmetry is exact for the whole
+The sign of q is not identified: q and -q give the same M. The rule taken here is sum q > 0, which is
+the seats' mean accuracy above chance (mean p > 1/K, since p_i = (1 + (K - 1) q_i) / K): the usual
+assumption of spectral one-coin estimators (workers better than random on average, e.g. Dalvi et al.
+2013). It is not "most seats better than chance": two good seats can outweigh three bad ones (p =
+0.85, 0.85, 0.3, 0.3, 0.3 has sum q = 0.3 > 0 with three of five seats below 1/2), and the mean, unlike
+a count, moves continuously with the fit. At K = 2 the symmetry is exact for the whole
 model: reliabilities p and 1 - p with every truth flipped give every vote the same likelihood
 (``one_coin_loglik`` of both orientations is equal), so no amount of unlabelled data can tell them
 apart; a council whose majority of seats is worse than chance is then read upside down by any
@@ -45,7 +49,7 @@ def agreement(votes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def spectral_skills(votes: np.ndarray, K: int, *, iters: int = 5000) -> np.ndarray:
     """Each seat's one-coin accuracy p_i from the rank-one structure of its pairwise agreements
-    (module docstring), oriented so that most seats are better than chance and clipped into
+    (module docstring), oriented so that the seats' mean accuracy is above chance (sum q > 0) and clipped into
     [1e-10, 1 - 1e-10]. Pairs that never voted on a common task are filled in from the fit."""
     return skills_from_agreement(agreement(votes)[0], K, iters=iters)
 

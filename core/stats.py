@@ -2,8 +2,13 @@
 
 * ``cluster_bootstrap``: the bootstrap engine. Any statistic of row indices under resampling
   whole clusters (question families, groups; each row its own cluster when ``clusters`` is None),
-  percentile CI. ``mean_ci`` and ``ratio_ci`` (a ratio of means, the knockout / patching /
-  ablation shares) are built on it.
+  percentile CI. ``mean_ci`` is built on it.
+* ``ratio_interval`` / ``ratio_ci``: a ratio of means (the knockout / patching / ablation / transfer
+  shares) with a Fieller interval from cluster-robust variances, unbounded (and saying so) when the
+  denominator's own interval contains 0.
+* ``max_t_band``: a family-wise (simultaneous) band over many statistics of the same rows (the
+  layers of a knockout sweep) by the cluster bootstrap of the max-|t|, with single-step adjusted
+  p-values: the interval of a "best" entry chosen after looking.
 * ``paired_bootstrap``: the same resampling, vectorised through per-cluster sufficient
   statistics for accuracy / Brier / ECE deltas between methods (10,000 resamples of many
   method pairs in seconds), every pair on the same resamples. With ``seeds`` (generation seeds crossed
@@ -119,18 +124,183 @@ def mean_ci(values: np.ndarray, clusters: np.ndarray | None = None, *, n_boot: i
                              np.arange(len(v)) if clusters is None else clusters, n_boot=n_boot, seed=seed, ci=ci)
 
 
-def ratio_ci(num: np.ndarray, den: np.ndarray, clusters: np.ndarray, *, share: bool = False, n_boot: int = 2000,
-             seed: int = 0, ci: float = 0.95) -> tuple[float, float, float]:
-    """(estimate, low, high) of a ratio of means, mean(num) / mean(den) (``share``:
-    mean(num) / (mean(num) + mean(den))), under the cluster bootstrap; NaN where the
-    denominator is 0. NaNs in the inputs are ignored."""
-    num, den = np.asarray(num, float), np.asarray(den, float)
+UNBOUNDED = "unbounded (denominator interval contains 0)"  # how a table cell prints such a ratio's bounds
 
-    def stat(idx: np.ndarray) -> float:
-        a, b = float(np.nanmean(num[idx])), float(np.nanmean(den[idx]))
-        d = (a + b) if share else b
-        return a / d if d != 0 else float("nan")
-    return cluster_bootstrap(stat, clusters, n_boot=n_boot, seed=seed, ci=ci)
+
+def _cluster_cov(U: np.ndarray, clusters: np.ndarray | None) -> tuple[np.ndarray, int]:
+    """(covariance, G): the cluster-robust (CR1, Liang-Zeger with the G / (G - 1) small-sample factor)
+    covariance of estimators whose per-row influence values are the columns of ``U`` (rows, k), and
+    the number of clusters G. Why not the bootstrap: these are closed-form, so an interval built on
+    them is exact to test and does not depend on a draw."""
+    U = np.asarray(U, float)
+    if clusters is None:
+        cid, G = np.arange(len(U)), len(U)
+    else:
+        _, cid = np.unique(np.asarray(clusters), return_inverse=True)
+        G = int(cid.max()) + 1 if len(cid) else 0
+    S = np.zeros((G, U.shape[1]))
+    np.add.at(S, cid, U)
+    return (S.T @ S) * (G / (G - 1) if G > 1 else np.nan), G
+
+
+def ratio_interval(num: np.ndarray, den: np.ndarray, clusters: np.ndarray | None = None, *, share: bool = False,
+                   ci: float = 0.95) -> dict:
+    """A ratio of means, R = mean(num) / mean(den) (``share``: mean(num) / (mean(num) + mean(den))),
+    with its Fieller interval. NaNs in either input are ignored (each mean over its own finite rows).
+
+    Fieller: with a = mean(num), d = the denominator's mean, their cluster-robust covariance V
+    (``clusters``: rows of one cluster resampled together, as the bootstrap's; None: every row its own)
+    and t the two-sided ``ci`` quantile of Student's t with G - 1 degrees of freedom (G clusters), the
+    interval is every R with (a - R d)^2 <= t^2 (V_aa - 2 R V_ad + R^2 V_dd): the ratios a t-test of
+    a - R d = 0 does not reject. Its bounds are the roots of
+    (d^2 - t^2 V_dd) R^2 - 2 (a d - t^2 V_ad) R + (a^2 - t^2 V_aa) = 0, a finite interval exactly when
+    d^2 > t^2 V_dd, that is when the denominator's own t-interval d +- t sqrt(V_dd) excludes 0.
+    Otherwise the set is the whole line or two rays out to infinity: no interval of the ratio exists,
+    and we say so (``ci_low`` / ``ci_high`` None, ``unbounded`` the reason, ``denominator_ci`` the
+    interval that contains 0), where a percentile bootstrap would print a finite but meaningless
+    interval (the resampled ratio's tails are the near-zero denominators).
+
+    Returns {estimate, ci_low, ci_high, interval: "fieller", unbounded: None or the reason,
+    denominator: d, denominator_ci: [lo, hi], n_clusters}. The estimate is NaN where d is 0."""
+    from scipy.stats import t as student_t
+
+    if not 0 < ci < 1:
+        raise InputError(f"interval level must be in (0, 1), got {ci!r}")
+    num, den = np.asarray(num, float), np.asarray(den, float)
+    if num.shape != den.shape:
+        raise InputError(f"ratio: numerator has {num.shape} values, denominator {den.shape}")
+    fa, fb = np.isfinite(num), np.isfinite(den)
+    a = float(num[fa].mean()) if fa.any() else float("nan")
+    b = float(den[fb].mean()) if fb.any() else float("nan")
+    # influence of each row on each mean (0 where the row is missing from that mean)
+    ua = np.where(fa, num - a, 0.0) / max(int(fa.sum()), 1)
+    ub = np.where(fb, den - b, 0.0) / max(int(fb.sum()), 1)
+    d, ud = (a + b, ua + ub) if share else (b, ub)
+    est = a / d if d != 0 else float("nan")
+    out = {"estimate": est, "ci_low": None, "ci_high": None, "interval": "fieller", "unbounded": None,
+           "denominator": d, "denominator_ci": [None, None], "n_clusters": 0}
+    if not len(num):
+        out["unbounded"] = "no rows"
+        return out
+    V, G = _cluster_cov(np.column_stack([ua, ud]), clusters)
+    out["n_clusters"] = G
+    if G < 2 or not np.isfinite(V).all() or not np.isfinite(d):
+        out["unbounded"] = f"no interval: {G} cluster(s)" if G < 2 else "no interval: missing values"
+        return out
+    t = float(student_t.ppf(1 - (1 - ci) / 2, G - 1))
+    vaa, vad, vdd = float(V[0, 0]), float(V[0, 1]), float(V[1, 1])
+    half = t * np.sqrt(vdd)
+    out["denominator_ci"] = [d - half, d + half]
+    A = d * d - t * t * vdd
+    if A <= 0:  # the denominator's interval reaches 0: the Fieller set is unbounded
+        out["unbounded"] = (f"{UNBOUNDED}: the denominator's {ci:.0%} interval is "
+                            f"[{d - half:.3g}, {d + half:.3g}]")
+        return out
+    B = a * d - t * t * vad
+    C = a * a - t * t * vaa
+    root = np.sqrt(max(B * B - A * C, 0.0))  # >= 0 when A > 0: R = a / d satisfies the inequality
+    out["ci_low"], out["ci_high"] = float((B - root) / A), float((B + root) / A)
+    return out
+
+
+def ratio_ci(num: np.ndarray, den: np.ndarray, clusters: np.ndarray | None, *, share: bool = False,
+             n_boot: int = 2000, seed: int = 0, ci: float = 0.95) -> tuple[float, float, float]:
+    """(estimate, low, high) of ``ratio_interval`` (Fieller), the bounds NaN where it is unbounded
+    (a caller that reports the ratio should carry ``ratio_interval``'s reason: ``ratio_fields``).
+    ``n_boot`` and ``seed`` are accepted for the callers written for the bootstrap interval it
+    replaced and are unused: Fieller draws nothing."""
+    r = ratio_interval(num, den, clusters, share=share, ci=ci)
+    nan = float("nan")
+    return (r["estimate"], nan if r["ci_low"] is None else r["ci_low"], nan if r["ci_high"] is None else r["ci_high"])
+
+
+def ratio_fields(r: dict) -> dict:
+    """The fields a report row carries for a ``ratio_interval``: the bounds (None when unbounded),
+    ``interval`` ("fieller") and ``unbounded`` (None, or why there is no interval)."""
+    return {"ci_low": r["ci_low"], "ci_high": r["ci_high"], "interval": r["interval"], "unbounded": r["unbounded"],
+            "denominator_ci": r["denominator_ci"]}
+
+
+def max_t_band(num: np.ndarray, den: np.ndarray | None, clusters: np.ndarray, *, n_boot: int = 2000,
+               seed: int = 0, ci: float = 0.95, chunk: int = 250) -> dict:
+    """A family-wise (simultaneous) band over m ratios of means R_j = mean(num[:, j]) / mean(den) (``den``
+    None: the means themselves), one per layer say, and each entry's family-wise p-value for R_j = 0.
+
+    Studentised cluster bootstrap of the max-|t| (bootstrap-t): whole clusters are resampled (the units
+    of ``cluster_bootstrap``: question families, say), and per resample
+    T* = max_j |R*_j - R_j| / se*_j, where se*_j is the cluster-robust (CR1, delta-method for a ratio)
+    standard error computed inside that resample: studentising with the resample's own standard error
+    carries the t-like tails of a few dozen clusters, which a band scaled by one bootstrap standard
+    deviation misses (it covered 0.84-0.87 for a nominal 0.95 at 30 clusters and 30 layers). With c the
+    ``ci`` quantile of T*, the band R_j +- c se_j covers every entry's true value at once with probability
+    about ``ci``, so it covers the entry picked after looking (the largest): the interval a selected
+    entry can be reported with. The single-step max-T adjusted p-value of entry j is
+    (1 + #{T* >= |R_j| / se_j}) / (B + 1) (Westfall and Young 1993; Romano and Wolf 2005). Rows with a
+    missing value in any column are dropped (one row set for the whole family); a resample whose
+    denominator mean is 0 or whose entries are not finite is dropped.
+
+    Returns {estimate, se, ci_low, ci_high, p_value (lists, per entry), critical: c, n_boot: resamples
+    kept, n_clusters}."""
+    num = np.asarray(num, float)
+    if num.ndim != 2:
+        raise InputError(f"max_t_band: num must be (rows, entries), got shape {num.shape}")
+    n, m = num.shape
+    d = np.ones(n) if den is None else np.asarray(den, float)
+    clusters = np.asarray(clusters)
+    if len(d) != n or len(clusters) != n:
+        raise InputError(f"max_t_band: {n} rows of num, {len(d)} of den, {len(clusters)} clusters")
+    ok = np.isfinite(num).all(1) & np.isfinite(d)
+    num, d, clusters = num[ok], d[ok], clusters[ok]
+    nan = [float("nan")] * m
+    out = {"estimate": nan, "se": nan, "ci_low": nan, "ci_high": nan, "p_value": nan, "critical": float("nan"),
+           "n_boot": 0, "n_clusters": 0}
+    if not len(d):
+        return out
+    _, cid = np.unique(clusters, return_inverse=True)
+    G = int(cid.max()) + 1
+    out["n_clusters"] = G
+    Sn = np.zeros((G, m))
+    np.add.at(Sn, cid, num)          # per-cluster sums: every resample's statistics are weighted sums
+    Sd = np.bincount(cid, weights=d, minlength=G)
+
+    def fit(W: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(R, se) per weight row of W (B, G): a cluster drawn w times counts as w clusters."""
+        A, D = W @ Sn, W @ Sd            # (B, m), (B,)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            R = A / D[:, None]
+            # delta-method influence of cluster g on R_j: (Sn_gj - R_j Sd_g) / D; CR1: G_eff / (G_eff - 1)
+            U = (Sn[None, :, :] - R[:, None, :] * Sd[None, :, None]) / D[:, None, None]
+            k = W.sum(1)
+            V = (W[:, :, None] * U ** 2).sum(1) * (k / (k - 1))[:, None]
+        return R, np.sqrt(V)
+
+    R0, se0 = (x[0] for x in fit(np.ones((1, G))))
+    out["estimate"] = R0.tolist()
+    if G < 2 or n_boot == 0 or not np.isfinite(R0).all():
+        return out
+    rng = make_rng(seed, 11)
+    T = []
+    done = 0
+    while done < n_boot:
+        r = min(chunk, n_boot - done)
+        draw = rng.integers(0, G, size=(r, G))
+        W = np.bincount((np.arange(r)[:, None] * G + draw).ravel(), minlength=r * G).reshape(r, G).astype(float)
+        R, se = fit(W)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            t = np.where(se > 0, np.abs(R - R0) / se, 0.0)   # an entry that cannot move cannot lead the max
+        keep = np.isfinite(R).all(1) & np.isfinite(t).all(1)
+        T.append(t[keep].max(1))
+        done += r
+    T = np.concatenate(T)
+    if len(T) < 2:
+        return out
+    c = float(np.quantile(T, ci))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        obs = np.where(se0 > 0, np.abs(R0) / se0, np.where(R0 != 0, np.inf, 0.0))
+    p = (1 + (T[:, None] >= obs[None, :] - 1e-12).sum(0)) / (len(T) + 1)
+    out.update(se=se0.tolist(), ci_low=(R0 - c * se0).tolist(), ci_high=(R0 + c * se0).tolist(),
+               p_value=p.tolist(), critical=c, n_boot=int(len(T)))
+    return out
 
 
 def bootstrap_ci(values: Iterable[float], *, n_boot: int = 2000, ci: float = 0.95, seed: int = 0) -> dict[str, float]:

@@ -47,7 +47,7 @@ import numpy as np
 import pandas as pd
 
 from chorus.core.seeding import rng as make_rng
-from chorus.core.stats import cluster_bootstrap, ratio_ci
+from chorus.core.stats import cluster_bootstrap, ratio_fields, ratio_interval
 from chorus.simulate.debate.forced_choice import forced_choice
 from chorus.simulate.debate.prompts import debate_messages, labels_text, peer_block, readout_prefill, reflection_messages
 from chorus.simulate.debate.questions import Item
@@ -247,8 +247,8 @@ def effects(table: pd.DataFrame, *, baseline: str = "no_message") -> pd.DataFram
 
 def _ratio_ci(num: np.ndarray, den: np.ndarray, fam: np.ndarray, n_boot: int, seed: int, ci: float,
               share: bool = False) -> dict[str, float]:
-    est, lo, hi = ratio_ci(num, den, fam, share=share, n_boot=n_boot, seed=seed, ci=ci)
-    return {"estimate": est, "ci_low": lo, "ci_high": hi}
+    r = ratio_interval(num, den, fam, share=share, ci=ci)   # Fieller: unbounded, and saying so, near a 0 denominator
+    return {"estimate": r["estimate"], **ratio_fields(r)}
 
 
 def cue_sets_in(columns: Sequence[str]) -> list[str]:

@@ -10,8 +10,15 @@ message, start, end)`` of the quoted peer block (``knockout.block: peer_block``,
 and the quoted text) or of the peer's text alone (``peer_text``). The instruction after it stays
 visible, so a knockout removes the peer's content and nothing else. The no-message baseline is
 the matched reflection prompt. Share removed = (m_full - m_ko) / (m_full - m_no) (a ratio
-of means over pairs, clustered bootstrap by question family; over 100% is reported and read
-as all of the effect).
+of means over pairs with its Fieller interval, question families as clusters: unbounded, and said
+so, where the message effect's own interval reaches 0; over 100% is reported and read as all of the
+effect).
+
+The best single layer is picked after looking at every layer's share, so its own interval would
+understate it: ``best_single_layer`` reports it with the family-wise band of the max-|t| over the
+layers searched (``chorus.core.stats.max_t_band``, question families resampled as by the other
+intervals) and the family-wise p-value of "this layer removes nothing", beside its unadjusted
+(Fieller) interval.
 
 Knockout results are keyed in the run's call store like engine calls, so a killed run
 recomputes nothing it already stored.
@@ -25,7 +32,7 @@ import pandas as pd
 
 from chorus.core.progress import Progress
 from chorus.core.seeding import rng as make_rng
-from chorus.core.stats import cluster_bootstrap, ratio_ci
+from chorus.core.stats import cluster_bootstrap, max_t_band, ratio_fields, ratio_interval
 from chorus.interventions import knockout as ko
 from chorus.interventions import plots as ip
 from chorus.interventions.ablations import pair_meta
@@ -206,9 +213,10 @@ def summarize_knockout(t: pd.DataFrame, *, n_boot: int, seed: int, ci: float) ->
         g = g.sort_values("qid")
         num = (g["margin_full"] - g["margin_knockout"]).to_numpy(float)
         den = (g["margin_full"] - g["margin_no_message"]).to_numpy(float)
-        s, slo, shi = ratio_ci(num, den, g["family"].to_numpy(), n_boot=n_boot, seed=seed, ci=ci)
-        rec = {"kind": kind, "layer": int(layer), "queries": q, "mixer": mixer, "share_removed": s, "ci_low": slo,
-               "ci_high": shi, "reading": "all of the effect" if np.isfinite(s) and s >= 1 else None,
+        r = ratio_interval(num, den, g["family"].to_numpy(), ci=ci)
+        s = r["estimate"]
+        rec = {"kind": kind, "layer": int(layer), "queries": q, "mixer": mixer, "share_removed": s, **ratio_fields(r),
+               "reading": "all of the effect" if np.isfinite(s) and s >= 1 else None,
                "margin_knockout": float(g["margin_knockout"].mean()), "n_masked": int(g["n_masked"].iloc[0]),
                "n_recurrent": int(g["n_recurrent"].iloc[0]), "unmaskable": g["unmaskable"].iloc[0], "n": int(len(g))}
         out["curves"].append(rec)
@@ -216,9 +224,57 @@ def summarize_knockout(t: pd.DataFrame, *, n_boot: int, seed: int, ci: float) ->
             out.setdefault("all_layers_by_mixer", {}).setdefault(mixer, {})[q] = rec
             if mixer == "attention":
                 out.setdefault("all_layers", {})[q] = rec
+    best = best_single_layer(t, out["curves"], n_boot=n_boot, seed=seed, ci=ci)
+    if best:
+        out["best_single_layer"] = best
     by = out.get("all_layers_by_mixer", {})
     if len(by) > 1:
         out["mixer_shares"] = mixer_shares(t, n_boot=n_boot, seed=seed, ci=ci)
+    return out
+
+
+def best_single_layer(t: pd.DataFrame, curves: list[dict], *, n_boot: int, seed: int, ci: float) -> list[dict]:
+    """Per token mixer and query variant of the single-layer sweep: the layer removing the largest share,
+    with the interval a choice made after looking needs (module docstring). The family-wise band is
+    ``max_t_band`` of the layers' shares (bootstrap-t of the max-|t|, question families resampled); the
+    family-wise p-value is that of the layers' effects removed
+    in logits (mean m_full - m_ko: the same null, share 0, without the ratio's tails). Where the message
+    effect's interval reaches 0 the shares have no interval and the band is unbounded too; the p-value
+    stands. ``unadjusted`` is the layer's own Fieller interval, as if it had been chosen in advance."""
+    out = []
+    single = t[t["kind"] == "single"]
+    for (mixer, q), g in single.groupby(["mixer", "queries"], sort=True):
+        wide = g.pivot_table(index=["qid", "family"], columns="layer", values="margin_knockout", aggfunc="first")
+        wide = wide.dropna(axis=0).reset_index()   # pairs with every layer: one row set for the whole family
+        layers = [c for c in wide.columns if c not in ("qid", "family")]
+        if len(layers) < 1 or len(wide) < 2:
+            continue
+        base = g.drop_duplicates("qid").set_index("qid")
+        full = base.loc[wide["qid"], "margin_full"].to_numpy(float)
+        den = full - base.loc[wide["qid"], "margin_no_message"].to_numpy(float)
+        num = full[:, None] - wide[layers].to_numpy(float)   # (pairs, layers): effect removed, logits
+        fam = wide["family"].to_numpy()
+
+        band = max_t_band(num, den, fam, n_boot=n_boot, seed=seed, ci=ci)
+        logit = max_t_band(num, None, fam, n_boot=n_boot, seed=seed, ci=ci)
+        est = np.asarray(band["estimate"], float)
+        if not np.isfinite(est).any():
+            continue
+        j = int(np.nanargmax(est))
+        own = next((c for c in curves if c["kind"] == "single" and c["mixer"] == mixer and c["queries"] == q
+                    and c["layer"] == int(layers[j])), {})
+        unbounded = own.get("unbounded")
+        out.append({
+            "mixer": mixer, "queries": q, "layer": int(layers[j]), "share_removed": float(est[j]),
+            "ci_low": None if unbounded else band["ci_low"][j], "ci_high": None if unbounded else band["ci_high"][j],
+            "p_value": logit["p_value"][j], "unbounded": unbounded,
+            "interval": f"family-wise over {len(layers)} layers (bootstrap-t of the max-|t|, question families resampled)",
+            "critical_t": band["critical"], "effect_removed": float(logit["estimate"][j]),
+            "effect_removed_ci_low": logit["ci_low"][j], "effect_removed_ci_high": logit["ci_high"][j],
+            "n_layers_searched": len(layers), "n": int(len(wide)), "n_clusters": band["n_clusters"],
+            "n_boot": band["n_boot"],
+            "unadjusted": {"ci_low": own.get("ci_low"), "ci_high": own.get("ci_high"), "interval": own.get("interval"),
+                           "unbounded": unbounded}})
     return out
 
 
@@ -227,7 +283,7 @@ def mixer_shares(t: pd.DataFrame, *, n_boot: int, seed: int, ci: float) -> dict[
     conditions of one run: the share of the peer effect removed by cutting attention only, the
     recurrent route only, and both, and what neither single cut explains (``both - attention -
     recurrent``: the routes' overlap when negative, their interplay when positive), each a ratio of
-    means over pairs with a family-clustered interval. The paper infers the recurrent share as
+    means over pairs with a family-clustered Fieller interval (``ratio_interval``). The paper infers the recurrent share as
     ``1 - attention``; here it is measured (``recurrent``) beside that inference."""
     out: dict[str, Any] = {}
     a = t[t["kind"] == "all"]
@@ -242,12 +298,12 @@ def mixer_shares(t: pd.DataFrame, *, n_boot: int, seed: int, ci: float) -> dict[
         rec: dict[str, Any] = {"n": int(len(wide))}
         for m in ("attention", "recurrent", "both"):
             if m in wide:
-                s, lo, hi = ratio_ci(full - wide[m].to_numpy(float), den, fam, n_boot=n_boot, seed=seed, ci=ci)
-                rec[m] = {"share_removed": s, "ci_low": lo, "ci_high": hi}
+                r = ratio_interval(full - wide[m].to_numpy(float), den, fam, ci=ci)
+                rec[m] = {"share_removed": r["estimate"], **ratio_fields(r)}
         if all(m in wide for m in ("attention", "recurrent", "both")):
             num = wide["attention"].to_numpy(float) + wide["recurrent"].to_numpy(float) - wide["both"].to_numpy(float) - full
-            s, lo, hi = ratio_ci(num, den, fam, n_boot=n_boot, seed=seed, ci=ci)
-            rec["interaction"] = {"share_removed": s, "ci_low": lo, "ci_high": hi}
+            r = ratio_interval(num, den, fam, ci=ci)
+            rec["interaction"] = {"share_removed": r["estimate"], **ratio_fields(r)}
         if "attention" in rec:
             rec["recurrent_inferred"] = 1.0 - rec["attention"]["share_removed"]
         out[q] = rec

@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterator, Sequence
 from chorus.core.config import ConfigError
 from chorus.core.paper import copy_figures, md_table, missing_line, write_paper
 from chorus.core.runs import file_sha256, json_safe
+from chorus.core.stats import UNBOUNDED
 from chorus.serving.profiles import embedded_note
 
 SCHEMA = "chorus.influence-paper/1"
@@ -59,6 +60,15 @@ def _src(r: dict) -> dict[str, Any]:
 def _ci(d: dict | None, key: str = "mean") -> dict[str, Any]:
     d = d or {}
     return {"value": d.get(key, d.get("estimate", d.get("delta"))), "ci_low": d.get("ci_low"), "ci_high": d.get("ci_high")}
+
+
+def _ratio_cells(d: dict) -> dict[str, Any]:
+    """A ratio's interval cells: its bounds, or UNBOUNDED in both where its denominator's interval
+    contains 0 (never a finite interval there), and which interval it is."""
+    if d.get("unbounded"):
+        return {"ci_low": UNBOUNDED, "ci_high": UNBOUNDED, "interval": d["unbounded"]}
+    return {"ci_low": d.get("ci_low"), "ci_high": d.get("ci_high"),
+            "interval": d.get("interval") or "percentile bootstrap (run made before Fieller intervals)"}
 
 
 # -- the sections, in the paper's order ------------------------------------------------------------
@@ -137,10 +147,10 @@ def _ablate(r):
 def _t10(r):
     s = r["summary"]
     if "reasoning_share" in s:
-        yield {"domain": "all", "reasoning_share": s["reasoning_share"]["estimate"], "ci_low": s["reasoning_share"]["ci_low"],
-               "ci_high": s["reasoning_share"]["ci_high"], "n": s.get("n_pairs")}
+        yield {"domain": "all", "reasoning_share": s["reasoning_share"]["estimate"], **_ratio_cells(s["reasoning_share"]),
+               "n": s.get("n_pairs")}
     for d, v in (s.get("reasoning_share_by_domain") or {}).items():
-        yield {"domain": d, "reasoning_share": v["estimate"], "ci_low": v["ci_low"], "ci_high": v["ci_high"], "n": v["n"]}
+        yield {"domain": d, "reasoning_share": v["estimate"], **_ratio_cells(v), "n": v["n"]}
     a = s.get("additivity")
     if a:
         yield {"domain": "additivity", "full": a["full"], "answer_plus_reasoning": a["answer_plus_reasoning"],
@@ -158,11 +168,11 @@ def _cues(r):
     for k in ("record_effect", "status_effect", "record_status_ratio", "status_within_poor_record", "relabel_shift",
               "position_shift", "relabel_position_ratio"):
         if k in s:
-            yield {"quantity": k, "cue_set": "original", **_ci(s[k])}
+            yield {"quantity": k, "cue_set": "original", **_ci(s[k]), **(_ratio_cells(s[k]) if k.endswith("ratio") else {})}
     for cs, d in (s.get("cue_sets") or {}).items():
         for k in ("record_effect", "status_effect", "record_status_ratio"):
             if k in d:
-                yield {"quantity": k, "cue_set": cs, **_ci(d[k])}
+                yield {"quantity": k, "cue_set": cs, **_ci(d[k]), **(_ratio_cells(d[k]) if k.endswith("ratio") else {})}
 
 
 _INT = "chorus influence {verb} internals --set source.run=DEBATE_RUN --set model.profile=PROFILE"
@@ -170,19 +180,31 @@ _INT = "chorus influence {verb} internals --set source.run=DEBATE_RUN --set mode
 
 @section("s44_knockout", "§4.4: attention knockout, share of the peer-message effect removed", ["knockout"],
          _INT.format(verb="knockout"), ["knockout_curves", "knockout_mixers"],
-         note="Over 100% means all of the effect (and more) was removed.")
+         note="Over 100% means all of the effect (and more) was removed. Shares carry Fieller intervals, "
+              "unbounded where the message effect's interval contains 0. The best single layer is chosen "
+              "after looking at every layer: its interval and p-value are family-wise over the layers "
+              "searched; its own interval, as if chosen in advance, is the 'unadjusted' row.")
 def _knock(r):
     s = r["summary"]
     yield {"condition": "message effect (logits)", "layer": None, **_ci(s.get("message_effect")), "n": s.get("n_pairs")}
     for c in s.get("curves", []):
         if c["kind"] == "all":   # single-layer and cumulative curves: the figure; the best single layer below
             yield {"condition": f"{c['kind']} / {c['queries']} / {c['mixer']}", "layer": c["layer"],
-                   "value": c["share_removed"], "ci_low": c["ci_low"], "ci_high": c["ci_high"], "n": c["n"]}
+                   "value": c["share_removed"], **_ratio_cells(c), "n": c["n"]}
+    if "best_single_layer" in s:
+        for b in s["best_single_layer"]:
+            tag = f"{b['queries']} / {b['mixer']}"
+            yield {"condition": f"best single layer / {tag}", "layer": b["layer"], "value": b["share_removed"],
+                   **_ratio_cells(b), "p_value": b["p_value"], "n": b["n"]}
+            yield {"condition": f"best single layer / {tag} (unadjusted: as if chosen in advance)",
+                   "layer": b["layer"], "value": b["share_removed"], **_ratio_cells(b["unadjusted"]), "n": b["n"]}
+        return
     single = [c for c in s.get("curves", []) if c["kind"] == "single" and c["share_removed"] is not None]
-    if single:
+    if single:  # a run summarised before the family-wise band: its row says what it is
         best = max(single, key=lambda c: c["share_removed"] if c["share_removed"] == c["share_removed"] else -1e9)
-        yield {"condition": f"best single layer / {best['queries']} / {best['mixer']}", "layer": best["layer"],
-               "value": best["share_removed"], "ci_low": best["ci_low"], "ci_high": best["ci_high"], "n": best["n"]}
+        yield {"condition": f"best single layer / {best['queries']} / {best['mixer']} (unadjusted: as if chosen in "
+                            f"advance; resume the run with `chorus influence knockout` for the family-wise interval)",
+               "layer": best["layer"], "value": best["share_removed"], **_ratio_cells(best), "n": best["n"]}
 
 
 @section("s45_patch", "§4.5: residual interchange at the source-cue positions (share of the cue effect restored)",
@@ -192,7 +214,7 @@ def _patch(r):
     yield {"layer": "cue effect X - Y (logits)", **_ci(s.get("cue_effect_x_minus_y")),
            "n": (s.get("cue_effect_x_minus_y") or {}).get("n")}
     for c in s.get("curve", []):
-        yield {"layer": c["layer"], "value": c["restored"], "ci_low": c["ci_low"], "ci_high": c["ci_high"], "n": c["n"]}
+        yield {"layer": c["layer"], "value": c["restored"], **_ratio_cells(c), "n": c["n"]}
 
 
 @section("fig6_concepts", "Figure 6 (§C.1): concept directions while reading peers and at the decision token",

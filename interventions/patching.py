@@ -23,7 +23,7 @@ import pandas as pd
 
 from chorus.core.config import ConfigError, InputError
 from chorus.core.progress import Progress
-from chorus.core.stats import cluster_bootstrap, ratio_ci
+from chorus.core.stats import cluster_bootstrap, ratio_fields, ratio_interval
 from chorus.interventions import plots as ip
 from chorus.interventions.ablations import pair_meta
 from chorus.interventions.knockout import hf_backend, _nnsight_model, envoy_layers, layer_map
@@ -197,8 +197,8 @@ def summarize_patch(t: pd.DataFrame, *, n_boot: int, seed: int, ci: float) -> di
     for L, g in t.groupby("layer", sort=True):
         num = (g["margin_patched"] - g["margin_y"]).to_numpy(float)
         den = (g["margin_x"] - g["margin_y"]).to_numpy(float)
-        s, slo, shi = ratio_ci(num, den, g["family"].to_numpy(), n_boot=n_boot, seed=seed, ci=ci)
-        out["curve"].append({"layer": int(L), "restored": s, "ci_low": slo, "ci_high": shi,
+        r = ratio_interval(num, den, g["family"].to_numpy(), ci=ci)   # Fieller: unbounded, and saying so, near 0
+        out["curve"].append({"layer": int(L), "restored": r["estimate"], **ratio_fields(r),
                              "shift": float(num.mean()), "n": int(len(g))})
     return out
 

@@ -99,6 +99,11 @@ def cue_sets(sets: dict[str, Any], path: Path) -> Path:
     return path
 
 
+def _bound(x, missing: float = float("nan")) -> float:
+    """An interval bound for a plot: None (an unbounded or absent interval) as ``missing``."""
+    return missing if x is None else float(x)
+
+
 def knockout_curves(summary: dict, path: Path) -> Path:
     """Share of the message effect removed: single layers and cumulative (L..last), per token mixer cut."""
     fig = _fig(10, 4)
@@ -117,7 +122,19 @@ def knockout_curves(summary: dict, path: Path) -> Path:
                 if c:
                     x = [r["layer"] for r in c]
                     ax.plot(x, [r["share_removed"] for r in c], style, ms=3, color=color, label=f"{tag}queries: {q}")
-                    ax.fill_between(x, [r["ci_low"] for r in c], [r["ci_high"] for r in c], alpha=0.15, color=color)
+                    # an unbounded (Fieller) interval has no band: a gap, marked by an open circle at the estimate
+                    ax.fill_between(x, [_bound(r["ci_low"]) for r in c], [_bound(r["ci_high"]) for r in c],
+                                    alpha=0.15, color=color)
+                    ub = [r for r in c if r.get("unbounded")]
+                    if ub:
+                        ax.plot([r["layer"] for r in ub], [r["share_removed"] for r in ub], "o", mfc="none", ms=7,
+                                color=color, label=f"{tag}{q}: unbounded (denominator interval contains 0)")
+                    if kind == "single":
+                        for b in summary.get("best_single_layer") or []:
+                            if b["queries"] == q and b["mixer"] == mixer and b.get("ci_low") is not None:
+                                ax.errorbar([b["layer"]], [b["share_removed"]], capsize=4, color=color, lw=2,
+                                            yerr=[[b["share_removed"] - b["ci_low"]], [b["ci_high"] - b["share_removed"]]],
+                                            label=f"{tag}{q}: best layer, family-wise over {b['n_layers_searched']}")
                 a = (alls.get(mixer) or {}).get(q)
                 if a:
                     ax.axhline(a["share_removed"], ls=":", lw=1.2, color=color, label=f"{tag}all layers, queries: {q}")
@@ -149,8 +166,10 @@ def knockout_mixers(summary: dict, path: Path) -> Path:
         ax = fig.add_subplot(1, len(ms), k + 1)
         names = [m for m in ("attention", "recurrent", "both", "interaction") if m in rec]
         y = [rec[m]["share_removed"] for m in names]
-        err = [[max(0.0, v - rec[m]["ci_low"]) for m, v in zip(names, y)],
-               [max(0.0, rec[m]["ci_high"] - v) for m, v in zip(names, y)]]
+        # an unbounded interval draws no bar (0) and says so in its tick label
+        err = [[max(0.0, v - _bound(rec[m]["ci_low"], v)) for m, v in zip(names, y)],
+               [max(0.0, _bound(rec[m]["ci_high"], v) - v) for m, v in zip(names, y)]]
+        names = [m + ("\n(unbounded)" if rec[m].get("unbounded") else "") for m in names]
         ax.bar(range(len(names)), y, yerr=err, capsize=3, color=["C0", "C1", "C3", "0.6"][:len(names)])
         if "recurrent_inferred" in rec:
             ax.axhline(rec["recurrent_inferred"], ls=":", color="C1", lw=1.2, label="1 - attention (inferred)")
@@ -173,7 +192,12 @@ def patch_curve(summary: dict, path: Path) -> Path:
     c = summary["curve"]
     x = [r["layer"] for r in c]
     ax.plot(x, [r["restored"] for r in c], "o-", ms=3)
-    ax.fill_between(x, [r["ci_low"] for r in c], [r["ci_high"] for r in c], alpha=0.2)
+    ax.fill_between(x, [_bound(r["ci_low"]) for r in c], [_bound(r["ci_high"]) for r in c], alpha=0.2)
+    ub = [r for r in c if r.get("unbounded")]   # no band there: an open circle says why
+    if ub:
+        ax.plot([r["layer"] for r in ub], [r["restored"] for r in ub], "o", mfc="none", ms=7, color="C0",
+                label="unbounded (denominator interval contains 0)")
+        ax.legend(fontsize=7)
     ax.axhline(1.0, color="0.5", lw=0.8)
     ax.axhline(0.0, color="0.5", lw=0.8)
     pts = [r["restored"] for r in c if r["restored"] == r["restored"]]
@@ -219,7 +243,11 @@ def transfer_curve(summary: dict, path: Path) -> Path:
             continue
         x = [r["layer_r"] for r in c]
         ax.plot(x, [r["share"] for r in c], "o-", ms=3, color=col, label=arm)
-        ax.fill_between(x, [r["ci_low"] for r in c], [r["ci_high"] for r in c], color=col, alpha=0.15)
+        ax.fill_between(x, [_bound(r["ci_low"]) for r in c], [_bound(r["ci_high"]) for r in c], color=col, alpha=0.15)
+        ub = [r for r in c if r.get("unbounded")]   # no band there: an open circle says why
+        if ub:
+            ax.plot([r["layer_r"] for r in ub], [r["share"] for r in ub], "o", mfc="none", ms=7, color=col,
+                    label=f"{arm}: unbounded (denominator interval contains 0)")
     ax.axhline(1.0, color="0.5", lw=0.8, ls="--", label="written message (1)")
     ax.axhline(0.0, color="0.5", lw=0.8, label="no message (0)")
     pts = [r["share"] for r in summary["curve"] if r["arm"] in colors and r["share"] == r["share"]]

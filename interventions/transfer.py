@@ -45,7 +45,7 @@ import pandas as pd
 from chorus import serving  # chorus.serving.build_engine looked up per call: tests replace it
 from chorus.core.config import ConfigError, InputError
 from chorus.core.seeding import rng as make_rng
-from chorus.core.stats import cluster_bootstrap, ratio_ci
+from chorus.core.stats import cluster_bootstrap, ratio_fields, ratio_interval
 from chorus.interventions import plots as ip
 from chorus.interventions.knockout import hf_backend, _nnsight_model, envoy_layers, layer_map
 from chorus.interventions.mechanic import Mechanic, bootstrapped
@@ -452,10 +452,10 @@ def summarize(t: pd.DataFrame, *, n_boot: int, seed: int, ci: float) -> dict[str
         num = (g["margin"] - g["margin_none"]).to_numpy(float)
         den = (g["margin_message"] - g["margin_none"]).to_numpy(float)
         fam = g["family"].to_numpy()
-        s, slo, shi = ratio_ci(num, den, fam, n_boot=n_boot, seed=seed, ci=ci)
+        r = ratio_interval(num, den, fam, ci=ci)   # Fieller: unbounded, and saying so, near a 0 message effect
         sh, shlo, shhi = cluster_bootstrap(lambda i: float(num[i].mean()), fam, n_boot=n_boot, seed=seed, ci=ci)
-        out["curve"].append({"arm": arm, "layer_s": int(ls), "layer_r": int(lr), "share": s, "ci_low": slo,
-                             "ci_high": shi, "shift": sh, "shift_ci_low": shlo, "shift_ci_high": shhi,
+        out["curve"].append({"arm": arm, "layer_s": int(ls), "layer_r": int(lr), "share": r["estimate"],
+                             **ratio_fields(r), "shift": sh, "shift_ci_low": shlo, "shift_ci_high": shhi,
                              "n": int(len(g))})
     out["by_sender"] = by_sender(t, n_boot=n_boot, seed=seed, ci=ci)
     return out

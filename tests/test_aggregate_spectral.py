@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from chorus.aggregate.baselines import DawidSkeneEM
+from chorus.aggregate.counts import Pool
 from chorus.aggregate.label_switching import demonstrate, table
 from chorus.aggregate.spectral import (agreement, mirrored, one_coin_loglik, skills_from_agreement, spectral_skills)
 from chorus.aggregate.synthetic import CouncilSpec, generate_council
@@ -109,3 +110,36 @@ def test_cli_writes_the_demonstration_and_refuses_other_k(tmp_path):
     dump_traces(generate_council(CouncilSpec(n_tasks=100, K=3, rounds=2, reliabilities=(0.7, 0.6, 0.6))), g)
     res = CliRunner().invoke(app, ["aggregate", "switch", str(g)])
     assert res.exit_code == 2 and "needs labelled K = 2 traces: 0 of 100 are" in res.output, res.output
+
+
+def test_every_fit_runs_its_starts_and_reports_the_fixed_points():
+    # the mirror-image council: majority and spectral starts end at exact mirror images (equal likelihood:
+    # unlabelled votes cannot tell them apart), both found by every fit, the tie kept at the init start
+    pool = Pool.from_traces(_council([0.3, 0.3, 0.3, 0.85, 0.85]))
+    fits = {}
+    for init in ("majority", "spectral"):
+        ds = DawidSkeneEM(init=init)
+        P = ds._proba(pool, np.arange(pool.T))
+        fits[init] = ds
+        assert [r["start"] for r in ds.starts_][:2] == [init, {"majority": "spectral", "spectral": "majority"}[init]]
+        assert len(ds.starts_) == 5 and ds.n_fixed_points_ == 2 and ds.start_kept_ == init
+        other = ds.starts_[1]
+        assert other["fixed_point"] != ds.starts_[0]["fixed_point"] and other["mirror_of_kept"] is True
+        assert other["loglik"] == pytest.approx(ds.starts_[0]["loglik"], rel=1e-9)
+        s = ds.fitted_summary()
+        assert s["ds_fixed_points"] == 2 and s["ds_start_kept"] == init
+        assert "reached 2 different fixed points" in s["ds_starts_warning"] and "mirror image" in s["ds_starts_warning"]
+        assert ((P.argmax(1) == pool.gold).mean() > 0.9) == (init == "spectral")
+    # a council whose starts end at different, not mirrored, points: the highest likelihood is kept
+    trs = generate_council(CouncilSpec(n_tasks=60, K=3, rounds=1, reliabilities=(0.3, 0.3, 0.3, 0.5, 0.5)), seed=1)
+    pool = Pool.from_traces(trs)
+    ds = DawidSkeneEM()
+    ds._proba(pool, np.arange(pool.T))
+    ll = {r["start"]: r["loglik"] for r in ds.starts_}
+    assert ds.start_kept_ == "spectral" and ll["spectral"] == max(ll.values()) > ll["majority"] + 1
+    assert ds.n_fixed_points_ >= 2 and ds.fitted_summary()["ds_loglik[majority]"] == ll["majority"]
+    single = DawidSkeneEM(multi_start=False)
+    single._proba(pool, np.arange(pool.T))
+    assert [r["start"] for r in single.starts_] == ["majority"] and single.starts_warning() is None
+    with pytest.raises(ValueError, match="n_random_starts"):
+        DawidSkeneEM(n_random_starts=-1)

@@ -181,3 +181,63 @@ def test_two_processes_share_one_call_store(tmp_path):
     got = s.get_many([f"{w}-{b}-{i}" for w in "ab" for b in range(40) for i in range(10)])
     assert len(got) == 800
     s.close()
+
+
+def test_fieller_matches_the_closed_form_and_admits_an_unbounded_ratio():
+    """Every row its own cluster: V is the sample covariance / n, and the bounds are the textbook
+    Fieller form 1/(1-g) [R - g v12/v22 +- t/b sqrt(v11 - 2R v12 + R^2 v22 - g (v11 - v12^2/v22))]."""
+    from scipy.stats import t as student_t
+    num = np.array([1.0, 2.0, 4.0, 3.0, 5.0])
+    den = np.array([2.0, 3.0, 5.0, 4.0, 7.0])
+    n = len(num)
+    a, b = num.mean(), den.mean()
+    C = np.cov(num, den) / n
+    v11, v12, v22 = C[0, 0], C[0, 1], C[1, 1]
+    t = student_t.ppf(0.975, n - 1)
+    R, g = a / b, t * t * v22 / b ** 2
+    half = t / b * np.sqrt(v11 - 2 * R * v12 + R * R * v22 - g * (v11 - v12 ** 2 / v22))
+    lo, hi = (R - g * v12 / v22 - half) / (1 - g), (R - g * v12 / v22 + half) / (1 - g)
+    r = stats.ratio_interval(num, den)
+    assert r["estimate"] == pytest.approx(R, abs=1e-15)
+    assert (r["ci_low"], r["ci_high"]) == (pytest.approx(lo, abs=1e-12), pytest.approx(hi, abs=1e-12))
+    assert r["unbounded"] is None and r["interval"] == "fieller" and r["n_clusters"] == n
+    assert stats.ratio_ci(num, den, None)[1:] == (pytest.approx(lo, abs=1e-12), pytest.approx(hi, abs=1e-12))
+    # clusters: the influence values summed per cluster; one cluster per row is the same interval
+    assert stats.ratio_interval(num, den, np.arange(n))["ci_low"] == pytest.approx(lo, abs=1e-12)
+    # a planted zero-crossing denominator: no interval, the reason and the denominator's interval given
+    rng = np.random.default_rng(0)
+    d = rng.normal(0, 1, 40)
+    d -= d.mean() - 0.05                      # mean 0.05, standard error ~0.16: its interval holds 0
+    z = stats.ratio_interval(rng.normal(1, 1, 40), d, np.repeat(np.arange(20), 2))
+    assert z["ci_low"] is None and z["ci_high"] is None and z["unbounded"].startswith(stats.UNBOUNDED)
+    assert z["denominator_ci"][0] < 0 < z["denominator_ci"][1] and z["n_clusters"] == 20
+    assert np.isnan(stats.ratio_ci(rng.normal(1, 1, 40), d, None)[1])
+    with pytest.raises(stats.InputError, match="interval level"):
+        stats.ratio_interval(num, den, ci=95)
+
+
+def test_max_t_band_holds_family_wise_coverage_where_the_unadjusted_interval_does_not():
+    """Thirty layers of noisy effects, one planted: the band of the max-|t| covers every layer's truth
+    at once close to the nominal 95%, so it covers the largest layer's truth; that layer's own 95%
+    interval, chosen after looking, does not (winner's curse). 200 seeded replications."""
+    from scipy.stats import t as student_t
+    rng = np.random.default_rng(51)
+    L, G, reps = 30, 30, 200
+    truth = np.zeros(L)
+    truth[7] = 0.3
+    fam = np.repeat(np.arange(G), 2)              # two rows per cluster, resampled together
+    all_cov = sel_fw = sel_own = 0
+    for r in range(reps):
+        X = truth + rng.normal(0, 1, (G, L))[fam] * 0.7 + rng.normal(0, 0.7, (2 * G, L))
+        band = stats.max_t_band(X, None, fam, n_boot=200, seed=r)
+        lo, hi, est = np.array(band["ci_low"]), np.array(band["ci_high"]), np.array(band["estimate"])
+        j = int(est.argmax())
+        all_cov += bool(((lo <= truth) & (truth <= hi)).all())
+        sel_fw += bool(lo[j] <= truth[j] <= hi[j])
+        se = np.array(band["se"])[j]   # the layer's own 95% t-interval, as if chosen in advance
+        tq = student_t.ppf(0.975, G - 1)
+        sel_own += bool(est[j] - tq * se <= truth[j] <= est[j] + tq * se)
+    simultaneous, selected, unadjusted = all_cov / reps, sel_fw / reps, sel_own / reps
+    print(f"max-|t| band: simultaneous {simultaneous:.3f}, best layer {selected:.3f}; unadjusted best layer {unadjusted:.3f}")
+    assert 0.90 <= simultaneous <= 0.99 and selected >= simultaneous
+    assert unadjusted < 0.80

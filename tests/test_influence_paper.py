@@ -42,8 +42,11 @@ def test_sections_read_the_numbers_as_written(tmp_path):
     assert nb["note"] is None                          # no embedded model made these numbers
     rows = nb["sections"]["s44_knockout"]["rows"]
     assert [(r["condition"], r["value"]) for r in rows] == [
-        ("message effect (logits)", 2.0), ("all / decision / attention", 0.8), ("best single layer / decision / attention", 0.3)]
+        ("message effect (logits)", 2.0), ("all / decision / attention", 0.8),
+        ("best single layer / decision / attention (unadjusted: as if chosen in advance; resume the run with "
+         "`chorus influence knockout` for the family-wise interval)", 0.3)]
     assert rows[2]["layer"] == 5 and all(r["run"] == "knock" for r in rows)
+    assert rows[2]["interval"] == "percentile bootstrap (run made before Fieller intervals)"
     tr = nb["sections"]["fig8_transfer"]["rows"]
     assert tr == [{"run": "transfer", "model": "m1", "arm": "transfer", "sender": "wrong", "layers": "2->2",
                    "share": None, "shift": 0.4, "ci_low": 0.1, "ci_high": 0.7, "n": 6}]
@@ -71,3 +74,25 @@ def test_bad_inputs_name_the_directory(tmp_path):
     (tmp_path / "half" / "provenance.json").write_text("{}")
     with pytest.raises(PaperError, match="half: no summary.json"):
         export([tmp_path / "half"])
+
+
+def test_knockout_rows_show_the_family_wise_best_layer_and_unbounded_shares(tmp_path):
+    """A summary with ``best_single_layer`` gives two rows (family-wise with its p-value, then the
+    unadjusted one, labelled); an unbounded share prints UNBOUNDED, never a finite interval."""
+    from chorus.core.stats import UNBOUNDED
+    why = UNBOUNDED + ": the denominator's 95% interval is [-0.2, 1.1]"
+    best = {"mixer": "attention", "queries": "decision", "layer": 5, "share_removed": 0.3, "ci_low": -0.05,
+            "ci_high": 0.65, "p_value": 0.2, "unbounded": None, "interval": "family-wise over 2 layers", "n": 4,
+            "unadjusted": {"ci_low": 0.1, "ci_high": 0.4, "interval": "fieller", "unbounded": None}}
+    s = {**KNOCK, "curves": [{**KNOCK["curves"][0], "ci_low": None, "ci_high": None, "unbounded": why,
+                              "interval": "fieller"}] + KNOCK["curves"][1:], "best_single_layer": [best]}
+    k = _run(tmp_path, "knock", "influence", s)
+    rows = export([k])["sections"]["s44_knockout"]["rows"]
+    assert [r["condition"] for r in rows] == [
+        "message effect (logits)", "all / decision / attention", "best single layer / decision / attention",
+        "best single layer / decision / attention (unadjusted: as if chosen in advance)"]
+    assert (rows[1]["ci_low"], rows[1]["ci_high"], rows[1]["interval"]) == (UNBOUNDED, UNBOUNDED, why)
+    assert (rows[2]["ci_low"], rows[2]["ci_high"], rows[2]["p_value"]) == (-0.05, 0.65, 0.2)
+    assert (rows[3]["ci_low"], rows[3]["ci_high"], rows[3]["interval"]) == (0.1, 0.4, "fieller")
+    p, _ = build_paper([k], tmp_path / "out")
+    assert f"| {UNBOUNDED} | {UNBOUNDED} |" in p.read_text()

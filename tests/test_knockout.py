@@ -356,3 +356,33 @@ def test_cross_check_fails_the_run_on_a_route_disagreement(tiny, monkeypatch):
     monkeypatch.setattr(ko, "run_rows_shared_prefix", lambda e, r, route: [[v + 0.01 for v in x] for x in real(e, r, route)])
     with pytest.raises(ko.KnockoutError, match="routes nnsight and interface differ by 0.01"):
         _cross_check(eng, ctx, "nnsight", 1, 1e-4, 0)
+
+
+def test_best_single_layer_is_family_wise_beside_its_unadjusted_interval():
+    """Thirty layers, one planted: the best layer's family-wise band is wider than its own interval and
+    contains it; its p-value is family-wise; a message effect whose interval reaches 0 gives unbounded shares."""
+    from chorus.core.stats import UNBOUNDED
+    from chorus.interventions.knockout_pairs import summarize_knockout
+    rng = np.random.default_rng(0)
+    n, L = 40, 30
+    rows = []
+    for i in range(n):
+        full = 2.0 + rng.normal(0, 1)
+        for layer in range(L):
+            removed = (0.8 if layer == 7 else 0.0) + rng.normal(0, 1)
+            rows.append({"qid": f"q{i}", "family": f"f{i // 2}", "kind": "single", "layer": layer, "queries": "after",
+                         "mixer": "attention", "margin_full": full, "margin_no_message": 0.0,
+                         "margin_knockout": full - removed, "n_masked": 1, "n_recurrent": 0, "unmaskable": ""})
+    t = pd.DataFrame(rows)
+    s = summarize_knockout(t, n_boot=300, seed=1, ci=0.95)
+    (b,) = s["best_single_layer"]
+    assert b["n_layers_searched"] == L and b["n_clusters"] == n // 2 and b["n_boot"] == 300
+    own = b["unadjusted"]
+    assert b["ci_low"] < own["ci_low"] < own["ci_high"] < b["ci_high"] and own["interval"] == "fieller"
+    assert 0 <= b["p_value"] <= 1 and b["critical_t"] > 2.5   # 30 layers: well past the one-layer 1.96
+    e = rng.normal(0.0, 1.0, n)
+    e -= e.mean()   # the message effect's mean exactly 0: its interval contains 0
+    bad = t.assign(margin_no_message=t["margin_full"] - t["qid"].map({f"q{i}": v for i, v in enumerate(e)}))
+    s2 = summarize_knockout(bad, n_boot=50, seed=1, ci=0.95)
+    assert all(c["unbounded"].startswith(UNBOUNDED) and c["ci_low"] is None for c in s2["curves"])
+    assert s2["best_single_layer"][0]["ci_low"] is None and s2["best_single_layer"][0]["unbounded"]

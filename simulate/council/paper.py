@@ -24,6 +24,15 @@ def _f(x: Any) -> str:
     return fmt(x, sig=None, nan="-")
 
 
+def _ds_starts(u: dict) -> str | None:
+    """The Dawid-Skene fit's starts in one cell: how many fixed points they reached and each start's
+    log-likelihood (None for a campaign built before every fit ran its starts)."""
+    if "starts" not in u:
+        return None
+    lls = ", ".join(f"{r['start']} {r['loglik']:.6f}" for r in u["starts"])
+    return f"{u['fixed_points']} ({lls}; kept {u['start_kept']})"
+
+
 def _table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     return md_table(header, rows, _f)
 
@@ -332,9 +341,11 @@ class Paper:
             u = v["unsupervised"]
             cv = v["cross_validated"]
             rows.append([k.split("/", 1)[1], u.get("ds_em", {}).get("accuracy"), u.get("ds_em_spectral", {}).get("accuracy"),
-                         u.get("ds_em", {}).get("mirror_accuracy"), cv.get("bda_per_agent", {}).get("accuracy")])
+                         u.get("ds_em", {}).get("mirror_accuracy"), cv.get("bda_per_agent", {}).get("accuracy"),
+                         _ds_starts(u.get("ds_em", {}))])
         self.add("Appendix F.10: K = 2 label switching (unsupervised Dawid-Skene vs its mirror vs supervised BDA)",
-                 _table(["cell", "DS (majority start)", "DS (spectral start)", "mirror", "BDA per-agent (CV)"], rows))
+                 _table(["cell", "DS (majority start)", "DS (spectral start)", "mirror", "BDA per-agent (CV)",
+                         "DS starts: fixed points (log-lik)"], rows))
 
     def drift(self) -> None:
         body = []
