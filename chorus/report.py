@@ -19,7 +19,7 @@ from typing import Any
 import pandas as pd
 
 from chorus import __version__
-from chorus.core.headline import UNDEFINED, Row
+from chorus.core.headline import UNDEFINED, Row, num
 from chorus.core.headline import rows as headline_rows
 from chorus.core.runs import MANIFEST, SealState, in_use, seal_state
 from chorus.serving.standing import Standing, run_standing, standing
@@ -132,7 +132,7 @@ def _details_table(d: dict[str, Any], why: dict[str, Any]) -> str:
 
 
 def _row_cells(r: Row) -> str:
-    est = (_esc(_fmt(r.estimate)) + (f" <small>({_esc(r.detail)})</small>" if r.detail else "")
+    est = (_esc(num(r.estimate)) + (f" <small>({_esc(r.detail)})</small>" if r.detail else "")
            if r.defined else f"<span class='undef'>{UNDEFINED}: {_esc(r.why)}</span>")
     iv = r.interval_text()
     iv_html = f"<span class='undef'>{_esc(iv)}</span>" if (r.single_cluster or r.interval is None) and iv else _esc(iv)
