@@ -40,6 +40,12 @@ class Standing:
     def embedded(self) -> bool:
         return self.kind == "embedded"
 
+    @property
+    def caveat(self) -> str | None:
+        """The warning a summary or a figure carries beside its numbers: the text when an embedded demo
+        model produced them, else None (a user's model's numbers carry no warning)."""
+        return self.text if self.embedded else None
+
     def as_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "models": list(self.models), "embedded": self.embedded, "text": self.text,
                 "data": self.data}
