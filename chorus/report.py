@@ -21,8 +21,10 @@ import pandas as pd
 from chorus import __version__
 from chorus.core.analyses import readers_in
 from chorus.core.config import InputError
+from chorus.core.headline import UNDEFINED, Row, num
+from chorus.core.headline import rows as headline_rows
 from chorus.core.runs import MANIFEST, SealState, in_use, seal_state
-from chorus.serving.profiles import embedded_note
+from chorus.serving.standing import Standing, run_standing, standing
 from chorus.stages import REGISTRY, STAGES
 from chorus.transcripts import transcripts_link
 
@@ -34,7 +36,7 @@ img{max-width:100%;border:1px solid #eee}figure{display:inline-block;margin:.5em
 figure.wide{display:block;max-width:100%}
 figcaption{font-size:12px;color:#555;text-align:center}.warn{background:#fff4e5;border-left:4px solid #f0a020;padding:.5em 1em}
 .bad{background:#fdecea;border-left:4px solid #d33;padding:.5em 1em}.ok{color:#1a7f37;font-weight:bold}
-.failed{color:#d33;font-weight:bold}.seal{font-size:1.1em}.sealok{color:#1a7f37}.other{color:#b26a00;font-weight:bold}nav a{margin-right:1em}
+.failed{color:#d33;font-weight:bold}.undef{color:#b26a00}.standing{font-style:italic}.seal{font-size:1.1em}.sealok{color:#1a7f37}.other{color:#b26a00;font-weight:bold}nav a{margin-right:1em}
 details{margin:.4em 0}summary{cursor:pointer;color:#345}"""
 
 MAX_ROWS = 25
@@ -60,7 +62,7 @@ def _fmt(v: Any) -> str:
     if isinstance(v, bool):
         return "yes" if v else "no"
     if isinstance(v, float):
-        return "nan" if not math.isfinite(v) else f"{v:.4g}"
+        return f"{UNDEFINED} (NaN)" if not math.isfinite(v) else f"{v:.4g}"
     return str(v)
 
 
@@ -83,6 +85,16 @@ def _df_table(df: pd.DataFrame, limit: int = MAX_ROWS) -> str:
                          float_format=lambda x: f"{x:.4g}") + more
 
 
+def _mark_single_cluster(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """A table of bootstrap results with a column saying which intervals came from fewer than two
+    clusters (``n_clusters`` < 2: the bootstrap returned the one cluster's value, not an interval)."""
+    df = pd.DataFrame(rows)
+    if "n_clusters" in df.columns and ("ci_low" in df.columns or "lo" in df.columns):
+        df["interval"] = ["from 1 cluster: not an interval" if isinstance(n, (int, float)) and n < 2 else ""
+                          for n in df["n_clusters"]]
+    return df
+
+
 def _render_value(name: str, obj: Any, depth: int = 0) -> str:
     """A summary value as HTML: flat dicts as key/value tables, dicts of flat dicts as a matrix,
     lists of flat dicts as a table, deeper structure as nested headings, then JSON."""
@@ -94,7 +106,7 @@ def _render_value(name: str, obj: Any, depth: int = 0) -> str:
                                               for v in obj.values())):
         return f"<h4>{_esc(name)}</h4>" + _df_table(pd.DataFrame(obj).reset_index().rename(columns={"index": ""}), 60)
     if isinstance(obj, list) and obj and all(isinstance(v, dict) and all(_scalar(x) for x in v.values()) for v in obj):
-        return f"<h4>{_esc(name)}</h4>" + _df_table(pd.DataFrame(obj), 60)
+        return f"<h4>{_esc(name)}</h4>" + _df_table(_mark_single_cluster(obj), 60)
     if isinstance(obj, dict) and depth < 2:
         scal = {k: v for k, v in obj.items() if _scalar(v)}
         parts = [f"<h4>{_esc(name)}</h4>" if name else "", _kv_table(scal) if scal else ""]
@@ -103,29 +115,53 @@ def _render_value(name: str, obj: Any, depth: int = 0) -> str:
     return f"<h4>{_esc(name)}</h4><pre>{_esc(json.dumps(obj, indent=1, default=str)[:20000])}</pre>"
 
 
-def _headline(summary: dict[str, Any]) -> dict[str, Any]:
-    """The part's own ``headline`` block when it has one, else its top-level scalars."""
+def _scalars(summary: dict[str, Any]) -> dict[str, Any]:
+    """A summary's own ``headline`` block when it has one, else its top-level scalars: the run's details
+    under its declared headline, or the headline of a part that declares none."""
     if isinstance(summary.get("headline"), dict):
         return {k: v for k, v in summary["headline"].items() if _scalar(v)}
     return {k: v for k, v in summary.items() if _scalar(v)}
 
 
-def _dig(d: Any, dotted: str) -> Any:
-    for k in dotted.split("/"):
-        if not isinstance(d, dict) or k not in d:
-            return None
-        d = d[k]
-    return d if _scalar(d) else None
+def _details_table(d: dict[str, Any], why: dict[str, Any]) -> str:
+    """Key/value rows; an undefined value (None, NaN) says so, with the reason the summary records."""
+    def cell(k: str, v: Any) -> str:
+        if v is None or (isinstance(v, float) and not math.isfinite(v)):
+            reason = why.get(k) if isinstance(why, dict) else None
+            return f"<span class='undef'>{UNDEFINED}" + (f": {_esc(reason)}" if reason else "") + "</span>"
+        return _esc(_fmt(v))
+    return "<table>" + "".join(f"<tr><th>{_esc(k)}</th><td>{cell(k, v)}</td></tr>" for k, v in d.items()) + "</table>"
 
 
-def _key_numbers(name: str, rec: dict[str, Any] | None) -> str:
-    """A few headline numbers of a demo stage for the overview (the stage's declared keys, else its
-    first headline scalars)."""
+def _row_cells(r: Row) -> str:
+    est = (_esc(num(r.estimate)) + (f" <small>({_esc(r.detail)})</small>" if r.detail else "")
+           if r.defined else f"<span class='undef'>{UNDEFINED}: {_esc(r.why)}</span>")
+    iv = r.interval_text()
+    iv_html = f"<span class='undef'>{_esc(iv)}</span>" if (r.single_cluster or r.interval is None) and iv else _esc(iv)
+    return f"<td>{_esc(r.name)}</td><td>{est}</td><td>{iv_html}</td><td>{_esc(_fmt(r.n))}</td>"
+
+
+def headline_table(found: list[Row]) -> str:
+    """A part's declared headline rows as an HTML table (estimate, interval, n; undefined ones with why)."""
+    return ("<table class='headline'><tr><th>headline</th><th>estimate</th><th>interval</th><th>n</th></tr>"
+            + "".join(f"<tr>{_row_cells(r)}</tr>" for r in found) + "</table>")
+
+
+def standing_line(st: Standing) -> str:
+    """Where the numbers come from, where they are shown (a warning unless a user's model produced them)."""
+    cls = "standing" if st.kind == "model" else "warn standing"
+    return f"<p class='{cls}'><b>Numbers from</b>: {_esc(st.text)}.</p>"
+
+
+def _key_numbers(name: str, rec: dict[str, Any] | None, part: str | None) -> str:
+    """A demo stage's declared headline for the overview, each row with its interval and n (an undefined
+    one with its reason); a stage whose part declares none shows its first scalars."""
     summ = (rec or {}).get("summary") or {}
-    keys = REGISTRY[name].keys if name in REGISTRY else ()
-    pairs = [(k.split("/")[-1] if k.startswith("headline/") else k, _dig(summ, k)) for k in keys]
-    pairs = [(k, v) for k, v in pairs if v is not None] or list(_headline(summ).items())[:4]
-    return "<br>".join(f"{_esc(k)} = {_esc(_fmt(v))}" for k, v in pairs)
+    found = headline_rows(part, summ)
+    if found:
+        return "<br>".join(f"{_esc(r.name)}: " + (_esc(r.text()) if r.defined else f"<span class='undef'>{_esc(r.text())}</span>")
+                           for r in found)
+    return "<br>".join(f"{_esc(k)} = {_esc(_fmt(v))}" for k, v in list(_scalars(summ).items())[:4])
 
 
 def _read_json(p: Path) -> dict[str, Any] | None:
@@ -219,8 +255,18 @@ def _run_body(run: Path, title_level: int = 2, anchor: str = "", unsealed: froze
                else "this run did not finish: it was interrupted or failed")
         out.append(f"<p class='bad'>missing: summary.json ({why})</p>")
     else:
-        head = _headline(summ)
-        out.append(f"<{h} id='{anchor}headline'>Headline numbers</{h}>" + (_kv_table(head) if head else "<p>–</p>"))
+        part = (prov or {}).get("part")
+        found = headline_rows(part, summ)
+        scal = _scalars(summ)
+        why = summ.get("undefined") or {}
+        st = standing_line(run_standing(run, summ))
+        if found:   # the part's lead comparison first; its bookkeeping below
+            out.append(f"<{h} id='{anchor}headline'>Headline</{h}>{st}{headline_table(found)}")
+            if scal:
+                out.append(f"<{h} id='{anchor}details'>Run details</{h}>{_details_table(scal, why)}")
+        else:
+            out.append(f"<{h} id='{anchor}headline'>Headline numbers</{h}>{st}"
+                       + (_details_table(scal, why) if scal else "<p>–</p>"))
         rest = {k: v for k, v in summ.items() if not _scalar(v) and k not in ("headline", "plots")}
         if rest:
             out.append("<details><summary>all numbers of this run</summary>"
@@ -264,23 +310,6 @@ def _demo_stages(prov: dict[str, Any] | None, summ: dict[str, Any] | None) -> li
     return [s for s in STAGES if s in wanted] + sorted(wanted - set(STAGES))
 
 
-def _profile_values(obj: Any) -> list[str]:
-    """Every ``profile`` string in a provenance record (engines, seats), depth first."""
-    if isinstance(obj, dict):
-        return [v for k, v in obj.items() if k == "profile" and isinstance(v, str)] + \
-            [p for v in obj.values() for p in _profile_values(v)]
-    if isinstance(obj, list):
-        return [p for v in obj for p in _profile_values(v)]
-    return []
-
-
-def _demo_profiles(run: Path, stages: list[str], profile: str | None) -> list[str]:
-    """The models behind a demo's numbers: the engines its stages' provenance records; the demo's
-    profile when no stage left a provenance file."""
-    provs = [p for p in (_read_json(run / name / "provenance.json") for name in stages) if p is not None]
-    return [x for p in provs for x in _profile_values(p)] if provs else [profile]
-
-
 def _demo_body(run: Path, summ: dict[str, Any] | None, prov: dict[str, Any] | None,
                unsealed: frozenset[Path] = frozenset()) -> str:
     stages = (summ or {}).get("stages", {})
@@ -293,6 +322,10 @@ def _demo_body(run: Path, summ: dict[str, Any] | None, prov: dict[str, Any] | No
     if summ is None:
         out.append("<p class='bad'>missing: summary.json (the demo was interrupted before its first stage ended)</p>")
     rows = []
+    # each stage's part (its declared headline) and where its numbers come from, from its own files
+    provs = {name: _read_json(run / name / "provenance.json") for name in planned}
+    parts = {name: (p or {}).get("part") for name, p in provs.items()}
+    stands = {name: run_standing(run / name) for name in planned if (run / name).is_dir()}
     for name in planned:
         rec = stages.get(name)
         status = rec["status"] if rec else "missing (not run, or interrupted)"
@@ -302,19 +335,21 @@ def _demo_body(run: Path, summ: dict[str, Any] | None, prov: dict[str, Any] | No
         cold = (own.get(name) or {}).get("cold_wall_s")
         n_inv = len((own.get(name) or {}).get("invocations", []))
         rows.append(f"<tr><td><a href='#stage-{_esc(name)}'>{_esc(name)}</a></td><td>{_esc(title)}</td>"
-                    f"<td class='{cls}'>{_esc(status)}</td><td>{_key_numbers(name, rec)}</td><td>{_esc(_fmt(cold))}</td>"
+                    f"<td class='{cls}'>{_esc(status)}</td><td>{_key_numbers(name, rec, parts.get(name))}</td>"
+                    f"<td>{_esc(stands[name].text) if name in stands else '–'}</td><td>{_esc(_fmt(cold))}</td>"
                     f"<td>{_esc(_fmt(wall))}</td><td>{_esc(_fmt(n_inv or None))}</td>"
                     f"<td>{_esc((rec or {}).get('error', ''))}</td></tr>")
     colds = [(own.get(n) or {}).get("cold_wall_s") for n in planned]
     total = (f"<p>Cold time of all stages: <b>{_esc(_fmt(round(sum(colds), 1)))} s</b> (each stage's wall time up to "
              f"the invocation that completed it, from its own <code>demo_timing.json</code>).</p>"
              if colds and all(c is not None for c in colds) else "")
-    out.append("<table><tr><th>stage</th><th>what</th><th>status</th><th>key numbers</th><th>cold s</th>"
+    out.append("<table><tr><th>stage</th><th>what</th><th>status</th><th>headline</th><th>numbers from</th><th>cold s</th>"
                "<th>last invocation s</th><th>invocations</th><th>note</th></tr>" + "".join(rows) + "</table>" + total)
     prof = (summ or {}).get("profile")
-    note = embedded_note(_demo_profiles(run, planned, prof))
-    out.append(f"<p>Size <b>{_esc((summ or {}).get('size', '?'))}</b>, model <b>{_esc(prof)}</b>."
-               + (f" Note: {_esc(note)}; oracle-mode numbers are exact." if note else "") + "</p></section>")
+    out.append(f"<p>Size <b>{_esc((summ or {}).get('size', '?'))}</b>, model <b>{_esc(prof)}</b>.</p>")
+    if not stands:   # no stage left a directory: the model the demo was given is all there is to say
+        out.append(standing_line(standing([prof])))
+    out.append("</section>")
     for name in planned:
         rec = stages.get(name)
         sdir = run / name

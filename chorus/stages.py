@@ -1,6 +1,7 @@
 """The demo's stages, one function each, in the order ``chorus demo`` runs them, with the sizes
-of ``--size tiny|full``. ``chorus.demo`` runs them; ``chorus.report`` reads their titles and the
-summary keys each shows in the overview. Each stage imports the part it shows inside its
+of ``--size tiny|full``. ``chorus.demo`` runs them; ``chorus.report`` reads their titles (the numbers
+a stage shows in the overview are its part's declared headline, ``chorus.core.headline``; the
+serving stage, a part of the demo alone, declares its own here). Each stage imports the part it shows inside its
 function, so importing this module stays cheap."""
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import yaml
 from pydantic import Field
 
 from chorus.core.config import Strict
+from chorus.core.headline import Row, declare, proportion
 from chorus.core.plots import figure, save
 from chorus.core.progress import Progress
 from chorus.core.runs import RunDir
@@ -59,7 +61,6 @@ class Stage:
     title: str
     run: Callable[[Path, DemoConfig, Progress], dict[str, Any]]
     unit: str = "calls"
-    keys: tuple[str, ...] = ()  # '/'-separated paths into the stage summary shown in the report's overview
     # the engines it loads, as (profile, backend, dtype); None = the demo's profile, backend, default dtype.
     # An engine that no later stage declares is released after a stage (memory).
     engines: tuple[tuple[str | None, str | None, str | None], ...] = ((None, None, None),)
@@ -109,6 +110,20 @@ def _serving(out: Path, cfg: DemoConfig, progress: Progress) -> dict[str, Any]:
     run.finish()
     eng.close()
     return summary
+
+
+def serving_headline(summary: dict[str, Any]) -> list[Row]:
+    """The serving stage's headline (``chorus.core.headline``): the forced-choice readout's accuracy on the
+    demo items and the share of structured requests that conformed to their schema."""
+    if "readout_items" not in summary:
+        return []
+    return [proportion("forced-choice readout accuracy", summary.get("readout_accuracy"), summary.get("readout_items")),
+            proportion("structured output conformed", summary["structured_conformed"] / summary["structured_requests"]
+                       if summary.get("structured_requests") else None, summary.get("structured_requests"),
+                       why="no structured request was made")]
+
+
+declare("serving", "chorus.stages:serving_headline")
 
 
 def _bar_plot(rd, profile: str, path: Path) -> None:
@@ -175,28 +190,14 @@ def _roleplay(out: Path, cfg: DemoConfig, progress: Progress) -> dict[str, Any]:
 
 
 REGISTRY: dict[str, Stage] = {s.name: s for s in [
-    Stage("serving", "Serving: batched generation, readouts, structured output", _serving, "requests",
-          ("readout_accuracy", "structured_conformed", "structured_requests")),
+    Stage("serving", "Serving: batched generation, readouts, structured output", _serving, "requests"),
     Stage("belief_oracle", "Belief layer, oracle mode (exact): regimes and kappa recovery", _belief("oracle"), "utterances",
-          ("headline/degroot_final_variance", "headline/fj_r2", "headline/kappa_spearman",
-           "headline/kappa_exact_max_rel_error"), engines=()),
-    Stage("belief_llm", "Belief layer, LLM mode: the language round-trip", _belief("llm"), "utterances",
-          ("headline/appraisal_failure_rate", "headline/channel_pearson", "headline/kappa_spearman")),
-    Stage("debate", "Debate vs matched reflection: collective outcomes", _debate, "turns",
-          ("n_questions", "parse_rate", "conditions/debate/wrong_unanimity", "conditions/reflection/wrong_unanimity",
-           "conditions/debate/n_eff_final", "conditions/reflection/n_eff_final")),
-    Stage("readout", "Forced-choice readouts over the debate: committed-at-read", _readout, "readouts",
-          ("n_readouts", "committed_at_read/by_condition/debate/0.0/share",
-           "committed_at_read/by_condition/reflection/0.0/share", "committed_at_read/debate_minus_reflection_f0/delta",
-           "message_effect_round1/shift")),
+          engines=()),
+    Stage("belief_llm", "Belief layer, LLM mode: the language round-trip", _belief("llm"), "utterances"),
+    Stage("debate", "Debate vs matched reflection: collective outcomes", _debate, "turns"),
+    Stage("readout", "Forced-choice readouts over the debate: committed-at-read", _readout, "readouts"),
     Stage("knockout", "Inside the model: attention knockout, residual interchange, probes",
-          _knockout, "passes",
-          ("knockout/all_layers/after/share_removed", "knockout/all_layers/decision/share_removed",
-           "patch/cue_effect_x_minus_y/mean", "probe/n_layers_above_null_p90"),
-          engines=((None, "hf", "float32"),)),
-    Stage("council", "Live council aggregated by BDA vs baselines", _council, "calls",
-          ("cells/truthfulqa_claims__clean/n_traces", "cells/truthfulqa_claims__clean/move_parse_rate",
-           "cells/truthfulqa_claims__attack-k1/move_parse_rate", "cells/truthfulqa_claims__clean/n_abstentions")),
-    Stage("roleplay", "Role-play groups vs humans (synthetic fixture)", _roleplay,
-          "turns", ("n_groups", "classifier/stance_parse_rate", "classifier/on_topic_parse_rate", "mask/n_excluded")),
+          _knockout, "passes", engines=((None, "hf", "float32"),)),
+    Stage("council", "Live council aggregated by BDA vs baselines", _council, "calls"),
+    Stage("roleplay", "Role-play groups vs humans (synthetic fixture)", _roleplay, "turns"),
 ]}

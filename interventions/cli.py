@@ -11,8 +11,9 @@ from typing import Optional
 import typer
 
 from chorus.core.cliutil import add_verbs, fail
+from chorus.core.headline import declare as declare_headline
 from chorus.core.verbs import Option, Verb, register
-from chorus.serving.profiles import embedded_note
+from chorus.serving.standing import print_headline
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="Peer influence: readout, ablate, cues, knockout, patch, probe, concepts, transfer, "
@@ -25,6 +26,7 @@ def _show_behaviour(console, path: Path, summary: dict) -> None:
     import json
     keep = {k: v for k, v in summary.items() if k not in ("experiment", "verb", "model")}
     console.print_json(json.dumps(keep, default=float))
+    print_headline(console, "influence", path, summary)   # the lead comparison, and where its numbers come from
     console.print(f"results: [bold]{path}[/bold] (summary.json, tables/*.parquet, plots/*.png)")
 
 
@@ -33,10 +35,8 @@ def _show_internals(console, path: Path, summary: dict) -> None:
 
     keep = {k: v for k, v in summary.items() if k not in ("experiment", "verb", "curves", "curve", "layers")}
     console.print_json(json.dumps(keep, default=float))
-    sender = summary.get("sender")  # transfer: the sender's model produced the written states
-    note = embedded_note([summary.get("model"), sender.get("name") if isinstance(sender, dict) else None])
-    if note:
-        console.print(f"[yellow]{note}[/yellow]", highlight=False)
+    # transfer: the sender's model produced the written states (run_standing reads it from the summary)
+    print_headline(console, "influence", path, summary)
     console.print(f"results: [bold]{path}[/bold] (summary.json, tables/*.parquet, plots/*.png)")
 
 
@@ -81,9 +81,7 @@ def _show_counterfactual(console, path: Path, s: dict) -> None:
                       f"{m['adopted_at_round']:.3f}, at the end {m['adopted_final']:.3f}", highlight=False)
     console.print(f"changed by the cut (vs replay): final majority {s['changed']['final_majority_cut_vs_replay']}, "
                   f"receiver's final answer {s['changed']['receiver_final_cut_vs_replay']}", highlight=False)
-    note = embedded_note([s.get("model")])
-    if note:
-        console.print(f"[yellow]{note}[/yellow]", highlight=False)
+    print_headline(console, "influence", path, s)
     console.print(f"results: [bold]{path}[/bold] (summary.json, tables/turns.parquet, tables/questions.parquet, "
                   f"plots/counterfactual.png); chorus debate recompute {s.get('run_dir', s.get('source_run'))} shows it "
                   f"beside the debate")
@@ -91,6 +89,8 @@ def _show_counterfactual(console, path: Path, s: dict) -> None:
 
 # over a stored debate: RUN_DIR in place of CONFIG (into the config's run), the shipped default config
 # with the options over it; --layers parsed (all, A-B, 3,4,7) into the config's list
+declare_headline("influence", "chorus.interventions.headline:headline")   # the lead comparison its report, console and the demo show first
+
 register(Verb(
     "influence", "counterfactual",
     help="What a stored debate would have become had one agent not attended to one peer at one round:\nthat reply "

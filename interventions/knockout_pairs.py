@@ -198,7 +198,7 @@ def _cross_check(eng: Any, contexts: list[tuple], route: str, n: int, tol: float
 
 
 def summarize_knockout(t: pd.DataFrame, *, n_boot: int, seed: int, ci: float) -> dict[str, Any]:
-    out: dict[str, Any] = {"curves": []}
+    out: dict[str, Any] = {"curves": [], "ci_level": ci}   # the level every interval here covers
     if not len(t):
         return out
     one = t.drop_duplicates("qid")

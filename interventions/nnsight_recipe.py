@@ -17,7 +17,8 @@ from typing import Any, Sequence
 from chorus.simulate.debate.prompts import debate_messages, load_prompts, readout_prefill
 from chorus.simulate.debate.questions import validate_item
 from chorus.interventions import knockout as ko
-from chorus.serving.profiles import DEFAULT_PROFILE, embedded_note
+from chorus.serving.profiles import DEFAULT_PROFILE
+from chorus.serving.standing import standing
 
 ITEM = {"id": "recipe", "domain": "knowledge", "subdomain": "recipe", "family": "recipe",
         "question": "Which planet is closest to the Sun?", "options": ["Mercury", "Venus"], "reference": "A"}
@@ -73,7 +74,7 @@ def main() -> None:
     for k in ("plain", "mean_ablated", "attention_knockout"):
         lp = r[k]
         print(f"{k:>20}: " + ", ".join(f"log p({o.strip()}) = {v:.4f}" for o, v in lp.items()))
-    print(embedded_note([DEFAULT_PROFILE]))
+    print(standing([DEFAULT_PROFILE]).text)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from chorus.core.config import ConfigError
 from chorus.core.paper import copy_figures, md_table, missing_line, write_paper
 from chorus.core.runs import file_sha256, json_safe
 from chorus.core.stats import UNBOUNDED
-from chorus.serving.profiles import embedded_note
+from chorus.serving.standing import standing
 
 SCHEMA = "chorus.influence-paper/1"
 LONG_ROUNDS = 4   # a debate of more rounds than the paper's three is a long debate (Table 14: twelve)
@@ -342,7 +342,7 @@ def export(run_dirs: Sequence[str | Path]) -> dict[str, Any]:
                                 if (Path(r["path"]) / "plots" / f"{f}.png").is_file()]
         sections[s.key] = entry
     models = sorted({str(r["model"]) for r in runs})
-    return json_safe({"schema": SCHEMA, "models": models, "note": embedded_note(models),
+    return json_safe({"schema": SCHEMA, "models": models, "note": standing(models).text,   # where the numbers come from, said on the page
                       "runs": [{**_src(r), "kind": r["kind"], "path": r["path"], "summary_sha256": r["summary_sha256"]}
                                for r in runs], "sections": sections})
 

@@ -163,7 +163,7 @@ def committed_at_read(readouts: pd.DataFrame, *, n_boot: int = 2000, seed: int =
     argmax equals the eventual answer (clustered bootstrap CI); debate - reflection at f = 0
     (``debate_minus_reflection_f0``) and, for debate and each control condition present,
     that condition - reflection at f = 0 (``gaps_f0``, keyed by condition)."""
-    out: dict[str, Any] = {"by_condition": {}}
+    out: dict[str, Any] = {"by_condition": {}, "ci_level": ci}   # the level every interval here covers
     ch = readouts[readouts["changed"]]
     for (cond, f), g in ch.groupby(["condition", "f"]):
         hit = (g["argmax"] == g["answer"]).to_numpy(float)

@@ -39,7 +39,8 @@ def test_sections_read_the_numbers_as_written(tmp_path):
     (k / "plots" / "knockout_curves.png").write_bytes(b"png")
     nb = export([k, t, lg])
     assert list(nb["sections"]) == [s.key for s in SECTIONS] and nb["models"] == ["m1", "m2"]
-    assert nb["note"] is None                          # no embedded model made these numbers
+    # no embedded model made these numbers: the page says whose they are, never "plumbing"
+    assert "numbers from m1, m2" in nb["note"] and "plumbing" not in nb["note"]
     rows = nb["sections"]["s44_knockout"]["rows"]
     assert [(r["condition"], r["value"]) for r in rows] == [
         ("message effect (logits)", 2.0), ("all / decision / attention", 0.8),

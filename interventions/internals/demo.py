@@ -13,7 +13,7 @@ from the model's own layer count (``num_hidden_layers`` of its config.json). Wit
 ``source_run`` (the demo's debate stage: the config's ``source.run``) the contexts come from that run's round 0 instead of a
 generation pass here. Every model call goes through the run's store
 (resumable). The summary's ``note`` says when an embedded model made the numbers
-(``chorus.serving.profiles.embedded_note``).
+(``chorus.serving.standing``).
 """
 from __future__ import annotations
 
@@ -30,7 +30,8 @@ from chorus.interventions import plots as ip
 from chorus.interventions.experiment import source_turns
 from chorus.interventions.internals.config import InternalsConfig
 from chorus.interventions.probes import probe_activations, probe_contexts, probe_layers
-from chorus.serving.profiles import embedded_note, get_profile
+from chorus.serving.profiles import get_profile
+from chorus.serving.standing import standing
 from chorus.simulate.debate.prompts import load_prompts
 from chorus.core.config import InputError
 
@@ -95,7 +96,7 @@ def run_demo(out: Path, *, profile: str, size: str = "tiny", progress: Callable[
         pairs = ab.select_pairs(items, turns, seed=cfg.seed, max_pairs=cfg.interventions.max_pairs)
         a = cfg.analysis
         summary: dict[str, Any] = {"experiment": cfg.name, "model": cfg.model.profile, "size": size,
-                                   "n_pairs": len(pairs), "note": embedded_note([cfg.model.profile])}
+                                   "n_pairs": len(pairs), "note": standing([cfg.model.profile]).caveat}
         if pairs:
             conds, plan = kp.knockout_conditions(eng, cfg.knockout)
             kt = kp.run_knockout_pairs(eng, kp.knockout_contexts(items, pairs, P), conds, progress)

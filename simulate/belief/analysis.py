@@ -22,12 +22,26 @@ from chorus.core.config import InputError
 
 
 def pearson(x, y) -> float:
+    return float("nan") if pearson_undefined(x, y) else float(np.corrcoef(*_finite_pairs(x, y))[0, 1])
+
+
+def _finite_pairs(x, y) -> tuple[np.ndarray, np.ndarray]:
     x = np.asarray(x, dtype=float)
     y = np.asarray(y, dtype=float)
     ok = np.isfinite(x) & np.isfinite(y)
-    if ok.sum() < 3 or np.ptp(x[ok]) == 0 or np.ptp(y[ok]) == 0:  # constant: undefined
-        return float("nan")
-    return float(np.corrcoef(x[ok], y[ok])[0, 1])
+    return x[ok], y[ok]
+
+
+def pearson_undefined(x, y, names: tuple[str, str] = ("x", "y")) -> str | None:
+    """Why Pearson's r of ``x`` and ``y`` is undefined (fewer than 3 finite pairs, or one side constant:
+    r divides by its spread), else None. The summary records it beside the missing value."""
+    a, b = _finite_pairs(x, y)
+    if len(a) < 3:
+        return f"fewer than 3 finite ({names[0]}, {names[1]}) pairs ({len(a)})"
+    for v, nm in ((a, names[0]), (b, names[1])):
+        if np.ptp(v) == 0:
+            return f"{nm} is constant ({v[0]:.4g} on all {len(v)} pairs): a correlation needs spread on both sides"
+    return None
 
 
 def median_interval(values, clusters, *, n_boot: int, seed: int, ci: float) -> tuple[float, float]:
@@ -383,6 +397,13 @@ def analyse(tables: dict[str, pd.DataFrame], cfg: BeliefConfig,
         "conditions_n": int(len(cm)), "runs": int(len(tables["runs"])),
         "events": int(len(tables["events"])), "utterances": int(len(ut)),
         "headline": {k: nan_to_none(v) for k, v in headline.items()},
+        # why a headline value is undefined, beside it (the report shows the reason, never a bare blank)
+        "undefined": {k: why for k, why in {
+            "channel_pearson": pearson_undefined(ut.s, ut.e, ("stance s", "appraised evidence e")),
+            "belief_probe_r": pearson_undefined(bel.b, bel.probe, ("belief b", "probe reading")),
+            "kappa_spearman": None if len(kap_levels) >= 3 else
+            f"needs at least 3 kappa levels with a recovered estimate ({len(kap_levels)})",
+        }.items() if why is not None and nan_to_none(headline.get(k)) is None},
         "conditions": records(cm), "kappa_recovery": records(kr), "kappa_recovery_by_seed": records(ks),
         "committed_families": [{k: nan_to_none(v) for k, v in f.items()} for f in fams],
         "dose_response": records(dr) if len(dr) else [],

@@ -10,6 +10,7 @@ import typer
 
 from chorus.core.cliutil import RECOMPUTE_HELP, add_verbs, deprecated, plots_option
 from chorus.core.cliutil import fail as _fail
+from chorus.core.headline import declare as declare_headline
 from chorus.core.verbs import Option, Verb, register
 from chorus.serving.profiles import DEFAULT_PROFILE
 from chorus.core.config import ConfigError
@@ -34,6 +35,8 @@ def _print_summary(console, path: Path, summary: dict) -> None:
         console.print(f"{stats.get('runs')} runs, {stats.get('listener_events')} listener events, "
                       f"{stats.get('appraisal_failures')} failed appraisals, "
                       f"simulation {stats.get('wall_s', 0):.2f} s")
+    from chorus.serving.standing import print_headline
+    print_headline(console, "belief", path, summary)   # the lead comparison, and where its numbers come from
     console.print(f"results: [bold]{path}[/bold] (summary.json, tables/*.parquet, plots/*.png)")
 
 
@@ -76,6 +79,8 @@ def report_renamed(run_dir: Path = typer.Argument(..., help="A belief run direct
     deprecated("chorus belief report", "chorus belief recompute")
     recompute(run_dir, plots)
 
+
+declare_headline("belief", "chorus.simulate.belief.headline:headline")   # the lead comparison its report, console and the demo show first
 
 register(Verb(
     "belief", "multi", help="Multi-concept identities: a Dirichlet belief per concept (K-way stances), every seed in lockstep.",

@@ -16,6 +16,7 @@ import typer
 from chorus.core.cliutil import add_verbs, model_option, plots_option, renamed_option
 from chorus.core.cliutil import fail as _fail
 from chorus.core.cliutil import parse_overrides as _overrides
+from chorus.core.headline import declare as declare_headline
 from chorus.core.verbs import Option, Verb, register
 from chorus.serving.profiles import DEFAULT_PROFILE
 from chorus.core.config import ConfigError, InputError, validate
@@ -52,8 +53,8 @@ def _print(path: Path, s: dict) -> None:
     md = Path(path) / "results.md"
     if md.is_file():
         con.print(md.read_text(), markup=False, highlight=False, soft_wrap=True)
-    if s.get("note"):  # chorus.serving.profiles.embedded_note of the profiles behind the numbers (None: none embedded)
-        con.print(f"[yellow]{s['note']}[/yellow]", highlight=False)
+    from chorus.serving.standing import print_headline
+    print_headline(con, "council", path, s)   # the lead comparison, and where its numbers come from
     con.print(f"results: [bold]{path}[/bold] (traces/*.jsonl, aggregate/*/, tables/*.parquet, results.md, "
               f"summary.json, plots/*.png)")
 
@@ -61,6 +62,8 @@ def _print(path: Path, s: dict) -> None:
 def _show(console, path: Path, s: dict) -> None:
     _print(path, s)
 
+
+declare_headline("council", "chorus.simulate.council.headline:headline")   # the lead comparison its report, console and the demo show first
 
 register(Verb(
     "council", "run", help="Deliberate in lockstep, write trace JSONL, run the LLM baselines, aggregate every trace file.",

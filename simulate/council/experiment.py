@@ -30,7 +30,7 @@ from chorus.aggregate.trace import Trace, dump_traces, load_traces
 from chorus.core.config import ConfigError, load_config
 from chorus.core.progress import Progress
 from chorus.core.runs import RunDir, amends_run, run_dir_path, write_json
-from chorus.serving.profiles import embedded_note
+from chorus.serving.standing import standing
 from chorus.serving.roles import check_new_tokens, close_engines, hold_engines, plan_roles
 from chorus.simulate.council import plots
 from chorus.simulate.council.adversary import compliance
@@ -316,7 +316,7 @@ def report(run_dir: str | Path, *, make_plots: bool = True, aggregate: bool = Tr
                council_judged(base, ledger)[["dataset", "condition", "method", "parse_rate_judged",
                                              "accuracy_all_judged", "n_judge_mapped"]].to_dict(orient="records")}
               if ledger is not None else {})
-    note = embedded_note(_producers(cfg, run.path, ledger))
+    note = standing(_producers(cfg, run.path, ledger)).caveat
     for r in baseline_metrics(base.to_dict(orient="records")) if len(base) else []:
         rows.append({"dataset": r["dataset"], "condition": r["condition"], "arm": r["method"],
                      **judged.get((r["dataset"], r["condition"], r["method"]), {}),

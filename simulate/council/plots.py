@@ -12,7 +12,7 @@ from chorus.core.plots import save, subplots
 
 def accuracy_bars(table: pd.DataFrame, path: Path, note: str | None = None) -> Path:
     """Accuracy of every arm, one panel per dataset, one bar per condition; ``note`` (the
-    embedded-model note, ``chorus.serving.profiles.embedded_note``) under each panel's title."""
+    embedded-model caveat, ``chorus.serving.standing.standing(...).caveat``) under each panel's title."""
     dsets = list(dict.fromkeys(table["dataset"]))
     conds = list(dict.fromkeys(table["condition"]))
     fig, axes = subplots(len(dsets), 1, figsize=(9, 3.2 * len(dsets)), squeeze=False)

@@ -11,8 +11,10 @@ import typer
 from chorus.core.analyses import readers_in
 from chorus.core.cliutil import add_verbs, model_option, parse_overrides, plots_option, renamed_option
 from chorus.core.cliutil import fail as _fail
+from chorus.core.headline import declare as declare_headline
 from chorus.core.verbs import Option, Verb, register
-from chorus.serving.profiles import DEFAULT_PROFILE, embedded_note
+from chorus.serving.profiles import DEFAULT_PROFILE
+from chorus.serving.standing import print_headline, standing
 from chorus.core.config import ConfigError, InputError
 from chorus.core.runs import check_output
 
@@ -70,11 +72,9 @@ def _print_debate(console, path: Path, s: dict) -> None:
     ex = s.get("exclusions", {})
     console.print(f"exclusions: {ex.get('n', 0)} {ex.get('by_reason', {})}; parse rate {_fmt(s.get('parse_rate'))}, "
                   f"truncated {s.get('n_truncated')}")
-    judge = Path(path) / "judge.json"  # the judge pass's model produced the 'after' numbers
-    judge_profile = json.loads(judge.read_text()).get("judge_profile") if judge.is_file() else None
-    note = embedded_note([s.get("model"), judge_profile])
-    if note:
-        console.print(f"[yellow]{note}[/yellow]", highlight=False)
+    # the lead comparison last, where the terminal leaves it, and where its numbers come from (a judge
+    # pass's judge.json names the model behind the 'after' numbers)
+    print_headline(console, "debate", path, s)
     console.print(f"results: [bold]{path}[/bold] (summary.json, tables/*.parquet, plots/*.png)")
 
 
@@ -112,6 +112,8 @@ def bench_cmd(out: Path = typer.Option(Path("runs/bench/mad_bench.jsonl"), "--ou
     for k, v in sorted(manifest["counts"].items()):
         typer.echo(f"  {k}: {v}")
 
+
+declare_headline("debate", "chorus.simulate.debate.headline:headline")   # the lead comparison its report, console and the demo show first
 
 register(Verb(
     "debate", "run", help="Run debate and the matched reflection control in lockstep; write tables, summary, plots.",
@@ -187,9 +189,7 @@ def bda(run_dir: Path = typer.Argument(..., help="A debate run directory."),
         console.print(f"the debate's own summary (all its labelled questions): initial majority "
                       f"{_fmt(d.get('acc_initial_majority'))}, final majority {_fmt(d.get('acc_final_majority'))}, "
                       f"wrong unanimity {_fmt(d.get('wrong_unanimity'))}")
-    note = embedded_note([_run_model(run_dir)])
-    if note:
-        console.print(f"[yellow]{note}[/yellow]", highlight=False)
+    console.print(f"numbers from: {standing([_run_model(run_dir)]).text}", highlight=False)
     console.print(f"results: [bold]{path}[/bold] (summary.json, mapping.json, traces/, one aggregate run per group)")
 
 
@@ -215,9 +215,7 @@ def _show_belief(console, path: Path, s: dict) -> None:
     const = " (the appraiser returned one value for every turn: undefined)" if a.get("e_distinct") == 1 else ""
     console.print(f"channel audit: Pearson(s, e) {_fmt(a['pearson_s_e'])} over {a['n']} turns{const}; reading vs stated answer "
                   f"r {_fmt(a['reading_stated']['pearson'])} (n {a['reading_stated']['n']})")
-    note = embedded_note([s.get("model"), s.get("appraiser")])
-    if note:
-        console.print(f"[yellow]{note}[/yellow]", highlight=False)
+    console.print(f"numbers from: {standing([s.get('model'), s.get('appraiser')]).text}", highlight=False)
     console.print(f"results: [bold]{path}[/bold] (summary.json, tables/agents.parquet, tables/observations.parquet, plots/belief.png)")
 
 

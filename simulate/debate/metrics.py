@@ -193,7 +193,7 @@ def paired_comparisons(q: pd.DataFrame, *, n_boot: int = 2000, n_perm: int = 200
     common = d.index.intersection(r.index)
     ok = [k for k in common if d.at[k, "fully_parsed"] and r.at[k, "fully_parsed"] and d.at[k, "labelled"]
           and d.at[k, "final_round"] == r.at[k, "final_round"]]
-    out: dict[str, Any] = {"n_paired": len(ok)}
+    out: dict[str, Any] = {"n_paired": len(ok), "ci_level": ci}   # the level the deltas' intervals cover
     if not ok:
         return out
     d, r = d.loc[ok], r.loc[ok]

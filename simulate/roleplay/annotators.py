@@ -27,7 +27,8 @@ import pandas as pd
 
 from chorus.core.config import ConfigError
 from chorus.core.runs import RunDir, run_dir_path, write_json
-from chorus.serving.profiles import ModelError, embedded_note, get_profile
+from chorus.serving.profiles import ModelError, get_profile
+from chorus.serving.standing import standing
 from chorus.simulate.roleplay.classify import classify_texts
 from chorus.simulate.roleplay.experiment import open_finished, recompute
 from chorus.simulate.roleplay.plots import annotator_agreement
@@ -209,7 +210,7 @@ def annotate(run_dir: str | Path, profiles: list[str], out: str | Path | None = 
               "agreement": {p: agreement(own_labels, labels[p]) for p in profiles},
               "headline": {p: headline(s) for p, s in summaries.items()},
               "engines": engine_info,
-              "note": embedded_note([m.profile for m in cfg.models] + [own, *profiles])}
+              "note": standing([m.profile for m in cfg.models] + [own, *profiles]).caveat}
     tables = _rows(result)
     for name, df in tables.items():
         res.write_table(name, df)

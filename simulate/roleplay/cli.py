@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 
 from chorus.core.cliutil import add_verbs, fail, model_option, plots_option, renamed_option
+from chorus.core.headline import declare as declare_headline
 from chorus.core.verbs import Verb, register
 from chorus.core.config import ConfigError
 from chorus.serving.profiles import ModelError
@@ -55,11 +56,12 @@ def print_summary(console, path: Path, s: dict) -> None:
         console.print(f"DeGroot (fitted on {s['degroot']['n_groups']} training groups): alpha = {s['degroot']['alpha']:.3f}")
     for k, v in s.get("tests", {}).items():
         console.print(f"sign tests {k}: " + ", ".join(f"{m} {x['k']}/{x['n']} p={_fmt(x['p'])}" for m, x in v.items()))
-    for note in (s.get("note"), s.get("data_note")):
-        if note:
-            console.print(f"[yellow]{note}[/yellow]")
+    from chorus.serving.standing import print_headline
+    print_headline(console, "roleplay", path, s)   # the lead comparison, and where its numbers come from
     console.print(f"results: [bold]{path}[/bold] (summary.json, tables/*.parquet, plots/*.png)")
 
+
+declare_headline("roleplay", "chorus.simulate.roleplay.headline:headline")   # the lead comparison its report, console and the demo show first
 
 register(Verb(
     "roleplay", "run", help="Run full dynamics and next-message prediction for every model; classify; evaluate.",

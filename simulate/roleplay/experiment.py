@@ -18,7 +18,7 @@ from chorus.core.compute import measure
 from chorus.core.config import ConfigError, load_config
 from chorus.core.progress import Progress
 from chorus.core.runs import RecordError, RunDir, amends_run, require_record, run_dir_path
-from chorus.serving.profiles import embedded_note
+from chorus.serving.standing import standing
 from chorus.serving.roles import plan_roles
 from chorus.simulate.roleplay import plots, setups  # setups.simulate looked up per call: tests replace it
 from chorus.simulate.roleplay.classify import attach, classify_texts, parse_rates
@@ -271,7 +271,7 @@ def recompute(run: RunDir, labels: pd.DataFrame, *, classifier_profile: str | No
     summary["simulation"] = sim
     # the role-play models and the stance classifier (default: the first model's profile) made the numbers
     cprof = classifier_profile or cfg.classifier.over_model(cfg.models[0]).profile
-    summary["note"] = embedded_note([m.profile for m in cfg.models] + [cprof])
+    summary["note"] = standing([m.profile for m in cfg.models] + [cprof]).caveat
     if summary["synthetic_data"]:
         summary["data_note"] = "SYNTHETIC fixture data: not human behaviour"
     return summary, tables

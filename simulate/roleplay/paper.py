@@ -18,7 +18,7 @@ from typing import Any, Callable, Sequence
 from chorus.core.config import ConfigError
 from chorus.core.paper import copy_figures, fmt, md_table, run_plots, write_paper
 from chorus.core.runs import file_sha256, json_safe
-from chorus.serving.profiles import embedded_note
+from chorus.serving.standing import standing
 
 SCHEMA = "chorus.roleplay-paper/1"
 OWN_FILE = {"roleplay": "summary.json", "sft": "summary.json", "roleplay-annotators": "annotators.json",
@@ -323,7 +323,7 @@ def export(run_dirs: Sequence[str | Path]) -> dict[str, Any]:
     c = Ctx(read_runs(run_dirs))
     models = [m.get("profile") for r in c.runs for m in ((r.get("config") or {}).get("models") or [])
               if isinstance(m, dict)]
-    return json_safe({"schema": SCHEMA, "note": embedded_note(models), "runs": [_src(r) | {"part": r["part"], **({"via": r["via"]} if "via" in r else {})}
+    return json_safe({"schema": SCHEMA, "note": standing(models).text, "runs": [_src(r) | {"part": r["part"], **({"via": r["via"]} if "via" in r else {})}
                                                 for r in c.runs],
                       "sections": {k: {"title": t, **fn(c)} for k, t, _, fn in SECTIONS}})
 
