@@ -16,7 +16,7 @@ import chorus.aggregate.analyses  # noqa: F401  (registers the trace analyses)
 from chorus.core.cliutil import add_analyses, add_verbs, renamed_option
 from chorus.core.cliutil import fail as _fail
 from chorus.core.progress import progress
-from chorus.core.verbs import Option, Verb, register
+from chorus.core.verbs import Impl, Option, Verb, register
 from chorus.core.config import ConfigError, InputError
 from chorus.core.runs import RecordError, check_output, require_sealed
 
@@ -36,16 +36,33 @@ def _show(console, path: Path, summary: dict) -> None:
 
 
 _QUIET = Option("quiet", "--quiet", bool, False, "No progress bar.", "progress:enabled", negate=True)
+
+
+def _impl_aggregate_run() -> Impl:
+    from chorus.aggregate.config import config_path, load_run_config
+    from chorus.aggregate.experiments import run_to_dir
+    return Impl(load=load_run_config, run=run_to_dir, source=config_path)
+
+
 register(Verb(
-    "aggregate", "run", help="Traces + methods -> nested-CV posteriors, metrics, bootstrap, tables, plots, one results file.",
+    "aggregate", "run", impl=_impl_aggregate_run,
+    help="Traces + methods -> nested-CV posteriors, metrics, bootstrap, tables, plots, one results file.",
     config_help="Run config (a path or a shipped name in aggregate/configs/, e.g. run_synthetic).",
-    load="chorus.aggregate.config:load_run_config", source="chorus.aggregate.config:config_path",
-    run="chorus.aggregate.experiments:run_to_dir", show=_show, unit="fold x method", plots=False, options=(_QUIET,), configs="chorus.aggregate.config:CONFIGS_DIR/run_*.yaml"))
+    show=_show, unit="fold x method", plots=False, options=(_QUIET,), configs="chorus.aggregate.config:CONFIGS_DIR/run_*.yaml"))
+
+
+def _impl_aggregate_sweep() -> Impl:
+    from chorus.aggregate.config import load_sweep_config
+    from chorus.aggregate.experiments import sweep_to_dir
+    return Impl(load=load_sweep_config, run=sweep_to_dir)
+
+
 register(Verb(
-    "aggregate", "sweep", help="Adversary sweeps over a synthetic council or a real trace file (--traces): "
+    "aggregate", "sweep", impl=_impl_aggregate_sweep,
+    help="Adversary sweeps over a synthetic council or a real trace file (--traces): "
                                "dose-response (regime x k x p_wrong) or the sleeper axis (f).",
     config_help="Sweep config (kind: dose_response | sleeper; a path or a shipped name, e.g. sweep_dose).",
-    load="chorus.aggregate.config:load_sweep_config", run="chorus.aggregate.experiments:sweep_to_dir", show=_show,
+    show=_show,
     unit="fold x method", plots=False, configs="chorus.aggregate.config:CONFIGS_DIR/sweep_*.yaml",
     options=(Option("traces", "--traces", Optional[Path], None, "A council trace file (.jsonl / .jsonl.gz) to "
                     "corrupt instead of the config's synthetic council.", "config:traces"), _QUIET)))

@@ -21,7 +21,7 @@ import yaml
 from chorus.core.config import ConfigError
 from chorus.core.progress import progress as progress_bar
 from chorus.core.runs import RunDir
-from chorus.core.verbs import REGISTRY, Verb, resolve
+from chorus.core.verbs import REGISTRY, Verb
 
 
 def verbs() -> list[str]:
@@ -76,8 +76,9 @@ def _run_mapping(v: Verb, data: dict, over: dict, out, plots: bool, progress: bo
 def _execute(v: Verb, config: str, over: dict, out, plots: bool, progress: bool) -> "Run":
     cfg = v.load_config(config, over)
     kw: dict[str, Any] = {}
-    if v.source:
-        kw["source"] = str(resolve(v.source)(config))
+    source = v.implementation().source
+    if source is not None:
+        kw["source"] = str(source(config))
     if v.plots:
         kw["make_plots"] = plots
     label = getattr(cfg, "name", None) or v.name

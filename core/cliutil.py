@@ -98,7 +98,7 @@ def add_verbs(app: typer.Typer, group: str) -> None:
         if v.name in mounted:
             continue
         app.command(v.name, help=v.help)(_run_command(v))
-        if v.report is not None:
+        if v.recomputes:
             app.command("recompute", help=RECOMPUTE_HELP)(_recompute_command(v))
             if v.recompute_alias:
                 app.command(v.recompute_alias, hidden=True, help=RECOMPUTE_HELP)(
@@ -205,8 +205,9 @@ def _run_command(v):
             over.update(own)
             config = config_name(v, kw)
             cfg = v.load_config(config, over)
-            if v.source:
-                run_kw["source"] = str(resolve(v.source)(config))
+            source = v.implementation().source
+            if source is not None:
+                run_kw["source"] = str(source(config))
             if kw["check"]:
                 _print_check(v, cfg)
                 return
@@ -274,7 +275,7 @@ def _recompute_command(v, old: str | None = None):
         if old is not None:
             deprecated(old, f"chorus {v.group} recompute")
         try:
-            summary = resolve(v.report)(run_dir, make_plots=plots)
+            summary = v.implementation().report(run_dir, make_plots=plots)
         except bad_input_types() as err:   # not ValueError: one chorus did not raise as bad input is a bug
             fail(err)
         v.show(Console(), run_dir, summary)
@@ -287,7 +288,8 @@ def _print_check(v, cfg) -> None:
     from rich.console import Console
 
     con = Console()
-    plan = resolve(v.check)(cfg, *v.run_args) if v.check else None   # raises on a plan that cannot hold
+    check = v.implementation().check
+    plan = check(cfg, *v.run_args) if check is not None else None   # raises on a plan that cannot hold
     name = getattr(cfg, "name", None) or v.name
     con.print(f"config OK: {name} ({v.group} {v.name}); no model was loaded or called", highlight=False)
     if v.announce:

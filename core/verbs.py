@@ -1,5 +1,5 @@
 """One experiment shape: every verb chorus runs over a config is one registered ``Verb`` with the
-same few functions, named as "module:function" references and imported only when the command runs
+same few functions, returned by its lazy factory (``Impl``) and imported only when the command runs
 (so ``chorus --help`` loads no part's heavy modules):
 
 - ``load``: the config (a shipped name or a path; a verb with ``default_config`` may leave it out) with
@@ -57,21 +57,30 @@ class Option:
 
 
 @dataclass(frozen=True)
+class Impl:
+    """What a verb runs, as its lazy factory returns it (inspect_ai's ``@modelapi`` pattern: the factory
+    imports the part's modules inside, so ``chorus --help`` imports none, and each name here is a real
+    object go-to-definition reaches). ``load(config, overrides) -> cfg`` (a shipped name or a path);
+    ``run(cfg, *run_args, out, progress=, make_plots=, **options) -> (RunDir, summary)``; ``check(cfg,
+    *run_args) -> DevicePlan`` (no model call); ``report(run_dir, make_plots=) -> summary`` from the run
+    directory alone; ``source(config) -> Path`` the config file's path, passed to ``run`` as ``source``."""
+    load: Callable[[Any, dict[str, Any]], Any]
+    run: Callable[..., Any]
+    check: Callable[..., Any] | None = None
+    report: Callable[..., Any] | None = None
+    source: Callable[[Any], Any] | None = None
+
+
+@dataclass(frozen=True)
 class Verb:
     group: str                       # the command group (``chorus GROUP NAME``)
     name: str
     help: str                        # the command's help text
     config_help: str                 # the CONFIG argument's help (which shipped names exist)
-    load: str                        # (config, [schema,] overrides, **load_kw) -> typed config
-    run: str                         # (cfg, *run_args, out, progress=, make_plots=, **options) -> (RunDir, summary)
+    impl: Callable[[], Impl]         # the lazy factory of what it runs (``Impl``), called when the command runs
     show: Callable[[Any, Any, dict], None]   # (console, run path, summary): what the terminal prints
-    schema: str | None = None        # the config class, for loaders that take one
-    load_kw: dict[str, Any] = field(default_factory=dict)
     run_args: tuple[Any, ...] = ()   # e.g. the influence verb's name
-    run_kw: dict[str, Any] = field(default_factory=dict)   # fixed keywords of ``run`` (e.g. sweep=True)
-    source: str | None = None        # (config) -> the config file's path, passed to ``run`` as ``source``
-    check: str | None = None         # (cfg, *run_args) -> chorus.serving.plan.DevicePlan, no model call
-    report: str | None = None        # (run_dir, make_plots=) -> summary, from the run directory alone
+    recomputes: bool = False         # ``chorus GROUP recompute RUN`` runs its ``report``
     recompute_alias: str | None = None  # the old name of the group's ``recompute`` command (which runs
                                         # ``report``), kept one release with a warning ("report", "eval")
     unit: str = "calls"              # what the progress bar counts
@@ -103,25 +112,28 @@ class Verb:
     def key(self) -> tuple[str, str]:
         return (self.group, self.name)
 
+    def implementation(self) -> Impl:
+        """``impl()``: the modules import once per process; the names are looked up on each call (so a
+        test's replacement of a part's function is what runs)."""
+        return self.impl()
+
     def load_config(self, config: str, overrides: dict[str, Any]) -> Any:
-        args = (config, resolve(self.schema)) if self.schema else (config,)
-        return resolve(self.load)(*args, overrides, **self.load_kw)
+        return self.implementation().load(config, overrides)
 
     def execute(self, cfg: Any, run_dir: Any = None, /, **run_kw: Any) -> tuple[Any, dict[str, Any]]:
-        """``run`` on a loaded config with the verb's fixed arguments and keywords (``run_kw`` adds
-        more: ``progress``, ``make_plots``, an ``engine`` already loaded); ``run_dir`` goes where the
-        verb takes it (its own option's keyword, else run's positional; a verb with ``no_out`` takes
-        none)."""
-        kw = {**self.run_kw, **run_kw}
+        """``run`` on a loaded config with the verb's fixed arguments (``run_kw`` adds keywords:
+        ``progress``, ``make_plots``, an ``engine`` already loaded); ``run_dir`` goes where the verb takes
+        it (its own option's keyword, else run's positional; a verb with ``no_out`` takes none)."""
+        run = self.implementation().run
         if self.no_out:
             if run_dir is not None:
                 raise InputError(f"verb {' '.join(self.key)!r} writes where its argument says: it takes no run "
                                  f"directory (got {run_dir})")
-            return resolve(self.run)(cfg, *self.run_args, **kw)
+            return run(cfg, *self.run_args, **run_kw)
         if self.out is not None:
-            kw[self.out.into.partition(":")[2]] = run_dir
-            return resolve(self.run)(cfg, *self.run_args, **kw)
-        return resolve(self.run)(cfg, *self.run_args, run_dir, **kw)
+            run_kw[self.out.into.partition(":")[2]] = run_dir
+            return run(cfg, *self.run_args, **run_kw)
+        return run(cfg, *self.run_args, run_dir, **run_kw)
 
     def model_override(self, model: Any) -> dict[str, Any]:
         """The config override that ``-m/--model MODEL`` makes for this verb: into ``model`` (the shared

@@ -12,7 +12,7 @@ import typer
 
 from chorus.core.cliutil import add_verbs, fail
 from chorus.core.headline import declare as declare_headline
-from chorus.core.verbs import Option, Verb, register
+from chorus.core.verbs import Impl, Option, Verb, register
 from chorus.serving.standing import print_headline
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
@@ -40,15 +40,27 @@ def _show_internals(console, path: Path, summary: dict) -> None:
     console.print(f"results: [bold]{path}[/bold] (summary.json, tables/*.parquet, plots/*.png)")
 
 
+def _impl_behaviour() -> Impl:
+    from chorus.interventions.config import InfluenceConfig, load
+    from chorus.interventions.experiment import run_influence
+    from chorus.simulate.debate.experiment import plan_engines
+    return Impl(load=lambda config, overrides: load(config, InfluenceConfig, overrides), run=run_influence,
+                check=plan_engines)
+
+
+def _impl_internals() -> Impl:
+    from chorus.interventions.internals.config import load
+    from chorus.interventions.internals.experiment import plan_internals, run_internals
+    return Impl(load=load, run=run_internals, check=plan_internals)
+
+
 # behaviour: the influence config; the debate run's engine reads its own turns (one phase per verb)
 for _verb, _help in [
         ("readout", "Forced-choice readouts at fractions f of each receiver's rationale; committed-at-read."),
         ("ablate", "Message ablations: full, answer only, reasoning only, filler, unrelated reasoning."),
         ("cues", "Source cues (record x status) and self- vs other-attribution of the same text.")]:
-    register(Verb("influence", _verb, help=_help, config_help=_CFG_HELP,
-                  load="chorus.interventions.config:load", schema="chorus.interventions.config:InfluenceConfig",
-                  run="chorus.interventions.experiment:run_influence", run_args=(_verb,),
-                  check="chorus.simulate.debate.experiment:plan_engines", show=_show_behaviour, unit="turns", model="model.profile",
+    register(Verb("influence", _verb, impl=_impl_behaviour, help=_help, config_help=_CFG_HELP, run_args=(_verb,),
+                  show=_show_behaviour, unit="turns", model="model.profile",
                   configs="chorus.interventions.config:CONFIGS_DIR/influence_*.yaml"))
 
 # inside the model: the internals config, transformers
@@ -61,9 +73,8 @@ for _verb, _help in [
                      "elsewhere, scrambled)."),
         ("concepts", "Concept directions (lexicon) read while reading peers and at the decision token, by domain, "
                      "debate vs reflection, beside the shuffled-label null.")]:
-    register(Verb("influence", _verb, help=_help, config_help=_CFG_HELP, load="chorus.interventions.internals.config:load",
-                  run="chorus.interventions.internals.experiment:run_internals", run_args=(_verb,),
-                  check="chorus.interventions.internals.experiment:plan_internals", show=_show_internals,
+    register(Verb("influence", _verb, impl=_impl_internals, help=_help, config_help=_CFG_HELP, run_args=(_verb,),
+                  show=_show_internals,
                   unit="readouts", model="model.profile",
                   configs="chorus.interventions.config:CONFIGS_DIR/internals*.yaml"))
 
@@ -91,14 +102,20 @@ def _show_counterfactual(console, path: Path, s: dict) -> None:
 # with the options over it; --layers parsed (all, A-B, 3,4,7) into the config's list
 declare_headline("influence", "chorus.interventions.headline:headline")   # the lead comparison its report, console and the demo show first
 
+
+def _impl_counterfactual() -> Impl:
+    from chorus.interventions.counterfactual import load_counterfactual_config, plan_counterfactual, run_counterfactual_verb
+    return Impl(load=load_counterfactual_config, run=run_counterfactual_verb, check=plan_counterfactual)
+
+
 register(Verb(
     "influence", "counterfactual",
+    impl=_impl_counterfactual,
     help="What a stored debate would have become had one agent not attended to one peer at one round:\nthat reply "
          "regenerated with the peer's message cut in the chosen layers (same seed), the rest of the\ndebate "
          "continued normally; factual, replay (nothing cut) and cut compared per question.",
     config_help="", default_config="default", configs="chorus.interventions.counterfactual:CONFIGS_DIR/*.yaml",
-    load="chorus.interventions.counterfactual:load_counterfactual_config", run="chorus.interventions.counterfactual:run_counterfactual_verb",
-    check="chorus.interventions.counterfactual:plan_counterfactual", show=_show_counterfactual, unit="replies",
+    show=_show_counterfactual, unit="replies",
     argument=Option("run_dir", "RUN_DIR", Path, ..., "A debate run directory (chorus debate run).", "config:run"),
     out=Option("out", "--out", Optional[Path], None, "output run directory (default RUN/counterfactual-...)", "run:out"),
     set_help="Override a config field: --set n_boot=500 --set ci=0.9 (YAML values; repeatable).",

@@ -45,11 +45,13 @@ def test_every_verb_is_registered_and_a_command_of_the_one_shape():
         except ValueError:
             takes_model = False
         assert ("--model" in res.output and "-m" in res.output) == takes_model, v.key
-        for ref in (v.load, v.run, v.schema, v.check, v.report,  # every reference resolves
-                    *(o.parse for o in (v.argument, *v.options) if o is not None)):
+        impl = v.implementation()   # the lazy factory imports what the verb runs
+        assert callable(impl.load) and callable(impl.run), v.key
+        assert (impl.report is not None) == v.recomputes, v.key
+        for ref in (o.parse for o in (v.argument, *v.options) if o is not None):   # every reference resolves
             if ref is not None:
                 assert resolve(ref) is not None, (v.key, ref)
-        if v.report is not None:
+        if v.recomputes:
             res = _help(v, "recompute")
             assert res.exit_code == 0 and "--no-plots" in res.output, (v.key, res.output)
 
@@ -106,7 +108,7 @@ def test_check_names_bad_input_with_exit_2(tmp_path):
 def test_a_verb_registered_twice_is_refused():
     v = REGISTRY[("debate", "run")]
     assert register(v) is v   # the same object again is a no-op
-    twin = Verb(v.group, v.name, help="x", config_help="x", load=v.load, run=v.run, show=v.show)
+    twin = Verb(v.group, v.name, help="x", config_help="x", impl=v.impl, show=v.show)
     with pytest.raises(ValueError, match="registered twice"):
         register(twin)
     with pytest.raises(ValueError, match="module:name"):
@@ -117,7 +119,7 @@ def test_a_verb_registered_twice_is_refused():
 def test_own_options_map_typed_values_into_the_config():
     from pathlib import Path
     from typing import List, Optional
-    v = Verb("g", "n", help="x", config_help="x", load="m:f", run="m:f", show=print, options=(
+    v = Verb("g", "n", help="x", config_help="x", impl=lambda: None, show=print, options=(
         Option("model", "--model", Optional[List[str]], None, "x", "config:models"),
         Option("run_", "--run", Optional[List[Path]], None, "x", "config:runs"),
         Option("synthetic", "--synthetic", bool, False, "x", "config:mode", const="synthetic"),
@@ -219,7 +221,7 @@ def test_run_verb_runs_a_registered_verb_as_its_command_does(monkeypatch, tmp_pa
 # -- verbs over a stored run directory: RUN_DIR in place of CONFIG ---------------------------------
 def test_a_positional_argument_and_a_parsed_option_map_into_the_config():
     from pathlib import Path
-    v = Verb("g", "n", help="x", config_help="x", load="m:f", run="m:f", show=print,
+    v = Verb("g", "n", help="x", config_help="x", impl=lambda: None, show=print,
              argument=Option("run_dir", "RUN_DIR", Path, ..., "x", "config:run"), options=(
                  Option("n", "--n", str, "1", "x", "config:n", parse="builtins:int"),
                  Option("letters", "--letters", str, "ba", "x", "run:letters", parse="builtins:sorted"),

@@ -3,6 +3,7 @@
 serving, matplotlib) stay inside the commands so ``chorus --help`` stays fast."""
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import List, Optional
 
@@ -11,7 +12,7 @@ import typer
 from chorus.core.cliutil import RECOMPUTE_HELP, add_verbs, deprecated, plots_option
 from chorus.core.cliutil import fail as _fail
 from chorus.core.headline import declare as declare_headline
-from chorus.core.verbs import Option, Verb, register
+from chorus.core.verbs import Impl, Option, Verb, register
 from chorus.serving.profiles import DEFAULT_PROFILE
 from chorus.core.config import ConfigError
 from chorus.core.runs import check_output, write_json
@@ -40,15 +41,21 @@ def _print_summary(console, path: Path, summary: dict) -> None:
     console.print(f"results: [bold]{path}[/bold] (summary.json, tables/*.parquet, plots/*.png)")
 
 
+def _impl_belief(sweep: bool):
+    def factory() -> Impl:
+        from chorus.simulate.belief.config import load_belief_config, resolve_config_path
+        from chorus.simulate.belief.experiment import check_run, check_sweep, run_experiment
+        return Impl(load=load_belief_config, run=functools.partial(run_experiment, sweep=sweep),
+                    check=check_sweep if sweep else check_run, source=resolve_config_path)
+    return factory
+
+
 for _name, _help, _kw in [
         ("run", "Run one condition (the config without its sweep) for every seed, in lockstep.", {"sweep": False}),
         ("sweep", "Run every condition of the config's sweep grid x seeds, all in lockstep.", {"sweep": True})]:
-    register(Verb("belief", _name, help=_help,
+    register(Verb("belief", _name, impl=_impl_belief(_kw["sweep"]), help=_help,
                   config_help="Experiment config (a path or a shipped name, e.g. fj" +
                               ("; one with a sweep: section)." if _kw["sweep"] else ")."),
-                  load="chorus.simulate.belief.config:load_belief_config", source="chorus.simulate.belief.config:resolve_config_path",
-                  run="chorus.simulate.belief.experiment:run_experiment", run_kw=_kw,
-                  check="chorus.simulate.belief.experiment:check_" + _name,
                   show=_print_summary, unit="utterances",
                   model="llm.model.profile",
                   configs="chorus.simulate.belief.config:CONFIGS_DIR/*.yaml,!multi_*.yaml" + (",+sweep" if _kw["sweep"] else "")))
@@ -82,11 +89,18 @@ def report_renamed(run_dir: Path = typer.Argument(..., help="A belief run direct
 
 declare_headline("belief", "chorus.simulate.belief.headline:headline")   # the lead comparison its report, console and the demo show first
 
+
+def _impl_belief_multi() -> Impl:
+    from chorus.simulate.belief.config import load_multi_config, resolve_multi_config_path
+    from chorus.simulate.belief.experiment import check_run, run_experiment
+    return Impl(load=load_multi_config, run=run_experiment, check=check_run, source=resolve_multi_config_path)
+
+
 register(Verb(
-    "belief", "multi", help="Multi-concept identities: a Dirichlet belief per concept (K-way stances), every seed in lockstep.",
+    "belief", "multi", impl=_impl_belief_multi,
+    help="Multi-concept identities: a Dirichlet belief per concept (K-way stances), every seed in lockstep.",
     config_help="Multi-concept config (a path or a shipped name, e.g. multi_fj).",
-    load="chorus.simulate.belief.config:load_multi_config", source="chorus.simulate.belief.config:resolve_multi_config_path",
-    run="chorus.simulate.belief.experiment:run_experiment", check="chorus.simulate.belief.experiment:check_run", show=_print_summary,
+    show=_print_summary,
     unit="utterances", model="llm.model.profile", configs="chorus.simulate.belief.config:CONFIGS_DIR/multi_*.yaml"))
 add_verbs(app, "belief")
 
@@ -113,11 +127,18 @@ def _show_calibrate(console, path: Path, fit: dict) -> None:
 
 _BACKEND = "hf | vllm | openai | auto."
 _DEFAULT_CONFIG = "a path or a shipped name: default, every field at its default"
+
+
+def _impl_calibrate() -> Impl:
+    from chorus.simulate.belief.calibrate_run import load_calibrate_config, plan_engines, run_calibrate
+    return Impl(load=load_calibrate_config, run=run_calibrate, check=plan_engines)
+
+
 register(Verb(
-    "belief", "calibrate", help="Fit the appraiser temperature tau for a model on a topic's labelled utterances.",
+    "belief", "calibrate", impl=_impl_calibrate,
+    help="Fit the appraiser temperature tau for a model on a topic's labelled utterances.",
     config_help=f"Calibrate config ({_DEFAULT_CONFIG}).", default_config="default", configs="chorus.simulate.belief.config:CONFIGS_DIR/calibrate/*.yaml",
-    load="chorus.simulate.belief.calibrate_run:load_calibrate_config", run="chorus.simulate.belief.calibrate_run:run_calibrate",
-    check="chorus.simulate.belief.calibrate_run:plan_engines", show=_show_calibrate, announce=_announce_calibrate,
+    show=_show_calibrate, announce=_announce_calibrate,
     label=lambda cfg: f"{cfg.model.profile}: appraising the labelled set", unit="appraisals", plots=False,
     out=Option("out", "--out", Optional[Path], None, "Run directory for the scores and plot.", "run:out"),
     options=(Option("model", "--model -m", str, DEFAULT_PROFILE, "Model profile.", "config:model.profile"),
@@ -147,14 +168,19 @@ def _show_labelset(console, path: Path, s: dict) -> None:
     console.print(f"results: [bold]{path}[/bold]")
 
 
+def _impl_labelset() -> Impl:
+    from chorus.simulate.belief.labelset import load_labelset_config, plan_engines, run_labelset
+    return Impl(load=load_labelset_config, run=run_labelset, check=plan_engines)
+
+
 # labelset's --out is the CSV to label (as before the verb registry); the run directory keeps its
 # own option, --run-dir, in place of the shared --out
 register(Verb(
-    "belief", "labelset", help="Draw a calibration set from a model's own generations at each stance bin and write "
+    "belief", "labelset", impl=_impl_labelset,
+    help="Draw a calibration set from a model's own generations at each stance bin and write "
                                "it out for a\nperson to label (then: chorus belief calibrate --labels FILE.csv).",
     config_help=f"Labelset config ({_DEFAULT_CONFIG}).", default_config="default", configs="chorus.simulate.belief.config:CONFIGS_DIR/labelset/*.yaml",
-    load="chorus.simulate.belief.labelset:load_labelset_config", run="chorus.simulate.belief.labelset:run_labelset",
-    check="chorus.simulate.belief.labelset:plan_engines", show=_show_labelset,
+    show=_show_labelset,
     label=lambda cfg: f"{cfg.model.profile}: drawing {cfg.per_bin} utterances per stance bin", unit="utterances",
     plots=False,
     out=Option("run_dir", "--run-dir", Optional[Path], None, "Run directory (default FILE.run/ beside the CSV: the "
@@ -197,12 +223,18 @@ def _print_cross(console, path: Path, summary: dict) -> None:
     console.print(f"results: [bold]{path}[/bold] (summary.json, tables/*.parquet, plots/cross_*.png)")
 
 
+def _impl_cross() -> Impl:
+    from chorus.simulate.belief.cross import plan_engines, run_cross
+    from chorus.simulate.belief.cross_config import load_cross_config
+    return Impl(load=load_cross_config, run=run_cross, check=plan_engines)
+
+
 register(Verb(
-    "belief", "cross", help="Cross-appraisal: every model's appraiser reads every model's utterances; each channel's "
+    "belief", "cross", impl=_impl_cross,
+    help="Cross-appraisal: every model's appraiser reads every model's utterances; each channel's "
                             "bias\nsplit into a rendering (generator) and a reading (appraiser) part.",
     config_help=f"Cross-appraisal config ({_DEFAULT_CONFIG}).", default_config="default", configs="chorus.simulate.belief.config:CONFIGS_DIR/cross/*.yaml",
-    load="chorus.simulate.belief.cross_config:load_cross_config", run="chorus.simulate.belief.cross:run_cross",
-    check="chorus.simulate.belief.cross:plan_engines", show=_print_cross,
+    show=_print_cross,
     label=lambda cfg: f"cross-appraisal ({cfg.mode}, {len(cfg.panel())} models)", unit="calls",
     out=Option("out", "--out", Optional[Path], None, "Run directory (default runs/belief/cross-TIME).", "run:out"),
     set_help="Override a field of the cross config: --set max_utterances=200 --set analysis.anchor=MODEL.",
@@ -247,14 +279,19 @@ def _show_fit(console, path: Path, rec: dict) -> None:
         console.print(f"written: [bold]{p}[/bold]")
 
 
+def _impl_correction_fit() -> Impl:
+    from chorus.simulate.belief.correction import check_fit, fit, load_fit_config
+    return Impl(load=load_fit_config, run=fit, check=check_fit)
+
+
 # correct fit reads and writes a stored run: RUN_DIR in place of CONFIG, no run directory of its own
 # (no_out: the fit is written into RUN_DIR and, with --store, the store), no progress bar (no model)
 register(Verb(
-    "belief correct", "fit", help="Fit a channel correction g: e -> s from a run's (s, e) pairs; apply it in a "
+    "belief correct", "fit", impl=_impl_correction_fit,
+    help="Fit a channel correction g: e -> s from a run's (s, e) pairs; apply it in a "
                                   "later run with\n--set channel_correction=stored (or =PATH).",
     config_help="", default_config="default", configs="chorus.simulate.belief.config:CONFIGS_DIR/correct/*.yaml",
-    load="chorus.simulate.belief.correction:load_fit_config", run="chorus.simulate.belief.correction:fit",
-    check="chorus.simulate.belief.correction:check_fit", show=_show_fit, no_out=True, bar=False,
+    show=_show_fit, no_out=True, bar=False,
     argument=Option("run_dir", "RUN_DIR", Path, ..., "A belief run directory (its logged (s, e) pairs).", "config:run"),
     plots_help="Skip the figure of the fit.",
     set_help="Override a field of the fit's config: --set n_folds=10 (YAML values; repeatable).",

@@ -17,7 +17,7 @@ from chorus.core.cliutil import add_verbs, model_option, plots_option, renamed_o
 from chorus.core.cliutil import fail as _fail
 from chorus.core.cliutil import parse_overrides as _overrides
 from chorus.core.headline import declare as declare_headline
-from chorus.core.verbs import Option, Verb, register
+from chorus.core.verbs import Impl, Option, Verb, register
 from chorus.serving.profiles import DEFAULT_PROFILE
 from chorus.core.config import ConfigError, InputError, validate
 from chorus.core.runs import check_output
@@ -65,11 +65,17 @@ def _show(console, path: Path, s: dict) -> None:
 
 declare_headline("council", "chorus.simulate.council.headline:headline")   # the lead comparison its report, console and the demo show first
 
+
+def _impl_council_run() -> Impl:
+    from chorus.simulate.council.config import load
+    from chorus.simulate.council.experiment import check_run, report, run_council_experiment
+    return Impl(load=load, run=run_council_experiment, check=check_run, report=report)
+
+
 register(Verb(
-    "council", "run", help="Deliberate in lockstep, write trace JSONL, run the LLM baselines, aggregate every trace file.",
+    "council", "run", impl=_impl_council_run, recomputes=True,
+    help="Deliberate in lockstep, write trace JSONL, run the LLM baselines, aggregate every trace file.",
     config_help="Council config (a path or a shipped name: tiny, small, full).",
-    load="chorus.simulate.council.config:load", run="chorus.simulate.council.experiment:run_council_experiment",
-    check="chorus.simulate.council.experiment:check_run", report="chorus.simulate.council.experiment:report",
     recompute_alias="report", show=_show, unit="seat-turns", model="seats.*.profile",
     configs="chorus.simulate.council.config:CONFIGS_DIR/*.yaml",
     options=(Option("data", "--data", Optional[Path], None, _DATA_HELP, "config:data_dir"),

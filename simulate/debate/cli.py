@@ -12,7 +12,7 @@ from chorus.core.analyses import readers_in
 from chorus.core.cliutil import add_verbs, model_option, parse_overrides, plots_option, renamed_option
 from chorus.core.cliutil import fail as _fail
 from chorus.core.headline import declare as declare_headline
-from chorus.core.verbs import Option, Verb, register
+from chorus.core.verbs import Impl, Option, Verb, register
 from chorus.serving.profiles import DEFAULT_PROFILE
 from chorus.serving.standing import print_headline, standing
 from chorus.core.config import ConfigError, InputError
@@ -115,12 +115,19 @@ def bench_cmd(out: Path = typer.Option(Path("runs/bench/mad_bench.jsonl"), "--ou
 
 declare_headline("debate", "chorus.simulate.debate.headline:headline")   # the lead comparison its report, console and the demo show first
 
+
+def _impl_debate_run() -> Impl:
+    from chorus.simulate.debate.config import DebateConfig, load
+    from chorus.simulate.debate.experiment import check_run, report, run_debate
+    return Impl(load=lambda config, overrides: load(config, DebateConfig, overrides),
+                run=run_debate, check=check_run, report=report)
+
+
 register(Verb(
-    "debate", "run", help="Run debate and the matched reflection control in lockstep; write tables, summary, plots.",
+    "debate", "run", impl=_impl_debate_run, recomputes=True,
+    help="Run debate and the matched reflection control in lockstep; write tables, summary, plots.",
     config_help="Debate config (a path or a shipped name, e.g. smoke).",
-    load="chorus.simulate.debate.config:load", schema="chorus.simulate.debate.config:DebateConfig",
-    run="chorus.simulate.debate.experiment:run_debate", check="chorus.simulate.debate.experiment:check_run",
-    report="chorus.simulate.debate.experiment:report", recompute_alias="report", show=_print_debate, unit="turns", model="model.profile",
+    recompute_alias="report", show=_print_debate, unit="turns", model="model.profile",
     configs="chorus.simulate.debate.config:CONFIGS_DIR/*.yaml"))
 add_verbs(debate_app, "debate")
 
@@ -219,16 +226,21 @@ def _show_belief(console, path: Path, s: dict) -> None:
     console.print(f"results: [bold]{path}[/bold] (summary.json, tables/agents.parquet, tables/observations.parquet, plots/belief.png)")
 
 
+def _impl_debate_belief() -> Impl:
+    from chorus.simulate.debate.config import load_belief_read_config
+    from chorus.simulate.debate.stubbornness import plan_belief, run_belief_verb
+    return Impl(load=load_belief_read_config, run=run_belief_verb, check=plan_belief)
+
+
 # over a stored debate: RUN_DIR in place of CONFIG (into the config's run); the config is --config where
 # given, else the shipped default (the loader's, default_config None), with --set over it; no progress bar
 register(Verb(
     "debate", "belief",
+    impl=_impl_debate_belief,
     help="The belief layer over a debate (simulate/debate/stubbornness.py): forced-choice readings of every agent,"
          "\nthe appraiser's e of every heard turn -> each agent's kappa (closed form and a joint kappa-gamma fit, with"
          "\nfamily-bootstrap intervals) beside the reflection placebo and drift, and the channel audit.",
-    config_help="", load="chorus.simulate.debate.config:load_belief_read_config",
-    run="chorus.simulate.debate.stubbornness:run_belief_verb", check="chorus.simulate.debate.stubbornness:plan_belief",
-    show=_show_belief, bar=False, configs="chorus.simulate.debate.config:CONFIGS_DIR/belief/*.yaml",
+    config_help="", show=_show_belief, bar=False, configs="chorus.simulate.debate.config:CONFIGS_DIR/belief/*.yaml",
     argument=Option("run_dir", "RUN_DIR", Path, ..., "A debate run directory.", "config:run"),
     out=Option("out", "--out", Optional[Path], None, "Output run directory (default RUN/belief).", "run:out"),
     set_help="Override a config field: key=value (repeatable).",

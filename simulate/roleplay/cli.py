@@ -9,7 +9,7 @@ import typer
 
 from chorus.core.cliutil import add_verbs, fail, model_option, plots_option, renamed_option
 from chorus.core.headline import declare as declare_headline
-from chorus.core.verbs import Verb, register
+from chorus.core.verbs import Impl, Verb, register
 from chorus.core.config import ConfigError
 from chorus.serving.profiles import ModelError
 
@@ -63,12 +63,19 @@ def print_summary(console, path: Path, s: dict) -> None:
 
 declare_headline("roleplay", "chorus.simulate.roleplay.headline:headline")   # the lead comparison its report, console and the demo show first
 
+
+def _impl_roleplay_run() -> Impl:
+    from chorus.simulate.roleplay.config import RoleplayConfig, load
+    from chorus.simulate.roleplay.experiment import plan_engines, report, run_roleplay
+    return Impl(load=lambda config, overrides: load(config, RoleplayConfig, overrides),
+                run=run_roleplay, check=plan_engines, report=report)
+
+
 register(Verb(
-    "roleplay", "run", help="Run full dynamics and next-message prediction for every model; classify; evaluate.",
+    "roleplay", "run", impl=_impl_roleplay_run, recomputes=True,
+    help="Run full dynamics and next-message prediction for every model; classify; evaluate.",
     config_help="Roleplay config (a path or a shipped name: default, smoke, topic).",
-    load="chorus.simulate.roleplay.config:load", schema="chorus.simulate.roleplay.config:RoleplayConfig",
-    run="chorus.simulate.roleplay.experiment:run_roleplay", check="chorus.simulate.roleplay.experiment:plan_engines",
-    report="chorus.simulate.roleplay.experiment:report", recompute_alias="eval", show=print_summary, unit="messages", model="models.*.profile",
+    recompute_alias="eval", show=print_summary, unit="messages", model="models.*.profile",
     configs="chorus.simulate.roleplay.config:CONFIGS_DIR/roleplay/*.yaml"))
 add_verbs(roleplay_app, "roleplay")
 
@@ -92,12 +99,19 @@ def _show_sft(con, path: Path, s: dict) -> None:
     con.print(f"results: [bold]{path}[/bold] (summary.json, tables/train_log.parquet, model/)")
 
 
+def _impl_sft_train() -> Impl:
+    from chorus.simulate.roleplay.config import SftConfig, load
+    from chorus.simulate.roleplay.sft import check_sft, train_sft
+    return Impl(load=lambda config, overrides: load(config, SftConfig, overrides, part='sft'),
+                run=train_sft, check=check_sft)
+
+
 register(Verb(
-    "sft", "train", help="Build the next-message SFT set, train with TRL (LoRA optional), save a loadable model "
+    "sft", "train", impl=_impl_sft_train,
+    help="Build the next-message SFT set, train with TRL (LoRA optional), save a loadable model "
                          "folder; with ``compare:`` also run base vs SFT vs human.",
     config_help="SFT config (a path or a shipped name: default, lora, smoke).",
-    load="chorus.simulate.roleplay.config:load", schema="chorus.simulate.roleplay.config:SftConfig", load_kw={"part": "sft"},
-    run="chorus.simulate.roleplay.sft:train_sft", check="chorus.simulate.roleplay.sft:check_sft", show=_show_sft,
+    show=_show_sft,
     unit="steps", plots=False, model="base.profile",
     configs="chorus.simulate.roleplay.config:CONFIGS_DIR/sft/*.yaml"))
 add_verbs(sft_app, "sft")
