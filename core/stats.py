@@ -440,7 +440,8 @@ def paired_bootstrap(per_method: Mapping[str, Mapping[str, np.ndarray]],
     Rows then also carry ``seed_clustered`` and ``n_seeds``.
 
     Every row names what it resamples: ``resampled`` (``resampled``, default "question" with clusters,
-    "task" without; " x seed" appended in the seed-clustered variant) and ``n_units`` (the clusters drawn).
+    "task" without) and ``n_units`` (the clusters drawn); the seed-clustered variant's seeds are its
+    ``n_seeds``.
     """
     methods = sorted({m for p in pairs for m in p})
     for m in methods:
@@ -511,7 +512,7 @@ def paired_bootstrap(per_method: Mapping[str, Mapping[str, np.ndarray]],
                 deltas[(a, b, mt)].append(stat(X, a, mt) - stat(X, b, mt))
         done += r
     lo_q, hi_q = (1 - ci) / 2, 1 - (1 - ci) / 2
-    unit = (resampled or ("question" if clusters is not None else "task")) + (" x seed" if n_s else "")
+    unit = resampled or ("question" if clusters is not None else "task")  # the seeds: seed_clustered, n_seeds
     rows = []
     for a, b in pairs:
         for mt in metrics:
