@@ -1,5 +1,10 @@
 """The statistics every part reports with, in one place.
 
+* Every interval names its level: ``cluster_bootstrap`` returns an ``Interval`` (a tuple carrying
+  ``resampled``, ``n_units``, ``ci``, ``refused``), the dict and row helpers carry ``resampled`` and
+  ``n_units``, and ``interval_text`` prints "[lo, hi] (95%, 40 questions resampled)". A bootstrap may
+  refuse over fewer than ``MIN_UNITS`` units (``min_units``), saying why, rather than print bounds that
+  are mostly its own draw.
 * ``cluster_bootstrap``: the bootstrap engine. Any statistic of row indices under resampling
   whole clusters (question families, groups; each row its own cluster when ``clusters`` is None),
   percentile CI. ``mean_ci`` is built on it.
@@ -93,35 +98,116 @@ def ece(conf: np.ndarray, correct: np.ndarray, n_bins: int = 10, strategy: str =
 
 
 # -- bootstrap -----------------------------------------------------------------------------------
+MIN_UNITS = 10  # fewer resampled units than this and a percentile interval is mostly the draw's own noise
+
+
+class Interval(tuple):
+    """``(estimate, low, high)`` as every caller unpacks it, carrying what the interval resamples:
+    ``resampled`` (the unit's name: "question family", "run", "seed"), ``n_units`` (how many),
+    ``ci`` (the level) and ``refused`` (None, or why there are no bounds: too few units, nothing
+    kept). A tuple, so ``k, lo, hi = cluster_bootstrap(...)`` keeps working where the label is not read."""
+    resampled: str
+    n_units: int
+    ci: float
+    refused: str | None
+
+    def __new__(cls, est, lo, hi, *, resampled: str, n_units: int, ci: float, refused: str | None = None):
+        self = super().__new__(cls, (est, lo, hi))
+        self.resampled, self.n_units, self.ci, self.refused = resampled, int(n_units), float(ci), refused
+        return self
+
+    def __getnewargs_ex__(self):  # pickling and copying: __new__ takes the labels by keyword
+        return tuple(self), {"resampled": self.resampled, "n_units": self.n_units, "ci": self.ci,
+                             "refused": self.refused}
+
+    def fields(self, prefix: str = "") -> dict:
+        """The record a report row carries beside its bounds: ``{prefix}resampled``, ``{prefix}n_units``,
+        ``{prefix}ci_refused``."""
+        return {f"{prefix}resampled": self.resampled, f"{prefix}n_units": self.n_units,
+                f"{prefix}ci_refused": self.refused}
+
+    def text(self, nd: int = 3) -> str:
+        """``[0.31, 0.52] (95%, 40 question families resampled)``; a refused one says why."""
+        return interval_text(self[1], self[2], ci=self.ci, n_units=self.n_units, resampled=self.resampled,
+                             refused=self.refused, nd=nd)
+
+
+def plural(unit: str, n: int) -> str:
+    """``unit`` counted: "1 run", "40 question families", "12 seeds"."""
+    if n == 1:
+        return f"{n} {unit}"
+    if unit.endswith("y") and unit[-2:-1] not in "aeiou":
+        return f"{n} {unit[:-1]}ies"
+    return f"{n} {unit}es" if unit.endswith(("s", "x", "ch", "sh")) else f"{n} {unit}s"
+
+
+def interval_text(lo, hi, *, ci: float, n_units: int | None, resampled: str | None, refused: str | None = None,
+                  nd: int = 3) -> str:
+    """How a report prints an interval with its level: "[0.310, 0.520] (95%, 40 questions resampled)",
+    or "no interval (only 5 runs to resample; ...)" where it was refused. Why the level is printed: a
+    question-level and a seed-level interval of one number differ by half their width (issue 51), and
+    a reader cannot tell which was drawn from the bounds alone."""
+    def num(x):
+        if x is None or x != x:
+            return "nan"
+        return f"{x:.{nd}f}" if x == 0 or abs(x) >= 10 ** -nd else f"{x:.3g}"
+    unit = f", {plural(resampled, int(n_units))} resampled" if resampled and n_units is not None else ""
+    if refused:
+        return f"no interval ({refused})"
+    return f"[{num(lo)}, {num(hi)}] ({ci:.0%}{unit})"
+
+
+def too_few_units(n_units: int, resampled: str, min_units: int = MIN_UNITS) -> str | None:
+    """Why a bootstrap over ``n_units`` units is refused (None when there are enough)."""
+    if n_units >= min_units:
+        return None
+    return (f"only {plural(resampled, n_units)} to resample; a bootstrap over fewer than {min_units} units "
+            f"gives bounds that are mostly its own draw")
+
+
 def cluster_bootstrap(stat: Callable[[np.ndarray], float], clusters: np.ndarray, *, n_boot: int = 2000,
-                      seed: int = 0, ci: float = 0.95) -> tuple[float, float, float]:
-    """(estimate, low, high) of ``stat(row_indices)`` under resampling whole clusters."""
+                      seed: int = 0, ci: float = 0.95, resampled: str = "cluster",
+                      min_units: int = 0) -> Interval:
+    """(estimate, low, high) of ``stat(row_indices)`` under resampling whole clusters, as an ``Interval``
+    that names what it resamples (``resampled``: the unit's name) and how many units there are.
+    ``min_units``: refuse (NaN bounds, ``refused`` the reason) over fewer units than this."""
     clusters = np.asarray(clusters)
     n = len(clusters)
     est = stat(np.arange(n))
-    if n == 0 or n_boot == 0:
-        return est, float("nan"), float("nan")
     uniq, cid = np.unique(clusters, return_inverse=True)
-    members = [np.flatnonzero(cid == k) for k in range(len(uniq))]
+    G = len(uniq)
+    nan = float("nan")
+
+    def out(lo, hi, refused=None):
+        return Interval(est, lo, hi, resampled=resampled, n_units=G, ci=ci, refused=refused)
+    if n == 0 or n_boot == 0:
+        return out(nan, nan, "nothing to resample" if n == 0 else None)
+    few = too_few_units(G, resampled, min_units) if min_units else None
+    if few:
+        return out(nan, nan, few)
+    members = [np.flatnonzero(cid == k) for k in range(G)]
     rng = make_rng(seed, 11)
     vals = []
     for _ in range(n_boot):
-        pick = rng.integers(0, len(uniq), len(uniq))
+        pick = rng.integers(0, G, G)
         idx = np.concatenate([members[k] for k in pick])
         vals.append(stat(idx))
     vals = np.asarray(vals, float)
     vals = vals[np.isfinite(vals)]
     if not len(vals):
-        return est, float("nan"), float("nan")
-    return est, float(np.quantile(vals, (1 - ci) / 2)), float(np.quantile(vals, 1 - (1 - ci) / 2))
+        return out(nan, nan, "no resample gave a finite value")
+    return out(float(np.quantile(vals, (1 - ci) / 2)), float(np.quantile(vals, 1 - (1 - ci) / 2)))
 
 
 def mean_ci(values: np.ndarray, clusters: np.ndarray | None = None, *, n_boot: int = 2000, seed: int = 0,
-            ci: float = 0.95) -> tuple[float, float, float]:
-    """(mean, low, high) of ``values`` (NaNs ignored) under the cluster bootstrap."""
+            ci: float = 0.95, resampled: str | None = None) -> Interval:
+    """(mean, low, high) of ``values`` (NaNs ignored) under the cluster bootstrap (``resampled``: the
+    clusters' name; default "cluster", or "row" when every row is its own)."""
     v = np.asarray(values, float)
+    unit = resampled or ("row" if clusters is None else "cluster")
     return cluster_bootstrap(lambda i: float(np.nanmean(v[i])) if len(i) else float("nan"),
-                             np.arange(len(v)) if clusters is None else clusters, n_boot=n_boot, seed=seed, ci=ci)
+                             np.arange(len(v)) if clusters is None else clusters, n_boot=n_boot, seed=seed, ci=ci,
+                             resampled=unit)
 
 
 UNBOUNDED = "unbounded (denominator interval contains 0)"  # how a table cell prints such a ratio's bounds
@@ -144,7 +230,7 @@ def _cluster_cov(U: np.ndarray, clusters: np.ndarray | None) -> tuple[np.ndarray
 
 
 def ratio_interval(num: np.ndarray, den: np.ndarray, clusters: np.ndarray | None = None, *, share: bool = False,
-                   ci: float = 0.95) -> dict:
+                   ci: float = 0.95, resampled: str | None = None) -> dict:
     """A ratio of means, R = mean(num) / mean(den) (``share``: mean(num) / (mean(num) + mean(den))),
     with its Fieller interval. NaNs in either input are ignored (each mean over its own finite rows).
 
@@ -161,7 +247,8 @@ def ratio_interval(num: np.ndarray, den: np.ndarray, clusters: np.ndarray | None
     interval (the resampled ratio's tails are the near-zero denominators).
 
     Returns {estimate, ci_low, ci_high, interval: "fieller", unbounded: None or the reason,
-    denominator: d, denominator_ci: [lo, hi], n_clusters}. The estimate is NaN where d is 0."""
+    denominator: d, denominator_ci: [lo, hi], n_clusters, resampled: the clusters' name (``resampled``;
+    "cluster", or "row" without clusters), n_units = n_clusters}. The estimate is NaN where d is 0."""
     from scipy.stats import t as student_t
 
     if not 0 < ci < 1:
@@ -178,12 +265,13 @@ def ratio_interval(num: np.ndarray, den: np.ndarray, clusters: np.ndarray | None
     d, ud = (a + b, ua + ub) if share else (b, ub)
     est = a / d if d != 0 else float("nan")
     out = {"estimate": est, "ci_low": None, "ci_high": None, "interval": "fieller", "unbounded": None,
-           "denominator": d, "denominator_ci": [None, None], "n_clusters": 0}
+           "denominator": d, "denominator_ci": [None, None], "n_clusters": 0,
+           "resampled": resampled or ("row" if clusters is None else "cluster"), "n_units": 0}
     if not len(num):
         out["unbounded"] = "no rows"
         return out
     V, G = _cluster_cov(np.column_stack([ua, ud]), clusters)
-    out["n_clusters"] = G
+    out["n_clusters"] = out["n_units"] = G
     if G < 2 or not np.isfinite(V).all() or not np.isfinite(d):
         out["unbounded"] = f"no interval: {G} cluster(s)" if G < 2 else "no interval: missing values"
         return out
@@ -218,11 +306,11 @@ def ratio_fields(r: dict) -> dict:
     """The fields a report row carries for a ``ratio_interval``: the bounds (None when unbounded),
     ``interval`` ("fieller") and ``unbounded`` (None, or why there is no interval)."""
     return {"ci_low": r["ci_low"], "ci_high": r["ci_high"], "interval": r["interval"], "unbounded": r["unbounded"],
-            "denominator_ci": r["denominator_ci"]}
+            "denominator_ci": r["denominator_ci"], "resampled": r.get("resampled"), "n_units": r.get("n_units")}
 
 
 def max_t_band(num: np.ndarray, den: np.ndarray | None, clusters: np.ndarray, *, n_boot: int = 2000,
-               seed: int = 0, ci: float = 0.95, chunk: int = 250) -> dict:
+               seed: int = 0, ci: float = 0.95, chunk: int = 250, resampled: str = "cluster") -> dict:
     """A family-wise (simultaneous) band over m ratios of means R_j = mean(num[:, j]) / mean(den) (``den``
     None: the means themselves), one per layer say, and each entry's family-wise p-value for R_j = 0.
 
@@ -240,7 +328,7 @@ def max_t_band(num: np.ndarray, den: np.ndarray | None, clusters: np.ndarray, *,
     denominator mean is 0 or whose entries are not finite is dropped.
 
     Returns {estimate, se, ci_low, ci_high, p_value (lists, per entry), critical: c, n_boot: resamples
-    kept, n_clusters}."""
+    kept, n_clusters, resampled: the clusters' name, n_units = n_clusters}."""
     num = np.asarray(num, float)
     if num.ndim != 2:
         raise InputError(f"max_t_band: num must be (rows, entries), got shape {num.shape}")
@@ -253,12 +341,12 @@ def max_t_band(num: np.ndarray, den: np.ndarray | None, clusters: np.ndarray, *,
     num, d, clusters = num[ok], d[ok], clusters[ok]
     nan = [float("nan")] * m
     out = {"estimate": nan, "se": nan, "ci_low": nan, "ci_high": nan, "p_value": nan, "critical": float("nan"),
-           "n_boot": 0, "n_clusters": 0}
+           "n_boot": 0, "n_clusters": 0, "resampled": resampled, "n_units": 0}
     if not len(d):
         return out
     _, cid = np.unique(clusters, return_inverse=True)
     G = int(cid.max()) + 1
-    out["n_clusters"] = G
+    out["n_clusters"] = out["n_units"] = G
     Sn = np.zeros((G, m))
     np.add.at(Sn, cid, num)          # per-cluster sums: every resample's statistics are weighted sums
     Sd = np.bincount(cid, weights=d, minlength=G)
@@ -303,12 +391,15 @@ def max_t_band(num: np.ndarray, den: np.ndarray | None, clusters: np.ndarray, *,
     return out
 
 
-def bootstrap_ci(values: Iterable[float], *, n_boot: int = 2000, ci: float = 0.95, seed: int = 0) -> dict[str, float]:
-    """Mean with a percentile bootstrap CI over units (scipy.stats.bootstrap); NaNs dropped."""
+def bootstrap_ci(values: Iterable[float], *, n_boot: int = 2000, ci: float = 0.95, seed: int = 0,
+                 resampled: str = "unit") -> dict[str, float]:
+    """Mean with a percentile bootstrap CI over units (scipy.stats.bootstrap); NaNs dropped. The record
+    names what it resamples (``resampled``, ``n_units`` = n)."""
     from scipy import stats as scipy_stats
     a = np.asarray(list(values), dtype=float)
     a = a[~np.isnan(a)]
-    out = {"mean": float(a.mean()) if len(a) else float("nan"), "lo": float("nan"), "hi": float("nan"), "n": int(len(a))}
+    out = {"mean": float(a.mean()) if len(a) else float("nan"), "lo": float("nan"), "hi": float("nan"), "n": int(len(a)),
+           "resampled": resampled, "n_units": int(len(a))}
     if len(a) >= 2 and n_boot > 0:
         if np.all(a == a[0]):
             out["lo"] = out["hi"] = float(a[0])
@@ -322,7 +413,8 @@ def bootstrap_ci(values: Iterable[float], *, n_boot: int = 2000, ci: float = 0.9
 def paired_bootstrap(per_method: Mapping[str, Mapping[str, np.ndarray]],
                      pairs: Sequence[tuple[str, str]], *, metrics: Sequence[str] = ("accuracy", "brier", "ece_ew"),
                      clusters: np.ndarray | None = None, n_resamples: int = 10_000, seed: int = 0,
-                     ci: float = 0.95, chunk: int = 500, seeds: np.ndarray | None = None) -> pd.DataFrame:
+                     ci: float = 0.95, chunk: int = 500, seeds: np.ndarray | None = None,
+                     resampled: str | None = None) -> pd.DataFrame:
     """Paired bootstrap of metric deltas (A - B) for each (A, B) in ``pairs``.
 
     ``per_method[m]`` holds per-task arrays ``correct``, ``confidence`` and ``brier``. Every
@@ -346,6 +438,10 @@ def paired_bootstrap(per_method: Mapping[str, Mapping[str, np.ndarray]],
     copies, the result equals the question-clustered one exactly. A resample whose drawn seeds hold none
     of its drawn questions (possible only when questions are not crossed with seeds) is dropped.
     Rows then also carry ``seed_clustered`` and ``n_seeds``.
+
+    Every row names what it resamples: ``resampled`` (``resampled``, default "question" with clusters,
+    "task" without) and ``n_units`` (the clusters drawn); the seed-clustered variant's seeds are its
+    ``n_seeds``.
     """
     methods = sorted({m for p in pairs for m in p})
     for m in methods:
@@ -416,6 +512,7 @@ def paired_bootstrap(per_method: Mapping[str, Mapping[str, np.ndarray]],
                 deltas[(a, b, mt)].append(stat(X, a, mt) - stat(X, b, mt))
         done += r
     lo_q, hi_q = (1 - ci) / 2, 1 - (1 - ci) / 2
+    unit = resampled or ("question" if clusters is not None else "task")  # the seeds: seed_clustered, n_seeds
     rows = []
     for a, b in pairs:
         for mt in metrics:
@@ -428,7 +525,8 @@ def paired_bootstrap(per_method: Mapping[str, Mapping[str, np.ndarray]],
                          "ci_low": float(np.quantile(dd, lo_q)), "ci_high": float(np.quantile(dd, hi_q)),
                          "p_win": float(better.mean()), "p_tie": float((dd == 0).mean()),
                          "n_resamples": int(n_resamples), "clustered": clusters is not None,
-                         "n_clusters": n_q, **({"seed_clustered": True, "n_seeds": n_s} if n_s else {})})
+                         "n_clusters": n_q, "resampled": unit, "n_units": n_q,
+                         **({"seed_clustered": True, "n_seeds": n_s} if n_s else {})})
     return pd.DataFrame(rows)
 
 

@@ -11,7 +11,8 @@ That equality is a float32 one: in bf16 on a GPU the cached and recomputed kerne
 and the two greedy replies part after some tokens (the bare GPU check's ``knockout.generate`` step,
 bench/results/gpu-check-bare-h200.json; in float32 there they were the same tokens).
 Sliding-window layers keep only the window's keys in the cache, so those models are recomputed
-without a cache (``use_cache="auto"``). Greedy only: a knockout's effect on a sampled reply would be
+without a cache (``use_cache="auto"``); ``use_cache=True`` with a knockout on one is refused in one line
+(``InputError``) rather than left to fail on a shape deep in transformers. Greedy only: a knockout's effect on a sampled reply would be
 mixed with the sampling noise.
 """
 from __future__ import annotations
@@ -77,6 +78,13 @@ def greedy(engine: Any, conversation: list[dict], block_message: Any, *, layers:
     first = (span.end if queries == "after" else T0 - 1) if span is not None else T0 + max_new_tokens
     sliding = "sliding_attention" in (getattr(be.model.config, "layer_types", None) or [])
     cache = (not sliding) if use_cache == "auto" else bool(use_cache)
+    if cache and sliding and span is not None and masked:
+        # the window's cache holds the last W keys while the cut is drawn over every key of the prompt: the
+        # two do not line up (transformers raised a bare shape error); recomputation gives the same reply
+        window = getattr(be.model.config, "sliding_window", None)
+        raise InputError(f"use_cache=True with a knockout on {lm.model_type}: its sliding-window layers cache only "
+                         f"the last {window} keys, which a cut over the whole prompt does not fit; use "
+                         f"use_cache='auto' (recomputed without a cache)")
     dev = next(be.model.parameters()).device
     sel = {layer: torch.ones(1, dtype=torch.bool, device=dev) for layer in masked}
     ids = list(p.ids)

@@ -131,7 +131,9 @@ def test_kappa_sweep_recovers_rank_and_values_in_oracle():
     assert list(by_seed.seed) == [0, 1] and (by_seed.levels == 4).all()
     assert h["kappa_spearman_seeds"] == 2 and h["kappa_spearman_every_seed_one"] and h["kappa_spearman_by_seed_min"] == 1.0
     kr = derived["kappa_recovery"]
-    assert np.allclose(kr.kappa_hat_ci_low, kr.kappa, rtol=1e-8) and np.allclose(kr.kappa_hat_ci_high, kr.kappa, rtol=1e-8)
+    # two seeds, one run each per condition: two runs is too few to resample; the row says so, not a [k, k] interval
+    assert kr.kappa_hat_ci_low.isna().all() and (kr.kappa_hat_ci_resampled == "run").all() and (kr.kappa_hat_ci_units == 2).all()
+    assert kr.kappa_hat_ci_refused.str.startswith("only 2 runs to resample").all()
 
 
 def test_recovery_by_seed_and_the_median_interval_by_hand():
@@ -169,3 +171,19 @@ def test_correlations_of_a_constant_are_undefined_not_tiny():
     assert np.isnan(pearson(x, const)) and np.isnan(spearman(x, const))
     assert pearson(x, 2 * x + 1) == pytest.approx(1.0)
     assert r2_no_intercept(x, x) == 1.0 and r2_no_intercept(x, x + 1) < 1.0
+
+
+def test_the_kappa_interval_names_its_level_and_refuses_too_few_runs():
+    """Ten runs or more: a run-clustered interval, labelled with the unit and the count; fewer: NaN bounds
+    and the reason. The estimate is the median either way."""
+    from chorus.core.stats import MIN_UNITS, interval_text
+    from chorus.simulate.belief.analysis import kappa_interval
+    v = np.arange(40.0)
+    iv = kappa_interval(v, np.arange(40) // 4, n_boot=300, seed=0, ci=0.9)
+    assert iv[0] == pytest.approx(19.5) and iv[1] < 19.5 < iv[2]
+    assert (iv.resampled, iv.n_units, iv.refused) == ("run", 10, None)
+    assert iv.text().endswith("(90%, 10 runs resampled)")
+    few = kappa_interval(v, np.arange(40) // 8, n_boot=300, seed=0, ci=0.9)
+    assert few[0] == pytest.approx(19.5) and np.isnan(few[1]) and few.n_units == 5 < MIN_UNITS
+    assert few.text().startswith("no interval (only 5 runs to resample")
+    assert interval_text(0.31, 0.52, ci=0.95, n_units=40, resampled="question") == "[0.310, 0.520] (95%, 40 questions resampled)"

@@ -91,6 +91,30 @@ def test_replay_reproduces_the_debate_and_the_cut_changes_it(tiny_debate):
     assert [x.split(";")[0] for x in check_sources(path)] == [f"source changed: {src} (run"]
 
 
+def test_replay_regenerates_every_later_round_on_a_fresh_store(tiny_debate, tmp_path):
+    """The replay-equals-factual check above finds every round after the cut round in the debate's call store,
+    so there it compares the regenerated round alone. On an empty store every replayed reply (the cut round's
+    and each later round's) is computed again, and must still be the stored debate, text for text."""
+    from chorus.serving.store import CallStore
+    src, eng = tiny_debate
+    kept = eng.store
+    eng.store = CallStore(tmp_path / "fresh.sqlite")
+    try:
+        path, s = run_counterfactual(src, CounterfactualConfig(receiver=0, peer=1, round=1, n_boot=20), engine=eng,
+                                     out=tmp_path / "cf", make_plots=False)
+    finally:
+        eng.store.close()
+        eng.store = kept
+    t = pd.read_parquet(path / "tables" / "turns.parquet")
+    later = t[(t["condition"] == "replay") & (t["round"] == 2)]
+    assert len(later) == 3 * 3 and not later["cached"].any()          # computed, not read back
+    assert s["cost"]["replay"]["new_tokens"] > 0 and s["cost"]["receiver_replies"]["computed"] == 2 * 3
+    assert s["replay_equals_factual"] == {"questions": 3, "of": 3, "all": True}
+    fact = t[(t["condition"] == "factual") & (t["round"] >= 1)].set_index(["qid", "round", "agent"])["response"]
+    rep = t[(t["condition"] == "replay") & (t["round"] >= 1)].set_index(["qid", "round", "agent"])["response"]
+    assert rep.sort_index().equals(fact.sort_index())
+
+
 def test_bad_input_is_one_line(tiny_debate, tmp_path):
     src, eng = tiny_debate
     from chorus.core.config import ConfigError, validate

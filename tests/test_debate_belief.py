@@ -120,7 +120,7 @@ def test_planted_kappas_and_gamma_recovered_exactly(synthetic):
     assert s["audit"]["pearson_s_e"] == pytest.approx(1.0)
     assert s["counts"]["observations"] == 60 * 3 * 3 and s["counts"]["no_evidence"] == 0
     prov = json.loads((out / "provenance.json").read_text())
-    assert prov["mapping"]["version"] == 1 and prov["seeds"] == {"seed": 0} and (out / "config.yaml").is_file()
+    assert prov["mapping"]["version"] == 2 and prov["seeds"] == {"seed": 0} and (out / "config.yaml").is_file()
     assert (out / "plots" / "belief.png").is_file() and (out / "manifest.json").is_file()
 
 
@@ -166,3 +166,63 @@ def test_bad_input_is_one_line(synthetic, tmp_path):
     fails([nb, "--set", "reading=planted", "--set", "appraiser=oracle", "--out", tmp_path / "c"], "tables/beliefs.parquet")
     fails([run, "--set", "tau=0", "--out", tmp_path / "d"], "tau")
     fails([tmp_path / "missing", "--out", tmp_path / "e"], "no tables/turns.parquet")
+
+
+def test_averaged_reading_hears_one_update_per_round():
+    """The averaged reading: agent 0 at round 2 heard round 0's peers (0.8, 0.7) and round 1's (0.4; agent 1's
+    turn is NaN) as two updates, e = 0.75 at lag 1 and 0.4 at lag 0; the rows are the sequential reading's."""
+    it = validate_item({"id": "q", "domain": "values", "subdomain": "s", "family": "f", "question": "?",
+                        "options": ["yes", "no"], "labels": ["yes", "no"], "reference": None})
+    rd = [{"qid": "q", "condition": "debate", "agent": a, "round": 0, "f": SPOKE, "b": 0.1 * (a + 1)} for a in range(3)]
+    rd += [{"qid": "q", "condition": "debate", "agent": a, "round": r, "f": READ, "b": 0.5} for a in range(3) for r in (1, 2)]
+    e = {(0, 0): 0.9, (0, 1): 0.8, (0, 2): 0.7, (1, 0): 0.6, (1, 1): np.nan, (1, 2): 0.4}
+    ev = pd.DataFrame([{"qid": "q", "round": r, "agent": a, "e": x} for (r, a), x in e.items()])
+    seq, _ = observations(pd.DataFrame(rd), ev, {"q": it}, condition="debate")
+    df, tr = observations(pd.DataFrame(rd), ev, {"q": it}, condition="debate", update="averaged")
+    pd.testing.assert_frame_equal(df, seq)
+    row = df.index[(df["agent"] == 0) & (df["round"] == 2)][0]
+    g = 0.5
+    A, M = tr.sums(g)
+    assert A[row] == pytest.approx(0.75 * g + 0.4) and M[row] == pytest.approx(g + 1)
+    with pytest.raises(BeliefReadError, match="sequential"):
+        observations(pd.DataFrame(rd), ev, {"q": it}, condition="debate", update="mean")
+
+
+@pytest.mark.parametrize("update", ["sequential", "averaged"])
+def test_each_reading_recovers_its_own_planted_generator_and_is_preferred(update, tmp_path):
+    """A synthetic debate planted with one reading: that reading's closed form returns every agent's kappa
+    exactly and its joint fit (kappa, gamma); the other reading misreads it, and the comparison (least-squares
+    residual, a Gaussian log-likelihood ratio) picks the planted one per agent, on every family resample."""
+    kap, gamma = [0.5, 2.0, 8.0], 0.6
+    run = synthetic_belief_debate(tmp_path / "run", kap, gamma=gamma, n=40, rounds=3, seed=5, update=update)
+    out, s = run_belief(run, BeliefReadConfig(reading="planted", appraiser="oracle", gamma=gamma, n_boot=20),
+                        out=tmp_path / "belief", make_plots=False)
+    own, other = ("", "_avg") if update == "sequential" else ("_avg", "")
+    rows = {r["agent"]: r for r in s["agents"]}
+    for a, k in zip(("A1", "A2", "A3"), kap):
+        r = rows[a]
+        assert r[f"kappa{own}"] == pytest.approx(k, rel=1e-9)
+        assert r[f"kappa_fit{own}"] == pytest.approx(k, rel=1e-7) and r[f"gamma_fit{own}"] == pytest.approx(gamma, rel=1e-7)
+        assert r[f"fit_rmse{own}"] < 1e-9 < r[f"fit_rmse{other}"]
+        assert abs(r[f"kappa{other}"] - k) / k > 0.1          # the wrong reading is off by more than noise
+        assert r["prefer"] == update and r["prefer_share"] == 1.0
+        assert (r["loglik_seq_vs_avg"] > 0) == (update == "sequential")
+    # the averaged reading's updates are fewer: the same movement reads as a smaller kappa
+    assert rows["A2"]["kappa_avg"] < rows["A2"]["kappa"]
+    c = s["readings_compared"]
+    assert c["prefer"] == update and "question families resampled" in c["sequential"]["kappa_interval"]
+    obs = pd.read_parquet(out / "tables" / "observations_averaged.parquet")
+    assert len(obs) == s["counts"]["observations"]
+
+
+def test_a_kappa_interval_over_too_few_families_is_refused_with_its_reason(tmp_path):
+    """Four questions in two families: no interval is printed (too few units to resample), and the reason
+    says how many there were; the estimate stays."""
+    run = synthetic_belief_debate(tmp_path / "run", [1.0, 3.0], gamma=0.7, n=4, rounds=2, seed=1)
+    _, s = run_belief(run, BeliefReadConfig(reading="planted", appraiser="oracle", gamma=0.7, n_boot=20),
+                      out=tmp_path / "belief", make_plots=False)
+    r = s["agents"][0]
+    assert r["kappa"] == pytest.approx(1.0, rel=1e-9) and np.isnan(r["kappa_lo"])
+    assert r["kappa_resampled"] == "question family" and r["kappa_n_units"] == 2
+    assert "only 2 question families to resample" in r["kappa_ci_refused"]
+    assert np.isnan(r["kappa_fit_lo"]) and "only 2" in r["fit_ci_refused"]

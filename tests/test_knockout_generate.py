@@ -33,6 +33,19 @@ def test_cached_greedy_equals_recomputation_under_knockout(tiny, family, queries
         assert with_cache.logprobs == pytest.approx(without.logprobs, abs=1e-4)
 
 
+def test_cache_forced_on_a_sliding_window_model_is_one_line(tiny):
+    """Gemma-3's sliding layers cache only the window's keys: a knockout with use_cache=True is refused
+    (it was a bare shape error); the plain reply with the cache, and "auto", still work."""
+    from chorus.core.config import InputError
+    eng = tiny("gemma3")
+    c = _conv()
+    with pytest.raises(InputError, match=r"use_cache=True with a knockout on gemma3.*use_cache='auto'"):
+        greedy(eng, c, _target(c), use_cache=True, max_new_tokens=4)
+    assert greedy(eng, c, None, use_cache=True, max_new_tokens=4).ids == greedy(eng, c, None, use_cache=False,
+                                                                                max_new_tokens=4).ids
+    assert not greedy(eng, c, _target(c), max_new_tokens=4).cached
+
+
 def test_knockout_changes_the_reply_and_none_is_plain(tiny):
     eng = tiny("llama")
     c = _conv()

@@ -19,10 +19,13 @@ from chorus.interventions import recurrent as rc
 
 
 def _blocked(T: int) -> torch.Tensor:
-    """Two rows: "after" queries of a mid-sequence span; a "decision" query at the end of another."""
+    """Two rows: "after" queries of a mid-sequence span; a "decision" query at the end of another span that
+    ends two tokens before it. Why that close: the random tiny layers' decay gates forget fast, so a span
+    twelve tokens back moved the decision by 2e-10 to 2e-9 (under float32 noise) and the row's check passed
+    on the other row alone; two tokens back it moves by 3e-3 to 4e-3, the scale of the output itself."""
     b = torch.zeros(2, T, T, dtype=torch.bool)
     b[0, 12:, 5:9] = True
-    b[1, T - 1:, 3:7] = True
+    b[1, T - 1:, T - 6:T - 2] = True
     return b
 
 
@@ -47,7 +50,8 @@ def test_cut_layer_equals_the_independent_recomputation(tiny, layer):
     ref = rc.recompute_layer(mod, h, keys, queries)
     assert _rel(cut, ref) < 1e-5
     assert torch.equal(cut[~queries], plain[~queries])  # everything but the blocked queries is the usual output
-    assert (cut[queries] - plain[queries]).abs().max() > 1e-6  # and the queries did lose the message
+    for row, least in ((0, 1e-6), (1, 1e-4)):  # each row's queries lost the message, each on its own
+        assert (cut[row][queries[row]] - plain[row][queries[row]]).abs().max() > least, row
     # a row left out of the cut is untouched
     with torch.no_grad(), rc.severed(lm, blk, {layer: torch.tensor([True, False])}):
         one = mod(h)

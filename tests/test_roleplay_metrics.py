@@ -50,7 +50,7 @@ def test_sign_wilcoxon_bootstrap_spearman():
     assert math.isnan(M.wilcoxon_paired([1, 2], [1, 2])["p"])
     b = M.bootstrap_ci([1.0, 2.0, 3.0, 4.0], n_boot=2000, seed=0)
     assert b["mean"] == 2.5 and 1.0 <= b["lo"] < 2.5 < b["hi"] <= 4.0 and b["n"] == 4
-    assert M.bootstrap_ci([2.0, 2.0]) == {"mean": 2.0, "lo": 2.0, "hi": 2.0, "n": 2}
+    assert M.bootstrap_ci([2.0, 2.0]) == {"mean": 2.0, "lo": 2.0, "hi": 2.0, "n": 2, "resampled": "unit", "n_units": 2}
     assert M.spearman([1, 2, 3, 4], [10, 20, 30, 45])["rho"] == pytest.approx(1.0)
     assert math.isnan(M.spearman([1, 1, 1], [1, 2, 3])["rho"])
 

@@ -17,7 +17,7 @@ import pandas as pd
 
 from . import core
 from .config import BeliefConfig
-from chorus.core.stats import cluster_bootstrap
+from chorus.core.stats import MIN_UNITS, Interval, cluster_bootstrap
 from chorus.core.config import InputError
 
 
@@ -44,15 +44,31 @@ def pearson_undefined(x, y, names: tuple[str, str] = ("x", "y")) -> str | None:
     return None
 
 
-def median_interval(values, clusters, *, n_boot: int, seed: int, ci: float) -> tuple[float, float]:
-    """The ``ci`` interval of the median of ``values`` (the retained kappa_hat of one prescribed
-    kappa) under a bootstrap that resamples whole ``clusters`` (runs: a run's events share its
-    agents and its history); NaN where there is nothing to resample."""
+def kappa_interval(values, clusters, *, n_boot: int, seed: int, ci: float, resampled: str = "run",
+                   min_units: int = MIN_UNITS) -> Interval:
+    """The median of ``values`` (the retained kappa_hat of one prescribed kappa) with its ``ci`` interval
+    under a bootstrap that resamples whole ``clusters`` (runs: a run's events share its agents and its
+    history, so agents or events of one run are not independent units). Over fewer than ``min_units``
+    runs it is refused (NaN bounds, the reason in ``refused``): five runs resampled give bounds that are
+    mostly the draw's own noise. The ``Interval`` names the unit and how many there were."""
+    v = np.asarray(values, dtype=float)
+    return cluster_bootstrap(lambda i: float(np.median(v[i])) if len(i) else float("nan"), np.asarray(clusters),
+                             n_boot=n_boot, seed=seed, ci=ci, resampled=resampled, min_units=min_units)
+
+
+def interval_columns(iv: Interval, prefix: str = "kappa_hat_ci") -> dict:
+    """A kappa row's interval columns: ``{prefix}_low``, ``_high``, ``_resampled``, ``_units``, ``_refused``,
+    ``_level``."""
+    return {f"{prefix}_low": float(iv[1]), f"{prefix}_high": float(iv[2]), f"{prefix}_resampled": iv.resampled,
+            f"{prefix}_units": iv.n_units, f"{prefix}_refused": iv.refused, f"{prefix}_level": iv.ci}
+
+
+def median_interval(values, clusters, *, n_boot: int, seed: int, ci: float, min_units: int = 0) -> tuple[float, float]:
+    """``kappa_interval``'s bounds alone (no floor on the units unless ``min_units``)."""
     v = np.asarray(values, dtype=float)
     if not len(v) or n_boot == 0:
         return float("nan"), float("nan")
-    _, lo, hi = cluster_bootstrap(lambda i: float(np.median(v[i])), np.asarray(clusters), n_boot=n_boot,
-                                  seed=seed, ci=ci)
+    _, lo, hi = kappa_interval(v, clusters, n_boot=n_boot, seed=seed, ci=ci, min_units=min_units)
     return float(lo), float(hi)
 
 
@@ -253,19 +269,19 @@ def _kappa_events(tables: dict[str, pd.DataFrame], cfg: BeliefConfig) -> pd.Data
 
 def kappa_recovery(tables: dict[str, pd.DataFrame], cfg: BeliefConfig) -> pd.DataFrame:
     """Per (condition, prescribed kappa): kappa_hat from s on well-conditioned events
-    (|s-b| > filter), its median with a run-clustered bootstrap interval, and the exactness check
-    with e."""
+    (|s-b| > filter), its median with a run-clustered bootstrap interval (refused, with the reason, over
+    fewer than ``MIN_UNITS`` runs; ``kappa_interval``), and the exactness check with e."""
     df = _kappa_events(tables, cfg)
     a = cfg.analysis
     rows = []
     for (cond, kap), d in df.groupby(["condition", "kappa"], sort=True):
         ks = d.k_s[d.keep_s]
-        lo, hi = median_interval(ks, d.run[d.keep_s], n_boot=a.n_boot, seed=cfg.seed, ci=a.ci)
+        iv = kappa_interval(ks, d.run[d.keep_s], n_boot=a.n_boot, seed=cfg.seed, ci=a.ci)
         rows.append({"condition": int(cond), "kappa": float(kap), "gamma": float(d.gamma.iloc[0]),
                      "events": int(len(d)), "retained": float(d.keep_s.mean()),
                      "kappa_hat_median": float(ks.median()) if len(ks) else float("nan"),
                      "kappa_hat_iqr": float(ks.quantile(.75) - ks.quantile(.25)) if len(ks) else float("nan"),
-                     "kappa_hat_ci_low": lo, "kappa_hat_ci_high": hi,
+                     **interval_columns(iv),
                      "rel_error": float(abs(ks.median() - kap) / kap) if len(ks) else float("nan"),
                      "exact_max_rel_error": float(d.rel_e[d.keep_e].max()) if d.keep_e.any() else float("nan")})
     return pd.DataFrame(rows)

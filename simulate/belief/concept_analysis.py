@@ -16,12 +16,13 @@ import numpy as np
 import pandas as pd
 
 from . import dirichlet
-from .analysis import median_interval, nan_to_none, pearson, r2_no_intercept, records, recovery_by_seed, seed_headline
+from .analysis import interval_columns, kappa_interval, nan_to_none, pearson, r2_no_intercept, records, recovery_by_seed, seed_headline
 from .config import BeliefConfig
 
 KIND = "multi"
 KAPPA_COLUMNS = ["concept", "K", "kappa", "gamma", "events", "retained", "kappa_hat_median", "kappa_hat_iqr",
-                 "kappa_hat_ci_low", "kappa_hat_ci_high", "kappa_hat_coord_median", "rel_error", "exact_max_rel_error"]
+                 "kappa_hat_ci_low", "kappa_hat_ci_high", "kappa_hat_ci_resampled", "kappa_hat_ci_units",
+                 "kappa_hat_ci_refused", "kappa_hat_ci_level", "kappa_hat_coord_median", "rel_error", "exact_max_rel_error"]
 TABLES = ("events", "appraisals", "utterances", "beliefs", "agents", "edges", "runs", "concepts")
 
 
@@ -143,7 +144,7 @@ def kappa_recovery(tables: dict[str, pd.DataFrame], cfg: BeliefConfig,
             sel = kap == kv
             fin = np.isfinite(pool_s[sel])
             ps = pool_s[sel][fin]
-            lo, hi = median_interval(ps, run[sel][fin], n_boot=an.n_boot, seed=cfg.seed, ci=an.ci)
+            iv = kappa_interval(ps, run[sel][fin], n_boot=an.n_boot, seed=cfg.seed, ci=an.ci)
             cs = k_s[sel][keep_s[sel]]
             rel_e = np.concatenate([np.abs(k_e[sel][keep_e[sel]] - kv) / kv,
                                     np.abs(pool_e[sel][np.isfinite(pool_e[sel])] - kv) / kv])
@@ -151,7 +152,7 @@ def kappa_recovery(tables: dict[str, pd.DataFrame], cfg: BeliefConfig,
                          "events": int(sel.sum()), "retained": float(np.isfinite(pool_s[sel]).mean()),
                          "kappa_hat_median": float(np.median(ps)) if len(ps) else float("nan"),
                          "kappa_hat_iqr": float(np.subtract(*np.percentile(ps, [75, 25]))) if len(ps) else float("nan"),
-                         "kappa_hat_ci_low": lo, "kappa_hat_ci_high": hi,
+                         **interval_columns(iv),
                          "kappa_hat_coord_median": float(np.median(cs)) if len(cs) else float("nan"),
                          "rel_error": float(abs(np.median(ps) - kv) / kv) if len(ps) else float("nan"),
                          "exact_max_rel_error": float(rel_e.max()) if len(rel_e) else float("nan")})

@@ -15,6 +15,7 @@ from typing import Any, Sequence
 
 from chorus.core.paper import copy_figures, fmt, md_table, missing_line, run_plots, write_paper
 from chorus.core.runs import file_sha256, json_safe
+from chorus.core.stats import interval_text
 from chorus.core.config import InputError
 
 SCHEMA = "chorus.belief-paper/1"
@@ -23,6 +24,16 @@ LLM = "--set mode=llm --set llm.model=PROFILE"
 
 class PaperError(InputError):
     """A run that cannot be read into the report (one line naming it)."""
+
+
+def _kappa_interval(c: dict[str, Any], run: dict[str, Any]) -> str:
+    """A kappa level's interval with what it resamples ("[0.9, 1.1] (95%, 12 runs resampled)"), or why
+    there is none (too few runs); a run written before intervals named their level shows bare bounds."""
+    if "kappa_hat_ci_resampled" not in c:
+        return f"[{fmt(c.get('kappa_hat_ci_low'))}, {fmt(c.get('kappa_hat_ci_high'))}] (level not recorded)"
+    return interval_text(c.get("kappa_hat_ci_low"), c.get("kappa_hat_ci_high"), ci=c.get("kappa_hat_ci_level") or 0.95,
+                         n_units=c.get("kappa_hat_ci_units"), resampled=c.get("kappa_hat_ci_resampled"),
+                         refused=c.get("kappa_hat_ci_refused"))
 
 
 def _read_run(path: Path) -> dict[str, Any]:
@@ -145,9 +156,10 @@ def render(numbers: dict[str, Any], out: Path) -> str:
                        f"{r['kappa_spearman_every_seed_one']}), one-step identity max relative error "
                        f"{fmt(r['kappa_exact_max_rel_error'])}")
             out.append(md_table(
-                ["prescribed kappa", "median kappa_hat", "IQR", "CI low", "CI high", "events", "retained"],
-                [[c["kappa"], c["kappa_hat_median"], c["kappa_hat_iqr"], c.get("kappa_hat_ci_low"),
-                  c.get("kappa_hat_ci_high"), c["events"], c["retained"]] for c in r["by_condition"] or []]))
+                ["prescribed kappa", "median kappa_hat", "IQR", "interval (level, units resampled)", "events",
+                 "retained"],
+                [[c["kappa"], c["kappa_hat_median"], c["kappa_hat_iqr"], _kappa_interval(c, r), c["events"],
+                  c["retained"]] for c in r["by_condition"] or []]))
             out.append(md_table(["seed", "levels", "Spearman", "median rel. error"],
                                 [[b["seed"], b["levels"], b["spearman"], b["median_rel_error"]]
                                  for b in r["by_seed"] or []]))

@@ -202,22 +202,34 @@ def bda(run_dir: Path = typer.Argument(..., help="A debate run directory."),
 
 def _show_belief(console, path: Path, s: dict) -> None:
     from rich.table import Table
+
+    from chorus.core.stats import interval_text
     c = s["counts"]
     console.print(f"{c['stance_questions']} of {c['questions']} questions have a stance axis (left out {c['left_out']}); "
                   f"{c['heard_turns']} heard turns ({c['unparsed_turns']} turns unparsed, {c['no_evidence']} without "
                   f"evidence {c['appraisal_errors'] or ''}); {c['observations']} readings, {c['retained']} well conditioned")
     t = Table(title=f"stubbornness of {s.get('model') or 'the agents'} in debate (reading {s['reading']}, "
                     f"appraiser {s['appraiser']}, gamma {s['gamma']})")
-    for col in ("agent", "kappa [CI]", "fit kappa, gamma", "round 1", "placebo", "drift deb / refl"):
+    for col in ("agent", "kappa sequential [CI]", "kappa averaged [CI]", "fit kappa, gamma (seq / avg)", "prefers",
+                "round 1", "placebo", "drift deb / refl"):
         t.add_column(col)
 
     def ci(r, k):
-        return f"{_fmt(r.get(k))} [{_fmt(r.get(k + '_lo'))}, {_fmt(r.get(k + '_hi'))}]"
+        return f"{_fmt(r.get(k))} " + interval_text(r.get(k + "_lo"), r.get(k + "_hi"), ci=s.get("ci", 0.95),
+                                                    n_units=r.get(k + "_n_units"), resampled=r.get(k + "_resampled"),
+                                                    refused=r.get(k + "_ci_refused"))
     for r in s["agents"]:
-        t.add_row(r["agent"], ci(r, "kappa"), f"{_fmt(r.get('kappa_fit'))}, {_fmt(r.get('gamma_fit'))}",
+        t.add_row(r["agent"], ci(r, "kappa"), ci(r, "kappa_avg"),
+                  f"{_fmt(r.get('kappa_fit'))}, {_fmt(r.get('gamma_fit'))} / {_fmt(r.get('kappa_fit_avg'))}, "
+                  f"{_fmt(r.get('gamma_fit_avg'))}", f"{r.get('prefer')} ({_fmt(r.get('prefer_share'))})",
                   _fmt(r.get("kappa_round1")), _fmt(r.get("kappa_placebo")),
                   f"{_fmt(r.get('drift_debate'))} / {_fmt(r.get('drift_reflection'))}")
     console.print(t)
+    c = s.get("readings_compared") or {}
+    if c:
+        console.print(f"the data prefer the {c['prefer']} reading: log-likelihood ratio (sequential over averaged) "
+                      f"{_fmt(c.get('loglik_seq_vs_avg'))} summed over agents, agents {c.get('agents_preferring')} "
+                      f"({c['criterion']})")
     a = s["audit"]
     const = " (the appraiser returned one value for every turn: undefined)" if a.get("e_distinct") == 1 else ""
     console.print(f"channel audit: Pearson(s, e) {_fmt(a['pearson_s_e'])} over {a['n']} turns{const}; reading vs stated answer "

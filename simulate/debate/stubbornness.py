@@ -21,6 +21,10 @@ The reading (``MAPPING``, written into the summary):
   (``trajectory.kappa_closed_form``, exact for an agent that follows the update) and (kappa, gamma)
   jointly by least squares (``trajectory.fit``), per agent and pooled, with question-clustered
   (family) bootstrap intervals;
+* the averaged reading (``kappa_readings.py``): the same inversion and fit with each round's peers taken as
+  one update of their mean e; both readings side by side, on the same family resamples, with the one the
+  least-squares residual prefers (a Gaussian log-likelihood ratio; equal parameter counts);
+* every interval names its level: question families resampled, and how many (``core.stats.Interval``);
 * the reflection control is the baseline of self-change: its readings move with no peer read, and the
   same inversion at round 1 against the round-0 peer turns it never saw (round 0 is shared) is the
   placebo kappa that the debate's round-1 kappa is read against.
@@ -43,7 +47,7 @@ from chorus.core.paper import fmt
 from chorus.core.plots import save, subplots
 from chorus.core.runs import RunDir
 from chorus.core.seeding import call_seed
-from chorus.core.stats import cluster_bootstrap
+from chorus.core.stats import MIN_UNITS, cluster_bootstrap, interval_text
 from chorus.serving.roles import build_engines, plan_roles
 from chorus.simulate.belief import core as belief_core
 from chorus.simulate.belief.analysis import pearson, transfer_curve
@@ -53,17 +57,20 @@ from chorus.simulate.belief.trajectory import Trajectories, fit, kappa_closed_fo
 from chorus.simulate.debate.bda import DebateTraceError, read_run
 from chorus.simulate.debate.config import BeliefReadConfig, DebateConfig, load
 from chorus.simulate.debate.forced_choice import forced_choice
+from chorus.simulate.debate.kappa_readings import CRITERION, READINGS, UNIT, fit_readings, interval_fields
 from chorus.simulate.debate.prompts import load_prompts, readout_prefill, turn_messages
 from chorus.simulate.debate.protocol import qkey
 from chorus.simulate.debate.questions import Item, validate_item, write_bench
 
 MAPPING: dict[str, Any] = {
-    "version": 1,
+    "version": 2,
     "stance_axis": "two-option items: labels[0] is a+, labels[1] is a-",
     "b0": "the agent's forced-choice reading right after its round-0 turn (f = 1)",
     "s": "the speaker's reading right after the turn it spoke (f = 1)",
     "b_round_r": "the agent's reading at round r before it writes (f = 0), after hearing round r - 1",
     "heard": "peers' turns of rounds 0..r-1, round by round in seat order, one update each; own turns are not evidence",
+    "heard_averaged": "the second reading, fitted beside the first: each round r' < r one update of weight w whose e is "
+                      "the mean of that round's finite peer e (kappa_readings.py); the data's preference is reported",
     "e": "the appraiser's p_plus of the turn (temperature-scaled by tau), read once and consumed by every peer",
     "missing_e": "an empty turn or a failed appraisal updates nobody (no forgetting either)",
     "placebo": "reflection readings at round 1 inverted against the round-0 peer turns they never read",
@@ -222,10 +229,14 @@ def _spoke(readings: pd.DataFrame) -> dict[tuple, float]:
 
 # -- observations: each reading with the evidence it heard ------------------------------------------------
 def observations(readings: pd.DataFrame, evidence: pd.DataFrame, items: Mapping[str, Item], *, condition: str,
-                 rounds: list[int] | None = None, w: float = 1.0):
+                 rounds: list[int] | None = None, w: float = 1.0, update: str = "sequential"):
     """(rows, Trajectories): one row per f = 0 reading of ``condition`` at round r >= 1 (``rounds``: only those),
     with what the agent heard before it: the debate's peer turns of rounds 0..r-1 (the reflection placebo hears
-    the same turns it never read, so use it at round 1 only, where they are the shared round-0 turns)."""
+    the same turns it never read, so use it at round 1 only, where they are the shared round-0 turns).
+    ``update``: "sequential", one update per heard turn in seat order; "averaged", one update per round with
+    the mean of its finite peer e (the rows are the same; only the Trajectories differ)."""
+    if update not in READINGS:
+        raise BeliefReadError(f"update reading must be one of {list(READINGS)}, got {update!r}")
     b0 = {(q, int(a)): float(b) for q, a, b in zip(*(readings[(readings["f"] == SPOKE) & (readings["round"] == 0)
                                                               & (readings["condition"] == condition)][c]
                                                      for c in ("qid", "agent", "b")))}
@@ -238,12 +249,15 @@ def observations(readings: pd.DataFrame, evidence: pd.DataFrame, items: Mapping[
     for q, a, r, b in zip(rd["qid"], rd["agent"].astype(int), rd["round"].astype(int), rd["b"]):
         if (q, a) not in b0:
             continue
-        heard = [e.get((q, t, j), np.nan) for t in range(r) for j in range(n_agents[q]) if j != a]
-        heard = [x for x in heard if np.isfinite(x)]
+        by_round = [[x for x in (e.get((q, t, j), np.nan) for j in range(n_agents[q]) if j != a) if np.isfinite(x)]
+                    for t in range(r)]
+        heard = [x for xs in by_round for x in xs]
+        # averaged: a round with no finite e is no update, so the lags close up as they do over a NaN turn
+        updates = heard if update == "sequential" else [float(np.mean(xs)) for xs in by_round if xs]
         i = len(rows)
-        for k, x in enumerate(heard):
+        for k, x in enumerate(updates):
             ev_row.append(i)
-            ev_lag.append(len(heard) - 1 - k)
+            ev_lag.append(len(updates) - 1 - k)
             ev_e.append(x)
         rows.append({"qid": q, "family": items[q].family, "domain": items[q].domain, "condition": condition,
                      "agent": a, "round": r, "b0": b0[(q, a)], "b": float(b), "n_heard": len(heard)})
@@ -262,44 +276,21 @@ def invert(df: pd.DataFrame, tr, cfg: BeliefReadConfig) -> pd.DataFrame:
 
 
 # -- per-agent table --------------------------------------------------------------------------------------
-def _median_ci(k: np.ndarray, clusters: np.ndarray, cfg: BeliefReadConfig, key: int) -> tuple[float, float, float]:
-    if not len(k):
-        return float("nan"), float("nan"), float("nan")
-    return cluster_bootstrap(lambda idx: float(np.median(k[idx])), clusters, n_boot=cfg.n_boot,
-                             seed=call_seed(cfg.seed, key), ci=cfg.ci)
+def _median_ci(k: np.ndarray, clusters: np.ndarray, cfg: BeliefReadConfig, key: int):
+    """The median kappa_hat with its family-bootstrap ``Interval`` (refused over fewer than MIN_UNITS
+    families: an interval over a handful of families is mostly the draw's own noise)."""
+    return cluster_bootstrap(lambda idx: float(np.median(k[idx])) if len(idx) else float("nan"), clusters,
+                             n_boot=cfg.n_boot, seed=call_seed(cfg.seed, key), ci=cfg.ci, resampled=UNIT,
+                             min_units=MIN_UNITS)
 
 
-def _fit_ci(tr, clusters: np.ndarray, cfg: BeliefReadConfig, key: int) -> dict[str, Any]:
-    """(kappa, gamma) by least squares, and their family-bootstrap intervals (each replicate refitted from
-    the point estimate's gamma)."""
-    point = fit(tr)
-    out = {"kappa_fit": point["kappa"], "gamma_fit": point["gamma"], "fit_rmse": point["rmse"],
-           "fit_n": point["n"], "kappa_fit_at_bound": point["kappa_at_bound"],
-           "kappa_fit_lo": float("nan"), "kappa_fit_hi": float("nan"), "gamma_fit_lo": float("nan"), "gamma_fit_hi": float("nan")}
-    if not point["n"] or cfg.n_boot == 0:
-        return out
-    uniq, cid = np.unique(clusters, return_inverse=True)
-    members = [np.flatnonzero(cid == c) for c in range(len(uniq))]
-    rng = np.random.default_rng(call_seed(cfg.seed, key, 1))
-    ks, gs = [], []
-    for _ in range(cfg.n_boot):
-        idx = np.concatenate([members[c] for c in rng.integers(0, len(uniq), len(uniq))])
-        r = fit(tr.take(idx), gamma_starts=(point["gamma"],))
-        ks.append(r["kappa"])
-        gs.append(r["gamma"])
-    lo, hi = (1 - cfg.ci) / 2, 1 - (1 - cfg.ci) / 2
-    ks, gs = np.asarray(ks), np.asarray(gs)
-    ok = np.isfinite(ks) & np.isfinite(gs)
-    if ok.any():
-        out.update(kappa_fit_lo=float(np.quantile(ks[ok], lo)), kappa_fit_hi=float(np.quantile(ks[ok], hi)),
-                   gamma_fit_lo=float(np.quantile(gs[ok], lo)), gamma_fit_hi=float(np.quantile(gs[ok], hi)))
-    return out
-
-
-def agent_table(deb: pd.DataFrame, tr_deb, plac: pd.DataFrame | None, drift: pd.DataFrame, cfg: BeliefReadConfig) -> pd.DataFrame:
+def agent_table(deb: pd.DataFrame, tr_deb, plac: pd.DataFrame | None, drift: pd.DataFrame, cfg: BeliefReadConfig,
+                averaged: tuple[pd.DataFrame, Any] | None = None) -> pd.DataFrame:
     """One row per agent and one pooled (``all``): kappa over every debate reading (closed form at gamma, median
     of the well-conditioned ones, with its interval), the joint (kappa, gamma) fit, round-1 kappa beside the
-    reflection placebo, and the drift |b_R - b0| in each condition."""
+    reflection placebo, and the drift |b_R - b0| in each condition. ``averaged`` (its observations and
+    Trajectories, the same rows as ``deb``): the averaged reading's kappa and fit beside them (``_avg``
+    columns, the same family resamples) and which reading the data prefer (``kappa_readings.fit_readings``)."""
     rows = []
     for ag in [*sorted(deb["agent"].unique()), "all"]:
         sel = np.ones(len(deb), bool) if ag == "all" else (deb["agent"] == ag).to_numpy()
@@ -309,18 +300,25 @@ def agent_table(deb: pd.DataFrame, tr_deb, plac: pd.DataFrame | None, drift: pd.
         row: dict[str, Any] = {"agent": "all" if ag == "all" else f"A{int(ag) + 1}", "readings": int(len(d)),
                                "retained": float(d["keep"].mean()) if len(d) else float("nan"),
                                "toward_evidence": _toward(kept)}
-        k, lo, hi = _median_ci(kept["kappa_hat"].to_numpy(), kept["family"].to_numpy(), cfg, key)
-        row.update(kappa=k, kappa_lo=lo, kappa_hi=hi)
-        if cfg.fit_gamma:
-            row.update(_fit_ci(tr_deb.take(np.flatnonzero(sel)), d["family"].to_numpy(), cfg, key))
+        row.update(interval_fields(_median_ci(kept["kappa_hat"].to_numpy(), kept["family"].to_numpy(), cfg, key), "kappa"))
+        trs = {"sequential": tr_deb.take(np.flatnonzero(sel))}
+        if averaged is not None:
+            da = averaged[0][sel]
+            ka = da[da["keep"]]  # same seed: the same family resamples as the sequential median's
+            row.update(interval_fields(_median_ci(ka["kappa_hat"].to_numpy(), ka["family"].to_numpy(), cfg, key), "kappa_avg"))
+            row["retained_avg"] = float(da["keep"].mean()) if len(da) else float("nan")
+            trs["averaged"] = averaged[1].take(np.flatnonzero(sel))
+        if cfg.fit_gamma or averaged is not None:
+            row.update(fit_readings(trs, d["family"].to_numpy(), gamma=None if cfg.fit_gamma else cfg.gamma,
+                                    n_boot=cfg.n_boot, ci=cfg.ci, seed=call_seed(cfg.seed, key, 1), min_units=MIN_UNITS))
         r1 = kept[kept["round"] == 1]
-        k1, lo1, hi1 = _median_ci(r1["kappa_hat"].to_numpy(), r1["family"].to_numpy(), cfg, key + 1000)
-        row.update(kappa_round1=k1, kappa_round1_lo=lo1, kappa_round1_hi=hi1)
+        row.update(interval_fields(_median_ci(r1["kappa_hat"].to_numpy(), r1["family"].to_numpy(), cfg, key + 1000),
+                                   "kappa_round1"))
         if plac is not None:
             p = plac if ag == "all" else plac[plac["agent"] == ag]
             pk = p[p["keep"]]
-            kp, lop, hip = _median_ci(pk["kappa_hat"].to_numpy(), pk["family"].to_numpy(), cfg, key + 2000)
-            row.update(kappa_placebo=kp, kappa_placebo_lo=lop, kappa_placebo_hi=hip, placebo_readings=int(len(p)))
+            row.update(interval_fields(_median_ci(pk["kappa_hat"].to_numpy(), pk["family"].to_numpy(), cfg, key + 2000),
+                                       "kappa_placebo"), placebo_readings=int(len(p)))
         for cond in ("debate", "reflection"):
             g = drift[(drift["condition"] == cond) & (drift["agent"] == row["agent"])]
             if len(g):
@@ -366,21 +364,66 @@ def channel_audit(readings: pd.DataFrame, evidence: pd.DataFrame, cfg: BeliefRea
 
 
 # -- the command -----------------------------------------------------------------------------------------
+def readings_compared(table: pd.DataFrame, cfg: BeliefReadConfig) -> dict[str, Any]:
+    """The pooled row's two readings side by side, each interval with its level, and the preference."""
+    r = table[table["agent"] == "all"].iloc[0].to_dict() if len(table) else {}
+
+    def iv(col: str) -> str:
+        return interval_text(r.get(f"{col}_lo"), r.get(f"{col}_hi"), ci=cfg.ci, n_units=r.get(f"{col}_n_units"),
+                             resampled=r.get(f"{col}_resampled"), refused=r.get(f"{col}_ci_refused"))
+
+    def fit_iv(col: str) -> str:
+        return interval_text(r.get(f"{col}_lo"), r.get(f"{col}_hi"), ci=cfg.ci, n_units=r.get("fit_n_units"),
+                             resampled=r.get("fit_resampled"), refused=r.get("fit_ci_refused"))
+    side = {name: {"kappa": r.get(f"kappa{sfx}"), "kappa_interval": iv(f"kappa{sfx}"),
+                   "kappa_fit": r.get(f"kappa_fit{sfx}"), "kappa_fit_interval": fit_iv(f"kappa_fit{sfx}"),
+                   "gamma_fit": r.get(f"gamma_fit{sfx}"), "fit_rmse": r.get(f"fit_rmse{sfx}")}
+            for name, sfx in (("sequential", ""), ("averaged", "_avg"))}
+    # The verdict sums the per-agent log-likelihood ratios (each debater its own kappa and gamma): one
+    # (kappa, gamma) over agents of different kappa is misspecified under both readings, and on a planted
+    # sequential debate its residuals preferred either reading by the draw (its row is kept, named pooled).
+    per = table[table["agent"] != "all"]
+    llr = float(per["loglik_seq_vs_avg"].sum()) if "loglik_seq_vs_avg" in per and len(per) else float("nan")
+    prefer = "undecided" if np.isnan(llr) else "tie" if llr == 0 else "sequential" if llr > 0 else "averaged"
+    return {**side, "prefer": prefer, "loglik_seq_vs_avg": llr,
+            "agents_preferring": {k: int((per.get("prefer", pd.Series(dtype=str)) == k).sum()) for k in READINGS},
+            "min_agent_prefer_share": float(per["prefer_share"].min()) if "prefer_share" in per and len(per) else None,
+            "pooled_fit_prefer": r.get("prefer"), "pooled_fit_loglik_seq_vs_avg": r.get("loglik_seq_vs_avg"),
+            "pooled_fit_prefer_share": r.get("prefer_share"),
+            "criterion": CRITERION + "; summed over agents, each fitted on its own readings",
+            "gamma_fitted": bool(cfg.fit_gamma)}
+
+
 def _line(name: str, b: dict[str, Any]) -> str:
+    c = b.get("readings_compared") or {}
+    pref = (f"; the data prefer the {c['prefer']} reading (log-likelihood ratio {fmt(c.get('loglik_seq_vs_avg'))} "
+            f"summed over agents; agents {c.get('agents_preferring')})" if c.get("prefer") else "")
     return (f"belief layer ({b['reading']} readings, appraiser {b['appraiser']}, gamma {b['gamma']}): " + "; ".join(
-        f"{r['agent']} kappa {fmt(r['kappa'])} (placebo {fmt(r.get('kappa_placebo'))})" for r in b["agents"]))
+        f"{r['agent']} kappa {fmt(r['kappa'])} sequential / {fmt(r.get('kappa_avg'))} averaged "
+        f"(placebo {fmt(r.get('kappa_placebo'))})" for r in b["agents"]) + pref)
 
 
 @reader("debate belief", part="debate", folder="belief", line=_line)
 def brief(s: dict[str, Any]) -> dict[str, Any]:
-    """What a debate run's report shows of a ``debate belief`` run made in it: each agent's kappa with
-    its interval, the placebo and drift, and the channel audit."""
-    keep = ("agent", "kappa", "kappa_lo", "kappa_hi", "kappa_fit", "gamma_fit", "kappa_round1", "kappa_placebo",
-            "drift_debate", "drift_reflection", "retained")
+    """What a debate run's report shows of a ``debate belief`` run made in it: each agent's kappa under both
+    readings (sequential, averaged) with its interval and what that interval resamples, which reading the
+    data prefer, the placebo and drift, and the channel audit."""
+    keep = ("agent", "kappa", "kappa_lo", "kappa_hi", "kappa_fit", "gamma_fit", "kappa_avg", "kappa_avg_lo",
+            "kappa_avg_hi", "kappa_fit_avg", "gamma_fit_avg", "prefer", "loglik_seq_vs_avg", "prefer_share",
+            "kappa_round1", "kappa_placebo", "drift_debate", "drift_reflection", "retained")
+    ci = (s.get("readings_compared") or {})
+
+    def text(r: dict, col: str) -> str:
+        return interval_text(r.get(f"{col}_lo"), r.get(f"{col}_hi"), ci=s.get("ci", 0.95),
+                             n_units=r.get(f"{col}_n_units"), resampled=r.get(f"{col}_resampled"),
+                             refused=r.get(f"{col}_ci_refused"))
     return {"model": s.get("model"), "reading": s["reading"], "appraiser": s["appraiser"], "gamma": s["gamma"],
             "counts": s["counts"], "audit": {"pearson_s_e": s["audit"]["pearson_s_e"], "n": s["audit"]["n"],
                                              "reading_stated": s["audit"]["reading_stated"]},
-            "agents": [{k: r.get(k) for k in keep} for r in s["agents"]]}
+            "readings_compared": ci or None,
+            "agents": [{**{k: r.get(k) for k in keep}, "kappa_interval": text(r, "kappa"),
+                        "kappa_avg_interval": text(r, "kappa_avg") if "kappa_avg" in r else None}
+                       for r in s["agents"]]}
 
 
 def run_belief(run_dir: str | Path, cfg: BeliefReadConfig | None = None, *, out: str | Path | None = None,
@@ -411,19 +454,22 @@ def run_belief(run_dir: str | Path, cfg: BeliefReadConfig | None = None, *, out:
     evidence = evidence.assign(plus=evidence["qid"].map(plus))
     deb_df, deb_tr = observations(readings, evidence, stance, condition="debate", w=cfg.w)
     deb = invert(deb_df, deb_tr, cfg)
+    avg_df, avg_tr = observations(readings, evidence, stance, condition="debate", w=cfg.w, update="averaged")
+    avg = invert(avg_df, avg_tr, cfg)
     plac = None
     if cfg.reflection:
         p_df, p_tr = observations(readings, evidence, stance, condition="reflection", rounds=[1], w=cfg.w)
         plac = invert(p_df, p_tr, cfg)
     drift = drift_table(readings)
-    table = agent_table(deb, deb_tr, plac, drift, cfg)
+    table = agent_table(deb, deb_tr, plac, drift, cfg, averaged=(avg, avg_tr))
     audit = channel_audit(readings, evidence, cfg)
     for name, df in (("readings", readings), ("evidence", evidence), ("agents", table), ("drift", drift),
+                     ("observations_averaged", avg),
                      ("observations", pd.concat([deb, plac], ignore_index=True) if plac is not None else deb)):
         run.write_table(name, df)
     summary = {"source_run": str(src.resolve()), "model": _model_name(dcfg), "reading": cfg.reading,
                "appraiser": cfg.appraiser if cfg.appraiser == "oracle" else _model_name(dcfg, cfg.appraiser_model),
-               "tau": cfg.tau, "gamma": cfg.gamma, "w": cfg.w, "kappa_filter": cfg.kappa_filter, "mapping": MAPPING["version"],
+               "tau": cfg.tau, "gamma": cfg.gamma, "w": cfg.w, "ci": cfg.ci, "kappa_filter": cfg.kappa_filter, "mapping": MAPPING["version"],
                "counts": {"questions": n_questions, "stance_questions": len(stance),
                           "left_out": left, "agents": int(turns["agent"].max()) + 1, "rounds": int(turns["round"].max()),
                           "unparsed_turns": int((~turns["parsed"].astype(bool)).sum()),
@@ -431,7 +477,8 @@ def run_belief(run_dir: str | Path, cfg: BeliefReadConfig | None = None, *, out:
                           "appraisal_errors": dict(Counter(x for x in evidence["error"] if isinstance(x, str))),
                           "readings": int(len(readings)), "observations": int(len(deb)),
                           "retained": int(deb["keep"].sum())},
-               "agents": table.to_dict("records"), "audit": audit,
+               "agents": table.to_dict("records"), "readings_compared": readings_compared(table, cfg),
+               "audit": audit,
                "drift": drift[drift["agent"] == "all"].to_dict("records")}
     run.write_summary(summary)
     if make_plots:
@@ -567,12 +614,16 @@ def _plot(table: pd.DataFrame, drift: pd.DataFrame, audit: dict[str, Any], summa
 
 # -- a synthetic debate whose agents follow the belief layer's update (recovery checks: tests and bench/) ----
 def synthetic_belief_debate(out: str | Path, kappas: list[float], *, gamma: float = 0.7, w: float = 1.0, n: int = 200,
-                            rounds: int = 3, seed: int = 0) -> Path:
+                            rounds: int = 3, seed: int = 0, update: str = "sequential") -> Path:
     """A finished debate run directory over ``n`` two-option questions whose agent i is a belief-layer agent with
     kappa ``kappas[i]``: its b0 is drawn per question, every turn says its belief (the oracle's e = s), each agent
     takes one ``core.step`` per peer turn of the round before, in seat order, and answers a+ when b > 1/2. The
     reflection agents hear nothing and keep b0. The latent beliefs are ``tables/beliefs.parquet`` (the readings'
-    schema), so ``reading=planted appraiser=oracle`` must return every kappa (and gamma) exactly."""
+    schema), so ``reading=planted appraiser=oracle`` must return every kappa (and gamma) exactly.
+    ``update="averaged"`` plants the other reading: each agent takes one ``core.step`` per round, its e the
+    mean of its peers' beliefs (``kappa_readings``): then the averaged columns are the exact ones."""
+    if update not in READINGS:
+        raise BeliefReadError(f"update must be one of {list(READINGS)}, got {update!r}")
     rng = np.random.default_rng(seed)
     kap = np.asarray(kappas, float)
     N = len(kap)
@@ -600,11 +651,14 @@ def synthetic_belief_debate(out: str | Path, kappas: list[float], *, gamma: floa
                 if cond == "debate" and r < rounds:
                     s = b.copy()  # every turn of this round says its speaker's belief; heard in seat order
                     for a in range(N):
+                        if update == "averaged":
+                            al[a], be[a] = belief_core.step(al[a], be[a], a0[a], c0[a], np.delete(s, a).mean(), gamma, w)
+                            continue
                         for j in range(N):
                             if j != a:
                                 al[a], be[a] = belief_core.step(al[a], be[a], a0[a], c0[a], s[j], gamma, w)
     run = RunDir.create(Path(out), part="debate", seeds={"seed": seed},
-                        synthetic={"kappas": list(map(float, kappas)), "gamma": gamma, "w": w})
+                        synthetic={"kappas": list(map(float, kappas)), "gamma": gamma, "w": w, "update": update})
     write_bench(items, run.path / "bench.jsonl")
     tdf = pd.DataFrame(turns)
     run.write_table("turns", tdf)
