@@ -29,11 +29,17 @@ def campaign(store, tmp_path_factory):
     from chorus.simulate.council.paper import render_paper
     out = tmp_path_factory.mktemp("camp") / "c"
     build_campaign(CampaignConfig(inputs=[str(store)], sections=SECTIONS, **FAST), out)
-    return json.loads((out / "numbers.json").read_text()), render_paper(out).read_text()
+    return json.loads((out / "numbers.json").read_text()), render_paper(out).read_text(), out
+
+
+def test_the_drift_guard_rederives_the_new_sections(campaign):
+    from chorus.simulate.council.campaign import verify_campaign
+    _, bad, redo = verify_campaign(campaign[2], full=True)
+    assert not bad and set(redo) == set(SECTIONS)
 
 
 def test_seed_clustered_intervals_are_in_the_cells_and_the_report(campaign):
-    n, md = campaign
+    n, md, _ = campaign
     cell = n["sections"]["cells"]["cells"]["syn/claims_a/clean"]
     b = next(b for b in cell["bootstrap_seed_clustered"] if b["metric"] == "accuracy" and b["a"] == "bda_per_agent")
     assert b["seed_clustered"] and b["n_seeds"] == 2 and b["n_clusters"] == 16
@@ -51,7 +57,7 @@ def test_composition_counts_and_the_truncation_rate(campaign, store, tmp_path):
     from chorus.aggregate.trace import load_traces
     from chorus.simulate.council.campaign_inputs import Source
     from chorus.simulate.council.campaign_sections import _truncation_by_cell
-    n, md = campaign
+    n, md, _ = campaign
     c = n["sections"]["composition"]["cells"]["syn/claims_a/attack-k2"]
     trs = load_traces(store / "traces" / "claims_a__attack-k2.jsonl.gz")
     assert (c["K"], c["n_questions"], c["n_traces"], c["gen_seeds"]) == (2, 16, 32, ["0", "1"])
@@ -70,7 +76,7 @@ def test_per_round_refit_matches_the_round0_and_full_bases(campaign, store):
     """Table 8's first and last rows are Table 14's two bases: the same leak-free refit on the same folds."""
     from chorus.aggregate.trace import load_traces
     from chorus.aggregate.truncation import truncation_table
-    n, md = campaign
+    n, md, _ = campaign
     v = n["sections"]["rounds"]["cells"]["syn/claims_a/clean"]
     trs = load_traces(store / "traces" / "claims_a__clean.jsonl.gz")
     m, _ = truncation_table(trs, FAST["methods"], outer_folds=3, inner_folds=3, protocol="strict",
@@ -85,7 +91,7 @@ def test_per_round_refit_matches_the_round0_and_full_bases(campaign, store):
 
 
 def test_label_permutation_leaves_plurality_and_is_beside_the_cell(campaign):
-    n, md = campaign
+    n, md, _ = campaign
     perm = n["sections"]["permutation"]["cells"]
     assert set(perm) == {"syn/claims_a/attack-k1", "syn/claims_a/attack-k2"}
     for k, v in perm.items():   # plurality reads no label identity: the relabelling cannot move it
@@ -96,7 +102,7 @@ def test_label_permutation_leaves_plurality_and_is_beside_the_cell(campaign):
 
 def test_c8_checks_hold_on_their_closed_forms(campaign):
     from scipy.special import expit
-    n, md = campaign
+    n, md, _ = campaign
     c = n["sections"]["c8"]["councils"]["syn"]
     assert c["holds"] and all(c[k]["holds"] for k in ("symmetric", "k_minus_1", "invariance", "ceiling",
                                                        "weighted_majority"))
