@@ -49,6 +49,8 @@ def domain_table(q: pd.DataFrame, turns: pd.DataFrame, *, seed: int = 0, n_boot:
     """{domain: {"conditions": {condition: Table 13 columns}, "n_paired", "deltas"}} over the run's
     question table ``q`` (``metrics.question_table``) and its turns table."""
     out: dict[str, Any] = {}
+    if "domain" not in q:   # no choice question at all (a numeric-only bench): no table to split
+        return out
     for dom in sorted(q["domain"].dropna().unique()):
         qd, td = q[q["domain"] == dom], turns[turns["domain"] == dom]
         conds = {c: {k: condition_metrics(qd, td, c)[k] for k in TABLE13} for c in sorted(qd["condition"].unique())}
