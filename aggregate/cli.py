@@ -1,5 +1,5 @@
 """``chorus aggregate``: run | sweep | verify | generate, and the trace analyses (flips, switch, truncation,
-lodo, labels, contagion, keys, shift, drift, transfer, check: ``chorus.aggregate.analyses``, one module each,
+lodo, labels, contagion, keys, shift, drift, transfer, check, c8: ``chorus.aggregate.analyses``, one module each,
 mounted from the analysis registry).
 
 Heavy imports (numpy, pandas, scikit-learn, crowd-kit, matplotlib) happen inside the verbs:
@@ -144,4 +144,4 @@ def generate(out: Path = typer.Option(..., "--out", help="Trace file to write (.
     typer.echo(f"wrote {n_tasks} traces to {out}")
 
 
-add_analyses(app, "aggregate")   # flips, switch, truncation, lodo, labels, contagion, keys, shift, drift, transfer, check
+add_analyses(app, "aggregate")   # flips, switch, truncation, lodo, labels, contagion, keys, shift, drift, transfer, check, c8

@@ -265,6 +265,61 @@ def _outcomes(r):
                "ci_high": e["ci_high"], "p_perm": None, "n": p.get("n_paired")}
 
 
+_VOTE_PAIRS = {("debate_final_majority", "vote_majority"): ("debate - vote", "accuracy (final majority)"),
+               ("reflection_final_majority", "vote_majority"): ("reflection - vote", "accuracy (final majority)"),
+               ("debate_wrong_unanimous", "vote_wrong_unanimous"): ("debate - vote", "wrong unanimity"),
+               ("reflection_wrong_unanimous", "vote_wrong_unanimous"): ("reflection - vote", "wrong unanimity")}
+
+
+def _families(d: dict) -> str:
+    """What a vote-arm interval resamples, from the bootstrap's own record of it."""
+    if d.get("n_clusters") is None:
+        return "question-family clustered bootstrap (family count not recorded)"
+    return f"paired bootstrap over {d['n_clusters']} question families ({d.get('n_resamples')} resamples)"
+
+
+@section("s51_vote", "§5.1: debate vs the compute-matched majority vote (the headline's companion)",
+         ["debate", "long_debate"], DEBATE + " --set voting.enabled=true", ["vote_arms"],
+         note="The vote arm draws independent round-0 answers until it has generated as many tokens as debate on "
+              "each question; all arms are scored on the same fully parsed, labelled questions. Arm intervals "
+              "resample the same question families as the paired differences.")
+def _vote(r):
+    v = r["summary"].get("vote")
+    if not v or not v.get("arms"):
+        return
+    deltas = {(d["a"], d["b"]): d for d in v.get("deltas", [])}
+    units = _families(next(iter(deltas.values()), {}))
+    for arm, m in v["arms"].items():
+        for metric, key in (("accuracy (final majority)", "accuracy"), ("wrong unanimity", "wrong_unanimity")):
+            yield {"comparison": arm, "metric": metric, **_ci(m[key], "estimate"), "p_perm": None,
+                   "n": v["n_paired"], "interval": units, "tokens_per_question": m["tokens_per_question"]}
+    for (a, b), (name, metric) in _VOTE_PAIRS.items():
+        d = deltas.get((a, b))
+        if d:
+            yield {"comparison": name, "metric": metric, **_ci(d, "delta"), "p_perm": d.get("p_perm"),
+                   "n": d.get("n"), "interval": _families(d)}
+    yield {"comparison": "compute matching", "metric": "questions matched / cap hits",
+           "value": f"{v['n_matched']} / {v['n_cap_hits']}", "n": v["n_questions"],
+           "vote_minus_debate_tokens": v["tokens_per_question"]["gap_vote_minus_debate"]["mean"]}
+
+
+@section("table13_domain", "Table 13 (§C.2) by domain: collective outcomes of debate and reflection per bench domain",
+         ["debate"], DEBATE,
+         note="Each domain's block is the run's own question table restricted to that domain. Differences pair the "
+              "questions both conditions score; their intervals resample the domain's question families.")
+def _t13(r):
+    s = r["summary"]
+    if "by_domain" not in s and "conditions" in s:   # a run summarised before the per-domain table
+        yield {"domain": None, "missing": f"rebuild the summary with `chorus debate recompute {r['path']}`"}
+        return
+    for dom, b in (s.get("by_domain") or {}).items():
+        for cond, m in b["conditions"].items():
+            yield {"domain": dom, "row": cond, **m}
+        for d in b.get("deltas", []):
+            yield {"domain": dom, "row": d["comparison"], "delta": d["delta"], "ci_low": d["ci_low"],
+                   "ci_high": d["ci_high"], "n_scored": d["n"], "interval": _families(d)}
+
+
 @section("table14_long", "Table 14 (§C.2): long debates, final round", ["long_debate"], LONG,
          ["outcomes_by_round", "c2_split", "c2_wrong_initial_majority"])
 def _long(r):

@@ -22,7 +22,7 @@ from chorus.core.runs import file_sha256
 
 ROOT = Path(__file__).resolve().parents[1]
 AGGREGATE = {"flips", "switch", "truncation", "lodo", "labels", "contagion", "keys", "shift", "drift", "transfer",
-             "check"}
+             "check", "c8"}
 runner = CliRunner()
 
 

@@ -87,9 +87,10 @@ def test_paper_lays_out_every_section_in_order(campaign):
     from chorus.simulate.council.paper import render_paper
     md = render_paper(campaign).read_text()
     heads = [line for line in md.splitlines() if line.startswith("## ")]
-    order = ["Table 1", "Figure 2", "Table 2", "Figure 3", "Table 4", "Table 5", "Appendix D.7", "Figure 4", "Figure 5",
-             "Table 7", "Transfer", "Figure 6", "Table 9", "Table 10", "Table 12", "Table 13", "Table 14", "Table 15",
-             "Appendix F.10", "Appendix G", "§8", "Seat reliabilities"]
+    order = ["Table 1", "§7", "Figure 2", "Table 2", "Tables 3-8", "Figure 3", "Table 4", "Table 5", "Appendix D.7",
+             "Figure 4", "Figure 5", "Table 7", "Transfer", "Figure 6", "Table 8", "Table 9", "Table 10", "Table 12",
+             "Table 13", "Table 14", "Table 15", "Appendix F.10", "Appendix F.11", "Appendix G", "§8",
+             "Seat reliabilities", "Appendix C.8"]
     assert [next(o for o in sorted(order, key=len, reverse=True) if h[3:].startswith(o)) for h in heads] == order
     # sections this campaign did not export name the command that makes them
     assert md.count("*Missing:*") >= 1 and "chorus council campaign RUN... --out CAMPAIGN" in md

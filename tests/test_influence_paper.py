@@ -97,3 +97,96 @@ def test_knockout_rows_show_the_family_wise_best_layer_and_unbounded_shares(tmp_
     assert (rows[3]["ci_low"], rows[3]["ci_high"], rows[3]["interval"]) == (0.1, 0.4, "fieller")
     p, _ = build_paper([k], tmp_path / "out")
     assert f"| {UNBOUNDED} | {UNBOUNDED} |" in p.read_text()
+
+
+# -- §5.1 debate vs the compute-matched vote, and Table 13 by domain, from a scripted debate run --------
+def _scripted_debate(tmp_path):
+    """A real (tiny) debate run with the vote arm: an engine double whose answers are a function of the
+    call's seed, over four questions in two domains (two families each)."""
+    from types import SimpleNamespace
+
+    from chorus.serving.types import Completion
+    from chorus.simulate.debate.config import DebateConfig
+    from chorus.simulate.debate.experiment import run_debate
+    from chorus.simulate.debate.questions import validate_item, write_bench
+
+    class Script:
+        max_model_len = 10 ** 6
+
+        def render(self, messages):
+            return SimpleNamespace(ids=[0] * 10)
+
+        def provenance(self):
+            return {"profile": "script"}
+
+        def chat(self, convs, *, temperature, top_p, max_tokens, seed, progress=None):
+            return [Completion(text=f"So the answer is {'ABC'[s % 3]}.", prompt_tokens=10, completion_tokens=5 + s % 17,
+                               finish_reason="stop") for s in seed]
+
+    items = [validate_item({"id": f"q{i}", "domain": ("knowledge", "values")[i % 2], "subdomain": "toy",
+                            "family": f"f{i % 4}", "question": f"Question {i}?", "options": ["x", "y", "z"],
+                            "reference": "A"}) for i in range(8)]
+    write_bench(items, tmp_path / "bench.jsonl")
+    cfg = DebateConfig(name="vote", rounds=1, bench={"path": str(tmp_path / "bench.jsonl")},
+                       generation={"max_tokens": 100}, analysis={"n_boot": 50, "n_perm": 20}, voting={"enabled": True})
+    run, s = run_debate(cfg, tmp_path / "run", engine=Script(), make_plots=False)
+    return run.path, s
+
+
+def test_vote_and_domain_sections_read_the_runs_own_summary(tmp_path):
+    from chorus.core.runs import file_sha256
+    path, s = _scripted_debate(tmp_path)
+    nb = export([path])
+    sec = nb["sections"]["s51_vote"]
+    assert sec["runs"][0]["summary_sha256"] == file_sha256(path / "summary.json")
+    rows = {(r["comparison"], r["metric"]): r for r in sec["rows"]}
+    v = s["vote"]
+    for arm, m in v["arms"].items():
+        r = rows[(arm, "accuracy (final majority)")]
+        assert (r["value"], r["ci_low"], r["ci_high"]) == (m["accuracy"]["estimate"], m["accuracy"]["ci_low"],
+                                                           m["accuracy"]["ci_high"])
+        assert rows[(arm, "wrong unanimity")]["value"] == m["wrong_unanimity"]["estimate"]
+    d = next(d for d in v["deltas"] if (d["a"], d["b"]) == ("debate_final_majority", "vote_majority"))
+    r = rows[("debate - vote", "accuracy (final majority)")]
+    assert (r["value"], r["ci_low"], r["ci_high"], r["p_perm"], r["n"]) == (d["delta"], d["ci_low"], d["ci_high"],
+                                                                           d["p_perm"], d["n"])
+    # the interval says what it resampled: the question families of the paired questions
+    assert r["interval"] == f"paired bootstrap over {d['n_clusters']} question families (50 resamples)"
+    assert rows[("compute matching", "questions matched / cap hits")]["value"] == f"{v['n_matched']} / {v['n_cap_hits']}"
+    # Table 13 by domain: each domain's block as the summary holds it
+    t13 = nb["sections"]["table13_domain"]["rows"]
+    assert {r["domain"] for r in t13} == {"knowledge", "values"} == set(s["by_domain"])
+    for r in t13:
+        b = s["by_domain"][r["domain"]]
+        if r["row"] in b["conditions"]:
+            assert {k: r[k] for k in b["conditions"][r["row"]]} == b["conditions"][r["row"]]
+        else:
+            d = next(d for d in b["deltas"] if d["comparison"] == r["row"])
+            assert (r["delta"], r["ci_low"], r["ci_high"]) == (d["delta"], d["ci_low"], d["ci_high"])
+    md = build_paper([path], tmp_path / "out")[0].read_text()
+    assert md.index("§5.1: debate vs the compute-matched") < md.index("Table 13 (§C.2) by domain")
+
+
+def test_domain_numbers_are_the_domain_alone():
+    """A domain's block equals condition_metrics on that domain's questions alone (the same definitions)."""
+    import pandas as pd
+
+    from chorus.simulate.debate.domains import domain_table
+    from chorus.simulate.debate.metrics import condition_metrics, question_table
+    rows = []
+    for i in range(6):
+        for cond in ("debate", "reflection"):
+            for rnd in (0, 1):
+                for a in range(3):
+                    ans = "A" if (i + a + rnd * (cond == "debate")) % 3 else "B"
+                    rows.append({"qid": f"q{i}", "family": f"f{i}", "domain": "d1" if i < 3 else "d2", "subdomain": "s",
+                                 "agent": a, "round": rnd, "condition": cond, "answer": ans, "parsed": True,
+                                 "truncated": False, "reference": "A"})
+    turns = pd.DataFrame(rows)
+    q = question_table(turns)
+    t = domain_table(q, turns, n_boot=20)
+    for dom in ("d1", "d2"):
+        alone = condition_metrics(q[q["domain"] == dom], turns[turns["domain"] == dom], "debate")
+        assert t[dom]["conditions"]["debate"]["acc_final_majority"] == alone["acc_final_majority"]
+        assert t[dom]["conditions"]["debate"]["wrong_unanimity"] == alone["wrong_unanimity"]
+        assert t[dom]["n_paired"] == 3

@@ -107,10 +107,13 @@ def _cell(traces: list, methods: Sequence[str], o: Options, *, bootstrap: bool =
     from chorus.aggregate.experiments import evaluate_run  # lazy: pulls in scipy
 
     ref = "plurality" if "plurality" in methods else methods[0]
+    pairs = [(m, ref) for m in methods if m != ref]
+    if {"bda_confusion", "stacker"} <= set(methods):   # the BDA paper's regime split (§7): confusion vs stacker
+        pairs.append(("bda_confusion", "stacker"))
     cfg = RunConfig(name="campaign", traces="(campaign cell)", seed=o.seed, protocol=o.protocol, on_violation="skip",
                     methods=list(methods),
                     outer_folds=o.outer_folds, inner_folds=o.inner_folds,
-                    bootstrap={"n_resamples": o.n_resamples, "reference": ref})
+                    bootstrap={"n_resamples": o.n_resamples, "reference": ref, "pairs": pairs})
     return evaluate_run(cfg, traces, bootstrap=bootstrap)
 
 
@@ -166,7 +169,8 @@ def cells(ctx: Context) -> dict[str, Any]:
             continue
         rec = cell.record
         out[key] = {k: rec[k] for k in ("K", "n_traces", "n_evaluated", "n_questions", "agents", "traces_sha256",
-                                        "metrics", "metrics_by_seed", "bootstrap", "bootstrap_clustered", "folds")}
+                                        "metrics", "metrics_by_seed", "bootstrap", "bootstrap_clustered",
+                                        "bootstrap_seed_clustered", "folds")}
         # Fig. 4's reliability diagrams need per-task confidences: the binned curves are kept, not the tasks
         rel = {}
         for m in cell.cv.methods:
@@ -192,6 +196,7 @@ def pooled_binary(ctx: Context) -> dict[str, Any]:
             continue
         out[council] = {"cells": [c.key for c in cs], "n_traces": rec["n_traces"], "metrics": rec["metrics"],
                         "bootstrap": rec["bootstrap"], "bootstrap_clustered": rec["bootstrap_clustered"],
+                        "bootstrap_seed_clustered": rec["bootstrap_seed_clustered"],
                         "metrics_by_seed": rec["metrics_by_seed"]}
     return {"councils": out} if out else {"missing": "no clean K = 2 cell"}
 
@@ -409,3 +414,92 @@ def sweeps(ctx: Context) -> dict[str, Any]:
                                   "metrics": {m: {k: v.get(k) for k in ("accuracy", "ece_ew", "brier")}
                                               for m, v in c["metrics"].items()}} for c in r.get("cells", [])]}
     return {"runs": out} if out else {"missing": "no sweep run given (--sweep DIR)"}
+
+
+@section("c8", paper="App. C.8 (numerical checks: the symmetric-prior table, the (K - 1) factor, confidence "
+                     "invariance over the clean binary traces, the K = 2 ceiling, the weighted-majority form; "
+                     "chorus aggregate c8 TRACES)", needs="clean K = 2 cells")
+def c8(ctx: Context) -> dict[str, Any]:
+    from chorus.aggregate.c8 import c8_checks  # lazy: pulls in scipy
+    o = ctx.options
+    out = {}
+    for council in ctx.councils():
+        cs = ctx.select(council, attacked=False, K=2)
+        if cs:   # the paper's invariance check permutes confidences across every clean binary trace
+            out[council] = {"cells": [c.key for c in cs],
+                            **c8_checks([t for c in cs for t in c.traces], seed=o.seed, protocol=o.protocol,
+                                        inner_folds=o.inner_folds)}
+    return {"councils": out} if out else {"missing": "no clean K = 2 cell"}
+
+
+def _truncation_by_cell(sources: list) -> dict[str, dict[str, Any]]:
+    """Per cell key: the council runs' generations that hit the token limit (``finish_reason == "length"``),
+    over every attempt the runner made (retries included: each was a generation paid for)."""
+    from pathlib import Path
+
+    import pandas as pd
+
+    out: dict[str, dict[str, Any]] = {}
+    for s in sources:
+        p = Path(s.path) / "tables" / "turns.parquet"
+        if s.kind != "council_run" or not p.is_file():
+            continue
+        t = pd.read_parquet(p, columns=["dataset", "condition", "finish_reason"])
+        for (d, c), g in t.groupby(["dataset", "condition"], sort=True):
+            acc = out.setdefault(f"{s.council}/{d}/{c}", {"n_generations": 0, "n_truncated": 0, "runs": []})
+            acc["n_generations"] += int(len(g))
+            acc["n_truncated"] += int((g["finish_reason"] == "length").sum())
+            acc["runs"].append(str(s.path))
+    for v in out.values():
+        v["truncation_rate"] = v["n_truncated"] / v["n_generations"] if v["n_generations"] else None
+    return out
+
+
+@section("composition", paper="Tables 3-8 (the bench each table reads: datasets, K, questions, generation seeds, "
+                              "trials, rounds; the share of generations truncated at the token limit)",
+         needs="any cell", cheap=True)
+def composition(ctx: Context) -> dict[str, Any]:
+    trunc = _truncation_by_cell(ctx.sources)
+    out = {}
+    for key, c in ctx.cells.items():
+        trs = c.traces
+        cell = {"council": c.council, "dataset": c.dataset, "condition": c.condition, "K": c.K,
+                "n_questions": len({tr.qid for tr in trs}), "n_traces": len(trs),
+                "n_labelled": sum(tr.gold is not None for tr in trs),
+                "gen_seeds": sorted({str(tr.extra.get("gen_seed")) for tr in trs if tr.extra.get("gen_seed") is not None}),
+                "rounds": 1 + max((m.round for tr in trs for m in tr.moves), default=-1)}
+        # a bare trace store keeps no generations: its truncation rate is not recorded, and says so
+        cell["truncation"] = trunc.get(key) or {"missing": "a trace store keeps no generation records (the council "
+                                                           "run's tables/turns.parquet does)"}
+        out[key] = cell
+    return {"cells": out}
+
+
+@section("rounds", paper="Table 8 / App. E.4 (traces truncated to at most round r for every r, leak-free "
+                         "refit per round; the last round minus each earlier one, question-clustered)",
+         needs="clean labelled cells")
+def rounds(ctx: Context) -> dict[str, Any]:
+    from chorus.aggregate.truncation import per_round_table  # lazy: pulls in scipy
+    o = ctx.options
+
+    def one(c: CellInput) -> dict[str, Any]:
+        m, d = per_round_table(c.traces, list(o.methods), outer_folds=o.outer_folds, inner_folds=o.inner_folds,
+                               seed=o.seed, protocol=o.protocol, on_violation="skip", n_boot=o.n_resamples)
+        return {"metrics": _records(m), "deltas": _records(d)}
+    return _each(ctx.select(attacked=False), one, "no clean cell")
+
+
+@section("permutation", paper="App. F.11 (per-task label permutation: every method refitted on traces whose "
+                              "candidates are relabelled per task, beside the unpermuted cell)", needs="attacked cells")
+def permutation(ctx: Context) -> dict[str, Any]:
+    from chorus.aggregate.experiments import cell_metrics, run_cell  # lazy: pulls in scipy
+    from chorus.aggregate.synthetic import permute_labels  # lazy: pulls in scipy
+    o = ctx.options
+
+    def one(c: CellInput) -> dict[str, Any]:
+        # the relabelling keeps every within-task structure and destroys cross-task label identity: what a
+        # method still wins here it wins from the trace's structure, what it loses came from the labels
+        _, cv = run_cell(permute_labels(c.traces, seed=o.seed), list(o.methods), grids={}, protocol=o.protocol,
+                         on_violation="skip", seed=o.seed, outer_folds=o.outer_folds, inner_folds=o.inner_folds)
+        return {"permutation_seed": o.seed, "metrics": cell_metrics(cv)}
+    return _each(ctx.select(attacked=True), one, "no attacked cell")

@@ -9,19 +9,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from chorus.core.paper import fmt, md_table
 from chorus.core.runs import amends_run
 from chorus.simulate.council.campaign import read_numbers
+from chorus.simulate.council import paper_more
+from chorus.simulate.council.paper_parts import RUN_ATTACK, RUN_CLEAN, cell, missing, sources, table
 from chorus.core.plots import save, subplots
 
 HEADLINE = ("accuracy", "ece_ew", "brier")
-RUN_ATTACK = "chorus council run full --out RUN  (its attack-k1 / attack-k2 conditions)"
-RUN_CLEAN = "chorus council run full --out RUN"
-
-
-def _f(x: Any) -> str:
-    """The campaign's cells: NaN shows as "-" and every float in three decimals (no significant digits)."""
-    return fmt(x, sig=None, nan="-")
 
 
 def _ds_starts(u: dict) -> str | None:
@@ -33,17 +27,8 @@ def _ds_starts(u: dict) -> str | None:
     return f"{u['fixed_points']} ({lls}; kept {u['start_kept']})"
 
 
-def _table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
-    return md_table(header, rows, _f)
-
-
-def _missing(what: str, command: str) -> str:
-    return f"*Missing:* {what}. Make it with `{command}`, then re-export the campaign " \
-           f"(`chorus council campaign RUN... --out CAMPAIGN`)."
-
-
-def _sources(keys: Iterable[str]) -> str:
-    return "Cells: " + ", ".join(f"`{k}`" for k in keys) + "."
+# the cell, table, missing-line and sources helpers, shared with the report's later sections (paper_more.py)
+_f, _table, _missing, _sources = cell, table, missing, sources
 
 
 class Paper:
@@ -497,9 +482,12 @@ class Paper:
                  _table(["cell", "arm", "acc.", "ECE", "acc. +iso", "ECE +iso"], rows))
 
     def render(self) -> str:
-        for part in (self.table1, self.fig2, self.table2, self.fig3, self.table4, self.table5, self.inventory,
-                     self.fig4, self.fig5, self.table7, self.transfer, self.fig6, self.table9, self.table10, self.sweeps,
-                     self.table13, self.table14, self.table15, self.switch, self.contagion, self.drift, self.seats):
+        more = {name: (lambda f=getattr(paper_more, name): f(self))
+                for name in ("seed_clustered", "composition", "rounds", "permutation", "c8")}
+        for part in (self.table1, more["seed_clustered"], self.fig2, self.table2, more["composition"], self.fig3,
+                     self.table4, self.table5, self.inventory, self.fig4, self.fig5, self.table7, self.transfer,
+                     self.fig6, more["rounds"], self.table9, self.table10, self.sweeps, self.table13, self.table14,
+                     self.table15, self.switch, more["permutation"], self.contagion, self.drift, self.seats, more["c8"]):
             part()
         srcs = "\n".join(f"- `{s['path']}`: council `{s['council']}` ({s['kind']}), seats {', '.join(s['seats'])}, "
                          f"{s['rounds']} rounds" for s in self.n["sources"])

@@ -24,6 +24,7 @@ from chorus.simulate.debate.prompts import load_prompts
 from chorus.simulate.debate.protocol import run_protocol
 from chorus.simulate.debate.questions import Item, build_bench, load_bench, load_items, save_items  # noqa: F401 (re-exported)
 from chorus.simulate.debate.questions import item_frames
+from chorus.simulate.debate.domains import domain_table
 from chorus.simulate.debate.voting import report_votes, run_voting
 from chorus.simulate.debate.judged import debate_judged
 from chorus.simulate.judge import read_ledger
@@ -126,6 +127,7 @@ def report(run_dir: str | Path, *, make_plots: bool = True) -> dict[str, Any]:
     a = cfg.analysis
     summary, q = collective_summary(turns, seed=cfg.seed, n_boot=a.n_boot, n_perm=a.n_perm, ci=a.ci, fdr_q=a.fdr_q)
     run.write_table("questions", q)
+    summary["by_domain"] = domain_table(q, turns, seed=cfg.seed, n_boot=a.n_boot, ci=a.ci)   # Table 13 by domain
     c2, c2_tables = c2_summary(q, seed=cfg.seed, n_boot=a.n_boot, ci=a.ci)
     for name, tab in c2_tables.items():
         run.write_table(name, tab)

@@ -1,0 +1,35 @@
+"""What every section of the BDA paper report (``paper.py``, ``paper_more.py``) writes with: the campaign's
+cell format, a table, the line of a section whose inputs are missing, the cells a table read."""
+from __future__ import annotations
+
+from typing import Any, Iterable, Sequence
+
+from chorus.core.paper import fmt, md_table
+
+RUN_ATTACK = "chorus council run full --out RUN  (its attack-k1 / attack-k2 conditions)"
+RUN_CLEAN = "chorus council run full --out RUN"
+
+
+def cell(x: Any) -> str:
+    """The campaign's cells: NaN shows as "-" and every float in three decimals (no significant digits)."""
+    return fmt(x, sig=None, nan="-")
+
+
+def table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    return md_table(header, rows, cell)
+
+
+def missing(what: str, command: str) -> str:
+    return f"*Missing:* {what}. Make it with `{command}`, then re-export the campaign " \
+           f"(`chorus council campaign RUN... --out CAMPAIGN`)."
+
+
+def sources(keys: Iterable[str]) -> str:
+    return "Cells: " + ", ".join(f"`{k}`" for k in keys) + "."
+
+
+def ci(d: dict | None) -> str:
+    """A paired difference with its interval in one cell, "-" when there is none."""
+    if not d:
+        return "-"
+    return f"{d['delta']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]"
