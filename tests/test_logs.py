@@ -48,7 +48,8 @@ def test_a_removed_run_gives_the_logs_to_the_next(fresh_logs, tmp_path):
     assert os.environ["VLLM_LOGGING_CONFIG_PATH"] == str(second.parent / "vllm-logging.json")
     logging.getLogger("vllm.test").warning("to the live run")
     assert "to the live run" in second.read_text()
-    assert sum(isinstance(h, logging.FileHandler) for h in logging.getLogger("vllm").handlers) == 1
+    files = [h.baseFilename for h in logging.getLogger("vllm").handlers if isinstance(h, logging.FileHandler)]
+    assert files.count(str(second)) == 1 and str(first) not in files   # the removed run's handler is gone
 
 
 def test_a_users_own_vllm_logging_config_is_kept(fresh_logs, tmp_path, monkeypatch):
