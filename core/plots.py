@@ -100,9 +100,14 @@ def _house_rules(fig) -> None:
     from matplotlib.collections import PathCollection
     from matplotlib.ticker import MaxNLocator
     for ax in fig.axes:
-        for axis, label in ((ax.xaxis, ax.get_xlabel()), (ax.yaxis, ax.get_ylabel())):
+        for axis, label, lim, setlim in ((ax.xaxis, ax.get_xlabel(), ax.get_xlim(), ax.set_xlim),
+                                         (ax.yaxis, ax.get_ylabel(), ax.get_ylim(), ax.set_ylim)):
             if label and _is_integer_axis(label):
-                axis.set_major_locator(MaxNLocator(integer=True))
+                # one round alone (a single point) autoscales to +-0.1: widen to whole steps, one tick at least
+                if abs(lim[1] - lim[0]) < 1:
+                    mid = round(sum(lim) / 2)
+                    setlim(mid - 0.5, mid + 0.5)
+                axis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
         for coll in ax.collections:
             if isinstance(coll, PathCollection) and len(coll.get_offsets()) > DENSE and coll.get_alpha() is None:
                 coll.set_alpha(0.45)

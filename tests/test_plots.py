@@ -43,6 +43,11 @@ def test_rounds_and_layers_tick_at_integers_shares_do_not(tmp_path):
         fig, ax, _ = _line(tmp_path, [0.2, 0.5, 0.4, 0.1], xlabel=label)
         ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
         assert ticks and all(float(t).is_integer() for t in ticks), (label, ticks)
+    fig, ax = subplots()   # one round alone: whole steps, not 1.900 ... 2.100
+    ax.plot([2], [0.4], "o")
+    ax.set_xlabel("round")
+    save(fig, tmp_path / "one.png")
+    assert [float(t) for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]] == [2.0]
     fig, ax, _ = _line(tmp_path, [0.2, 0.5, 0.4], xlabel="share of rounds")
     assert not all(float(t).is_integer() for t in ax.get_xticks())
 
