@@ -245,7 +245,7 @@ def _layer_rows(torch, lm: LayerMap, rows: Sequence[Row], active: Sequence[int],
 def _forward(be, lm: LayerMap, rows: Sequence[Row], seqs: Sequence[list[int]], readout: Sequence[tuple[int, int]],
              keep: int, route: str = "interface"):
     """One padded forward of ``seqs`` with the rows' knockouts; returns log-softmax logits
-    of the last ``keep`` positions (B, keep, V), exactly as the hf backend computes them. ``route``:
+    of the last ``keep`` positions (B, keep, V; 0: every position), exactly as the hf backend computes them. ``route``:
     the knockout applied by the registered attention function, or by nnsight edits of each
     attention module's mask input (the same edit, bitwise equal results)."""
     torch = be.torch
