@@ -3,22 +3,25 @@
     .venv/bin/python scripts/bare_wheels.py            # here: the missing wheels into .whl/ (< 60 MiB)
     # there, in the source tree with .whl/ beside it, in one command:
     python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
-    PYTHONPATH=/tmp/site:. python3 bench/gpu_check_bare.py --out DIR     # full size, < 8 min
+    PYTHONPATH=/tmp/site:. python3 bench/gpu_check_bare.py --out DIR     # full size, < 9.5 min
     .venv/bin/python bench/gpu_check_bare.py --tiny --out DIR              # anywhere (CI, CPU): tiny sizes
 
 Per paper architecture, in the order ``--models`` names them (default Llama-3.1-8B, Gemma-4-E4B,
 Qwen3.5-9B; each keeps back what the later ones need, and one that does not fit is recorded as
 skipped), in its own process: a full-size dummy folder drawn on the GPU
-in bf16 (``chorus.serving.dummy``), then on the transformers backend in bf16 the rehearsal's own paths
+in bf16 (``chorus.serving.dummy``), then on the transformers backend in bf16 first chorus against raw
+transformers (``ratios``: ``bench/chorus_ratios.py``, every path as a time ratio chorus/raw of
+interleaved medians), then the rehearsal's own paths
 (``chorus.rehearse``: load, batched chat, JSON output, choices, option log-probs, knockout
 against a plain pass, residual patch, probe activations), the knockout's cost over a plain pass,
 both knockout routes (nnsight and the attention interface: equal log-probs, each one's seconds, on
 short and debate-length peer messages), knockout through generation (cached against recomputed),
 on a hybrid the recurrent-state knockout (cost by mixer, exactness, the message unreadable),
 the engine's close, one LoRA step (peft and a torch optimizer on a second load of the engine),
-the load/close/load cycle (free device memory back within 1 GiB after each close) and the memory
+the load/close/load cycle (free device memory back within 1 GiB after each close), the memory
 planner's decision for a vLLM + transformers pool of the model, checked against what the
-transformers copy measured. Every step records status, seconds, peak memory and its numbers in
+transformers copy measured, and (Llama only, the DEBATE recipe's base) one real full fine-tuning
+step at the paper's sizes in the precision the SFT planner picks, its peak beside the estimate. Every step records status, seconds, peak memory and its numbers in
 one JSON, ``DIR/gpu-check-bare.json``, rewritten after every step (a kill keeps what finished);
 the children's output goes to ``DIR/gpu-check-bare.log``. Exit 1 when a step failed.
 
@@ -52,12 +55,18 @@ ALIASES = {"llama": "llama-3.1-8b-instruct", "gemma": "gemma-4-e4b-it", "qwen": 
 ORDER = ["llama-3.1-8b-instruct", "gemma-4-e4b-it", "qwen3.5-9b"]  # the names --models knows
 HYBRIDS = {"qwen3.5-9b"}  # recurrent (Gated DeltaNet) layers: the recurrent knockout step runs on these
 # Seconds a model needs on an H200 at full size: 1.5x what each took there on 2026-12-04 (llama 75 s,
-# qwen 91 s, gemma 71 s: bench/results/gpu-check-bare-h200.json). Started only while that much is left.
-MODEL_NEED_S = {"llama-3.1-8b-instruct": 115, "gemma-4-e4b-it": 110, "qwen3.5-9b": 140}
+# qwen 91 s, gemma 71 s: bench/results/gpu-check-bare-h200.json), less the margin the steps added since
+# need: the ratio step's share (RATIOS_S) for each and the full SFT step (llama only) are not yet
+# measured on a GPU. Started only while that much is left.
+MODEL_NEED_S = {"llama-3.1-8b-instruct": 200, "gemma-4-e4b-it": 150, "qwen3.5-9b": 170}
+FULL_STEP_ARCH = "llama-3.1-8b-instruct"  # the paper's DEBATE recipe fine-tunes Llama-3.1-8B
 TINY_NEED_S = 20
 # per step, full size (tiny: 2 s): a step starts only while its need is left before the model's deadline
-STEP_NEED_S = {"build": 60, "hf.load": 40, "knockout.cost": 15, "knockout.routes": 20, "knockout.generate": 20,
-               "knockout.recurrent": 30, "sft.lora_step": 50}
+STEP_NEED_S = {"build": 60, "hf.load": 40, "ratios": 30, "bf16.invariance": 10, "knockout.cost": 15, "knockout.routes": 20,
+               "knockout.generate": 20, "knockout.recurrent": 30, "sft.lora_step": 50, "sft.full_step": 60}
+# the ratio step's own share of a model's budget at full size (not yet measured on a GPU: an estimate);
+# the keys that do not fit are recorded as skipped, most informative first (bench/chorus_ratios.py)
+RATIOS_S = 60
 PATH_NEED_S = 10
 REHEARSE_PATHS = ["hf.load", "hf.chat", "hf.json_schema", "hf.choice", "hf.option_logprobs", "hf.knockout",
                   "hf.patch", "hf.probe"]
@@ -384,6 +393,133 @@ def _knockout_recurrent(r: Any, tiny: bool) -> dict[str, Any]:
     return d
 
 
+def _ratios(m: Model, r: Any) -> dict[str, Any]:
+    """chorus against raw transformers on this model (``bench/chorus_ratios.py``): every key a time
+    ratio chorus/raw of interleaved medians, the most informative keys first, until its share of
+    the budget is spent (the rest recorded as skipped)."""
+    from chorus_ratios import measure
+
+    from chorus.rehearse import CheckFailed
+    # full size: its share, leaving the later steps theirs; tiny: every key (the check's own test)
+    deadline = None if m.tiny else min(m.deadline - 60, time.time() + RATIOS_S)
+    d = measure(r.engine("hf"), "tiny" if m.tiny else "full", deadline=deadline,
+                **({"repeats": 1, "new_tokens": 2, "words": 48} if m.tiny else {}))
+    errors = {k: v["error"] for k, v in d["ratios"].items() if "error" in v}
+    if errors:
+        raise CheckFailed(f"ratio keys failed: {errors}", d)
+    return d
+
+
+def _bf16_invariance(m: Model, r: Any) -> dict[str, Any]:
+    """Issue 52 part 4: bf16 option log-probs of chats of three lengths batched against alone, under
+    the engine's attention and eager, and the padded row's drift per layer (``bench/batch_invariance.py``).
+    On a CPU (float32 engine) a second engine of the same folder is loaded in bf16."""
+    from batch_invariance import measure
+
+    from chorus.serving import load_engine
+    eng = r.engine("hf")
+    if eng.dtype == "bfloat16":
+        return measure(eng)
+    bf = load_engine(str(m.folder), "hf", dtype="bfloat16")
+    try:
+        return measure(bf)
+    finally:
+        bf.close()
+
+
+def _sft_full_step(m: Model) -> dict[str, Any]:
+    """One real optimizer step of the paper's full fine-tuning recipe (``sft default.yaml``: micro-batch
+    and length, gradient checkpointing, its optimizer) in the precision the planner picks for this
+    device (``sft_memory.choose_precision``), with the peak device memory beside the estimate. The loss
+    head is computed in token chunks under checkpointing, as TRL's fused head does, so no (tokens x
+    vocabulary) logits are kept. ``--tiny`` (CPU): the recipe's settings at 1 x 64 tokens on the tiny
+    model, fp32. The estimate's overhead (CUDA context, allocator slack) is outside torch's peak."""
+    import math
+    from dataclasses import replace
+
+    import torch
+    from torch.utils.checkpoint import checkpoint
+    from transformers import AutoModelForCausalLM
+
+    from chorus.rehearse import CheckFailed
+    from chorus.serving.device import free_device_memory
+    from chorus.simulate.roleplay.config import SftConfig, load
+    from chorus.simulate.roleplay.sft_memory import AUTO_PRECISIONS, choose_precision, estimate, settings_for
+    cuda = _cuda() is not None
+    recipe = settings_for(load("default", SftConfig, part="sft"))
+    if m.tiny:
+        recipe = replace(recipe, micro_batch=1, seq_len=64)
+    config = json.loads((m.folder / "config.json").read_text())
+    device_gib = (torch.cuda.get_device_properties(0).total_memory / GIB) if cuda else NOMINAL_DEVICE_GIB
+    usable = device_gib * 0.9  # plan_devices' max_utilization
+    import importlib.util
+    cands = tuple(p for p in AUTO_PRECISIONS if p != "bf16-8bit" or importlib.util.find_spec("bitsandbytes"))
+    s, considered = choose_precision(config, recipe, usable, candidates=cands if cuda else ("fp32",))
+    est = estimate(config, s)
+    d: dict[str, Any] = {"precision": est.precision, "considered_gib": considered, "usable_gib": round(usable, 3),
+                         "micro_batch": s.micro_batch, "seq_len": s.seq_len, "optim": s.optim,
+                         "gradient_checkpointing": s.gradient_checkpointing, "estimate": est.to_dict(),
+                         "estimate_gib": round(est.total_gib, 3),
+                         "estimate_without_overhead_gib": round(est.total_gib - est.overhead_gib, 3)}
+    if est.total_gib > usable:
+        raise CheckFailed(f"no precision fits: {considered} GiB against {usable:.1f} usable", d)
+    dev = "cuda" if cuda else "cpu"
+    if cuda:
+        free_device_memory()
+        torch.cuda.reset_peak_memory_stats()
+    model = AutoModelForCausalLM.from_pretrained(str(m.folder), dtype=getattr(torch, s.dtype)).to(dev)
+    try:
+        model.train()
+        model.config.use_cache = False
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        params = [p for p in model.parameters() if p.requires_grad]
+        opt = torch.optim.AdamW(params, lr=1e-5, fused=cuda and s.optim == "adamw_torch_fused")
+        vocab = model.get_output_embeddings().weight.shape[0]
+        g = torch.Generator().manual_seed(0)
+        ids = torch.randint(0, vocab, (s.micro_batch, s.seq_len), generator=g).to(dev)
+        base, head = model.get_decoder(), model.get_output_embeddings()
+        auto = torch.autocast("cuda", dtype=torch.bfloat16) if cuda and s.act_dtype == "bfloat16" else _null()
+        t0 = time.perf_counter()
+        with auto:
+            hidden = base(input_ids=ids).last_hidden_state[:, :-1].reshape(-1, head.weight.shape[1])
+            tgt = ids[:, 1:].reshape(-1)
+            chunk = 4096
+
+            def part(h, t):  # recomputed in the backward pass: one chunk's logits alive at a time
+                return torch.nn.functional.cross_entropy(head(h).float(), t, reduction="sum")
+            loss = sum(checkpoint(part, hidden[i:i + chunk], tgt[i:i + chunk], use_reentrant=False)
+                       for i in range(0, hidden.shape[0], chunk)) / tgt.numel()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if cuda:
+            torch.cuda.synchronize()
+        d.update(step_s=round(time.perf_counter() - t0, 3), loss=round(float(loss.detach()), 4),
+                 parameters=sum(p.numel() for p in params),
+                 state_dtype=str(next(iter(opt.state.values()))["exp_avg"].dtype).replace("torch.", ""))
+        if cuda:
+            d.update(peak_allocated_gib=round(torch.cuda.max_memory_allocated() / GIB, 3),
+                     peak_reserved_gib=round(torch.cuda.max_memory_reserved() / GIB, 3))
+            d["measured_vs_estimate"] = round(d["peak_reserved_gib"] / d["estimate_without_overhead_gib"], 3)
+        else:
+            d["peak_device_gib"] = "no CUDA device: the step ran on the CPU, the peak is the step's RSS"
+        del opt, loss, hidden, params
+    finally:
+        del model
+        free_device_memory()
+    if not math.isfinite(d["loss"]):
+        raise CheckFailed("the full fine-tuning step's loss is not finite", d)
+    return d
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
 def _loaded(m: Model) -> None:
     m.mem["loaded"] = _mem()
 
@@ -522,9 +658,9 @@ def run_model(arch: str, report_path: Path, work: Path, deadline: float, tiny: b
 
     from chorus.rehearse import _Rehearsal, _run_path
     m = Model(arch, report_path, work, deadline, tiny, dtype)
-    later = [*REHEARSE_PATHS, "knockout.cost", "knockout.routes", "knockout.generate",
+    later = [*REHEARSE_PATHS, "ratios", "bf16.invariance", "knockout.cost", "knockout.routes", "knockout.generate",
              *(["knockout.recurrent"] if arch in HYBRIDS else []), "hf.close", "sft.lora_step", "memory.cycle",
-             "memory.plan"]
+             "memory.plan", *(["sft.full_step"] if tiny or arch == FULL_STEP_ARCH else [])]
     try:
         if m.run("build", lambda: _build(m))["status"] != "pass":
             return m.skip_rest(later, "no model folder (build failed)")
@@ -545,6 +681,9 @@ def run_model(arch: str, report_path: Path, work: Path, deadline: float, tiny: b
                         rec["detail"]["memory"] = m.mem["loaded"]
                     print(f"{arch} {name}: {rec['status']} {rec['seconds']} s {rec.get('error', '')[:200]}", flush=True)
                     m.write()
+                    if name == "hf.load":  # the most informative step first: chorus against raw transformers
+                        m.run("ratios", lambda: _ratios(m, r))
+                m.run("bf16.invariance", lambda: _bf16_invariance(m, r))
                 m.run("knockout.cost", lambda: _knockout_cost(r))
                 m.run("knockout.routes", lambda: _knockout_routes(r, m.tiny))
                 m.run("knockout.generate", lambda: _knockout_generate(r, m.tiny))
@@ -555,6 +694,8 @@ def run_model(arch: str, report_path: Path, work: Path, deadline: float, tiny: b
         m.run("sft.lora_step", lambda: _lora_step(m))
         m.run("memory.cycle", lambda: _cycle(m))
         m.run("memory.plan", lambda: _plan(m))
+        if m.tiny or arch == FULL_STEP_ARCH:
+            m.run("sft.full_step", lambda: _sft_full_step(m))  # last: it needs the whole device
     finally:
         if m.folder is not None:
             shutil.rmtree(m.folder, ignore_errors=True)  # 15-18 GB: the next model needs the disk
@@ -570,7 +711,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, required=True, help="folder for gpu-check-bare.json and its log")
     ap.add_argument("--tiny", action="store_true", help="tiny sizes on any machine (CI, CPU)")
-    ap.add_argument("--budget-s", type=float, default=450.0, help="wall-clock budget for all models (default 450)")
+    ap.add_argument("--budget-s", type=float, default=540.0, help="wall-clock budget for all models (default 540: "
+                                                                 "one 10-minute device command with the install)")
     ap.add_argument("--models", default="llama,gemma,qwen",
                     help="comma-separated, in the order they run: llama, gemma, qwen")
     ap.add_argument("--work", type=Path, default=None, help="where the dummy folders go (default: a temp folder)")

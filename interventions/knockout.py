@@ -205,21 +205,25 @@ def _check_queries(queries: str) -> None:
         raise InputError(f"queries must be one of {QUERIES}, got {queries!r}")
 
 
-def _blocked_edges(torch, rows: Sequence[Row], seqs: Sequence[list[int]], T: int, readout: Sequence[tuple[int, int]]):
-    """(B, T, T) bool: row r's blocked (query, key) pairs in padded coordinates."""
+def _blocked_edges(torch, rows: Sequence[Row], seqs: Sequence[list[int]], T: int, readout: Sequence[tuple[int, int]],
+                   device=None):
+    """(B, T, T) bool on ``device``: row r's blocked (query, key) pairs in padded coordinates, built
+    there from each row's query and key ranges (a (B, T, T) tensor filled on the CPU and copied
+    over cost a transfer per batch; issue 52)."""
     B = len(rows)
-    blk = torch.zeros(B, T, T, dtype=torch.bool)
+    bounds = torch.zeros(B, 4, dtype=torch.long)  # query start, query end, key start, key end
     for r, (row, seq) in enumerate(zip(rows, seqs)):
         if not row.cuts:
             continue
         off = T - len(seq)
         s, e = row.span.start + off, row.span.end + off
-        if row.queries == "after":
-            blk[r, e:, s:e] = True
-        else:
-            a, b = readout[r]
-            blk[r, off + a:off + b, s:e] = True
-    return blk
+        q0, q1 = (e, T) if row.queries == "after" else (off + readout[r][0], off + readout[r][1])
+        bounds[r] = torch.tensor([q0, q1, s, e])
+    b = bounds.to(device)[:, :, None]
+    t = torch.arange(T, device=device)[None]
+    q = (t >= b[:, 0]) & (t < b[:, 1])
+    k = (t >= b[:, 2]) & (t < b[:, 3])
+    return q[:, :, None] & k[:, None, :]
 
 
 def _check_route(route: str) -> None:
@@ -239,25 +243,21 @@ def _layer_rows(torch, lm: LayerMap, rows: Sequence[Row], active: Sequence[int],
 
 
 def _forward(be, lm: LayerMap, rows: Sequence[Row], seqs: Sequence[list[int]], readout: Sequence[tuple[int, int]],
-             keep_last: bool, route: str = "interface"):
+             keep: int, route: str = "interface"):
     """One padded forward of ``seqs`` with the rows' knockouts; returns log-softmax logits
-    (B, 1, V) when ``keep_last`` else (B, T, V), exactly as the hf backend computes them. ``route``:
+    of the last ``keep`` positions (B, keep, V; 0: every position), exactly as the hf backend computes them. ``route``:
     the knockout applied by the registered attention function, or by nnsight edits of each
     attention module's mask input (the same edit, bitwise equal results)."""
     torch = be.torch
     ids, mask = be._pad(list(seqs))
     T = ids.shape[1]
     active = [r for r, row in enumerate(rows) if row.cuts]
-    blocked = _blocked_edges(torch, rows, seqs, T, readout).to(ids.device) if active else None
+    blocked = _blocked_edges(torch, rows, seqs, T, readout, ids.device) if active else None
     sel = _layer_rows(torch, lm, rows, active, ids.device) if active else {}
     rec = _layer_rows(torch, lm, rows, active, ids.device, "recurrent") if active else {}
     pos = (mask.cumsum(-1) - 1).clamp(min=0)  # left padding must not shift positions
-    kw = {"input_ids": ids, "attention_mask": mask, "position_ids": pos, "use_cache": False}
-    if keep_last:
-        kw["logits_to_keep"] = 1
-    logits = run_forward(be, lm, kw, blocked, sel, route, rec)
-    if keep_last:
-        logits = logits[:, -1:]
+    kw = {"input_ids": ids, "attention_mask": mask, "position_ids": pos, "use_cache": False, "logits_to_keep": keep}
+    logits = run_forward(be, lm, kw, blocked, sel, route, rec)[:, -keep:]
     with torch.inference_mode():
         return torch.log_softmax(logits.float(), dim=-1)
 
@@ -328,7 +328,7 @@ def run_rows(engine: Any, rows: Sequence[Row], route: str = DEFAULT_ROUTE) -> li
         for batch in be._batches(order, lengths):
             brows = [rows[i] for i in batch]
             lp = _forward(be, lm, brows, [r.prompt for r in brows],
-                          [(len(r.prompt) - 1, len(r.prompt)) for r in brows], keep_last=True, route=route).cpu()
+                          [(len(r.prompt) - 1, len(r.prompt)) for r in brows], keep=1, route=route).cpu()
             for k, i in enumerate(batch):
                 for j, o in enumerate(rows[i].options):
                     out[i][j] = float(lp[k, -1, o[0]])
@@ -342,13 +342,12 @@ def run_rows(engine: Any, rows: Sequence[Row], route: str = DEFAULT_ROUTE) -> li
         bseqs = [seqs[j] for j in batch]
         readout = [(len(rows[i].prompt) - 1, len(rows[i].prompt) - 1 + len(rows[i].options[k]))
                    for i, k in (pairs[j] for j in batch)]
-        logp = _forward(be, lm, brows, bseqs, readout, keep_last=False, route=route)
-        T = logp.shape[1]
+        keep = max(len(rows[pairs[j][0]].options[pairs[j][1]]) for j in batch) + 1  # the hf backend's
+        logp = _forward(be, lm, brows, bseqs, readout, keep=keep, route=route)
         for r, j in enumerate(batch):
             i, k = pairs[j]
-            L, n = len(rows[i].prompt), len(rows[i].options[k])
-            off = T - lengths[j]
-            p = torch.arange(off + L - 1, off + L - 1 + n)
+            n = len(rows[i].options[k])
+            p = torch.arange(keep - n - 1, keep - 1)
             tgt = torch.tensor(rows[i].options[k])
             out[i][k] = float(logp[r, p, tgt].double().sum())
     return out

@@ -273,13 +273,14 @@ class Engine:
         self.close()
 
 
-def engine_from_model(model: Any, tokenizer: Any, *, name: str = "custom", batch_size: int = 16,
-                      token_budget: int = 16384) -> Engine:
+def engine_from_model(model: Any, tokenizer: Any, *, name: str = "custom", batch_size: int | None = None,
+                      token_budget: int | None = None) -> Engine:
     """An hf ``Engine`` (no store) around a transformers model already in memory: the interface
     the knockout, patching and probe code sees for a profile loaded from disk."""
     from chorus.serving.backends.hf import HFBackend
 
-    be = HFBackend.from_model(model, tokenizer, batch_size=batch_size, token_budget=token_budget)
+    kw = {k: v for k, v in (("batch_size", batch_size), ("token_budget", token_budget)) if v is not None}
+    be = HFBackend.from_model(model, tokenizer, **kw)  # None: the backend's defaults
     prof = Profile(name=name, family=getattr(model.config, "model_type", None) or "?", description="model object",
                    chat=bool(getattr(tokenizer, "chat_template", None)))
     return Engine(prof, be, tokenizer, dtype=be.dtype, store=None, weights_sha256=None)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
 import subprocess
 import sys
@@ -150,13 +151,19 @@ def test_bare_check_runs_at_tiny_size_on_cpu_without_vllm(tmp_path):
     rep = json.loads((out / "gpu-check-bare.json").read_text())
     assert rep["tiny"] is True and rep["device"]["torch"] and rep["versions"]["nnsight"]
     steps = {s["step"]: s for s in rep["steps"]}
-    assert list(steps) == ["build", "hf.load", "hf.chat", "hf.json_schema", "hf.choice", "hf.option_logprobs",
-                           "hf.knockout", "hf.patch", "hf.probe", "knockout.cost", "knockout.routes",
-                           "knockout.generate", "hf.close", "sft.lora_step", "memory.cycle", "memory.plan"]
+    assert list(steps) == ["build", "hf.load", "ratios", "hf.chat", "hf.json_schema", "hf.choice",
+                           "hf.option_logprobs", "hf.knockout", "hf.patch", "hf.probe", "bf16.invariance",
+                           "knockout.cost", "knockout.routes", "knockout.generate", "hf.close", "sft.lora_step",
+                           "memory.cycle", "memory.plan", "sft.full_step"]
     bad = {k: s.get("error") for k, s in steps.items() if s["status"] != "pass"}
     assert not bad, bad
     assert all(s["seconds"] >= 0 and s["peak_rss_gib"] > 0 for s in steps.values())
     assert steps["sft.lora_step"]["detail"]["lora_b_abs_sum"] > 0
+    ratios = steps["ratios"]["detail"]["ratios"]  # issue 52: every path chorus/raw, none cut at tiny size
+    assert all("ratio" in v for v in ratios.values()) and "knockout.debate.b32" in ratios
+    assert steps["bf16.invariance"]["detail"]["eager"]["max_abs_diff"] == 0.0  # CPU: eager is batch-invariant
+    full = steps["sft.full_step"]["detail"]
+    assert full["precision"] == "fp32" and full["gradient_checkpointing"] and math.isfinite(full["loss"])
     routes = steps["knockout.routes"]["detail"]
     assert routes["short"]["bitwise_equal"] and routes["long"]["bitwise_equal"]  # float32 here: the routes agree
     gen = steps["knockout.generate"]["detail"]

@@ -36,7 +36,7 @@ def target(conv: list[dict]) -> tuple[int, int, int]:
 def _full_logprobs(eng, rows):
     be = eng.backend
     return ko._forward(be, ko.layer_map(eng), rows, [r.prompt for r in rows],
-                       [(len(r.prompt) - 1, len(r.prompt)) for r in rows], keep_last=False)
+                       [(len(r.prompt) - 1, len(r.prompt)) for r in rows], keep=0)
 
 
 def _swap_span(rows, seed=0):

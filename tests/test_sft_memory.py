@@ -7,6 +7,8 @@ from dataclasses import replace
 import pytest
 from conftest import EMBEDDED
 
+from chorus.core.config import ConfigError
+
 from chorus.simulate.roleplay.sft_memory import (GIB, Dims, SftMemoryError, SftSettings, check_fits, decide, estimate,
                                           lora_parameter_count, settings_for)
 
@@ -139,7 +141,8 @@ def test_paper_recipe_at_8b_fits_an_h100_only_as_shipped():
         decide(cfg, no_ckpt, "cuda:0 (NVIDIA H100 80GB HBM3)", h100, lora=lora)
     assert str(err.value) == (
         "the SFT plan does not fit cuda:0 (NVIDIA H100 80GB HBM3) (79.1 GiB): full fine-tuning of 8.03 B parameters "
-        "(8.030 B trainable; bfloat16; micro-batch 4 x 4096 tokens; gradient checkpointing off) needs an estimated "
+        "(8.030 B trainable; precision bf16: pure bf16 weights, gradients and optimizer states, 8.0 bytes a trainable "
+        "parameter; micro-batch 4 x 4096 tokens; gradient checkpointing off) needs an estimated "
         "132.5 GiB = weights 15.0 + gradients 15.0 + optimizer adamw_torch_fused 29.9 + activations 68.0 + loss head "
         "3.7 + overhead 1.0 GiB; instead with training.gradient_checkpointing=true: 70.6 GiB; the shipped LoRA config "
         "(chorus sft train lora, simulate/roleplay/configs/sft/lora.yaml): 25.2 GiB")
@@ -165,3 +168,49 @@ def test_cli_refuses_a_plan_that_does_not_fit_before_anything_is_loaded_or_writt
     assert "error: the SFT plan does not fit host RAM (CPU training)" in msg
     assert "gradient checkpointing off) needs an estimated" in msg and "lora.yaml): " in msg
     assert not out.exists()
+
+
+def test_precision_is_stated_and_the_most_precise_that_fits_is_chosen():
+    """Issue 52: pure bf16 is 8 bytes a parameter, mixed precision (fp32 weights, gradients and AdamW
+    states) 16, bf16 with an 8-bit optimizer about 6; on an 80 GB card the 8B recipe fits only in
+    pure bf16 (or 8-bit), on a larger one mixed is taken where it fits, and the choice is named."""
+    from chorus.simulate.roleplay.sft_memory import choose_precision, precision_of, with_precision
+    cfg, full, _ = _recipe()
+    n = 8_030_261_248
+    e = {p: estimate(cfg, with_precision(full, p)) for p in ("mixed", "bf16", "bf16-8bit", "fp32")}
+    assert {p: x.precision for p, x in e.items()} == {p: p for p in e}
+    assert e["bf16"].bytes_per_parameter == pytest.approx(8.0)
+    assert e["mixed"].bytes_per_parameter == pytest.approx(16.0)
+    assert e["bf16-8bit"].bytes_per_parameter == pytest.approx(6.0, abs=0.05)
+    assert e["bf16"].total_gib == pytest.approx(70.64, abs=0.01)  # the shipped estimate, unchanged
+    # mixed keeps bf16 activations (autocast): its excess over pure bf16 is the 8 bytes a parameter alone
+    assert e["mixed"].activations_gib == pytest.approx(e["bf16"].activations_gib)
+    assert _bytes(e["mixed"], "total_gib") - _bytes(e["bf16"], "total_gib") == pytest.approx(
+        8 * n + 128256 * 4096 * 2, rel=1e-6)  # plus the head's gradient cast in fp32 rather than bf16
+    h100_usable = 79.1 * 0.9
+    s, considered = choose_precision(cfg, full, h100_usable)
+    assert precision_of(s) == "bf16" and considered["mixed"] > h100_usable >= considered["bf16"]
+    s, _ = choose_precision(cfg, full, 400.0)
+    assert precision_of(s) == "mixed" and s.dtype == "float32" and s.act_dtype == "bfloat16"
+    s, _ = choose_precision(cfg, full, 60.0)   # none fits: the smallest, which the plan then refuses
+    assert precision_of(s) == "bf16-8bit" and s.optim == "adamw_8bit"
+    assert "precision bf16: pure bf16" in e["bf16"].describe() and e["bf16"].to_dict()["precision"] == "bf16"
+    with pytest.raises(ConfigError, match="training.precision must be one of"):
+        with_precision(full, "fp8")
+
+
+def test_check_prints_the_precision_and_the_plan():
+    """``chorus sft train --check``: the trainer's plan, whose reason names the precision it trains in
+    (CPU here: fp32) and every precision considered, with no model loaded."""
+    from typer.testing import CliRunner
+
+    from chorus.cli import app
+    r = CliRunner().invoke(app, ["sft", "train", "smoke", "--check"])
+    assert r.exit_code == 0, r.output
+    msg = " ".join(r.output.split())
+    assert "phase train (cpu): smollm2-135m-instruct/trainer/float32 for trainer (needs" in msg
+    assert "trains in precision fp32 (fp32 weights, gradients, optimizer states and activations; 16.0 bytes a " \
+           "trainable parameter; estimated" in msg
+    r = CliRunner().invoke(app, ["sft", "train", "smoke", "--check", "--set", "training.precision=bf16"])
+    assert r.exit_code == 0, r.output
+    assert "trains in precision bf16 (pure bf16" in " ".join(r.output.split())

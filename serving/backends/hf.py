@@ -28,12 +28,20 @@ def eos_ids(model: Any, tok: Any) -> list[int]:
     return sorted(ids)
 
 
+# Micro-batches: 32 rows (the paper's debate batch: issue 52 measured 16 as two generate calls where
+# raw transformers makes one, 2-3x raw's time at batch 32) and 32768 padded tokens (32 debate-length
+# prompts). Every path keeps only the logits it reads (logits_to_keep), so the budget bounds
+# activations and the KV cache, not a (tokens x vocabulary) logits tensor.
+BATCH_SIZE = 32
+TOKEN_BUDGET = 32768
+
+
 class HFBackend:
     name = "hf"
 
     def __init__(self, path: str, *, dtype: str = "float32", device: str | None = None,
-                 attn_implementation: str | None = None, batch_size: int = 16,
-                 max_model_len: int | None = None, token_budget: int = 16384, threads: int | None = None):
+                 attn_implementation: str | None = None, batch_size: int = BATCH_SIZE,
+                 max_model_len: int | None = None, token_budget: int = TOKEN_BUDGET, threads: int | None = None):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -58,7 +66,8 @@ class HFBackend:
         self._adopt(model, AutoTokenizer.from_pretrained(path), max_model_len, batch_size, token_budget)
 
     @classmethod
-    def from_model(cls, model: Any, tokenizer: Any, *, batch_size: int = 16, token_budget: int = 16384) -> "HFBackend":
+    def from_model(cls, model: Any, tokenizer: Any, *, batch_size: int = BATCH_SIZE,
+                   token_budget: int = TOKEN_BUDGET) -> "HFBackend":
         """A backend around a transformers model already in memory (no loading): tiny random
         models in tests, or a model a user built or edited."""
         import torch
@@ -193,22 +202,25 @@ class HFBackend:
         order = sorted(range(len(pairs)), key=lambda j: -lengths[j])
         for batch in self._batches(order, lengths):
             ids, mask = self._pad([seqs[j] for j in batch])
+            # left padding ends every row at the last column: an option of n tokens is read from the
+            # last n + 1 positions, so only those logits are computed (not tokens x vocabulary)
+            keep = max(len(options[pairs[j][0]][pairs[j][1]]) for j in batch) + 1
             with torch.inference_mode():
-                logits = self._forward(ids, mask)
+                logits = self._forward(ids, mask, keep)
                 logp = torch.log_softmax(logits.float(), dim=-1)
-            T = ids.shape[1]
             for r, j in enumerate(batch):
                 i, k = pairs[j]
-                L, n = len(prompts[i]), len(options[i][k])
-                off = T - lengths[j]
-                pos = torch.arange(off + L - 1, off + L - 1 + n)
+                n = len(options[i][k])
+                pos = torch.arange(keep - n - 1, keep - 1)
                 tgt = torch.tensor(options[i][k])
                 out[i][k] = float(logp[r, pos, tgt].double().sum())
         return out
 
-    def _forward(self, ids, mask):
+    def _forward(self, ids, mask, keep: int = 0):
+        """Logits of the last ``keep`` positions (0: all)."""
         pos = (mask.cumsum(-1) - 1).clamp(min=0)  # left padding must not shift positions
-        return self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False).logits
+        return self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False,
+                          logits_to_keep=keep).logits
 
     def _last_logprobs(self, prompts: list[list[int]]):
         torch = self.torch
@@ -260,10 +272,14 @@ class _SeededSampler:
             self.gens.append(g)
 
     def __call__(self, input_ids, scores):
+        # torch.multinomial(p, 1, generator=g) is argmax(p / q) with q ~ Exp(1) drawn by
+        # ``exponential_`` from g over p's shape (ATen's one-sample path). Drawing each row's q from
+        # its own generator and dividing and reducing the batch at once is the same draw, token
+        # for token (tests/test_seeding.py), without a per-row multinomial and its checks.
         torch = self.torch
         probs = torch.softmax(scores.float(), dim=-1).cpu()
-        out = torch.full_like(scores, float("-inf"))
+        q = torch.empty_like(probs)
         for i, g in enumerate(self.gens):
-            tok = int(torch.multinomial(probs[i], 1, generator=g))
-            out[i, tok] = 0.0
-        return out
+            q[i].exponential_(1, generator=g)
+        tok = (probs / q).argmax(dim=-1, keepdim=True).to(scores.device)
+        return torch.full_like(scores, float("-inf")).scatter_(1, tok, 0.0)

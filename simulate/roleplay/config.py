@@ -129,6 +129,10 @@ class Training(Strict):
     gradient_checkpointing: bool = Field(False, description="trade compute for memory (8B full fine-tuning)")
     optim: Literal["adamw_torch_fused", "adamw_torch", "adafactor", "adamw_8bit", "paged_adamw_8bit"] = Field(
         "adamw_torch_fused", description="transformers' optimizer name; the 8-bit ones need bitsandbytes")
+    precision: Optional[Literal["mixed", "bf16", "bf16-8bit", "fp32"]] = Field(
+        None, description="mixed (fp32 weights and optimizer states, bf16 autocast), bf16 (pure bf16), bf16-8bit "
+                          "(bf16 with an 8-bit optimizer) or fp32; default: on a bf16 GPU the most precise that "
+                          "fits, else fp32")
 
 
 class SftData(Strict):

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import weakref
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable
@@ -40,7 +41,8 @@ from chorus.simulate.roleplay.experiment import run_roleplay
 from chorus.simulate.roleplay.memory import build_memory
 from chorus.simulate.roleplay.prompts import load_prompts, render
 from chorus.simulate.roleplay.setups import steps
-from chorus.simulate.roleplay.sft_memory import BNB_OPTIMIZERS, plan_training, settings_for
+from chorus.simulate.roleplay.sft_memory import (AUTO_PRECISIONS, BNB_OPTIMIZERS, PRECISIONS, choose_precision,
+                                                 plan_training, settings_for, with_precision)
 
 
 def sft_examples(groups: list[Group], P: dict, kinds: list[str]) -> list[dict[str, Any]]:
@@ -187,20 +189,18 @@ def _write_sft_set(run: RunDir, examples: list[dict]) -> None:
 
 
 def _training_args(lib: SimpleNamespace, cfg: SftConfig, output_dir: Path,
-                   progress: Callable[[int, int], None] | None) -> Any:
-    """TRL's ``SFTConfig`` with the config's settings (built before any model is loaded)."""
-    torch = lib.torch
-    cuda = torch.cuda.is_available()
-    t = cfg.training
-    bf16 = (cuda and torch.cuda.is_bf16_supported()) if t.bf16 is None else t.bf16
+                   progress: Callable[[int, int], None] | None, s: Any) -> Any:
+    """TRL's ``SFTConfig`` with the config's settings and the precision ``s`` (``_memory_check``'s
+    settings: bf16 autocast and the optimizer), built before any model is loaded."""
+    cuda = lib.torch.cuda.is_available()
     try:   # transformers checks these values itself (a scheduler name, bf16 where the device has none)
-        return _trl_config(lib, cfg, output_dir, progress, bf16, cuda)
+        return _trl_config(lib, cfg, output_dir, progress, s.act_dtype == "bfloat16", cuda, s.optim)
     except ValueError as err:
         raise ConfigError(f"training: {' '.join(str(err).split())}") from None
 
 
 def _trl_config(lib: SimpleNamespace, cfg: SftConfig, output_dir: Path, progress: Callable[[int, int], None] | None,
-                bf16: bool, cuda: bool) -> Any:
+                bf16: bool, cuda: bool, optim: str) -> Any:
     t = cfg.training
     return lib.TrlConfig(output_dir=str(output_dir), num_train_epochs=t.epochs, learning_rate=t.learning_rate,
                          per_device_train_batch_size=t.per_device_batch_size,
@@ -210,27 +210,47 @@ def _trl_config(lib: SimpleNamespace, cfg: SftConfig, output_dir: Path, progress
                          data_seed=cfg.seed, bf16=bf16, use_cpu=not cuda, lr_scheduler_type=t.lr_scheduler,
                          warmup_steps=t.warmup_ratio, weight_decay=t.weight_decay, dataloader_num_workers=0,
                          disable_tqdm=progress is not None, gradient_checkpointing=t.gradient_checkpointing,
-                         optim=t.optim, logging_nan_inf_filter=False)   # a NaN loss is logged as NaN, not hidden
+                         optim=optim, logging_nan_inf_filter=False)   # a NaN loss is logged as NaN, not hidden
 
 
-def _memory_check(lib: SimpleNamespace, cfg: SftConfig, base_path: Path, args: Any) -> tuple[dict[str, Any], Any]:
-    """The run's memory estimate (``sft_memory``) and its device plan: on CUDA the trainer is the
-    phase "train" of ``chorus.serving.plan.plan_devices`` on device 0's total memory, refused with the
-    planner's line (role, sizes, device) and the alternatives' estimates when it does not fit; on
-    CPU the plan is mode "cpu" and the estimate is checked against the host's total RAM, where CPU
-    training holds the same tensors. Returns (the record for provenance and summary, the plan)."""
+def _precision_candidates(cfg: SftConfig, cuda: bool, bf16_ok: bool) -> tuple[str, ...]:
+    """The precisions the run may train in, most precise first: the configured one; else fp32 where
+    bf16 is off or missing; an 8-bit optimizer asked for by name; else, on a bf16 device, mixed, then
+    pure bf16, then (where bitsandbytes is installed) bf16 with an 8-bit optimizer."""
     import importlib.util
 
     t = cfg.training
-    if t.optim in BNB_OPTIMIZERS and importlib.util.find_spec("bitsandbytes") is None:
-        raise ConfigError(f"training.optim = {t.optim!r} needs bitsandbytes, which is not installed (it is not a "
-                          "chorus dependency); use adamw_torch_fused or adafactor")
-    import trl.trainer.utils as trl_utils
-    # the model loads in bf16 when training in bf16, else fp32 (_trainer); TRL >= 1.16 fuses the LM head
-    s = settings_for(cfg, dtype="bfloat16" if args.bf16 else "float32",
-                     fused_lm_head=hasattr(trl_utils, "add_fused_lm_head"))
+    if t.precision:
+        return (t.precision,)
+    if t.bf16 is False or (t.bf16 is None and not (cuda and bf16_ok)):
+        return ("fp32",)
+    if t.optim in BNB_OPTIMIZERS:
+        return ("bf16-8bit",)
+    if not cuda:
+        return ("bf16",)  # bf16 asked for on a CPU: loaded in bf16, as before
+    bnb = importlib.util.find_spec("bitsandbytes") is not None
+    return tuple(p for p in AUTO_PRECISIONS if bnb or p != "bf16-8bit")
+
+
+def _memory_check(lib: SimpleNamespace, cfg: SftConfig, base_path: Path) -> tuple[dict[str, Any], Any, Any]:
+    """The run's precision, memory estimate (``sft_memory``) and device plan: on CUDA the trainer is
+    the phase "train" of ``chorus.serving.plan.plan_devices`` on device 0's total memory, in the most
+    precise of ``_precision_candidates`` that fits its usable part, refused with the planner's line
+    (role, sizes, device) and the alternatives' estimates when none does; on CPU the plan is mode
+    "cpu" and the estimate is checked against the host's total RAM, where CPU training holds the
+    same tensors. Returns (the record for provenance and summary, the plan, the settings trained)."""
+    import importlib.util
+
+    t = cfg.training
     torch = lib.torch
     cuda = torch.cuda.is_available()
+    cands = _precision_candidates(cfg, cuda, cuda and torch.cuda.is_bf16_supported())
+    if (t.optim in BNB_OPTIMIZERS or "bf16-8bit" in cands[:1]) and importlib.util.find_spec("bitsandbytes") is None:
+        raise ConfigError(f"training.optim = {t.optim!r} / precision bf16-8bit needs bitsandbytes, which is not "
+                          "installed (it is not a chorus dependency); use adamw_torch_fused or adafactor")
+    import trl.trainer.utils as trl_utils
+    # TRL >= 1.16 fuses the LM head
+    base = settings_for(cfg, dtype="bfloat16", fused_lm_head=hasattr(trl_utils, "add_fused_lm_head"))
     if cuda:
         props = torch.cuda.get_device_properties(0)
         device, device_gib = f"cuda:0 ({props.name})", props.total_memory / GIB
@@ -241,20 +261,30 @@ def _memory_check(lib: SimpleNamespace, cfg: SftConfig, base_path: Path, args: A
         n = parameter_count(base_path)
     except MemoryPlanError:  # no safetensors (e.g. .bin weights): the config's closed form
         n = None
-    est, plan = plan_training(json.loads((base_path / "config.json").read_text()), s, device, device_gib, cuda=cuda,
+    config = json.loads((base_path / "config.json").read_text())
+    usable = device_gib * (0.9 if cuda else 1.0)  # plan_devices' max_utilization on CUDA
+    s, considered = choose_precision(config, base, usable, n_params=n, candidates=cands)
+    est, plan = plan_training(config, s, device, device_gib, cuda=cuda,
                               n_params=n, lora=settings_for(load("lora", SftConfig, part="sft")),
                               profile=cfg.base.profile)
+    precision = {"name": est.precision, "holds": PRECISIONS[est.precision][3], "load_dtype": s.dtype,
+                 "optim": s.optim, "autocast_bf16": s.act_dtype == "bfloat16" and s.dtype == "float32",
+                 "bytes_per_parameter": round(est.bytes_per_parameter, 3), "considered_gib": considered,
+                 "usable_gib": round(usable, 3)}
     memory = {"device": device, "device_gib": round(device_gib, 3), "fits": True, "total_gib": round(est.total_gib, 3),
-              "estimate": est.to_dict()}
-    return memory, plan
+              "precision": precision, "estimate": est.to_dict()}
+    reason = (f"{plan.reason}; trains in precision {est.precision} ({precision['holds']}; "
+              f"{est.bytes_per_parameter:.1f} bytes a trainable parameter; estimated {est.total_gib:.2f} GiB of "
+              f"{usable:.2f} usable; considered " + ", ".join(f"{k} {v:.2f} GiB" for k, v in considered.items()) + ")")
+    return memory, replace(plan, reason=reason), s
 
 
 def _trainer(lib: SimpleNamespace, cfg: SftConfig, base_path: Path, tok: Any, ds: Any, args: Any,
-             progress: Callable[[int, int], None] | None) -> Any:
+             progress: Callable[[int, int], None] | None, precision_dtype: str) -> Any:
     """TRL's ``SFTTrainer`` on ``ds`` with ``args`` (and LoRA through peft if enabled)."""
     torch = lib.torch
-    model = lib.AutoModelForCausalLM.from_pretrained(str(base_path),
-                                                     dtype=torch.bfloat16 if args.bf16 else torch.float32)
+    # the precision's load dtype (_memory_check): fp32 under mixed precision, else bf16 when training in bf16
+    model = lib.AutoModelForCausalLM.from_pretrained(str(base_path), dtype=getattr(torch, precision_dtype))
     peft_config = None
     if cfg.lora.enabled:
         from peft import LoraConfig
@@ -307,7 +337,7 @@ def _train(lib: SimpleNamespace, cfg: SftConfig, base_path: Path, tok: Any, ds: 
            ) -> tuple[Path, dict[str, Any], list[weakref.ref]]:
     """Train, save, write the results; the trainer lives only in this frame, so returning drops it.
     Returns weak references to its model and optimizer, to check that they are gone."""
-    trainer = _trainer(lib, cfg, base_path, tok, ds, args, progress)
+    trainer = _trainer(lib, cfg, base_path, tok, ds, args, progress, memory["precision"]["load_dtype"])
     result = trainer.train()
     _check_finite(trainer, run)   # before anything is saved: a model of NaN is never written
     model_dir = _save_model(cfg, trainer, tok, run)
@@ -410,8 +440,8 @@ def check_sft(cfg: SftConfig) -> None:
     """Every input of an SFT run that can be checked before anything loads (``--check`` runs it, and
     ``train_sft`` first): the prompts, the training groups, the base model's folder, the name to
     register under and the user's models.yaml it goes into, and the comparison's config. Each would
-    otherwise fail only after the whole training run. Returns no device plan (the trainer's is made
-    with its memory estimate, in ``train_sft``)."""
+    otherwise fail only after the whole training run. Returns the trainer's device plan, whose reason
+    names the precision it would train in and the estimate (``_memory_check``; no model is loaded)."""
     import yaml
 
     load_prompts(cfg.prompts)
@@ -434,7 +464,8 @@ def check_sft(cfg: SftConfig) -> None:
             load_prompts(load(cfg.compare, RoleplayConfig).prompts)
         except ConfigError as err:
             raise ConfigError(f"compare = {cfg.compare!r}: {err}") from None
-    return None
+    _, plan, _ = _memory_check(_training_stack(), cfg, get_profile(cfg.base.profile).require())
+    return plan
 
 
 def train_sft(cfg: SftConfig, out: Path | None = None, *, progress: Callable[[int, int], None] | None = None,
@@ -446,10 +477,11 @@ def train_sft(cfg: SftConfig, out: Path | None = None, *, progress: Callable[[in
     base_path = base.require()  # fails before any training
     lib = _training_stack()
     run_path = run_dir_path(out, "sft", cfg.name)
-    args = _training_args(lib, cfg, run_path / "trainer", progress)
-    memory, plan = _memory_check(lib, cfg, base_path, args)  # refuses before any model load or run directory
+    memory, plan, s = _memory_check(lib, cfg, base_path)  # refuses before any model load or run directory
+    args = _training_args(lib, cfg, run_path / "trainer", progress, s)
     run = _open_run(cfg, run_path, P, path, train_groups, excluded, base, base_path, memory)
-    run.update_provenance(device_plan=plan.to_dict())  # the comparison (compare) records its own plan
+    # the precision trained in beside the plan (the comparison (compare) records its own plan)
+    run.update_provenance(device_plan=plan.to_dict(), training_precision=memory["precision"])
     # the training's compute (labelling, training, saving; not the comparison, whose run records its own)
     with measure(run):
         examples, counts = _on_topic_examples(cfg, train_groups, P, run, classifier_engine)

@@ -42,6 +42,14 @@ Components (N = trainable parameters, p = their bytes per value, T = b * s token
   T*V*(p_act + 12): the logits, their fp32 upcast / log-softmax, its gradient and the input's.
 - overhead: 1 GiB (CUDA context, cuBLAS workspaces, allocator slack).
 
+Precision (``PRECISIONS``; issue 52): the dtype the weights are loaded in, the optimizer and the
+activations' dtype together. ``mixed``: fp32 weights, gradients and AdamW states under bf16 autocast
+(16 bytes a parameter); ``bf16``: pure bf16 weights, gradients and AdamW states (8 bytes a
+parameter; small updates round away, the price of fitting an 8B model on one 80 GB card);
+``bf16-8bit``: bf16 weights and gradients with bitsandbytes' 8-bit AdamW states; ``fp32``: CPU
+training, no autocast. ``choose_precision`` picks the most precise one that fits, and the plan, the
+``--check`` output and the run's provenance name it.
+
 total = weights + gradients + optimizer states + max(activations + loss head, optimizer step) +
 overhead. The activation and loss-head peaks are summed although they do not quite coincide: an
 upper estimate by design, a rough one (the paper's constants are for GPT-style layers with a 4h
@@ -131,6 +139,7 @@ class SftSettings:
     lora_dropout: float = 0.0
     fused_lm_head: bool = True                      # TRL >= 1.16
     flash_attention: bool = True                    # SDPA / flash: no s^2 attention scores kept
+    act_dtype: str | None = None                    # activations' dtype (bf16 autocast on fp32 weights); None: dtype
 
 
 @dataclass(frozen=True)
@@ -151,6 +160,16 @@ class SftMemoryEstimate:
     def mode(self) -> str:
         return "full" if self.settings.lora_r is None else f"LoRA r={self.settings.lora_r}"
 
+    @property
+    def precision(self) -> str:
+        return precision_of(self.settings)
+
+    @property
+    def bytes_per_parameter(self) -> float:
+        """Weights, gradients and optimizer states per trainable parameter (the precision's cost)."""
+        return (self.gradients_gib + self.optimizer_gib) * GIB / max(1, self.n_trainable) + (
+            BYTES[self.settings.dtype] if self.settings.lora_r is None else 4)
+
     def breakdown(self) -> str:
         step = f", optimizer step {self.optimizer_step_gib:.1f}" if self.optimizer_step_gib else ""
         return (f"weights {self.weights_gib:.1f} + gradients {self.gradients_gib:.1f} + optimizer "
@@ -160,11 +179,14 @@ class SftMemoryEstimate:
     def describe(self) -> str:
         s = self.settings
         return (f"{self.mode} fine-tuning of {self.n_params / 1e9:.2f} B parameters ({self.n_trainable / 1e9:.3f} B "
-                f"trainable; {s.dtype}; micro-batch {s.micro_batch} x {s.seq_len} tokens; gradient checkpointing "
+                f"trainable; precision {self.precision}: {PRECISIONS[self.precision][3]}, "
+                f"{self.bytes_per_parameter:.1f} bytes a trainable parameter; micro-batch {s.micro_batch} x {s.seq_len} tokens; gradient checkpointing "
                 f"{'on' if s.gradient_checkpointing else 'off'})")
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
+        d["precision"] = self.precision
+        d["bytes_per_parameter"] = self.bytes_per_parameter
         d["settings"]["lora_targets"] = (s if isinstance(s := self.settings.lora_targets, str) else list(s))
         return d
 
@@ -231,21 +253,22 @@ def estimate(config: dict[str, Any], settings: SftSettings, n_params: int | None
     step = _optimizer_step_bytes(s.optim, trainable_shapes, tp)
 
     T, h = s.micro_batch * s.seq_len, dims.hidden
-    scale = p / 2                                # the paper's constants are for 16-bit activations
+    pa = BYTES[s.act_dtype or s.dtype]           # activations: bf16 under autocast on fp32 weights
+    scale = pa / 2                               # the paper's constants are for 16-bit activations
     layer = T * h * (34 + (0 if s.flash_attention else 5 * dims.heads * s.seq_len / h)) * scale
     if not full:
         adapted = _targets(dims, s.lora_targets)
-        layer += T * len(adapted) * s.lora_r * p                                  # A's outputs
+        layer += T * len(adapted) * s.lora_r * pa                                 # A's outputs
         if s.lora_dropout > 0:
-            layer += T * sum(i for _, i, _ in adapted) * (p + 1)                  # dropped inputs and masks
+            layer += T * sum(i for _, i, _ in adapted) * (pa + 1)                 # dropped inputs and masks
     acts = (dims.layers * 2 * T * h * scale + layer) if s.gradient_checkpointing else dims.layers * layer
 
     if s.fused_lm_head:
-        head = T * h * (2 * p + 4) + min(T, FUSED_TILE[0]) * min(dims.vocab, FUSED_TILE[1]) * p
+        head = T * h * (2 * pa + 4) + min(T, FUSED_TILE[0]) * min(dims.vocab, FUSED_TILE[1]) * pa
         if full:
             head += dims.vocab * h * (4 + p)
     else:
-        head = T * dims.vocab * (p + 12)
+        head = T * dims.vocab * (pa + 12)
 
     g = lambda x: x / GIB  # noqa: E731
     total = weights + grads + optim + max(acts + head, step) + OVERHEAD_GIB * GIB
@@ -297,6 +320,49 @@ def alternatives(config: dict[str, Any], settings: SftSettings, *, n_params: int
                        fused_lm_head=settings.fused_lm_head)
         alts[LORA_FALLBACK] = estimate(config, lora, n_params)
     return alts
+
+
+# name: (the weights' load dtype, the optimizer it sets (None: the configured one), the activations'
+# dtype, what it holds). Most precise first: choose_precision takes the first that fits.
+PRECISIONS: dict[str, tuple[str, str | None, str, str]] = {
+    "mixed": ("float32", None, "bfloat16", "fp32 weights, gradients and optimizer states, bf16 autocast"),
+    "bf16": ("bfloat16", None, "bfloat16", "pure bf16 weights, gradients and optimizer states"),
+    "bf16-8bit": ("bfloat16", "adamw_8bit", "bfloat16", "bf16 weights and gradients, 8-bit optimizer states"),
+    "fp32": ("float32", None, "float32", "fp32 weights, gradients, optimizer states and activations"),
+}
+AUTO_PRECISIONS = ("mixed", "bf16", "bf16-8bit")  # on a bf16 GPU, in order of preference
+
+
+def precision_of(s: SftSettings) -> str:
+    """The precision ``s`` trains in (a name of ``PRECISIONS``)."""
+    if s.dtype == "float32":
+        return "fp32" if (s.act_dtype or s.dtype) == "float32" else "mixed"
+    return "bf16-8bit" if s.optim in BNB_OPTIMIZERS else "bf16"
+
+
+def with_precision(s: SftSettings, name: str) -> SftSettings:
+    """``s`` trained in precision ``name``: its load dtype, optimizer and activations' dtype."""
+    if name not in PRECISIONS:
+        raise ConfigError(f"training.precision must be one of {', '.join(PRECISIONS)}, got {name!r}")
+    dtype, optim, act, _ = PRECISIONS[name]
+    if optim is None and s.optim in BNB_OPTIMIZERS:
+        optim = "adamw_torch_fused"  # an 8-bit optimizer is the precision bf16-8bit, not this one
+    return replace(s, dtype=dtype, act_dtype=act, optim=optim or s.optim)
+
+
+def choose_precision(config: dict[str, Any], settings: SftSettings, usable_gib: float, *,
+                     n_params: int | None = None, candidates: Sequence[str] = AUTO_PRECISIONS
+                     ) -> tuple[SftSettings, dict[str, float]]:
+    """The most precise of ``candidates`` whose estimate fits ``usable_gib`` (else the last, the
+    smallest, which the plan then refuses with its line), and every candidate's estimated GiB."""
+    totals: dict[str, float] = {}
+    chosen = None
+    for name in candidates:
+        s = with_precision(settings, name)
+        totals[name] = round(estimate(config, s, n_params).total_gib, 3)
+        if chosen is None and totals[name] <= usable_gib:
+            chosen = s
+    return chosen or with_precision(settings, candidates[-1]), totals
 
 
 class SftPlanError(SftMemoryError, DevicePlanError):

@@ -1,0 +1,63 @@
+"""Issue 52: the ratio harness (chorus against raw transformers, bench/chorus_ratios.py) produces every
+key at tiny size on a CPU, and the bf16 batch-invariance measure (bench/batch_invariance.py) says
+where a batched readout departs from the alone one."""
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+
+import pytest
+from conftest import ROOT
+
+
+def _bench(name: str):
+    if str(ROOT / "bench") not in sys.path:
+        sys.path.insert(0, str(ROOT / "bench"))
+    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_ratio_harness_produces_every_key_at_tiny_size(tiny):
+    cr = _bench("chorus_ratios")
+    eng = tiny("llama")
+    d = cr.measure(eng, "tiny", repeats=1, new_tokens=2, words=16)
+    assert list(d["ratios"]) == cr.keys() and len(cr.keys()) == len(set(cr.keys()))
+    assert cr.keys()[:2] == ["chat.greedy.short.b8", "knockout.debate.b32"]  # the most informative first
+    for k, v in d["ratios"].items():
+        assert "error" not in v, (k, v)
+        assert v["chorus_s"] > 0 and v["raw_s"] > 0 and math.isclose(v["ratio"], v["chorus_s"] / v["raw_s"], rel_tol=2e-2)
+        assert isinstance(v["meets_goal"], bool)
+    assert d["ratios"]["knockout.debate.b32"]["goal_ratio_max"] == cr.GOAL_KO
+    assert d["ratios"]["chat.greedy.short.b32"]["goal_ratio_max"] == pytest.approx(1 / cr.GOAL_SPEED, abs=1e-3)
+    assert d["ratios"]["chat.greedy.short.b32"]["chorus_tokens"] == 32 * 2  # random weights: no early stop
+    assert set(d["misses"]) <= set(d["ratios"])
+
+
+def test_ratio_harness_records_a_budget_cut_instead_of_dropping_keys(tiny):
+    cr = _bench("chorus_ratios")
+    d = cr.measure(tiny("llama"), "tiny", deadline=0.0)
+    assert list(d["ratios"]) == cr.keys() and all(v == {"skipped": "budget"} for v in d["ratios"].values())
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma4", "qwen3_5"])
+def test_bf16_batch_invariance_measure_on_tiny_models(tokenizer, family):
+    """In bf16 on this CPU only the padded rows depart from their alone readout, only under sdpa:
+    eager attention is bitwise batch-invariant (the measure behind issue 52's Gemma-4 finding)."""
+    import torch
+
+    from chorus.interventions import families as fam
+    from chorus.serving.engine import engine_from_model
+    bi = _bench("batch_invariance")
+    eng = engine_from_model(fam.tiny_model(family, len(tokenizer)).to(torch.bfloat16), tokenizer)
+    d = bi.measure(eng)
+    assert d["dtype"] == "bfloat16" and d["attn_implementation"] == "sdpa"
+    assert eng.backend.model.config._attn_implementation == "sdpa"  # restored
+    for impl in ("sdpa", "eager"):
+        r = d[impl]
+        assert r["pad_tokens"][-1] == 0 and r["per_row"][-1] == 0.0  # the longest row is never padded
+        assert all(math.isfinite(x) for x in r["per_row"] + r["layer_drift"]) and r["layer_drift"][0] == 0.0
+    assert d["eager"]["max_abs_diff"] == 0.0 and d["eager"]["drift_per_layer"] == 0.0
+    assert d["sdpa"]["max_abs_diff"] < 0.05
