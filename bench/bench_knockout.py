@@ -111,7 +111,7 @@ def main() -> None:
         be._last_logprobs(seqs)
 
     def route_last(route):
-        return lambda: ko._forward(be, lm, ko_rows, seqs, readout, keep_last=True, route=route)
+        return lambda: ko._forward(be, lm, ko_rows, seqs, readout, keep=1, route=route)
 
     one = rows[0]  # the sweep path: one context under every single-layer condition, prefix cache shared
     sweep_rows = [ko.Row(one.prompt, one.options, one.span, frozenset([L]), "after") for L in lm.maskable]

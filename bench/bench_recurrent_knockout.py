@@ -67,7 +67,7 @@ def measure(eng: Any, n: int = 8, words: int = 300, repeats: int = 3) -> dict[st
         return [ko.Row(r.prompt, r.options, r.span, frozenset(att), "after", frozenset(rec)) for r in src]
 
     def last(rows: list) -> Any:
-        return ko._forward(be, lm, rows, [r.prompt for r in rows], readout, keep_last=True)[:, -1]
+        return ko._forward(be, lm, rows, [r.prompt for r in rows], readout, keep=1)[:, -1]
 
     fns = {"plain": lambda: last(base), **{m: (lambda m=m: last(rows_of(m))) for m in cuts}}
     med, _ = interleaved_medians(fns, repeats)

@@ -104,7 +104,8 @@ def _house_rules(fig) -> None:
                                          (ax.yaxis, ax.get_ylabel(), ax.get_ylim(), ax.set_ylim)):
             if label and _is_integer_axis(label):
                 # one round alone (a single point) autoscales to +-0.1: widen to whole steps, one tick at least
-                if abs(lim[1] - lim[0]) < 1:
+                scale = axis.get_scale()
+                if abs(lim[1] - lim[0]) < 1 and scale == "linear":
                     mid = round(sum(lim) / 2)
                     setlim(mid - 0.5, mid + 0.5)
                 axis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
