@@ -221,9 +221,10 @@ def run_bda(run_dir: str | Path, *, condition: str = "debate", config: str | Pat
     out = Path(out) if out is not None else Path(run_dir) / f"bda-{condition}"
     # every group planned before any write: when none can be cross-validated the command says so in one
     # line and leaves no run behind (an unfinished one would stop the debate's report)
-    plan: dict[str, tuple[list[Trace], Any, dict[str, Any]]] = {}
+    plan: dict[str, tuple[Any, dict[str, Any]]] = {}
     skipped: dict[str, dict[str, Any]] = {}
-    for name, trs in candidate_groups(traces).items():
+    groups = candidate_groups(traces)
+    for name, trs in groups.items():
         cfg = _config(config, f"debate-bda-{name}", (out / "traces" / f"{name}.jsonl").resolve(), overrides,
                       info["vote_arm"])
         g: dict[str, Any] = {"n_traces": len(trs), "candidates": list(trs[0].candidates),
@@ -233,7 +234,7 @@ def run_bda(run_dir: str | Path, *, condition: str = "debate", config: str | Pat
         except LabelError as err:
             skipped[name] = {**g, "skipped": str(err)}
             continue
-        plan[name] = (trs, cfg, g)
+        plan[name] = (cfg, g)
     if not plan:
         raise DebateTraceError(f"{run_dir}: no candidate group can be cross-validated: " + "; ".join(
             f"{k} ({g['n_traces']} questions): {g['skipped']}" for k, g in skipped.items()))
@@ -244,12 +245,12 @@ def run_bda(run_dir: str | Path, *, condition: str = "debate", config: str | Pat
     summary: dict[str, Any] = {"source_run": str(Path(run_dir).resolve()), "condition": condition,
                                "mapping": MAPPING["version"], **info, "debate": _debate_numbers(run_dir, condition),
                                "groups": {}}
-    for name, trs in candidate_groups(traces).items():
+    for name, trs in groups.items():
         dump_traces(trs, out / "traces" / f"{name}.jsonl")  # skipped groups' traces too: the record of all
         if name in skipped:
             summary["groups"][name] = skipped[name]
             continue
-        _, cfg, g = plan[name]
+        cfg, g = plan[name]
         results = json.loads(run_experiment(cfg, out / name).read_text())
         cell = results["cells"][0]
         g.update({"run": name, "methods": list(cell["metrics"]), "metrics": cell["metrics"],
