@@ -144,4 +144,9 @@ def generate(out: Path = typer.Option(..., "--out", help="Trace file to write (.
     typer.echo(f"wrote {n_tasks} traces to {out}")
 
 
-add_analyses(app, "aggregate")   # flips, switch, truncation, lodo, labels, contagion, keys, shift, drift, transfer, check, c8
+def _standing(run_dir: Path) -> str:
+    from chorus.serving.standing import run_standing   # where its trace files' runs stand
+    return run_standing(run_dir).text
+
+
+add_analyses(app, "aggregate", _standing)   # flips, switch, truncation, lodo, labels, contagion, keys, shift, drift, transfer, check, c8

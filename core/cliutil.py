@@ -303,15 +303,17 @@ def _print_check(v, cfg) -> None:
 
 
 # -- commands built from the analysis registry (chorus.core.analyses) ----------------------------------
-def add_analyses(app: typer.Typer, group: str) -> None:
+def add_analyses(app: typer.Typer, group: str, standing: Callable[[Path], str] | None = None) -> None:
     """Mount every registered analysis of ``group`` on ``app``: ``NAME SOURCES... [--field-name VALUE]...
-    [--out RUN] [--plots/--no-plots]``, the options read from its config's fields."""
+    [--out RUN] [--plots/--no-plots]``, the options read from its config's fields. ``standing(run_dir)``
+    (the group's, from ``chorus.serving.standing``, which ``core`` cannot import) is the sentence saying
+    where the numbers come from, printed under the analysis's table."""
     mounted = {c.name: getattr(c.callback, "analysis", None) for c in app.registered_commands}
     for a in analyses(group):
         if a.name in mounted and mounted[a.name] is not a:   # a verb or another command of that name
             raise ValueError(f"analysis {' '.join(a.key)!r}: the group already has a command {a.name!r}")
         if a.name not in mounted:
-            app.command(a.name, help=a.help)(_analysis_command(a))
+            app.command(a.name, help=a.help)(_analysis_command(a, standing))
 
 
 def _analysis_params(a) -> list:
@@ -347,7 +349,7 @@ def _analysis_params(a) -> list:
     return params
 
 
-def _analysis_command(a):
+def _analysis_command(a, standing: Callable[[Path], str] | None = None):
     import inspect
 
     def entry(*args, **kwargs):
@@ -363,8 +365,11 @@ def _analysis_command(a):
             fail(err)
         a.show(Console(), result)
         # stderr: stdout stays what the analysis printed (JSON stays parseable)
-        Console(stderr=True).print(f"run directory: {result.path} ({', '.join(result.files())})",
-                                   highlight=False, soft_wrap=True, markup=False)
+        err = Console(stderr=True)
+        if standing is not None and result.path is not None:
+            err.print(f"numbers from: {standing(result.path)}", highlight=False, soft_wrap=True, markup=False)
+        err.print(f"run directory: {result.path} ({', '.join(result.files())})",
+                  highlight=False, soft_wrap=True, markup=False)
         reason = a.fails(result.summary) if a.fails else None
         if reason:
             fail(f"FAILED: {reason}", code=1)

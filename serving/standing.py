@@ -10,7 +10,12 @@ this module what they are:
 * ``oracle``: no language model was called; the numbers are the method's exact consequences
   (the belief layer's oracle mode), a check of the method, not a finding about any model;
 * ``synthetic``: generated inputs with known answers (a synthetic mode); a check of the method;
-* ``unrecorded``: the run's provenance names no model (hand-written, scripted or synthetic inputs).
+* ``unrecorded``: the run's provenance names no model (hand-written, scripted or synthetic inputs);
+* ``mixed``: an analysis over sources of different standings (each named in the text).
+
+An analysis over stored runs or trace files (``chorus.core.analyses``) has no model of its own: its
+numbers stand where its sources stand (``sources_standing``), a trace file where the run directory it
+lies in stands.
 
 Synthetic *data* (the role-play fixture: not human behaviour) is said beside any of these.
 """
@@ -25,7 +30,7 @@ import yaml
 
 from chorus.serving.profiles import embedded_note
 
-KINDS = ("embedded", "model", "oracle", "synthetic", "unrecorded")
+KINDS = ("embedded", "model", "oracle", "synthetic", "unrecorded", "mixed")
 NO_MODEL_MODES = ("oracle", "synthetic")   # modes whose numbers no language model produced
 
 
@@ -35,10 +40,12 @@ class Standing:
     models: tuple[str, ...]      # the models that produced the numbers, as recorded
     text: str                    # the sentence shown where the numbers are
     data: str | None = None      # a note on the data itself (synthetic fixture data), part of ``text``
+    kinds: tuple[str, ...] = ()  # a ``mixed`` standing's component kinds
 
     @property
     def embedded(self) -> bool:
-        return self.kind == "embedded"
+        """An embedded demo model produced these numbers, or some of them (a mixed analysis)."""
+        return self.kind == "embedded" or "embedded" in self.kinds
 
     @property
     def caveat(self) -> str | None:
@@ -47,8 +54,9 @@ class Standing:
         return self.text if self.embedded else None
 
     def as_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "models": list(self.models), "embedded": self.embedded, "text": self.text,
-                "data": self.data}
+        d = {"kind": self.kind, "models": list(self.models), "embedded": self.embedded, "text": self.text,
+             "data": self.data}
+        return {**d, "kinds": list(self.kinds)} if self.kinds else d
 
 
 def standing(models: Iterable[Optional[str]] = (), *, mode: str | None = None, data: str | None = None) -> Standing:
@@ -116,10 +124,51 @@ def _data_note(prov: dict[str, Any], summary: dict[str, Any]) -> str | None:
     return None
 
 
-def run_standing(run_dir: str | Path, summary: dict[str, Any] | None = None) -> Standing:
+def _home(path: Path) -> Path | None:
+    """The run directory a source lies in: itself, or the nearest parent (three at most, a trace file
+    sits in ``RUN/traces/``) holding a provenance.json; None for a bare file or store."""
+    for d in [path, *path.parents[:3]]:
+        if (d / "provenance.json").is_file():
+            return d
+    return None
+
+
+def source_standing(path: str | Path, _depth: int = 0) -> Standing:
+    """The standing of one analysis source (a run directory or a trace file): that of the run it lies
+    in, ``unrecorded`` when it lies in none."""
+    home = _home(Path(path))
+    if home is None or _depth > 8:   # a chain of analyses of analyses is short; a loop is a broken record
+        return standing(())
+    return run_standing(home, _depth=_depth + 1)
+
+
+def combined(standings: list[Standing], names: list[str] | None = None) -> Standing:
+    """Several sources' standings as one: the common one when they agree, else ``mixed`` naming each
+    source's (``names``, in order) and keeping the models of all."""
+    if not standings:
+        return standing(())
+    first = standings[0]
+    if all(s.kind == first.kind and s.text == first.text for s in standings):
+        return first
+    names = names or [f"source {i + 1}" for i in range(len(standings))]
+    models = tuple(dict.fromkeys(m for s in standings for m in s.models))
+    kinds = tuple(dict.fromkeys(s.kind for s in standings))
+    text = "mixed sources: " + "; ".join(f"{n}: {s.text}" for n, s in zip(names, standings))
+    return Standing("mixed", models, text, None, kinds)
+
+
+def sources_standing(sources: list[dict[str, Any]], _depth: int = 0) -> Standing:
+    """The standing of an analysis from its provenance's ``sources`` records (``path``, ``resolved``)."""
+    recs = [s for s in sources if isinstance(s, dict) and isinstance(s.get("resolved") or s.get("path"), str)]
+    return combined([source_standing(s.get("resolved") or s["path"], _depth) for s in recs],
+                    [s.get("path") or s["resolved"] for s in recs])
+
+
+def run_standing(run_dir: str | Path, summary: dict[str, Any] | None = None, *, _depth: int = 0) -> Standing:
     """The standing of a run directory's numbers, from its files alone: the mode and models its
     provenance.json records (``summary``, else its summary.json, adds the models it names and its data
-    note; a judge pass's judge.json its judge). A run with no provenance reads as ``unrecorded``."""
+    note; a judge pass's judge.json its judge). An analysis that records neither a mode nor a model
+    stands where its recorded sources stand. A run with no provenance reads as ``unrecorded``."""
     run = Path(run_dir)
     prov = _read(run / "provenance.json", json.loads) or {}
     summ = summary if summary is not None else (_read(run / "summary.json", json.loads) or {})
@@ -131,6 +180,9 @@ def run_standing(run_dir: str | Path, summary: dict[str, Any] | None = None) -> 
     models = recorded_models(prov) + (_summary_models(summ) if isinstance(summ, dict) else [])
     if isinstance(judge, dict) and isinstance(judge.get("judge_profile"), str):
         models.append(judge["judge_profile"])
+    srcs = prov.get("sources")
+    if mode is None and not models and isinstance(srcs, list) and srcs:
+        return sources_standing(srcs, _depth)
     return standing(models, mode=mode, data=_data_note(prov, summ if isinstance(summ, dict) else {}))
 
 

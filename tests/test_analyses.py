@@ -64,6 +64,8 @@ def test_an_analysis_run_is_sealed_with_its_sources_and_verify_passes(tmp_path, 
     r = invoke("aggregate", "flips", traces, "--seed", "3", "--out", out)
     assert r.exit_code == 0, r.output
     assert "decision flips, round 0 -> full trace" in r.output and f"run directory: {out}" in r.output
+    # where the numbers come from, from the sources (a bare generated trace file records no model)
+    assert "numbers from: no model is recorded for these numbers" in r.output
     for f in ("config.yaml", "provenance.json", "manifest.json", "summary.json", "tables/flips.parquet",
               "plots/flip_ratios.png"):
         assert (out / f).is_file(), f

@@ -14,7 +14,7 @@ from chorus.cli import app
 
 FAST = dict(methods=["plurality", "bda_per_agent", "bda_confusion"], n_resamples=100, budgets=[10], outer_folds=3, inner_folds=3,
             label_seeds=[0, 1])
-SECTIONS = ["inventory", "cells", "flips", "contagion", "table7", "label_efficiency", "truncation", "switch", "transfer",
+SECTIONS = ["inventory", "cells", "pooled_binary", "flips", "contagion", "table7", "label_efficiency", "truncation", "switch", "transfer",
             "shift", "drift"]
 
 
@@ -87,7 +87,7 @@ def test_paper_lays_out_every_section_in_order(campaign):
     from chorus.simulate.council.paper import render_paper
     md = render_paper(campaign).read_text()
     heads = [line for line in md.splitlines() if line.startswith("## ")]
-    order = ["Table 1", "§7", "Figure 2", "Table 2", "Tables 3-8", "Figure 3", "Table 4", "Table 5", "Appendix D.7",
+    order = ["Headline", "Table 1", "§7", "Figure 2", "Table 2", "Tables 3-8", "Figure 3", "Table 4", "Table 5", "Appendix D.7",
              "Figure 4", "Figure 5", "Table 7", "Transfer", "Figure 6", "Table 8", "Table 9", "Table 10", "Table 12",
              "Table 13", "Table 14", "Table 15", "Appendix F.10", "Appendix F.11", "Appendix G", "§8",
              "Seat reliabilities", "Appendix C.8"]
@@ -97,6 +97,26 @@ def test_paper_lays_out_every_section_in_order(campaign):
     for f in ("fig3_label_efficiency", "fig4_reliability", "fig5_ece_cells", "fig6_flips"):
         assert (campaign / "figures" / f"{f}.png").stat().st_size > 1000
     assert "`syn/claims_a/attack-k1`" in md   # cells traceable to their stores
+
+
+def test_paper_leads_with_bda_against_plurality_and_says_where_the_numbers_come_from(campaign):
+    """The lead comparison (Table 2's pooled Δ accuracy vs plurality, each interval naming what it resamples)
+    opens the page, under the standing the export recorded: a synthetic store says so (its provenance.json)."""
+    from chorus.simulate.council.paper import render_paper
+    n = json.loads((campaign / "numbers.json").read_text())
+    assert n["standing"]["kind"] == "synthetic" and n["sources"][0]["standing"]["kind"] == "synthetic"
+    md = render_paper(campaign).read_text()
+    lead = md.split("## Headline", 1)[1].split("\n## ", 1)[0]
+    assert md.index("## Headline") < md.index("## Table 1")
+    assert "Numbers from: synthetic mode" in lead
+    pooled = n["sections"]["pooled_binary"]["councils"]["syn"]
+    b = next(r for r in pooled["bootstrap_clustered"] if r["a"] == "bda_per_agent" and r["metric"] == "accuracy")
+    assert f"{b['delta']:+.3f} [{b['ci_low']:+.3f}, {b['ci_high']:+.3f}] ({b['n_units']} questions resampled)" in lead
+    assert "2 seeds x 16 questions resampled" in lead and lead.count("| syn |") == 3   # per_agent, confusion, +iso
+    # a campaign exported before the standing was recorded says so instead of guessing
+    from chorus.simulate.council.paper import Paper
+    old = {k: v for k, v in n.items() if k != "standing"}
+    assert "Numbers from: not recorded" in Paper(old, campaign).lead()
 
 
 def test_mixed_councils_and_repeated_tasks_are_refused(store, tmp_path):

@@ -243,6 +243,34 @@ def test_run_standing_from_the_run_files(tmp_path):
     assert st.kind == "embedded" and "not human behaviour" in st.text
 
 
+def test_an_analysis_stands_where_its_sources_stand(tmp_path):
+    """An analysis records no model: its numbers stand where its sources do (a trace file where the run it
+    lies in stands), sources of different standings are said one by one, and no record reads unrecorded."""
+    from chorus.aggregate.trace import dump_traces
+    from chorus.aggregate.synthetic import CouncilSpec, generate_council
+    from chorus.simulate.council.campaign_synthetic import write_store
+    from chorus.serving.standing import combined, source_standing, sources_standing
+    store = tmp_path / "store"
+    write_store(store, n_questions=10, seeds=1, datasets=(("claims_a", 2, (0.8, 0.7, 0.65)),))
+    syn = next((store / "traces").glob("*.jsonl.gz"))
+    live = RunDir.create(tmp_path / "live", part="council")
+    live.update_provenance(engines={"A1": {"profile": "smollm2-135m-instruct"}, "A2": {"profile": BIG[0]}})
+    (live.path / "traces").mkdir()
+    emb = dump_traces(generate_council(CouncilSpec(n_tasks=10, K=2, reliabilities=(0.8, 0.7, 0.6)), seed=0),
+                      live.path / "traces" / "x__clean.jsonl.gz")
+    bare = dump_traces(generate_council(CouncilSpec(n_tasks=10, K=2, reliabilities=(0.8, 0.7, 0.6)), seed=1),
+                       tmp_path / "bare.jsonl.gz")
+    assert source_standing(syn).kind == "synthetic" and source_standing(emb).kind == "embedded"
+    assert source_standing(bare).kind == "unrecorded"
+    one = RunDir.create(tmp_path / "flips", part="aggregate")
+    one.update_provenance(analysis="aggregate flips", sources=[{"path": str(emb), "resolved": str(emb.resolve())}])
+    assert run_standing(one.path).kind == "embedded" and "plumbing" in run_standing(one.path).text
+    mixed = sources_standing([{"path": str(syn)}, {"path": str(emb)}])
+    assert mixed.kind == "mixed" and mixed.embedded and mixed.kinds == ("synthetic", "embedded")
+    assert str(syn) in mixed.text and str(emb) in mixed.text and mixed.caveat == mixed.text
+    assert combined([source_standing(syn), source_standing(syn)]).kind == "synthetic"
+
+
 def test_demo_overview_shows_each_stage_headline_and_standing(tmp_path):
     from chorus.report import render_report
     demo = RunDir.create(tmp_path / "demo", part="demo", stages=["serving", "belief_oracle"])

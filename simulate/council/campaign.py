@@ -26,6 +26,7 @@ from chorus.core.stats import check_tolerance
 from chorus.simulate.council.campaign_inputs import CampaignError, collect
 from chorus.simulate.council.campaign_sections import SECTIONS, Context, Options
 from chorus.simulate.council.config import DEFAULT_AGG_METHODS
+from chorus.serving.standing import combined, source_standing
 
 NUMBERS = "numbers.json"
 SCHEMA = "chorus.campaign/1"
@@ -78,11 +79,15 @@ def export(cfg: CampaignConfig, progress=None, collected=None) -> dict[str, Any]
     sources, cells = collected if collected is not None else collect(cfg.inputs)
     ctx = Context(cells, cfg.options(), sources)
     from chorus.aggregate.methods import describe  # lazy: pulls in scipy
+    # where each input's numbers come from (embedded demo model, a user's model, synthetic, unrecorded),
+    # decided by chorus.serving.standing and kept in the file, so the paper says it without the stores
+    stands = [source_standing(s.path) for s in sources]
     numbers: dict[str, Any] = {
         "schema": SCHEMA, "options": asdict(ctx.options),
         "methods": {m: describe(m) for m in ctx.options.methods},
         "sources": [{"path": str(s.path), "council": s.council, "kind": s.kind, "seats": list(s.seats),
-                     "rounds": s.rounds} for s in sources],
+                     "rounds": s.rounds, "standing": st.as_dict()} for s, st in zip(sources, stands)],
+        "standing": combined(stands, [s.council for s in sources]).as_dict(),
         "cells": {k: {"council": c.council, "dataset": c.dataset, "condition": c.condition, "K": c.K,
                       "adversaries": c.adversaries, **c.source_record()} for k, c in cells.items()},
         "sections": {}}

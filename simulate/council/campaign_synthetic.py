@@ -2,13 +2,18 @@
 K = 4 set), conditions (clean, persistent stealth coalitions of k = 1 and 2 with systematic errors) and
 three generation seeds, as count-level councils (``chorus.aggregate.synthetic``) written in the live council's
 trace layout (``traces/<dataset>__<condition>.jsonl.gz``, each trace carrying dataset, condition,
-adversaries and gen_seed). The paper report is then checkable end to end with no model at all."""
+adversaries and gen_seed). The paper report is then checkable end to end with no model at all.
+
+Beside the traces, ``provenance.json`` records the generator's settings, seed and versions and
+``mode: synthetic`` (what ``chorus.serving.standing`` reads for every analysis of the store); it names
+no ``part``: a store is not a run directory."""
 from __future__ import annotations
 
 from pathlib import Path
 from chorus.aggregate.synthetic import Adversary, CouncilSpec, generate_council
 from chorus.aggregate.trace import Trace, dump_traces
 from chorus.core.config import InputError
+from chorus.core.runs import library_versions, write_json
 
 # (dataset, K, seat reliabilities): the binary sets differ a little, the seats' order of merit does not
 DATASETS = (("claims_a", 2, (0.78, 0.70, 0.66)), ("claims_b", 2, (0.74, 0.70, 0.62)),
@@ -37,4 +42,10 @@ def write_store(out: str | Path, *, n_questions: int = 200, seeds: int = 3, seed
                          extra={"dataset": name, "condition": cond, "adversaries": list(seats), "gen_seed": j % seeds})
                    for j, t in enumerate(trs)]
             files.append(dump_traces(trs, root / "traces" / f"{name}__{cond}.jsonl.gz"))
+    write_json(root / "provenance.json", {
+        "mode": "synthetic", "generator": "chorus.simulate.council.campaign_synthetic.write_store",
+        "settings": {"n_questions": n_questions, "seeds": seeds, "p_wrong": p_wrong,
+                     "datasets": [[n, k, list(r)] for n, k, r in datasets],
+                     "conditions": [[c, list(a)] for c, a in CONDITIONS]},
+        "seeds": {"seed": seed}, "versions": library_versions()})
     return files

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from chorus.core.runs import amends_run
+from chorus.core.stats import MIN_UNITS
 from chorus.simulate.council.campaign import read_numbers
 from chorus.simulate.council import paper_more
 from chorus.simulate.council.paper_parts import RUN_ATTACK, RUN_CLEAN, cell, missing, sources, table
@@ -25,6 +26,19 @@ def _ds_starts(u: dict) -> str | None:
         return None
     lls = ", ".join(f"{r['start']} {r['loglik']:.6f}" for r in u["starts"])
     return f"{u['fixed_points']} ({lls}; kept {u['start_kept']})"
+
+
+def _delta(b: dict | None) -> str:
+    """A paired difference with its interval and what the interval resamples ("-" when not computed)."""
+    if b is None:
+        return "-"
+    n, unit = b.get("n_units", b.get("n_clusters")), b.get("resampled")
+    if b.get("seed_clustered"):
+        unit, n = "seed x question", f"{b.get('n_seeds')} seeds x {n} questions"
+    what = f"{n} {unit}s" if unit and not b.get("seed_clustered") else str(n)
+    if isinstance(n, int) and n < MIN_UNITS:
+        return f"{b['delta']:+.3f}, no interval (only {what} to resample; at least {MIN_UNITS} needed)"
+    return f"{b['delta']:+.3f} [{b['ci_low']:+.3f}, {b['ci_high']:+.3f}] ({what} resampled)"
 
 
 # the cell, table, missing-line and sources helpers, shared with the report's later sections (paper_more.py)
@@ -481,6 +495,33 @@ class Paper:
         self.add("Table 15: leak-free isotonic recalibration (accuracy and ECE ew, raw vs recalibrated)",
                  _table(["cell", "arm", "acc.", "ECE", "acc. +iso", "ECE +iso"], rows))
 
+    def lead(self) -> str:
+        """The paper's lead comparison before every table: on each council's clean binary pool (Table 2),
+        each BDA variant's accuracy against plurality, the paired difference with its question- and
+        seed-clustered intervals (each naming what it resamples), and where the numbers come from
+        (``chorus.serving.standing``, recorded in the numbers file at export)."""
+        st = self.n.get("standing")
+        where = (f"Numbers from: {st['text']}." if isinstance(st, dict) and st.get("text") else
+                 "Numbers from: not recorded (a campaign exported before chorus recorded its sources' standing; "
+                 "export it again to have it said).")
+        s = self.sec("pooled_binary")
+        if not s:
+            return f"## Headline\n\n{where}\n\n" + _missing(self.why("pooled_binary"), RUN_CLEAN) + "\n"
+        rows = []
+        for council, c in s["councils"].items():
+            if "error" in c:
+                rows.append([council, "-", None, None, f"not computed ({c['error']})", "-"])
+                continue
+            boots = [{(b["a"], b["metric"]): b for b in c.get(k) or []}
+                     for k in ("bootstrap_clustered", "bootstrap_seed_clustered")]
+            plur = c["metrics"].get("plurality", {}).get("accuracy")
+            for m, v in c["metrics"].items():
+                if m.startswith("bda"):
+                    rows.append([council, m, v.get("accuracy"), plur] + [_delta(b.get((m, "accuracy"))) for b in boots])
+        return (f"## Headline: BDA against plurality on the clean binary pool\n\n{where}\n\n"
+                + _table(["council", "method", "accuracy", "plurality", "ΔAcc (question-clustered)",
+                          "ΔAcc (seed-clustered)"], rows) + "\n")
+
     def render(self) -> str:
         more = {name: (lambda f=getattr(paper_more, name): f(self))
                 for name in ("seed_clustered", "composition", "rounds", "permutation", "c8")}
@@ -490,11 +531,13 @@ class Paper:
                      self.table15, self.switch, more["permutation"], self.contagion, self.drift, self.seats, more["c8"]):
             part()
         srcs = "\n".join(f"- `{s['path']}`: council `{s['council']}` ({s['kind']}), seats {', '.join(s['seats'])}, "
-                         f"{s['rounds']} rounds" for s in self.n["sources"])
+                         f"{s['rounds']} rounds" + (f"; {s['standing']['kind']}" if s.get("standing") else "")
+                         for s in self.n["sources"])
         o = self.n["options"]
         head = ("# BDA paper report\n\nRendered by `chorus council paper` from `numbers.json` alone "
                 f"({self.n['schema']}); aggregation: {len(o['methods'])} methods, {o['outer_folds']} x "
-                f"{o['inner_folds']} nested CV, seed {o['seed']}, protocol {o['protocol']}.\n\nSources:\n{srcs}\n")
+                f"{o['inner_folds']} nested CV, seed {o['seed']}, protocol {o['protocol']}.\n\n{self.lead()}\n"
+                f"Sources:\n{srcs}\n")
         return head + "\n" + "\n".join(self.parts)
 
 
