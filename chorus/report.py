@@ -19,9 +19,10 @@ from typing import Any
 import pandas as pd
 
 from chorus import __version__
-from chorus.core.analyses import readers_in
+from chorus.core.analyses import brief_for, readers_in
 from chorus.core.config import InputError
 from chorus.core.headline import UNDEFINED, Row, num
+from chorus.core.undefined import INTERVAL_KEYS, NO_REASON, is_undefined, why_undefined
 from chorus.core.headline import rows as headline_rows
 from chorus.core.runs import MANIFEST, SealState, in_use, seal_state
 from chorus.serving.standing import Standing, run_standing, standing
@@ -75,13 +76,13 @@ def _kv_table(d: dict[str, Any]) -> str:
     return f"<table>{rows}</table>"
 
 
-def _df_table(df: pd.DataFrame, limit: int = MAX_ROWS) -> str:
+def _df_table(df: pd.DataFrame, limit: int = MAX_ROWS, na_rep: str = "–") -> str:
     more = f"<p><i>first {limit} of {len(df)} rows</i></p>" if len(df) > limit else ""
     shown = df.head(limit).copy()
     for c in shown.columns:  # long free text (generations) would swamp the page
         if shown[c].dtype == object:
             shown[c] = shown[c].map(lambda v: (str(v)[:200] + "…") if isinstance(v, str) and len(v) > 200 else v)
-    return shown.to_html(index=False, escape=True, border=0, na_rep="–",
+    return shown.to_html(index=False, escape=True, border=0, na_rep=na_rep,
                          float_format=lambda x: f"{x:.4g}") + more
 
 
@@ -95,24 +96,69 @@ def _mark_single_cluster(rows: list[dict[str, Any]]) -> pd.DataFrame:
     return df
 
 
-def _render_value(name: str, obj: Any, depth: int = 0) -> str:
+def _reasoned_kv(name: str, d: dict[str, Any], why: dict[str, Any], none_undefined: bool = False) -> str:
+    """A flat dict's key/value rows, an undefined value with its reason. NaN is undefined; so is None
+    where a reason is recorded for it (a summary written with NaN as null) or ``none_undefined``."""
+    def cell(k: str, v: Any) -> str:
+        if is_undefined(v) or v is None:
+            path = f"{name}.{k}" if name else k
+            reason = why_undefined(path, why, d)
+            if v is not None or reason != NO_REASON or none_undefined:
+                return f"<span class='undef'>{UNDEFINED}: {_esc(reason)}</span>"
+        return _esc(_fmt(v))
+    return "<table>" + "".join(f"<tr><th>{_esc(k)}</th><td>{cell(k, v)}</td></tr>" for k, v in d.items()) + "</table>"
+
+
+def _table_reasons(name: str, df: pd.DataFrame, why: dict[str, Any]) -> str:
+    """Under a table, why each column's undefined cells are undefined (the table shows them as
+    "undefined"; a reason recorded per row, ``why`` or ``interval_why``, is a column of the table)."""
+    notes = []
+    for c in df.columns:
+        col = df[c]
+        if col.dtype.kind != "f" or col.isna().sum() == 0 or c in ("why", "interval_why"):
+            continue
+        reason = why_undefined(f"{name}[].{c}", why)
+        if reason == NO_REASON and ("interval_why" in df.columns and c in INTERVAL_KEYS or "why" in df.columns):
+            reason = "see the row's " + ("interval_why" if "interval_why" in df.columns and c in INTERVAL_KEYS else "why")
+        notes.append(f"<li>{_esc(c)}: undefined in {int(col.isna().sum())} of {len(col)} rows: {_esc(reason)}</li>")
+    return f"<ul class='undef'>{''.join(notes)}</ul>" if notes else ""
+
+
+def _render_value(name: str, obj: Any, depth: int = 0, why: dict[str, Any] | None = None) -> str:
     """A summary value as HTML: flat dicts as key/value tables, dicts of flat dicts as a matrix,
-    lists of flat dicts as a table, deeper structure as nested headings, then JSON."""
+    lists of flat dicts as a table, deeper structure as nested headings, then JSON. Undefined values
+    (NaN) say so with their reason (``why_undefined``)."""
+    why = why or {}
     if _scalar(obj):
-        return _kv_table({name: obj})
+        return _reasoned_kv("", {name: obj}, why)
     if isinstance(obj, dict) and obj and all(_scalar(v) for v in obj.values()):
-        return f"<h4>{_esc(name)}</h4>{_kv_table(obj)}" if name else _kv_table(obj)
+        return f"<h4>{_esc(name)}</h4>{_reasoned_kv(name, obj, why)}" if name else _reasoned_kv(name, obj, why)
     if (isinstance(obj, dict) and obj and all(isinstance(v, dict) and v and all(_scalar(x) for x in v.values())
                                               for v in obj.values())):
-        return f"<h4>{_esc(name)}</h4>" + _df_table(pd.DataFrame(obj).reset_index().rename(columns={"index": ""}), 60)
+        df = pd.DataFrame(obj).reset_index().rename(columns={"index": ""})
+        return (f"<h4>{_esc(name)}</h4>" + _df_table(df, 60, na_rep=UNDEFINED)
+                + _matrix_reasons(name, obj, why))
     if isinstance(obj, list) and obj and all(isinstance(v, dict) and all(_scalar(x) for x in v.values()) for v in obj):
-        return f"<h4>{_esc(name)}</h4>" + _df_table(_mark_single_cluster(obj), 60)
+        df = _mark_single_cluster(obj)
+        return f"<h4>{_esc(name)}</h4>" + _df_table(df, 60, na_rep=UNDEFINED) + _table_reasons(name, df, why)
     if isinstance(obj, dict) and depth < 2:
         scal = {k: v for k, v in obj.items() if _scalar(v)}
-        parts = [f"<h4>{_esc(name)}</h4>" if name else "", _kv_table(scal) if scal else ""]
-        parts += [_render_value(f"{name}.{k}" if name else k, v, depth + 1) for k, v in obj.items() if not _scalar(v)]
+        parts = [f"<h4>{_esc(name)}</h4>" if name else "", _reasoned_kv(name, scal, why) if scal else ""]
+        parts += [_render_value(f"{name}.{k}" if name else k, v, depth + 1, why) for k, v in obj.items()
+                  if not _scalar(v)]
         return "".join(parts)
     return f"<h4>{_esc(name)}</h4><pre>{_esc(json.dumps(obj, indent=1, default=str)[:20000])}</pre>"
+
+
+def _matrix_reasons(name: str, obj: dict[str, dict[str, Any]], why: dict[str, Any]) -> str:
+    """Under a matrix (a dict of flat dicts), why its undefined cells are undefined, one line per reason."""
+    found: dict[str, list[str]] = {}
+    for col, d in obj.items():
+        for k, v in d.items():
+            if is_undefined(v):
+                found.setdefault(why_undefined(f"{name}.{col}.{k}", why, d), []).append(f"{col}.{k}")
+    return ("<ul class='undef'>" + "".join(f"<li>{_esc(', '.join(cells))}: undefined: {_esc(r)}</li>"
+                                           for r, cells in found.items()) + "</ul>") if found else ""
 
 
 def _scalars(summary: dict[str, Any]) -> dict[str, Any]:
@@ -124,13 +170,9 @@ def _scalars(summary: dict[str, Any]) -> dict[str, Any]:
 
 
 def _details_table(d: dict[str, Any], why: dict[str, Any]) -> str:
-    """Key/value rows; an undefined value (None, NaN) says so, with the reason the summary records."""
-    def cell(k: str, v: Any) -> str:
-        if v is None or (isinstance(v, float) and not math.isfinite(v)):
-            reason = why.get(k) if isinstance(why, dict) else None
-            return f"<span class='undef'>{UNDEFINED}" + (f": {_esc(reason)}" if reason else "") + "</span>"
-        return _esc(_fmt(v))
-    return "<table>" + "".join(f"<tr><th>{_esc(k)}</th><td>{cell(k, v)}</td></tr>" for k, v in d.items()) + "</table>"
+    """Key/value rows; an undefined value (NaN) says so, with the reason the summary records; None is a
+    value not given (shown "–")."""
+    return _reasoned_kv("", d, why, none_undefined=True)
 
 
 def _row_cells(r: Row) -> str:
@@ -243,6 +285,16 @@ def _readers_section(run: Path, h: str, anchor: str) -> str:
     return "".join(out)
 
 
+def _brief(run: Path, summary: dict[str, Any]) -> dict[str, Any] | None:
+    """An analysis run's brief as flat headline numbers; a brief that fails is said, not raised (the rest
+    of the report still renders)."""
+    try:
+        b = brief_for(run, summary)
+    except Exception as e:  # noqa: BLE001 -- an old summary a newer brief cannot read
+        return {"brief": f"{UNDEFINED}: the analysis's brief failed on this summary ({type(e).__name__}: {e})"}
+    return None if b is None else {k: v for k, v in b.items() if _scalar(v)}
+
+
 def _run_body(run: Path, title_level: int = 2, anchor: str = "", unsealed: frozenset[Path] = frozenset()) -> str:
     """Headline numbers, plots, tables and provenance of one run directory."""
     h = f"h{title_level}"
@@ -264,13 +316,17 @@ def _run_body(run: Path, title_level: int = 2, anchor: str = "", unsealed: froze
             out.append(f"<{h} id='{anchor}headline'>Headline</{h}>{st}{headline_table(found)}")
             if scal:
                 out.append(f"<{h} id='{anchor}details'>Run details</{h}>{_details_table(scal, why)}")
+        elif (brief := _brief(run, summ)) is not None:   # an analysis: its registered brief, then its settings
+            out.append(f"<{h} id='{anchor}headline'>Headline numbers</{h}>{st}{_details_table(brief, why)}")
+            if scal:
+                out.append(f"<{h} id='{anchor}details'>Run details</{h}>{_details_table(scal, why)}")
         else:
             out.append(f"<{h} id='{anchor}headline'>Headline numbers</{h}>{st}"
                        + (_details_table(scal, why) if scal else "<p>–</p>"))
         rest = {k: v for k, v in summ.items() if not _scalar(v) and k not in ("headline", "plots")}
         if rest:
             out.append("<details><summary>all numbers of this run</summary>"
-                       + "".join(_render_value(k, v) for k, v in rest.items()) + "</details>")
+                       + "".join(_render_value(k, v, why=why) for k, v in rest.items()) + "</details>")
     pngs = sorted((run / "plots").glob("*.png")) if (run / "plots").is_dir() else []
     out.append(f"<{h} id='{anchor}plots'>Plots</{h}>")
     if not pngs:

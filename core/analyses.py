@@ -440,3 +440,23 @@ def readers_in(run_dir: str | Path) -> list[tuple[Path, Reader, dict[str, Any]]]
 def briefs_in(run_dir: str | Path) -> dict[str, dict[str, Any]]:
     """``readers_in`` as plain data: folder name -> {"analysis": command, **brief}."""
     return {d.name: {"analysis": r.command, **b} for d, r, b in readers_in(run_dir)}
+
+
+def brief_for(run_dir: str | Path, summary: dict[str, Any]) -> dict[str, Any] | None:
+    """The registered brief of the analysis that wrote ``run_dir`` (over stored runs or trace files, or a
+    reader inside the run it read) applied to ``summary``; None when the run is not an analysis's or its
+    analysis is no longer registered. What a report shows as an analysis run's headline numbers."""
+    try:
+        prov = RunDir(run_dir).provenance()
+    except (OSError, ValueError):
+        return None
+    cmd = prov.get("analysis")
+    if not isinstance(cmd, str):
+        return None
+    a = analysis_of(run_dir)
+    if a is not None:
+        return a.brief(summary)
+    if cmd not in READERS:
+        _load_module(prov)
+    r = READERS.get(cmd)
+    return r.brief(summary) if r is not None else None

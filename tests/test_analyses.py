@@ -85,6 +85,11 @@ def test_an_analysis_run_is_sealed_with_its_sources_and_verify_passes(tmp_path, 
     assert len(stored.tables["flips"]) == 200 and stored.summary == summary
     r = invoke("verify", out)
     assert r.exit_code == 0 and "every source is the one it read" in r.output, r.output
+    # its report leads with the brief and where the numbers come from, its settings below
+    from chorus.report import render_report
+    page = render_report(out).read_text()
+    head = page.split("Headline numbers", 1)[1].split("Run details", 1)[0]
+    assert "<th>fixed</th>" in head and "<th>net</th>" in head and "no model is recorded" in head
 
 
 def test_verify_names_an_edited_output(tmp_path, traces):

@@ -195,6 +195,39 @@ def test_report_shows_undefined_with_its_reason_and_headline_first(tmp_path):
     assert "fj_r2" in details and "undefined" in details
 
 
+def test_undefined_reasons_rules_paths_and_beside():
+    from chorus.core.undefined import NO_REASON, match, reasons, undefined_paths, why_undefined
+    s = {"a": {"x": float("nan"), "y": 1.0}, "rows": [{"est": 1.0, "lo": float("nan")}, {"est": None}],
+         "undefined": {"ignored": "its own entries are not values"}}
+    assert list(undefined_paths(s)) == ["a.x", "rows[].lo", "rows[].est"]
+    assert list(undefined_paths(s, none=False)) == ["a.x", "rows[].lo"]
+    rules = {"*.y": "never undefined here", "rows[].lo": "too few rows", "*.x": "x needs two", "*": "anything"}
+    assert reasons(s, rules) == {"rows[].lo": "too few rows", "*.x": "x needs two", "*": "anything"}
+    assert match("a.x", {"a.x": "exact", "*": "pattern"}) == "exact" and match("b", {"*": "p"}) == "p"
+    assert why_undefined("r.lo", {}, {"interval_why": "1 unit", "why": "w"}) == "1 unit"
+    assert why_undefined("r.mean", {}, {"interval_why": "1 unit", "why": "w"}) == "w"
+    assert why_undefined("r.mean", None, None) == NO_REASON
+
+
+def test_every_undefined_number_of_a_debate_run_is_shown_with_its_reason(tmp_path):
+    """The debate's declared rules explain every NaN its summary can hold, and "all numbers" shows each
+    one as undefined with that reason (never bare, never "–")."""
+    from chorus.core.undefined import NO_REASON, match, reasons, undefined_paths
+    from chorus.report import render_report
+    from chorus.simulate.debate.experiment import UNDEFINED_WHY
+    s = _debate_summary(["f1", "f2", "f3"])
+    nan = list(undefined_paths(s, none=False))
+    assert "conditions.reflection.n_eff_initial" in nan or "paired.n_eff_delta.ci_low" in nan, nan
+    s["undefined"] = reasons(s, UNDEFINED_WHY)
+    assert all(match(p, s["undefined"]) for p in nan), [p for p in nan if not match(p, s["undefined"])]
+    run = RunDir.create(tmp_path / "d", part="debate", seeds={"root": 0})
+    run.write_summary({"experiment": "x", "model": BIG[0], **s})
+    run.finish()
+    html = render_report(run.path).read_text()
+    every = html[html.index("all numbers of this run"):html.index("id='plots'")]
+    assert NO_REASON not in every and "undefined: n_eff = I / (1 + (I - 1) rho) needs" in every
+
+
 def test_console_headline_and_standing(tmp_path):
     path = _belief_llm_run(tmp_path, BIG[0])
     con = Console(record=True, width=200)

@@ -30,6 +30,20 @@ from chorus.aggregate.trace import Trace, dump_traces, load_traces
 from chorus.core.config import ConfigError, load_config
 from chorus.core.progress import Progress
 from chorus.core.runs import RunDir, amends_run, run_dir_path, write_json
+from chorus.core.undefined import reasons
+
+# When a number of a council summary is undefined (chorus.core.undefined), first matching pattern first.
+UNDEFINED_WHY = {
+    "results[].accuracy_all": ("an LLM baseline's accuracy with unparsed answers counted wrong: an aggregation "
+                               "arm (BDA, plurality) scores the council's parsed traces and has none"),
+    "results[].*_judged": "no judge pass on this arm (only LLM baselines' unparsed answers are judged)",
+    "results[].n_judge_mapped": "no judge pass on this arm (only LLM baselines' unparsed answers are judged)",
+    "results[].accuracy": "no task of this arm was scored (no label, or every answer unparsed)",
+    "results[].ece_*": "no task of this arm was scored (no label, or every answer unparsed)",
+    "results[].brier": "no task of this arm was scored (no label, or every answer unparsed)",
+    "results[].tokens_per_task": "no generation was recorded for this arm",
+    "timing.*": "not recorded by this run (an earlier chorus, or a phase that did not run)",
+}
 from chorus.serving.standing import standing
 from chorus.serving.roles import check_new_tokens, close_engines, hold_engines, plan_roles
 from chorus.simulate.council import plots
@@ -342,6 +356,7 @@ def report(run_dir: str | Path, *, make_plots: bool = True, aggregate: bool = Tr
                                                        "computed_new_tokens", "n_councils")}
                           for k, v in gen.items() if isinstance(v, dict)},
                "note": note}
+    summary["undefined"] = reasons(summary, UNDEFINED_WHY)   # why each undefined number is (the report says it)
     if make_plots and len(table):
         plots.accuracy_bars(table, run.plot_path("accuracy"), note=note)
         plots.cost_accuracy(table, run.plot_path("cost_accuracy"))

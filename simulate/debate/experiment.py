@@ -13,6 +13,8 @@ from chorus import serving  # chorus.serving.build_engine looked up per call: te
 from chorus.core.config import ConfigError, load_config
 from chorus.core.progress import Progress
 from chorus.core.runs import RunDir, amends_run, run_dir_path
+from chorus.core.stats import MIN_UNITS
+from chorus.core.undefined import reasons
 from chorus.serving.plan import DevicePlanError
 from chorus.serving.roles import check_new_tokens, plan_roles
 from chorus.simulate.debate import plots
@@ -114,6 +116,36 @@ def run_debate(cfg: DebateConfig, out: Path | None = None, *, progress: Progress
     return run, summary
 
 
+# When each number of a debate summary is undefined (chorus.core.undefined): the condition, in the
+# order of the first matching pattern. Only the rules matching a value undefined in a run are recorded.
+_NEFF = ("n_eff = I / (1 + (I - 1) rho) needs at least two scored questions and at least two agents whose "
+         "correctness varies across them (otherwise the pairwise correlation rho is undefined)")
+_CI = (f"no interval: a cluster bootstrap is refused below {MIN_UNITS} question families, and there is none "
+       "around an undefined estimate")
+UNDEFINED_WHY = {
+    "conditions.*.n_eff*": _NEFF,
+    "paired.n_eff_delta.ci_*": _CI + "; or n_eff is undefined in the resampled questions",
+    "paired.n_eff_delta.*": _NEFF,
+    "conditions.*.lockin_initial_plurality": "no question split at round 0 ended unanimous (n_lockin_groups = 0)",
+    "conditions.*.wrong_unanimity_given_wrong_initial": ("no scored question had a wrong initial majority "
+                                                         "(n_wrong_initial_majority = 0)"),
+    "conditions.*.acc_*": "no fully parsed, labelled question reached the final round (n_scored = 0)",
+    "conditions.*.wrong_unanimity": "no fully parsed, labelled question reached the final round (n_scored = 0)",
+    "conditions.*.unanimity_by_round_split.*": "no fully parsed question was split at round 0 (n_split_0 = 0)",
+    "conditions.*.unanimity_by_round.*": "no fully parsed question reached the final round",
+    "*parse_rate": "no turns", "*truncated_rate": "no turns",
+    "c2.*[].estimate": ("no question in this cell (n_groups = 0); for n_eff also fewer than two agents whose "
+                        "correctness varies"),
+    "c2.*[].ci_*": _CI,
+    "c2.*[].n_events": "not a share: n_eff and ratios count no events",
+    "paired.by_subdomain[].p_perm": "no paired question of this subdomain has the metric in both conditions (n = 0)",
+    "paired.by_subdomain[].*": "no paired question of this subdomain has the metric in both conditions (n = 0)",
+    "*.ci_low": _CI, "*.ci_high": _CI,
+    "*p_perm": "no permutation p-value: fewer than two question families or no paired question",
+    "*q_bh": "no BH q-value: its p-value is undefined",
+}
+
+
 @amends_run
 def report(run_dir: str | Path, *, make_plots: bool = True) -> dict[str, Any]:
     """summary.json and plots from RUN/config.yaml, RUN/tables/*.parquet and RUN/protocol.json."""
@@ -165,5 +197,6 @@ def report(run_dir: str | Path, *, make_plots: bool = True) -> dict[str, Any]:
                             ("c2_contested_wrong_agreement", "contested labelled groups: wrong agreement, final round"),
                             ("c2_wrong_initial_majority", "wrong initial majority: ending unanimously wrong")):
             plots.estimates(c2_tables[name], run.plot_path(name), title=title)
+    summary["undefined"] = reasons(summary, UNDEFINED_WHY)   # why each undefined number is (report, all numbers)
     run.write_summary(summary)
     return summary

@@ -18,6 +18,7 @@ from chorus.core.compute import measure
 from chorus.core.config import ConfigError, load_config
 from chorus.core.progress import Progress
 from chorus.core.runs import RecordError, RunDir, amends_run, require_record, run_dir_path
+from chorus.core.undefined import reasons
 from chorus.serving.standing import standing
 from chorus.serving.roles import plan_roles
 from chorus.simulate.roleplay import plots, setups  # setups.simulate looked up per call: tests replace it
@@ -274,7 +275,18 @@ def recompute(run: RunDir, labels: pd.DataFrame, *, classifier_profile: str | No
     summary["note"] = standing([m.profile for m in cfg.models] + [cprof]).caveat
     if summary["synthetic_data"]:
         summary["data_note"] = "SYNTHETIC fixture data: not human behaviour"
+    summary["undefined"] = reasons(summary, UNDEFINED_WHY)   # why each undefined number is (the report says it)
     return summary, tables
+
+
+# When each number of a role-play summary is undefined (chorus.core.undefined), first matching pattern first.
+UNDEFINED_WHY = {
+    "*.lo": ("no interval: fewer than two groups with a value to resample (a percentile bootstrap over groups, "
+             "chorus.core.stats.bootstrap_ci), or the bootstrap is off (n_boot = 0)"),
+    "*.hi": ("no interval: fewer than two groups with a value to resample (a percentile bootstrap over groups, "
+             "chorus.core.stats.bootstrap_ci), or the bootstrap is off (n_boot = 0)"),
+    "*.mean": "no group of this cell has a value for this measure",
+}
 
 
 @amends_run
