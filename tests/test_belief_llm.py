@@ -217,5 +217,9 @@ def test_real_model_end_to_end(tmp_path, hf_engine):
     assert [h.split(":")[0] for h in heads] == ["## Figure 2", "## §5.1 / Figure 5", "## Table 1", "## Figure 3 / Appendix A",
                                                 "## Table 2", "## Table 3", "## Appendix B", "## Appendix C", "## Appendix C"]
     assert "chorus belief calibrate --model PROFILE" in md and "chorus belief sweep kappa_recovery" in md
+    # where the numbers come from, said once at the top and per run: the embedded model's run and an oracle run
+    assert numbers["standing"]["kind"] == "mixed" and numbers["standing"]["kinds"] == ["embedded", "oracle"]
+    assert [r["standing"]["kind"] for r in numbers["runs"]] == ["embedded", "oracle"]
+    assert "Numbers from: mixed sources: run: " in md and "oracle: oracle mode" in md and "plumbing" in md
     with pytest.raises(PaperError, match="not a run directory"):
         build_paper([tmp_path / "nope"], tmp_path / "p2")

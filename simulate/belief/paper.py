@@ -17,6 +17,7 @@ from chorus.core.paper import copy_figures, fmt, md_table, missing_line, run_plo
 from chorus.core.runs import file_sha256, json_safe
 from chorus.core.stats import interval_text
 from chorus.core.config import InputError
+from chorus.serving.standing import combined, run_standing
 
 SCHEMA = "chorus.belief-paper/1"
 LLM = "--set mode=llm --set llm.model=PROFILE"
@@ -51,7 +52,8 @@ def _read_run(path: Path) -> dict[str, Any]:
     if isinstance(model, dict):
         model = model.get("profile") or model.get("path")
     return {"path": str(path), "kind": str(kind), "mode": s.get("mode"), "model": None if model is None else str(model),
-            "summary": s, "summary_sha256": file_sha256(sp), "plots": run_plots(path)}
+            "summary": s, "summary_sha256": file_sha256(sp), "plots": run_plots(path),
+            "standing": run_standing(path, s)}
 
 
 def _pick(runs: list[dict], *kinds: str) -> list[dict]:
@@ -123,14 +125,23 @@ def export(run_dirs: Sequence[str | Path]) -> dict[str, Any]:
                                        for r in corr]} if corr else {
         "missing": "a corrected-vs-raw sweep: chorus belief run channel_calibration --out CAL; chorus belief correct "
                    "fit CAL; chorus belief sweep channel_biased"}
-    return json_safe({"schema": SCHEMA, "runs": [_src(r) | {"kind": r["kind"]} for r in runs], "sections": sec})
+    # where each run's numbers come from (chorus.serving.standing), kept in the file the paper renders from
+    return json_safe({"schema": SCHEMA, "runs": [_src(r) | {"kind": r["kind"], "standing": r["standing"].as_dict()}
+                                                 for r in runs],
+                      "standing": combined([r["standing"] for r in runs], [Path(r["path"]).name for r in runs]).as_dict(),
+                      "sections": sec})
 
 
 def render(numbers: dict[str, Any], out: Path) -> str:
     """paper.md from the numbers dict; the runs' figures are copied to ``out/figures``."""
+    st = numbers.get("standing")
+    where = (f"Numbers from: {st['text']}." if isinstance(st, dict) and st.get("text") else
+             "Numbers from: not recorded (a numbers file exported before chorus recorded its runs' standing).")
     parts = ["# Belief-layer paper report", "",
-             f"Rendered by `chorus belief paper` from `numbers.json` alone ({numbers['schema']}). Runs:", ""]
-    parts += [f"- `{r['run']}`: {r['kind']}, {r['mode']}, model {r['model']}" for r in numbers["runs"]]
+             f"Rendered by `chorus belief paper` from `numbers.json` alone ({numbers['schema']}).", "", where, "",
+             "Runs:", ""]
+    parts += [f"- `{r['run']}`: {r['kind']}, {r['mode']}, model {r['model']}"
+              + (f"; {r['standing']['kind']}" if isinstance(r.get("standing"), dict) else "") for r in numbers["runs"]]
 
     def section(title: str, key: str, body) -> None:
         s = numbers["sections"].get(key, {"missing": "not exported"})
