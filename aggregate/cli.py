@@ -13,6 +13,7 @@ from typing import Optional
 import typer
 
 import chorus.aggregate.analyses  # noqa: F401  (registers the trace analyses)
+from chorus.serving.standing import standing_text
 from chorus.core.cliutil import add_analyses, add_verbs, renamed_option
 from chorus.core.cliutil import fail as _fail
 from chorus.core.progress import progress
@@ -144,9 +145,4 @@ def generate(out: Path = typer.Option(..., "--out", help="Trace file to write (.
     typer.echo(f"wrote {n_tasks} traces to {out}")
 
 
-def _standing(run_dir: Path) -> str:
-    from chorus.serving.standing import run_standing   # where its trace files' runs stand
-    return run_standing(run_dir).text
-
-
-add_analyses(app, "aggregate", _standing)   # flips, switch, truncation, lodo, labels, contagion, keys, shift, drift, transfer, check, c8
+add_analyses(app, "aggregate", standing_text)   # each prints where its trace files' runs stand   # flips, switch, truncation, lodo, labels, contagion, keys, shift, drift, transfer, check, c8

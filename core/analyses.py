@@ -70,7 +70,31 @@ def run_dirs(part: str) -> Any:
     return Annotated[list[Path], Reads("runs", part)]
 
 
-TraceFiles = Annotated[list[Path], TRACES]
+TRACE_GLOB = ("*.jsonl", "*.jsonl.gz")
+
+
+def _trace_files_of(value: Any) -> Any:
+    """Trace files as given, a directory standing for the trace files in it or in its ``traces/`` (a
+    council run, a trace store), sorted; a directory with none is bad input naming it."""
+    vals = _split_commas(value) if isinstance(value, str) else value
+    if not isinstance(vals, (list, tuple)):
+        return value
+    out: list[Any] = []
+    for v in vals:
+        p = Path(v) if isinstance(v, (str, Path)) else None
+        if p is None or not p.is_dir():
+            out.append(v)
+            continue
+        d = p / "traces" if (p / "traces").is_dir() else p
+        found = sorted({f for g in TRACE_GLOB for f in d.glob(g)})
+        if not found:
+            raise ValueError(f"{p}: a directory with no trace files ({d}/*.jsonl[.gz])")
+        out += found
+    return out
+
+
+# a list of trace files; a directory given for one stands for its trace files (RUN/traces/*.jsonl[.gz])
+TraceFiles = Annotated[list[Path], BeforeValidator(_trace_files_of), TRACES]
 TraceFile = Annotated[Path, TRACES]
 NamedTraceFiles = Annotated[list[str], NAMED_TRACES]
 NamedTraceFile = Annotated[str, NAMED_TRACES]

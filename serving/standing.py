@@ -197,3 +197,8 @@ def print_headline(console: Any, part: str, run_dir: str | Path, summary: dict[s
                                     f"numbers from: {st.text}"))
     else:
         console.print(f"numbers from: {st.text}", highlight=False)
+
+
+def standing_text(run_dir: str | Path) -> str:
+    """The sentence saying where a run's numbers come from (what an analysis command prints under its table)."""
+    return run_standing(run_dir).text

@@ -154,12 +154,29 @@ def test_a_check_that_rejects_exits_1_after_writing_its_record(tmp_path):
     assert invoke("verify", out).exit_code == 0
 
 
+def test_a_directory_stands_for_its_trace_files(tmp_path, traces):
+    """A council run or a trace store given where trace files are read: its traces/ files, each one a
+    fingerprinted source (so ``chorus aggregate flips RUN`` and ``chorus council compliance RUN`` agree)."""
+    import shutil
+    store = tmp_path / "store"
+    (store / "traces").mkdir(parents=True)
+    shutil.copy(traces, store / "traces" / "a__clean.jsonl")
+    shutil.copy(traces, store / "traces" / "notes.txt")   # not a trace file: not read
+    out = tmp_path / "flips"
+    r = invoke("aggregate", "flips", store, "--out", out)
+    assert r.exit_code == 0, r.output
+    prov = json.loads((out / "provenance.json").read_text())
+    assert [s["path"] for s in prov["sources"]] == [str(store / "traces" / "a__clean.jsonl")]
+    assert json.loads((out / "summary.json").read_text())["by_K"][0]["n_tasks"] == 200
+
+
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, traces, monkeypatch):
     monkeypatch.chdir(tmp_path)
     cases = [(["aggregate", "labels", traces, "--budgets", "10,x"], "--budgets: Input should be a valid integer"),
              (["aggregate", "flips", tmp_path / "nope.jsonl"], "trace file not found"),
              (["aggregate", "lodo", f"a={traces}", "nofile"], "each of SETS is NAME=FILE, got 'nofile'"),
-             (["aggregate", "flips", traces, "--b", "1.5"], "b=1.5")]
+             (["aggregate", "flips", traces, "--b", "1.5"], "b=1.5"),
+             (["aggregate", "flips", tmp_path], "a directory with no trace files")]
     for args, msg in cases:
         r = invoke(*args)
         assert r.exit_code == 2 and msg in r.output and len(r.output.strip().splitlines()) == 1, (args, r.output)

@@ -3,6 +3,7 @@ aggregate/, adversary compliance, gold kept out of prompts, DF-QuAD, data and co
 from __future__ import annotations
 
 import json
+from pathlib import Path
 import re
 
 import pytest
@@ -357,7 +358,12 @@ def test_experiment_pipeline_and_cli_with_scripted_engines(tmp_path):
     r = CliRunner().invoke(app, ["council", "recompute", str(run.path), "--no-plots"])
     assert r.exit_code == 0, r.output
     assert "attack-k1" in r.output
-    r = CliRunner().invoke(app, ["council", "compliance", str(run.path)])
-    assert r.exit_code == 0 and '"anti_correct_r0": 1.0' in r.output
+    # compliance is an analysis: the same lines, and its own sealed run reading the run's trace files
+    r = CliRunner().invoke(app, ["council", "compliance", str(run.path), "--out", str(tmp_path / "comp")])
+    assert r.exit_code == 0 and '"anti_correct_r0": 1.0' in r.output, r.output
+    prov = json.loads((tmp_path / "comp" / "provenance.json").read_text())
+    assert prov["analysis"] == "council compliance"
+    assert {Path(s["path"]).parent for s in prov["sources"]} == {run.path / "traces"}
+    assert CliRunner().invoke(app, ["verify", str(tmp_path / "comp")]).exit_code == 0
     r = CliRunner().invoke(app, ["council", "run", "tiny", "--set", "conditions.0.adversaries=[A7]"])
     assert r.exit_code == 2 and "A7" in r.output

@@ -3,7 +3,7 @@
 run CONFIG      deliberate (clean and attacked), write traces, run the LLM baselines, aggregate
 report RUN      recompute every table, summary and plot from a run directory's files alone
 judge RUN       the frozen judge pass over the baselines' unparsed answers (BDA paper D.3)
-compliance RUN  the stealth adversaries' compliance per trace file
+compliance RUN  the stealth adversaries' compliance per trace file (an analysis: its own sealed run)
 tasks DATASET   show the tasks a config would draw (no model calls; gold shown only with --gold)
 Heavy imports stay inside the commands so ``chorus --help`` stays fast."""
 from __future__ import annotations
@@ -13,12 +13,14 @@ from typing import List, Optional
 
 import typer
 
-from chorus.core.cliutil import add_verbs, model_option, plots_option, renamed_option
+import chorus.simulate.council.analyses  # noqa: F401  (registers compliance)
+from chorus.core.cliutil import add_analyses, add_verbs, model_option, plots_option, renamed_option
 from chorus.core.cliutil import fail as _fail
 from chorus.core.cliutil import parse_overrides as _overrides
 from chorus.core.headline import declare as declare_headline
 from chorus.core.verbs import Impl, Option, Verb, register
 from chorus.serving.profiles import DEFAULT_PROFILE
+from chorus.serving.standing import standing_text
 from chorus.core.config import ConfigError, InputError, validate
 from chorus.core.runs import check_output
 from chorus.core.progress import progress as _progress
@@ -82,6 +84,7 @@ register(Verb(
              Option("no_aggregate", "--no-aggregate", bool, False, "Only generate (aggregate later with report).",
                     "run:aggregate", negate=True))))
 add_verbs(council_app, "council")
+add_analyses(council_app, "council", standing_text)   # compliance (simulate/council/analyses/)
 
 
 @council_app.command()
@@ -105,27 +108,6 @@ def judge(run_dir: Path = typer.Argument(..., help="A council run directory."),
     _print(run_dir, summary)
     typer.echo(f"judge {info['judge_profile']} (prompt {info['prompt_name']} {info['prompt_sha256'][:12]}): "
                f"{info['counts']}; ledger {run_dir}/tables/judge_ledger.parquet")
-
-
-@council_app.command()
-def compliance(run_dir: Path = typer.Argument(..., help="A council run directory (or one trace file).")) -> None:
-    """Adversary compliance (anti-correct proposals at round 0 and maintained; targeting) per trace file."""
-    import json
-
-    from chorus.aggregate.trace import load_traces
-    from chorus.simulate.council.adversary import compliance as _comp
-    try:
-        files = [run_dir] if run_dir.is_file() else sorted((run_dir / "traces").glob("*.jsonl*"))
-        if not files:
-            raise FileNotFoundError(f"{run_dir}: no traces/*.jsonl")
-        for f in files:
-            c = _comp(load_traces(f))
-            if c["n_traces"]:
-                typer.echo(f"{f.name}: {json.dumps(c)}")
-            else:
-                typer.echo(f"{f.name}: no adversarial seats")
-    except _errors() as err:
-        _fail(err)
 
 
 @council_app.command()
