@@ -193,8 +193,9 @@ def _stats(x: Sequence[float]) -> dict[str, float]:
 
 
 def _ci(v: np.ndarray, fam: np.ndarray, **kw) -> dict[str, float]:
-    est, lo, hi = mean_ci(v, fam, **kw)
-    return {"estimate": est, "ci_low": lo, "ci_high": hi}
+    iv = mean_ci(v, fam, resampled="question family", **kw)
+    est, lo, hi = iv
+    return {"estimate": est, "ci_low": lo, "ci_high": hi, **iv.fields()}
 
 
 def vote_summary(vq: pd.DataFrame, votes: pd.DataFrame, q: pd.DataFrame, *, info: dict[str, Any] | None = None,
