@@ -41,7 +41,7 @@ from chorus.simulate.debate.parse import parse_answer
 from chorus.simulate.debate.prompts import round0_messages
 from chorus.simulate.debate.protocol import CONDITION_KEY, qkey
 from chorus.simulate.debate.questions import Item
-from chorus.core.plots import figure, save
+from chorus.core.plots import figure, interval_caption, save
 from chorus.simulate.debate.plots import COLORS
 from chorus.core.config import InputError
 
@@ -278,6 +278,7 @@ def plot_arms(vote: dict[str, Any], path: Path) -> Path:
         ax.set_title(title, fontsize=10)
     fig.suptitle(f"debate, reflection and compute-matched vote (n = {vote.get('n_paired', 0)} questions)", fontsize=10)
     fig.tight_layout()
+    interval_caption(fig, [m[k] for m in arms.values() for k, _ in panels], unit="question family", what="error bars")
     save(fig, path)
     return path
 
