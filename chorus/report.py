@@ -87,12 +87,29 @@ def _df_table(df: pd.DataFrame, limit: int = MAX_ROWS, na_rep: str = "–") -> s
 
 
 def _mark_single_cluster(rows: list[dict[str, Any]]) -> pd.DataFrame:
-    """A table of bootstrap results with a column saying which intervals came from fewer than two
-    clusters (``n_clusters`` < 2: the bootstrap returned the one cluster's value, not an interval)."""
+    """A table of interval records with a column that names each interval's level (issue 51): what it
+    resampled and how many units ("[0.31, 0.52] (95%, 40 question families resampled)"), refused below
+    ``MIN_UNITS`` units, "level not recorded" where the record does not say; an interval from fewer
+    than two clusters whose unit is not named is marked as no interval (the bootstrap returned the one
+    cluster's value)."""
+    from chorus.core.stats import record_interval_text
     df = pd.DataFrame(rows)
-    if "n_clusters" in df.columns and ("ci_low" in df.columns or "lo" in df.columns):
-        df["interval"] = ["from 1 cluster: not an interval" if isinstance(n, (int, float)) and n < 2 else ""
-                          for n in df["n_clusters"]]
+    lo = "ci_low" if "ci_low" in df.columns else "lo" if "lo" in df.columns else None
+    if lo is None:
+        return df
+    hi = "ci_high" if lo == "ci_low" else "hi"
+
+    def text(r: dict[str, Any]) -> str:
+        n = r.get("n_clusters")
+        unit = r.get("resampled") if r.get("resampled") not in (None, "unit") else None
+        if unit is None and isinstance(n, (int, float)) and n < 2:
+            return "from 1 cluster: not an interval"
+        if not isinstance(r.get(lo), (int, float)) or not isinstance(r.get(hi), (int, float)):
+            return ""
+        return record_interval_text({**r, "resampled": unit}, lo=lo, hi=hi,
+                                    resampled="cluster" if n is not None else None)
+    col = "interval (level)" if "interval" in df.columns else "interval"
+    df[col] = [text(r) for r in rows]
     return df
 
 

@@ -31,6 +31,32 @@ class Row:
     why: str | None = None             # why the estimate is undefined (set whenever it is)
     interval_why: str | None = None    # why a declared interval is undefined
     detail: str | None = None          # numbers read beside the estimate (calibration beside accuracy)
+    resampled: str | None = None       # the unit the interval rests on ("question family", "group", "task")
+    method: str | None = None          # how it was computed where not a bootstrap ("Wilson"); None: a bootstrap
+
+    @property
+    def units(self) -> int | None:
+        """How many units the interval rests on: the clusters resampled, else n."""
+        return self.clusters if self.clusters is not None else self.n
+
+    @property
+    def refused(self) -> str | None:
+        """Why a bootstrap row prints no bounds: fewer than ``MIN_UNITS`` units resampled (issue 51)."""
+        if self.method is None and self.resampled and self.units is not None and self.interval is not None:
+            from chorus.core.stats import too_few_units
+            return too_few_units(self.units, self.resampled)
+        return None
+
+    def basis(self) -> str:
+        """What the interval rests on, as printed after it: "40 question families resampled",
+        "Wilson, 120 tasks"; empty where the row does not say."""
+        from chorus.core.stats import plural
+        k = self.units
+        if self.method:
+            return f"{self.method}, {plural(self.resampled or 'unit', k)}" if k is not None else self.method
+        if self.resampled and k is not None:
+            return f"{plural(self.resampled, k)} resampled"
+        return ""
 
     @property
     def defined(self) -> bool:
@@ -49,10 +75,13 @@ class Row:
         if self.interval is None:
             return f"interval {UNDEFINED}: {self.interval_why or 'not computed'}"
         lo, hi = self.interval
+        if self.refused:
+            return f"no interval ({self.refused})"
         if self.single_cluster:
             return (f"[{num(lo)}, {num(hi)}] from {self.clusters} cluster: not an interval "
                     f"(a bootstrap needs at least two clusters)")
-        return f"[{num(lo)}, {num(hi)}]{pct}"
+        basis = self.basis()
+        return f"[{num(lo)}, {num(hi)}]{pct}" + (f" ({basis})" if basis else "")
 
     def text(self) -> str:
         """The row's value in one line: the estimate, its interval and n, or ``undefined: why``."""
@@ -66,6 +95,7 @@ class Row:
         d = asdict(self)
         d["interval"] = list(self.interval) if self.interval is not None else None
         d["single_cluster"] = self.single_cluster
+        d["refused"] = self.refused
         d["text"] = self.text()
         return d
 
@@ -94,11 +124,13 @@ def _value(x: Any) -> float | None:
 
 def row(name: str, estimate: Any, lo: Any = None, hi: Any = None, *, level: float | None = None,
         n: Any = None, clusters: Any = None, why: str | None = None, interval_why: str | None = None,
-        detail: str | None = None) -> Row:
+        detail: str | None = None, resampled: str | None = None, method: str | None = None) -> Row:
     """A headline row from a summary's raw values: NaN and None become undefined with ``why`` (a generic
     reason when the part gives none, so an undefined value is never shown bare); an interval whose ends
     are not both finite becomes undefined with ``interval_why``. ``level`` declares that the row has an
-    interval; without it and without ``lo``/``hi`` the row has none."""
+    interval; without it and without ``lo``/``hi`` the row has none. ``resampled``: the unit the interval
+    rests on (a bootstrap's resampled unit, counted by ``clusters`` or else ``n``; refused below
+    ``chorus.core.stats.MIN_UNITS``); ``method``: how it was computed where it is no bootstrap ("Wilson")."""
     est = _value(estimate)
     a, b = _value(lo), _value(hi)
     has_interval = level is not None or lo is not None or hi is not None
@@ -110,7 +142,8 @@ def row(name: str, estimate: Any, lo: Any = None, hi: Any = None, *, level: floa
     if est is None and why is None:
         why = "the run's summary holds no value for it (NaN or missing)"
     return Row(name, est, interval, level if has_interval else None, nn, cl, why if est is None else None,
-               interval_why if interval is None else None, detail)
+               interval_why if interval is None else None, detail, resampled if has_interval else None,
+               method if has_interval else None)
 
 
 def wilson(share: Any, n: Any, level: float = 0.95) -> tuple[float, float] | None:
@@ -129,11 +162,12 @@ def wilson(share: Any, n: Any, level: float = 0.95) -> tuple[float, float] | Non
 
 
 def proportion(name: str, share: Any, n: Any, *, level: float = 0.95, why: str | None = None,
-               detail: str | None = None) -> Row:
-    """A share of ``n`` units with its Wilson interval."""
+               detail: str | None = None, unit: str = "unit", method: str = "Wilson") -> Row:
+    """A share of ``n`` units (``unit``: their name, "task", "question") with its Wilson interval, which
+    says so: "(Wilson, 120 tasks)"; ``method`` may add what it assumes ("Wilson, seeds pooled")."""
     w = wilson(share, n, level)
     return row(name, share, *(w or (None, None)), level=level, n=n, why=why, detail=detail,
-               interval_why=None if w else "no units to count")
+               interval_why=None if w else "no units to count", resampled=unit, method=method)
 
 
 # -- the declarations --------------------------------------------------------------------------------

@@ -143,3 +143,35 @@ def save(fig, path, dpi: int | None = None):
         meta = {"Date": None} if fmt == "svg" else {"CreationDate": None}
         fig.savefig(path.with_suffix(f".{fmt}"), bbox_inches="tight", metadata=meta)
     return path
+
+
+def interval_caption(fig, records, *, ci: float = 0.95, unit: str | None = None, what: str = "intervals",
+                     method: str | None = None) -> str:
+    """A line under ``fig`` naming what its drawn intervals resample and how many units (issue 51 item 5:
+    "intervals: 95%, 12-40 question families resampled"), read from the records the figure draws
+    (``resampled``, ``n_units`` / ``n_clusters`` / ``n_groups``; ``unit`` where they do not name it);
+    ``method`` for intervals that are no bootstrap ("Fieller"). Where some rest on fewer than
+    ``MIN_UNITS`` units the line says the tables refuse them. Returns the line."""
+    from chorus.core.stats import MIN_UNITS, plural
+    ns, units = [], set()
+    for r in records:
+        n = next((r.get(k) for k in ("n_units", "n_clusters", "n_groups") if r.get(k) is not None), None)
+        try:
+            if n is not None and float(n) == float(n):
+                ns.append(int(n))
+        except (TypeError, ValueError):
+            pass
+        if r.get("resampled") and r.get("resampled") != "unit":
+            units.add(str(r["resampled"]))
+    u = " / ".join(sorted(units)) or unit or "unit"
+    head = f"{what}: {ci:.0%}" + (f", {method}" if method else "")
+    if not ns:
+        text = f"{head}, {u} level (count not recorded)"
+    else:
+        lo, hi = min(ns), max(ns)
+        count = plural(u, hi) if lo == hi else f"{lo}-{plural(u, hi)}"
+        text = f"{head}, {count}" + ("" if method else " resampled")
+        if lo < MIN_UNITS and not method:
+            text += f"; under {MIN_UNITS} units the tables refuse the interval (its bounds are mostly the draw)"
+    fig.text(0.5, 0.0, text, ha="center", va="top", fontsize=7)
+    return text

@@ -142,7 +142,7 @@ def plural(unit: str, n: int) -> str:
 
 
 def interval_text(lo, hi, *, ci: float, n_units: int | None, resampled: str | None, refused: str | None = None,
-                  nd: int = 3) -> str:
+                  nd: int = 3, fmt: str | None = None, method: str | None = None) -> str:
     """How a report prints an interval with its level: "[0.310, 0.520] (95%, 40 questions resampled)",
     or "no interval (only 5 runs to resample; ...)" where it was refused. Why the level is printed: a
     question-level and a seed-level interval of one number differ by half their width (issue 51), and
@@ -150,11 +150,61 @@ def interval_text(lo, hi, *, ci: float, n_units: int | None, resampled: str | No
     def num(x):
         if x is None or x != x:
             return "nan"
+        if fmt:  # the caller's own number format ("+.3f"), so only the level text is added to its bounds
+            return format(x, fmt)
         return f"{x:.{nd}f}" if x == 0 or abs(x) >= 10 ** -nd else f"{x:.3g}"
-    unit = f", {plural(resampled, int(n_units))} resampled" if resampled and n_units is not None else ""
+    if method:  # not a bootstrap: the method and the units it counts ("Wilson, 120 tasks")
+        unit = f", {method}" + (f", {plural(resampled, int(n_units))}" if resampled and n_units is not None else "")
+    else:
+        unit = f", {plural(resampled, int(n_units))} resampled" if resampled and n_units is not None else ""
     if refused:
         return f"no interval ({refused})"
     return f"[{num(lo)}, {num(hi)}] ({ci:.0%}{unit})"
+
+
+def record_interval_text(rec: Mapping, *, lo: str = "ci_low", hi: str = "ci_high", ci: float | None = None,
+                         resampled: str | None = None, n_units: int | None = None, prefix: str = "",
+                         method: str | None = None, nd: int = 3, fmt: str | None = None,
+                         min_units: int = MIN_UNITS) -> str:
+    """A report record's interval (``rec[lo]``, ``rec[hi]``) with its level, read from the record where
+    it carries one (``{prefix}resampled``, ``{prefix}n_units``, else ``n_clusters`` / ``n_groups``;
+    ``{prefix}ci_refused``; ``ci_level``) and else from the caller (``resampled``, ``n_units``: what the
+    producing code resamples). A bootstrap over fewer than ``min_units`` units is refused with its
+    reason; ``method`` names an interval that is no bootstrap ("Fieller", "Wilson"), never refused
+    here. A record whose level nobody knows says so ("level not recorded") rather than print bare bounds."""
+    def first(*keys):
+        for k in keys:
+            v = rec.get(k)
+            if v is not None and not (isinstance(v, float) and v != v):
+                return v
+        return None
+    unit = first(f"{prefix}resampled") or resampled
+    n = first(f"{prefix}n_units", f"{prefix}n_clusters", "n_clusters", "n_groups")
+    n = int(n) if n is not None else n_units
+    level = ci if ci is not None else (first("ci_level") or 0.95)
+    refused = first(f"{prefix}ci_refused")
+    if refused is None and method is None and unit and n is not None and min_units:
+        refused = too_few_units(int(n), unit, min_units)
+    if unit is None or n is None:
+        text = interval_text(rec.get(lo), rec.get(hi), ci=level, n_units=None, resampled=None, refused=refused,
+                             nd=nd, fmt=fmt, method=method)
+        return text[:-1] + ", level not recorded)" if not refused and not method else text
+    text = interval_text(rec.get(lo), rec.get(hi), ci=level, n_units=n, resampled=unit, refused=refused, nd=nd,
+                         fmt=fmt, method=method)
+    seeds = first("n_seeds") if rec.get("seed_clustered") else None
+    if seeds and not refused:  # the two-way bootstrap: seeds and questions both resampled
+        text = text.replace(f"({level:.0%}, ", f"({level:.0%}, {plural('seed', int(seeds))} x ", 1)
+    return text
+
+
+def record_level(rec: Mapping, **kw) -> tuple[str, bool]:
+    """(what the record's interval rests on, refused): ("95%, 40 question families resampled", False),
+    or (why there is no interval, True) below ``MIN_UNITS`` units; ``kw`` as ``record_interval_text``.
+    For tables that print the bounds in cells of their own and the level beside them."""
+    text = record_interval_text(rec, **kw)
+    if text.startswith("no interval ("):
+        return text[len("no interval ("):-1], True
+    return text[text.rfind(" (") + 2:-1], False
 
 
 def too_few_units(n_units: int, resampled: str, min_units: int = MIN_UNITS) -> str | None:

@@ -247,7 +247,7 @@ def effects(table: pd.DataFrame, *, baseline: str = "no_message") -> pd.DataFram
 
 def _ratio_ci(num: np.ndarray, den: np.ndarray, fam: np.ndarray, n_boot: int, seed: int, ci: float,
               share: bool = False) -> dict[str, float]:
-    r = ratio_interval(num, den, fam, share=share, ci=ci)   # Fieller: unbounded, and saying so, near a 0 denominator
+    r = ratio_interval(num, den, fam, share=share, ci=ci, resampled="question family")   # Fieller: unbounded, and saying so, near a 0 denominator
     return {"estimate": r["estimate"], **ratio_fields(r)}
 
 
@@ -273,11 +273,11 @@ def cue_contrasts(w: pd.DataFrame, cue_set: str, *, n_boot: int = 2000, seed: in
     pp = (pp_ - po).to_numpy(float)
     out: dict[str, Any] = {}
     for name, v in (("record_effect", rec), ("status_effect", sta)):
-        est, lo, hi = cluster_bootstrap(lambda idx: float(np.nanmean(v[idx])), fam, n_boot=n_boot, seed=seed, ci=ci)
-        out[name] = {"mean": est, "ci_low": lo, "ci_high": hi}
+        est, lo, hi = iv = cluster_bootstrap(lambda idx: float(np.nanmean(v[idx])), fam, n_boot=n_boot, seed=seed, ci=ci, resampled="question family")
+        out[name] = {"mean": est, "ci_low": lo, "ci_high": hi, **iv.fields()}
     out["record_status_ratio"] = _ratio_ci(rec, sta, fam, n_boot, seed, ci)
-    est, lo, hi = cluster_bootstrap(lambda idx: float(np.nanmean(pp[idx])), fam, n_boot=n_boot, seed=seed, ci=ci)
-    out["status_within_poor_record"] = {"mean": est, "ci_low": lo, "ci_high": hi}
+    est, lo, hi = iv = cluster_bootstrap(lambda idx: float(np.nanmean(pp[idx])), fam, n_boot=n_boot, seed=seed, ci=ci, resampled="question family")
+    out["status_within_poor_record"] = {"mean": est, "ci_low": lo, "ci_high": hi, **iv.fields()}
     return out
 
 
@@ -286,8 +286,8 @@ def summarize_effects(w: pd.DataFrame, *, n_boot: int = 2000, seed: int = 0, ci:
     out: dict[str, Any] = {"n_pairs": int(len(w)), "effects": {}}
     for c in [c for c in w.columns if c.startswith("effect_")]:
         v = w[c].to_numpy(float)
-        est, lo, hi = cluster_bootstrap(lambda idx: float(np.nanmean(v[idx])), fam, n_boot=n_boot, seed=seed, ci=ci)
-        out["effects"][c[len("effect_"):]] = {"mean": est, "ci_low": lo, "ci_high": hi, "n": int(np.isfinite(v).sum())}
+        est, lo, hi = iv = cluster_bootstrap(lambda idx: float(np.nanmean(v[idx])), fam, n_boot=n_boot, seed=seed, ci=ci, resampled="question family")
+        out["effects"][c[len("effect_"):]] = {"mean": est, "ci_low": lo, "ci_high": hi, **iv.fields(), "n": int(np.isfinite(v).sum())}
     if {"effect_reasoning_only", "effect_answer_only"} <= set(w.columns):
         out["reasoning_share"] = _ratio_ci(w["effect_reasoning_only"].to_numpy(float),
                                            w["effect_answer_only"].to_numpy(float), fam, n_boot, seed, ci, share=True)
@@ -300,9 +300,9 @@ def summarize_effects(w: pd.DataFrame, *, n_boot: int = 2000, seed: int = 0, ci:
             full = w["effect_full"].to_numpy(float)
             parts = (w["effect_answer_only"] + w["effect_reasoning_only"]).to_numpy(float)
             gap = full - parts
-            est, lo, hi = cluster_bootstrap(lambda idx: float(np.nanmean(gap[idx])), fam, n_boot=n_boot, seed=seed, ci=ci)
+            est, lo, hi = iv = cluster_bootstrap(lambda idx: float(np.nanmean(gap[idx])), fam, n_boot=n_boot, seed=seed, ci=ci, resampled="question family")
             out["additivity"] = {"full": float(np.nanmean(full)), "answer_plus_reasoning": float(np.nanmean(parts)),
-                                 "full_minus_parts": {"mean": est, "ci_low": lo, "ci_high": hi},
+                                 "full_minus_parts": {"mean": est, "ci_low": lo, "ci_high": hi, **iv.fields()},
                                  "full_over_parts": _ratio_ci(full, parts, fam, n_boot, seed, ci)}
     sets = cue_sets_in(w.columns)
     per_set = {s: cue_contrasts(w, s, n_boot=n_boot, seed=seed, ci=ci) for s in sets}
@@ -313,7 +313,7 @@ def summarize_effects(w: pd.DataFrame, *, n_boot: int = 2000, seed: int = 0, ci:
         lab = (w["plain"] - w["self_label"]).to_numpy(float)
         pos = (w["plain"] - w["moved"]).to_numpy(float)
         for name, v in (("relabel_shift", lab), ("position_shift", pos)):
-            est, lo, hi = cluster_bootstrap(lambda idx: float(np.nanmean(v[idx])), fam, n_boot=n_boot, seed=seed, ci=ci)
-            out[name] = {"mean": est, "ci_low": lo, "ci_high": hi}
+            est, lo, hi = iv = cluster_bootstrap(lambda idx: float(np.nanmean(v[idx])), fam, n_boot=n_boot, seed=seed, ci=ci, resampled="question family")
+            out[name] = {"mean": est, "ci_low": lo, "ci_high": hi, **iv.fields()}
         out["relabel_position_ratio"] = _ratio_ci(np.abs(lab), np.abs(pos), fam, n_boot, seed, ci)
     return out

@@ -382,9 +382,9 @@ def summarize(turns: pd.DataFrame, q: pd.DataFrame, cfg: CounterfactualConfig, s
                                       "ci_high": float("nan"), "n": 0})
                 continue
             d = (x - y)[ok]
-            est, lo, hi = cluster_bootstrap(lambda i: float(d[i].mean()), fam[ok], n_boot=cfg.n_boot, seed=seed,
-                                            ci=cfg.ci)
-            out["deltas"].append({"a": a, "b": b, "metric": m, "delta": est, "ci_low": lo, "ci_high": hi,
+            est, lo, hi = iv = cluster_bootstrap(lambda i: float(d[i].mean()), fam[ok], n_boot=cfg.n_boot, seed=seed,
+                                            ci=cfg.ci, resampled="question family")
+            out["deltas"].append({"a": a, "b": b, "metric": m, "delta": est, "ci_low": lo, "ci_high": hi, **iv.fields(),
                                   "n": int(ok.sum())})
     same = lambda a, b, col: int(sum(x == y for x, y in zip(w[a][col], w[b][col])))
     out["changed"] = {"final_majority_cut_vs_replay": int(len(qids)) - same("cut", "replay", "majority_final"),

@@ -204,16 +204,16 @@ def summarize_knockout(t: pd.DataFrame, *, n_boot: int, seed: int, ci: float) ->
     one = t.drop_duplicates("qid")
     eff = (one["margin_full"] - one["margin_no_message"]).to_numpy(float)
     fam = one["family"].to_numpy()
-    est, lo, hi = cluster_bootstrap(lambda i: float(eff[i].mean()), fam, n_boot=n_boot, seed=seed, ci=ci)
+    est, lo, hi = iv = cluster_bootstrap(lambda i: float(eff[i].mean()), fam, n_boot=n_boot, seed=seed, ci=ci, resampled="question family")
     out["n_pairs"] = int(len(one))
-    out["message_effect"] = {"mean": est, "ci_low": lo, "ci_high": hi}
+    out["message_effect"] = {"mean": est, "ci_low": lo, "ci_high": hi, **iv.fields()}
     if "mixer" not in t.columns:  # runs made before recurrent knockout cut attention only
         t = t.assign(mixer="attention", n_recurrent=0)
     for (mixer, kind, layer, q), g in t.groupby(["mixer", "kind", "layer", "queries"], sort=True):
         g = g.sort_values("qid")
         num = (g["margin_full"] - g["margin_knockout"]).to_numpy(float)
         den = (g["margin_full"] - g["margin_no_message"]).to_numpy(float)
-        r = ratio_interval(num, den, g["family"].to_numpy(), ci=ci)
+        r = ratio_interval(num, den, g["family"].to_numpy(), ci=ci, resampled="question family")
         s = r["estimate"]
         rec = {"kind": kind, "layer": int(layer), "queries": q, "mixer": mixer, "share_removed": s, **ratio_fields(r),
                "reading": "all of the effect" if np.isfinite(s) and s >= 1 else None,
@@ -255,8 +255,8 @@ def best_single_layer(t: pd.DataFrame, curves: list[dict], *, n_boot: int, seed:
         num = full[:, None] - wide[layers].to_numpy(float)   # (pairs, layers): effect removed, logits
         fam = wide["family"].to_numpy()
 
-        band = max_t_band(num, den, fam, n_boot=n_boot, seed=seed, ci=ci)
-        logit = max_t_band(num, None, fam, n_boot=n_boot, seed=seed, ci=ci)
+        band = max_t_band(num, den, fam, n_boot=n_boot, seed=seed, ci=ci, resampled="question family")
+        logit = max_t_band(num, None, fam, n_boot=n_boot, seed=seed, ci=ci, resampled="question family")
         est = np.asarray(band["estimate"], float)
         if not np.isfinite(est).any():
             continue
@@ -272,9 +272,9 @@ def best_single_layer(t: pd.DataFrame, curves: list[dict], *, n_boot: int, seed:
             "critical_t": band["critical"], "effect_removed": float(logit["estimate"][j]),
             "effect_removed_ci_low": logit["ci_low"][j], "effect_removed_ci_high": logit["ci_high"][j],
             "n_layers_searched": len(layers), "n": int(len(wide)), "n_clusters": band["n_clusters"],
-            "n_boot": band["n_boot"],
+            "n_boot": band["n_boot"], "resampled": "question family", "n_units": band["n_clusters"],
             "unadjusted": {"ci_low": own.get("ci_low"), "ci_high": own.get("ci_high"), "interval": own.get("interval"),
-                           "unbounded": unbounded}})
+                           "unbounded": unbounded, "resampled": own.get("resampled"), "n_units": own.get("n_units")}})
     return out
 
 
@@ -298,11 +298,11 @@ def mixer_shares(t: pd.DataFrame, *, n_boot: int, seed: int, ci: float) -> dict[
         rec: dict[str, Any] = {"n": int(len(wide))}
         for m in ("attention", "recurrent", "both"):
             if m in wide:
-                r = ratio_interval(full - wide[m].to_numpy(float), den, fam, ci=ci)
+                r = ratio_interval(full - wide[m].to_numpy(float), den, fam, ci=ci, resampled="question family")
                 rec[m] = {"share_removed": r["estimate"], **ratio_fields(r)}
         if all(m in wide for m in ("attention", "recurrent", "both")):
             num = wide["attention"].to_numpy(float) + wide["recurrent"].to_numpy(float) - wide["both"].to_numpy(float) - full
-            r = ratio_interval(num, den, fam, ci=ci)
+            r = ratio_interval(num, den, fam, ci=ci, resampled="question family")
             rec["interaction"] = {"share_removed": r["estimate"], **ratio_fields(r)}
         if "attention" in rec:
             rec["recurrent_inferred"] = 1.0 - rec["attention"]["share_removed"]

@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterator, Sequence
 from chorus.core.config import ConfigError
 from chorus.core.paper import copy_figures, md_table, missing_line, write_paper
 from chorus.core.runs import file_sha256, json_safe
-from chorus.core.stats import UNBOUNDED
+from chorus.core.stats import UNBOUNDED, record_level
 from chorus.serving.standing import standing
 
 SCHEMA = "chorus.influence-paper/1"
@@ -57,18 +57,43 @@ def _src(r: dict) -> dict[str, Any]:
     return {"run": r["name"], "model": r["model"]}
 
 
+REFUSED = "refused"
+
+
+def _lv(d: dict | None, *, prefix: str = "", method: str | None = None) -> dict[str, Any]:
+    """The ``level`` cell of a row with an interval: what it resamples and how many units ("95%, 40
+    question families resampled"; "95%, Fieller, 40 question families"), read from the bootstrap's own
+    record (issue 51: an interval names its level). A bootstrap over fewer than ``MIN_UNITS`` units is
+    refused: its bound cells say ``refused`` and ``level`` says why; a record made before intervals
+    carried their level says "level not recorded". Merge it after the bound cells."""
+    level, refused = record_level(d or {}, lo=f"{prefix}ci_low", hi=f"{prefix}ci_high", prefix=prefix, method=method)
+    return {"ci_low": REFUSED, "ci_high": REFUSED, "level": level} if refused else {"level": level}
+
+
 def _ci(d: dict | None, key: str = "mean") -> dict[str, Any]:
     d = d or {}
-    return {"value": d.get(key, d.get("estimate", d.get("delta"))), "ci_low": d.get("ci_low"), "ci_high": d.get("ci_high")}
+    return {"value": d.get(key, d.get("estimate", d.get("delta"))), "ci_low": d.get("ci_low"), "ci_high": d.get("ci_high"),
+            **_lv(d)}
 
 
 def _ratio_cells(d: dict) -> dict[str, Any]:
     """A ratio's interval cells: its bounds, or UNBOUNDED in both where its denominator's interval
-    contains 0 (never a finite interval there), and which interval it is."""
+    contains 0 (never a finite interval there), which interval it is and over how many units."""
     if d.get("unbounded"):
-        return {"ci_low": UNBOUNDED, "ci_high": UNBOUNDED, "interval": d["unbounded"]}
+        return {"ci_low": UNBOUNDED, "ci_high": UNBOUNDED, "interval": d["unbounded"],
+                **({"level": _units(d)} if _units(d) else {})}
+    if d.get("interval") == "fieller":
+        return {"ci_low": d.get("ci_low"), "ci_high": d.get("ci_high"), "interval": "fieller",
+                **_lv(d, method="Fieller")}
     return {"ci_low": d.get("ci_low"), "ci_high": d.get("ci_high"),
-            "interval": d.get("interval") or "percentile bootstrap (run made before Fieller intervals)"}
+            "interval": d.get("interval") or "percentile bootstrap (run made before Fieller intervals)", **_lv(d)}
+
+
+def _units(d: dict) -> str:
+    """"40 question families" from a record that names its units; empty where it does not."""
+    from chorus.core.stats import plural
+    n = d.get("n_units", d.get("n_clusters"))
+    return plural(d["resampled"], int(n)) if d.get("resampled") and n is not None else ""
 
 
 # -- the sections, in the paper's order ------------------------------------------------------------
@@ -103,7 +128,7 @@ def _fig1(r):
     for cond, by in r["summary"].get("committed_at_read", {}).get("by_condition", {}).items():
         for f, v in by.items():
             yield {"condition": cond, "f": float(f), "share": v["share"], "ci_low": v["ci_low"], "ci_high": v["ci_high"],
-                   "n": v["n"]}
+                   **_lv(v), "n": v["n"]}
 
 
 @section("s41_gaps", "§4.1: the f = 0 gap vs reflection, and under unrelated reasoning and neutral filler",
@@ -129,7 +154,7 @@ def _t9(r):
             yield {"condition": cond, "n_questions": p.get("n_questions"), "favours": p.get("favours_debate"),
                    "ties": p.get("ties"), "favours_reflection": p.get("favours_reflection"),
                    "mean_difference": p.get("mean_difference"), "ci_low": p.get("ci_low"), "ci_high": p.get("ci_high"),
-                   "sign_test_p": p.get("sign_test_p")}
+                   **_lv(p), "sign_test_p": p.get("sign_test_p")}
 
 
 _AB = INFLUENCE.format(verb="ablate", config="default")
@@ -155,7 +180,8 @@ def _t10(r):
     if a:
         yield {"domain": "additivity", "full": a["full"], "answer_plus_reasoning": a["answer_plus_reasoning"],
                "full_minus_parts": a["full_minus_parts"]["mean"], "ci_low": a["full_minus_parts"]["ci_low"],
-               "ci_high": a["full_minus_parts"]["ci_high"], "full_over_parts": a["full_over_parts"]["estimate"]}
+               "ci_high": a["full_minus_parts"]["ci_high"], **_lv(a["full_minus_parts"]),
+               "full_over_parts": a["full_over_parts"]["estimate"]}
 
 
 _CU = INFLUENCE.format(verb="cues", config="default")
@@ -195,7 +221,7 @@ def _knock(r):
         for b in s["best_single_layer"]:
             tag = f"{b['queries']} / {b['mixer']}"
             yield {"condition": f"best single layer / {tag}", "layer": b["layer"], "value": b["share_removed"],
-                   **_ratio_cells(b), "p_value": b["p_value"], "n": b["n"]}
+                   **_ratio_cells(b), **({} if b.get("unbounded") else _lv(b)), "p_value": b["p_value"], "n": b["n"]}
             yield {"condition": f"best single layer / {tag} (unadjusted: as if chosen in advance)",
                    "layer": b["layer"], "value": b["share_removed"], **_ratio_cells(b["unadjusted"]), "n": b["n"]}
         return
@@ -245,11 +271,12 @@ def _transfer(r):
     s = r["summary"]
     for c in s.get("curve", []):
         yield {"arm": c["arm"], "sender": "all", "layers": f"{c['layer_s']}->{c['layer_r']}", "share": c["share"],
-               "shift": c["shift"], "ci_low": c["shift_ci_low"], "ci_high": c["shift_ci_high"], "n": c["n"]}
+               "shift": c["shift"], "ci_low": c["shift_ci_low"], "ci_high": c["shift_ci_high"],
+               **_lv(c, prefix="shift_"), "n": c["n"]}
     for c in s.get("by_sender", []):
         yield {"arm": c["arm"], "sender": "right" if c["sender_right"] else "wrong",
                "layers": f"{c['layer_s']}->{c['layer_r']}", "share": None, "shift": c["shift"],
-               "ci_low": c["ci_low"], "ci_high": c["ci_high"], "n": c["n"]}
+               "ci_low": c["ci_low"], "ci_high": c["ci_high"], **_lv(c), "n": c["n"]}
 
 
 @section("s5_outcomes", "§5: collective outcomes on fully parsed, labelled non-numeric questions (debate vs reflection)",
@@ -258,11 +285,11 @@ def _outcomes(r):
     p = r["summary"].get("paired", {})
     for d in p.get("deltas", []):
         yield {"comparison": f"{d['a']} - {d['b']}", "delta": d["delta"], "ci_low": d["ci_low"],
-               "ci_high": d["ci_high"], "p_perm": d.get("p_perm"), "n": d.get("n", p.get("n_paired"))}
+               "ci_high": d["ci_high"], **_lv(d), "p_perm": d.get("p_perm"), "n": d.get("n", p.get("n_paired"))}
     if "n_eff_delta" in p:
         e = p["n_eff_delta"]
         yield {"comparison": "n_eff debate - reflection", "delta": e["delta"], "ci_low": e["ci_low"],
-               "ci_high": e["ci_high"], "p_perm": None, "n": p.get("n_paired")}
+               "ci_high": e["ci_high"], **_lv(e), "p_perm": None, "n": p.get("n_paired")}
 
 
 _VOTE_PAIRS = {("debate_final_majority", "vote_majority"): ("debate - vote", "accuracy (final majority)"),
@@ -317,7 +344,7 @@ def _t13(r):
             yield {"domain": dom, "row": cond, **m}
         for d in b.get("deltas", []):
             yield {"domain": dom, "row": d["comparison"], "delta": d["delta"], "ci_low": d["ci_low"],
-                   "ci_high": d["ci_high"], "n_scored": d["n"], "interval": _families(d)}
+                   "ci_high": d["ci_high"], **_lv(d), "n_scored": d["n"], "interval": _families(d)}
 
 
 @section("table14_long", "Table 14 (§C.2): long debates, final round", ["long_debate"], LONG,

@@ -195,12 +195,12 @@ def summarize_patch(t: pd.DataFrame, *, n_boot: int, seed: int, ci: float) -> di
         return out
     one = t.drop_duplicates(["qid", "x_cue"])
     d = (one["margin_x"] - one["margin_y"]).to_numpy(float)
-    est, lo, hi = cluster_bootstrap(lambda i: float(d[i].mean()), one["family"].to_numpy(), n_boot=n_boot, seed=seed, ci=ci)
-    out["cue_effect_x_minus_y"] = {"mean": est, "ci_low": lo, "ci_high": hi, "n": int(len(one))}
+    est, lo, hi = iv = cluster_bootstrap(lambda i: float(d[i].mean()), one["family"].to_numpy(), n_boot=n_boot, seed=seed, ci=ci, resampled="question family")
+    out["cue_effect_x_minus_y"] = {"mean": est, "ci_low": lo, "ci_high": hi, **iv.fields(), "n": int(len(one))}
     for L, g in t.groupby("layer", sort=True):
         num = (g["margin_patched"] - g["margin_y"]).to_numpy(float)
         den = (g["margin_x"] - g["margin_y"]).to_numpy(float)
-        r = ratio_interval(num, den, g["family"].to_numpy(), ci=ci)   # Fieller: unbounded, and saying so, near 0
+        r = ratio_interval(num, den, g["family"].to_numpy(), ci=ci, resampled="question family")   # Fieller: unbounded, and saying so, near 0
         out["curve"].append({"layer": int(L), "restored": r["estimate"], **ratio_fields(r),
                              "shift": float(num.mean()), "n": int(len(g))})
     return out

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from chorus.core.plots import figure as _fig, save, subplots
+from chorus.core.plots import figure as _fig, interval_caption, save, subplots
 from chorus.simulate.debate.plots import COLORS
 
 
@@ -27,6 +27,8 @@ def committed(cr: dict[str, Any], path: Path) -> Path:
     ax.legend(fontsize=8)
     ax.set_title("committed-at-read", fontsize=10)
     fig.tight_layout()
+    interval_caption(fig, [v for d in cr.get("by_condition", {}).values() for v in d.values()],
+                     ci=cr.get("ci_level") or 0.95, unit="question family", what="error bars")
     save(fig, path)
     return path
 
@@ -152,6 +154,9 @@ def knockout_curves(summary: dict, path: Path) -> Path:
     what = "attention knockout" if mixers == ["attention"] else f"knockout by mixer ({', '.join(mixers)})"
     fig.suptitle(f"{summary.get('model')}: {what} ({summary.get('n_pairs')} pairs); >100% = all", fontsize=10)
     fig.tight_layout()
+    interval_caption(fig, [r for r in summary["curves"] if not r.get("unbounded")], ci=summary.get("ci_level") or 0.95,
+                     unit="question family", what="bands (Fieller ratio intervals; best layer: family-wise)",
+                     method="Fieller")
     save(fig, path)
     return path
 

@@ -167,15 +167,15 @@ def committed_at_read(readouts: pd.DataFrame, *, n_boot: int = 2000, seed: int =
     ch = readouts[readouts["changed"]]
     for (cond, f), g in ch.groupby(["condition", "f"]):
         hit = (g["argmax"] == g["answer"]).to_numpy(float)
-        est, lo, hi = cluster_bootstrap(lambda idx: float(hit[idx].mean()) if len(idx) else np.nan,
-                                        g["family"].to_numpy(), n_boot=n_boot, seed=seed, ci=ci)
-        out["by_condition"].setdefault(cond, {})[str(f)] = {"share": est, "ci_low": lo, "ci_high": hi, "n": int(len(g))}
+        est, lo, hi = iv = cluster_bootstrap(lambda idx: float(hit[idx].mean()) if len(idx) else np.nan,
+                                        g["family"].to_numpy(), n_boot=n_boot, seed=seed, ci=ci, resampled="question family")
+        out["by_condition"].setdefault(cond, {})[str(f)] = {"share": est, "ci_low": lo, "ci_high": hi, **iv.fields(), "n": int(len(g))}
     z = ch[ch["f"] == 0.0]
     gaps = {c: _gap(z, c, n_boot=n_boot, seed=seed, ci=ci) for c in gap_conditions(z["condition"])}
     if gaps:
         out["gaps_f0"] = gaps
     if "debate" in gaps:
-        out["debate_minus_reflection_f0"] = {k: gaps["debate"][k] for k in ("delta", "ci_low", "ci_high")}
+        out["debate_minus_reflection_f0"] = {k: gaps["debate"][k] for k in ("delta", "ci_low", "ci_high", "resampled", "n_units", "ci_refused")}
     return out
 
 
@@ -196,8 +196,8 @@ def _gap(z: pd.DataFrame, cond: str, *, n_boot: int, seed: int, ci: float) -> di
     def diff(idx):
         a, b = hit[idx][isd[idx]], hit[idx][~isd[idx]]
         return float(a.mean() - b.mean()) if len(a) and len(b) else np.nan
-    est, lo, hi = cluster_bootstrap(diff, z["family"].to_numpy(), n_boot=n_boot, seed=seed, ci=ci)
-    return {"delta": est, "ci_low": lo, "ci_high": hi, "n": int(isd.sum()), "n_baseline": int((~isd).sum())}
+    est, lo, hi = iv = cluster_bootstrap(diff, z["family"].to_numpy(), n_boot=n_boot, seed=seed, ci=ci, resampled="question family")
+    return {"delta": est, "ci_low": lo, "ci_high": hi, **iv.fields(), "n": int(isd.sum()), "n_baseline": int((~isd).sum())}
 
 
 def paired_committed_at_read(readouts: pd.DataFrame, *, f: float = 0.0, n_boot: int = 2000, seed: int = 0,
@@ -223,12 +223,12 @@ def paired_committed_at_read(readouts: pd.DataFrame, *, f: float = 0.0, n_boot: 
     if not n:
         return {"f": f, "n_questions": 0, **({"condition": condition} if condition != "debate" else {})}
     d = np.array([r["difference"] for r in rows])
-    est, lo, hi = cluster_bootstrap(lambda idx: float(d[idx].mean()), np.array([r["family"] for r in rows]),
-                                    n_boot=n_boot, seed=seed, ci=ci)
+    est, lo, hi = iv = cluster_bootstrap(lambda idx: float(d[idx].mean()), np.array([r["family"] for r in rows]),
+                                    n_boot=n_boot, seed=seed, ci=ci, resampled="question family")
     pos, neg = int((d > 0).sum()), int((d < 0).sum())
     return {"f": f, **({"condition": condition} if condition != "debate" else {}), "n_questions": n,
             "favours_debate": pos / n, "ties": float((d == 0).mean()),
-            "favours_reflection": neg / n, "mean_difference": est, "ci_low": lo, "ci_high": hi,
+            "favours_reflection": neg / n, "mean_difference": est, "ci_low": lo, "ci_high": hi, **iv.fields(),
             "sign_test_p": float(binomtest(pos, pos + neg).pvalue) if pos + neg else float("nan"),
             "questions": rows}
 
@@ -244,6 +244,6 @@ def message_effects(readouts: pd.DataFrame, *, n_boot: int = 2000, seed: int = 0
         return {"n": 0}
     shift = (d.loc[common, "margin"] - r.loc[common, "margin"]).to_numpy(float)
     fam = d.loc[common, "family"].to_numpy()
-    est, lo, hi = cluster_bootstrap(lambda idx: float(shift[idx].mean()), fam, n_boot=n_boot, seed=seed, ci=ci)
+    est, lo, hi = iv = cluster_bootstrap(lambda idx: float(shift[idx].mean()), fam, n_boot=n_boot, seed=seed, ci=ci, resampled="question family")
     return {"n": int(len(common)), "margin_debate": float(d.loc[common, "margin"].mean()),
-            "margin_reflection": float(r.loc[common, "margin"].mean()), "shift": est, "ci_low": lo, "ci_high": hi}
+            "margin_reflection": float(r.loc[common, "margin"].mean()), "shift": est, "ci_low": lo, "ci_high": hi, **iv.fields()}

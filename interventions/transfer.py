@@ -440,11 +440,11 @@ def summarize(t: pd.DataFrame, *, n_boot: int, seed: int, ci: float) -> dict[str
         return out
     one = t.drop_duplicates("pair")
     eff = (one["margin_message"] - one["margin_none"]).to_numpy(float)
-    est, lo, hi = cluster_bootstrap(lambda i: float(eff[i].mean()), one["family"].to_numpy(), n_boot=n_boot,
-                                    seed=seed, ci=ci)
+    est, lo, hi = iv = cluster_bootstrap(lambda i: float(eff[i].mean()), one["family"].to_numpy(), n_boot=n_boot,
+                                    seed=seed, ci=ci, resampled="question family")
     sm = one["sender_margin"].to_numpy(float)
     out["n_pairs"] = int(len(one))
-    out["message_effect"] = {"mean": est, "ci_low": lo, "ci_high": hi}
+    out["message_effect"] = {"mean": est, "ci_low": lo, "ci_high": hi, **iv.fields()}
     out["sender_margin_mean"] = float(sm.mean())
     out["sender_commits_share"] = float((sm > 0).mean())  # sender state favours its own answer
     for (ls, lr, arm), g in t.groupby(["layer_s", "layer_r", "arm"], sort=True):
@@ -452,10 +452,10 @@ def summarize(t: pd.DataFrame, *, n_boot: int, seed: int, ci: float) -> dict[str
         num = (g["margin"] - g["margin_none"]).to_numpy(float)
         den = (g["margin_message"] - g["margin_none"]).to_numpy(float)
         fam = g["family"].to_numpy()
-        r = ratio_interval(num, den, fam, ci=ci)   # Fieller: unbounded, and saying so, near a 0 message effect
-        sh, shlo, shhi = cluster_bootstrap(lambda i: float(num[i].mean()), fam, n_boot=n_boot, seed=seed, ci=ci)
+        r = ratio_interval(num, den, fam, ci=ci, resampled="question family")   # Fieller: unbounded, and saying so, near a 0 message effect
+        sh, shlo, shhi = iv = cluster_bootstrap(lambda i: float(num[i].mean()), fam, n_boot=n_boot, seed=seed, ci=ci, resampled="question family")
         out["curve"].append({"arm": arm, "layer_s": int(ls), "layer_r": int(lr), "share": r["estimate"],
-                             **ratio_fields(r), "shift": sh, "shift_ci_low": shlo, "shift_ci_high": shhi,
+                             **ratio_fields(r), "shift": sh, "shift_ci_low": shlo, "shift_ci_high": shhi, **iv.fields("shift_"),
                              "n": int(len(g))})
     out["by_sender"] = by_sender(t, n_boot=n_boot, seed=seed, ci=ci)
     return out
@@ -472,10 +472,10 @@ def by_sender(t: pd.DataFrame, *, n_boot: int, seed: int, ci: float) -> list[dic
     for (right, ls, lr, arm), g in lab.assign(sender_right=lab["peer_answer"] == lab["reference"]).groupby(
             ["sender_right", "layer_s", "layer_r", "arm"], sort=True):
         num = (g["margin"] - g["margin_none"]).to_numpy(float)
-        sh, lo, hi = cluster_bootstrap(lambda i: float(num[i].mean()), g["family"].to_numpy(), n_boot=n_boot,
-                                       seed=seed, ci=ci)
+        sh, lo, hi = iv = cluster_bootstrap(lambda i: float(num[i].mean()), g["family"].to_numpy(), n_boot=n_boot,
+                                       seed=seed, ci=ci, resampled="question family")
         out.append({"sender_right": bool(right), "arm": arm, "layer_s": int(ls), "layer_r": int(lr), "shift": sh,
-                    "ci_low": lo, "ci_high": hi, "n": int(len(g))})
+                    "ci_low": lo, "ci_high": hi, **iv.fields(), "n": int(len(g))})
     return out
 
 

@@ -245,3 +245,24 @@ def build_hub_cache(cache: Path, repo_id: str, revisions: dict[str, list[str]], 
             (repo / "refs" / ref).write_text(commit)
         out[commit] = snap
     return out
+
+
+# -- issue 51 item 5: every interval a paper report prints names its level -----------------------------
+_BOUNDS = re.compile(r"\[([-+]?\d[\d.eE+-]*|nan), ([-+]?\d[\d.eE+-]*|nan)\]")
+_LEVEL = re.compile(r" \(\d+%, [^)]*(resampled|Wilson|Fieller|level not recorded)[^)]*\)")
+
+
+def assert_intervals_name_levels(md: str) -> int:
+    """Walk a rendered report: every printed interval "[lo, hi]" is followed by its level ("(95%, 40
+    question families resampled)", "(95%, Wilson, 120 tasks)", or says the level is not recorded), and
+    every markdown table with bound columns (ci_low) has a level column. Returns the intervals seen."""
+    seen = 0
+    for m in _BOUNDS.finditer(md):
+        assert _LEVEL.match(md, m.end()), f"an interval without its level: ...{md[max(0, m.start() - 100):m.end() + 60]!r}"
+        seen += 1
+    for line in md.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")] if line.startswith("|") else []
+        if "ci_low" in cells:
+            assert "level" in cells, f"a table with bounds and no level column: {line!r}"
+            seen += 1
+    return seen

@@ -46,8 +46,9 @@ def test_seed_clustered_intervals_are_in_the_cells_and_the_report(campaign):
     line = next(x for x in md.splitlines() if x.startswith("| syn/claims_a/clean | bda_per_agent - plurality"))
     assert line.startswith(f"| syn/claims_a/clean | bda_per_agent - plurality | {b['delta']:.3f} |")
     q = next(q for q in cell["bootstrap_clustered"] if q["metric"] == "accuracy" and q["a"] == "bda_per_agent")
-    assert line.endswith(f"| {q['delta']:+.3f} [{q['ci_low']:+.3f}, {q['ci_high']:+.3f}] | 16 questions | "
-                         f"{b['delta']:+.3f} [{b['ci_low']:+.3f}, {b['ci_high']:+.3f}] | 2 seeds x 16 questions |")
+    assert line.endswith(f"| {q['delta']:+.3f} [{q['ci_low']:+.3f}, {q['ci_high']:+.3f}] (95%, 16 questions resampled) "
+                         f"| 16 questions | {b['delta']:+.3f} [{b['ci_low']:+.3f}, {b['ci_high']:+.3f}] "
+                         f"(95%, 2 seeds x 16 questions resampled) | 2 seeds x 16 questions |")
     assert md.index("## §7: seed-clustered") < md.index("## Figure 2")
 
 
@@ -133,3 +134,9 @@ def test_c8_needs_labelled_traces():
     from chorus.core.config import InputError
     with pytest.raises(InputError, match="needs labelled traces"):
         confidence_invariance([Trace("t", ("a", "b"), (Move("A1", 0, "propose", "a"),), None)])
+
+
+def test_every_interval_in_the_council_paper_names_its_level(campaign):
+    """Issue 51 item 5: each interval the BDA paper report prints says what it resampled and how many."""
+    from conftest import assert_intervals_name_levels
+    assert assert_intervals_name_levels(campaign[1]) > 0

@@ -68,7 +68,7 @@ def test_debate_delta_from_one_cluster_is_marked_not_an_interval():
     found = rows("debate", _debate_summary(["f1", "f1", "f1"]))   # one question family: one cluster
     delta = found[2]
     assert delta.clusters == 1 and delta.single_cluster
-    assert "from 1 cluster: not an interval" in delta.text()
+    assert "no interval (only 1 question family to resample" in delta.text()   # refused below MIN_UNITS
 
 
 def test_readout_headline_is_committed_at_read_by_condition():
@@ -244,10 +244,10 @@ def test_single_cluster_interval_marked_in_report(tmp_path):
     run.finish()
     html = render_report(run.path).read_text()
     top = html[html.index("id='headline'"):html.index("id='details'")]
-    assert "from 1 cluster: not an interval" in top
+    assert "no interval (only 1 question family to resample" in top
     assert "this model&#x27;s results as run" in top and "plumbing" not in html
     # the same bootstrap rows under "all numbers" carry the mark too
-    assert html.count("from 1 cluster: not an interval") > 1
+    assert html.count("only 1 question family to resample") > 1
 
 
 # -- where the numbers come from ------------------------------------------------------------------------

@@ -50,7 +50,7 @@ def test_sections_read_the_numbers_as_written(tmp_path):
     assert rows[2]["interval"] == "percentile bootstrap (run made before Fieller intervals)"
     tr = nb["sections"]["fig8_transfer"]["rows"]
     assert tr == [{"run": "transfer", "model": "m1", "arm": "transfer", "sender": "wrong", "layers": "2->2",
-                   "share": None, "shift": 0.4, "ci_low": 0.1, "ci_high": 0.7, "n": 6}]
+                   "share": None, "shift": 0.4, "ci_low": 0.1, "ci_high": 0.7, "level": "95%, level not recorded", "n": 6}]
     assert nb["sections"]["table14_long"]["rows"][0] == {"run": "long", "model": "m2", "round": 12,
                                                         "condition": "debate", "unanimity": 0.99}
     assert "chorus debate run default" in nb["sections"]["s5_outcomes"]["missing"]   # no 3-round debate given
@@ -61,6 +61,8 @@ def test_sections_read_the_numbers_as_written(tmp_path):
     assert "![knock__knockout_curves.png](figures/knock__knockout_curves.png)" in md
     assert (tmp_path / "out" / "figures" / "knock__knockout_curves.png").read_bytes() == b"png"
     assert md.index("§4.4") < md.index("Figure 8") < md.index("Table 14")
+    from conftest import assert_intervals_name_levels   # issue 51 item 5: every interval names its level
+    assert assert_intervals_name_levels(md) > 0
 
 
 def test_bad_inputs_name_the_directory(tmp_path):
@@ -133,6 +135,18 @@ def _scripted_debate(tmp_path):
     return run.path, s
 
 
+def _bounds_or_refused(r, d, key="value", est="estimate"):
+    """The row's interval is the record's, or refused (bounds cells say so, level says why) where the
+    record's bootstrap resampled fewer than MIN_UNITS units (issue 51)."""
+    from chorus.core.stats import MIN_UNITS
+    n = d.get("n_units", d.get("n_clusters"))
+    assert r[key] == d[est]
+    if n is not None and n < MIN_UNITS:
+        assert (r["ci_low"], r["ci_high"]) == ("refused", "refused") and f"only {n} question famil" in r["level"]
+    else:
+        assert (r["ci_low"], r["ci_high"]) == (d["ci_low"], d["ci_high"]) and "question famil" in r["level"]
+
+
 def test_vote_and_domain_sections_read_the_runs_own_summary(tmp_path):
     from chorus.core.runs import file_sha256
     path, s = _scripted_debate(tmp_path)
@@ -143,13 +157,12 @@ def test_vote_and_domain_sections_read_the_runs_own_summary(tmp_path):
     v = s["vote"]
     for arm, m in v["arms"].items():
         r = rows[(arm, "accuracy (final majority)")]
-        assert (r["value"], r["ci_low"], r["ci_high"]) == (m["accuracy"]["estimate"], m["accuracy"]["ci_low"],
-                                                           m["accuracy"]["ci_high"])
+        _bounds_or_refused(r, m["accuracy"])
         assert rows[(arm, "wrong unanimity")]["value"] == m["wrong_unanimity"]["estimate"]
     d = next(d for d in v["deltas"] if (d["a"], d["b"]) == ("debate_final_majority", "vote_majority"))
     r = rows[("debate - vote", "accuracy (final majority)")]
-    assert (r["value"], r["ci_low"], r["ci_high"], r["p_perm"], r["n"]) == (d["delta"], d["ci_low"], d["ci_high"],
-                                                                           d["p_perm"], d["n"])
+    assert (r["p_perm"], r["n"]) == (d["p_perm"], d["n"])
+    _bounds_or_refused(r, d, est="delta")
     # the interval says what it resampled: the question families of the paired questions
     assert r["interval"] == f"paired bootstrap over {d['n_clusters']} question families (50 resamples)"
     assert rows[("compute matching", "questions matched / cap hits")]["value"] == f"{v['n_matched']} / {v['n_cap_hits']}"
@@ -162,9 +175,11 @@ def test_vote_and_domain_sections_read_the_runs_own_summary(tmp_path):
             assert {k: r[k] for k in b["conditions"][r["row"]]} == b["conditions"][r["row"]]
         else:
             d = next(d for d in b["deltas"] if d["comparison"] == r["row"])
-            assert (r["delta"], r["ci_low"], r["ci_high"]) == (d["delta"], d["ci_low"], d["ci_high"])
+            _bounds_or_refused(r, d, key="delta", est="delta")
     md = build_paper([path], tmp_path / "out")[0].read_text()
     assert md.index("§5.1: debate vs the compute-matched") < md.index("Table 13 (§C.2) by domain")
+    from conftest import assert_intervals_name_levels   # issue 51 item 5: every interval names its level
+    assert assert_intervals_name_levels(md) > 0
 
 
 def test_domain_numbers_are_the_domain_alone():

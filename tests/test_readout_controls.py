@@ -126,7 +126,7 @@ def test_gaps_per_condition_against_hand_computed_shares():
     for v in g.values():
         assert v["ci_low"] <= v["delta"] + 1e-12 and v["delta"] <= v["ci_high"] + 1e-12
     # the old key is the debate gap, computed on debate and reflection rows only
-    assert s["debate_minus_reflection_f0"] == {k: g["debate"][k] for k in ("delta", "ci_low", "ci_high")}
+    assert s["debate_minus_reflection_f0"] == {k: g["debate"][k] for k in ("delta", "ci_low", "ci_high", "resampled", "n_units", "ci_refused")}
     # paired by question under a control: q1 1/3 - 1/2, q2 1 - 0
     p = ro.paired_committed_at_read(pd.DataFrame(rows), n_boot=200, condition="debate@unrelated")
     assert p["condition"] == "debate@unrelated"

@@ -80,6 +80,8 @@ def test_paper_over_the_real_run(roleplay_run, tmp_path):
     assert f"missing: an annotators output; run: `chorus roleplay annotators {path} -m PROFILE`" in md
     assert (out / "figures" / "run__convergence.png").is_file() and "figures/run__convergence.png" in md
     assert "missing annotators: an annotators output" in r.output
+    from conftest import assert_intervals_name_levels   # issue 51 item 5: every interval names its level
+    assert_intervals_name_levels(md)
 
 
 def _copy(src: Path, dst: Path) -> Path:

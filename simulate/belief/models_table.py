@@ -99,16 +99,28 @@ def models_tables(run_dirs: Sequence[str | Path]) -> tuple[pd.DataFrame, pd.Data
             if row.get("gamma") == g0 and row.get("kappa_hat_median") is not None:
                 t3.append({"model": m, "kappa": row["kappa"], "kappa_hat_median": row["kappa_hat_median"],
                            "ci_low": row.get("kappa_hat_ci_low"), "ci_high": row.get("kappa_hat_ci_high"),
-                           "gamma": g0, "run": kr["path"]})
+                           "level": _level(row), "gamma": g0, "run": kr["path"]})
         cols[m], sources[m] = col, src
     t2 = pd.DataFrame({m: [cols[m].get(k) for k in ROWS] for m in models}, index=list(ROWS))
     t2.index.name = "metric"
-    t3df = pd.DataFrame(t3, columns=["model", "kappa", "kappa_hat_median", "ci_low", "ci_high", "gamma", "run"])
+    t3df = pd.DataFrame(t3, columns=["model", "kappa", "kappa_hat_median", "ci_low", "ci_high", "level", "gamma",
+                                     "run"])
     if len(t3df):  # a kappa level seen in several conditions: their median, as the pooled headline does
         t3df = t3df.groupby(["model", "kappa"], sort=False, as_index=False).agg(
             kappa_hat_median=("kappa_hat_median", "median"), ci_low=("ci_low", "median"),
-            ci_high=("ci_high", "median"), gamma=("gamma", "first"), run=("run", "first"))
+            ci_high=("ci_high", "median"), level=("level", "first"), gamma=("gamma", "first"), run=("run", "first"))
     return t2, t3df, sources
+
+
+def _level(row: dict[str, Any]) -> str:
+    """What a kappa level's interval resampled and how many units ("95%, 12 runs resampled"), or why it
+    is refused (fewer than ``MIN_UNITS`` runs), or "level not recorded" for a run made before it was."""
+    from chorus.core.stats import record_level
+    rec = {"lo": row.get("kappa_hat_ci_low"), "hi": row.get("kappa_hat_ci_high"),
+           "resampled": row.get("kappa_hat_ci_resampled"), "n_units": row.get("kappa_hat_ci_units"),
+           "ci_refused": row.get("kappa_hat_ci_refused")}
+    level, refused = record_level(rec, lo="lo", hi="hi", ci=row.get("kappa_hat_ci_level") or 0.95)
+    return f"refused: {level}" if refused else level
 
 
 def wide_table3(t3: pd.DataFrame) -> pd.DataFrame:

@@ -14,6 +14,7 @@ from chorus.core.stats import MIN_UNITS
 from chorus.simulate.council.campaign import read_numbers
 from chorus.simulate.council import paper_more
 from chorus.simulate.council.paper_parts import RUN_ATTACK, RUN_CLEAN, cell, missing, sources, table
+from chorus.simulate.council.paper_parts import ci as paper_ci
 from chorus.core.plots import save, subplots
 
 HEADLINE = ("accuracy", "ece_ew", "brier")
@@ -118,7 +119,7 @@ class Paper:
 
             def ci(d, m):
                 b = d.get((m, "accuracy"))
-                return "-" if b is None else f"{b['delta']:+.3f} [{b['ci_low']:+.3f}, {b['ci_high']:+.3f}]"
+                return "-" if b is None else paper_ci(b)
             rows = [[m, v["accuracy"], v["ece_ew"], v.get("ece_em"), v["brier"], ci(boot, m), ci(bc, m)]
                     for m, v in c["metrics"].items()]
             base = (self.sec("baselines") or {}).get("cells", {})
@@ -313,7 +314,7 @@ class Paper:
             for m in ("bda_per_agent", "bda_confusion", "plurality", "stacker"):
                 if ("full", m) in by:
                     rows.append([k.split("/", 1)[1], m, by[("round0", m)], by[("full", m)],
-                                 f"{d[m]['delta']:+.3f} [{d[m]['ci_low']:+.3f}, {d[m]['ci_high']:+.3f}]" if m in d else "-"])
+                                 paper_ci(d[m]) if m in d else "-"])
         self.add("Table 14: round-0-truncated vs full trace under attack (leak-free refit per basis)",
                  _table(["cell", "method", "acc. round 0", "acc. full", "full - round 0 (question-clustered CI)"], rows))
 

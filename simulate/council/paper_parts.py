@@ -29,7 +29,10 @@ def sources(keys: Iterable[str]) -> str:
 
 
 def ci(d: dict | None) -> str:
-    """A paired difference with its interval in one cell, "-" when there is none."""
+    """A paired difference with its interval in one cell, naming what the interval resampled and how
+    many units ("+0.030 [-0.010, +0.070] (95%, 40 questions resampled)"; refused below
+    ``MIN_UNITS``), "-" when there is none."""
     if not d:
         return "-"
-    return f"{d['delta']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]"
+    from chorus.core.stats import record_interval_text
+    return f"{d['delta']:+.3f} " + record_interval_text(d, fmt="+.3f")

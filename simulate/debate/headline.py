@@ -22,7 +22,7 @@ def headline(summary: dict[str, Any]) -> list[Row]:
         m = conds.get(c)
         if isinstance(m, dict):
             out.append(proportion(f"accuracy, {c} (final majority)", m.get("acc_final_majority"), m.get("n_scored"),
-                                  why="no question of this condition was fully parsed and labelled"))
+                                  why="no question of this condition was fully parsed and labelled", unit="question"))
     paired = summary.get("paired") or {}
     deltas = {(d.get("a"), d.get("b")): d for d in paired.get("deltas") or [] if isinstance(d, dict)}
     for key, name in LEAD_PAIRS.items():
@@ -32,5 +32,6 @@ def headline(summary: dict[str, Any]) -> list[Row]:
                            why="no question fully parsed and labelled in both conditions"))
             continue
         out.append(row(name, d.get("delta"), d.get("ci_low"), d.get("ci_high"), level=paired.get("ci_level"),
-                       n=d.get("n"), clusters=d.get("n_clusters") if d.get("clustered", True) else None))
+                       n=d.get("n"), clusters=d.get("n_clusters") if d.get("clustered", True) else None,
+                       resampled=d.get("resampled") or ("question family" if d.get("clustered", True) else "question")))
     return out

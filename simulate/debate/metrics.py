@@ -178,7 +178,8 @@ def paired_mean_deltas(per_arm: dict[str, np.ndarray], pairs: Sequence[tuple[str
     if n == 0 or n_boot == 0:
         return pd.DataFrame([{"a": a, "b": b, "delta": (float(np.mean(per_arm[a]) - np.mean(per_arm[b])) if n else float("nan")),
                               "ci_low": float("nan"), "ci_high": float("nan"), "n": n} for a, b in pairs])
-    df = paired_bootstrap(data, pairs, metrics=("accuracy",), clusters=clusters, n_resamples=n_boot, seed=seed, ci=ci)
+    df = paired_bootstrap(data, pairs, metrics=("accuracy",), clusters=clusters, n_resamples=n_boot, seed=seed, ci=ci,
+                          resampled="question family")
     df = df.drop(columns=["metric"])
     df["n"] = n
     return df
@@ -215,10 +216,11 @@ def paired_comparisons(q: pd.DataFrame, *, n_boot: int = 2000, n_perm: int = 200
     # n_eff at the final round: clustered bootstrap of debate - reflection
     Cd = np.array(list(d[f"correct_agents_{R}"]), float)
     Cr = np.array(list(r[f"correct_agents_{R}"]), float)
-    est, lo, hi = cluster_bootstrap(lambda idx: effective_voters(Cd[idx]) - effective_voters(Cr[idx]), fam,
-                                    n_boot=n_boot, seed=seed, ci=ci)
+    iv = cluster_bootstrap(lambda idx: effective_voters(Cd[idx]) - effective_voters(Cr[idx]), fam,
+                           n_boot=n_boot, seed=seed, ci=ci, resampled="question family")
+    est, lo, hi = iv
     out["n_eff_delta"] = {"debate": effective_voters(Cd), "reflection": effective_voters(Cr), "delta": est,
-                          "ci_low": lo, "ci_high": hi}
+                          "ci_low": lo, "ci_high": hi, "resampled": iv.resampled, "n_units": iv.n_units}
     # per-subdomain cells of the wrong-unanimity delta, BH across cells
     cells = []
     for sub, idx in d.groupby("subdomain").indices.items():

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from chorus.core.plots import figure as _fig, save, subplots
+from chorus.core.plots import figure as _fig, interval_caption, save, subplots
 
 COLORS = {"debate": "#c0392b", "reflection": "#2e86c1"}
 
@@ -51,6 +51,7 @@ def curves_with_bands(table, path: Path, *, title: str = "collective outcomes by
         ax.legend(fontsize=7)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
+    interval_caption(fig, [], unit="question family", what="bands")   # n_groups counts questions, not families
     save(fig, path)
     return path
 
@@ -91,5 +92,6 @@ def estimates(table, path: Path, *, title: str) -> Path:
         ax.legend(fontsize=7)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
+    interval_caption(fig, [], unit="question family", what="error bars")   # n: questions; families not counted here
     save(fig, path)
     return path

@@ -41,7 +41,7 @@ from chorus.simulate.debate.parse import parse_answer
 from chorus.simulate.debate.prompts import round0_messages
 from chorus.simulate.debate.protocol import CONDITION_KEY, qkey
 from chorus.simulate.debate.questions import Item
-from chorus.core.plots import figure, save
+from chorus.core.plots import figure, interval_caption, save
 from chorus.simulate.debate.plots import COLORS
 from chorus.core.config import InputError
 
@@ -193,8 +193,9 @@ def _stats(x: Sequence[float]) -> dict[str, float]:
 
 
 def _ci(v: np.ndarray, fam: np.ndarray, **kw) -> dict[str, float]:
-    est, lo, hi = mean_ci(v, fam, **kw)
-    return {"estimate": est, "ci_low": lo, "ci_high": hi}
+    iv = mean_ci(v, fam, resampled="question family", **kw)
+    est, lo, hi = iv
+    return {"estimate": est, "ci_low": lo, "ci_high": hi, **iv.fields()}
 
 
 def vote_summary(vq: pd.DataFrame, votes: pd.DataFrame, q: pd.DataFrame, *, info: dict[str, Any] | None = None,
@@ -277,6 +278,7 @@ def plot_arms(vote: dict[str, Any], path: Path) -> Path:
         ax.set_title(title, fontsize=10)
     fig.suptitle(f"debate, reflection and compute-matched vote (n = {vote.get('n_paired', 0)} questions)", fontsize=10)
     fig.tight_layout()
+    interval_caption(fig, [m[k] for m in arms.values() for k, _ in panels], unit="question family", what="error bars")
     save(fig, path)
     return path
 

@@ -24,7 +24,12 @@ def _fmt(v) -> str:
         m, lo, hi = v["mean"], v.get("lo"), v.get("hi")
         if m != m:
             return "nan"
-        return f"{m:.2f}" + (f" [{lo:.2f}, {hi:.2f}]" if lo == lo and hi == hi and lo is not None else "")
+        if not (lo == lo and hi == hi and lo is not None):
+            return f"{m:.2f}"
+        from chorus.core.stats import record_level   # the interval names its level (issue 51)
+        level, refused = record_level({**v, "resampled": None} if v.get("resampled") in (None, "unit") else v,
+                                      lo="lo", hi="hi")
+        return f"{m:.2f} " + (f"no interval ({level})" if refused else f"[{lo:.2f}, {hi:.2f}] ({level})")
     if isinstance(v, dict) and "rho" in v:
         return "nan" if v["rho"] != v["rho"] else f"{v['rho']:.2f} (n={v['n']})"
     if isinstance(v, float):

@@ -312,8 +312,8 @@ def on_topic_change(by_round: pd.DataFrame) -> dict[str, dict[str, Any]]:
 def _convergence(w: pd.DataFrame, ch: str, R: int, boot: dict) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
     """Per-group convergence and partner gaps of one channel, with their CI summary."""
     g = group_convergence(w, ch, R)
-    res = {f"delta_{m}": bootstrap_ci(g[f"delta_{m}"], **boot) for m in MEASURES}
-    res["mean_shift"] = bootstrap_ci(g["mean_shift"], **boot)
+    res = {f"delta_{m}": bootstrap_ci(g[f"delta_{m}"], **boot, resampled="group") for m in MEASURES}
+    res["mean_shift"] = bootstrap_ci(g["mean_shift"], **boot, resampled="group")
     pg = partner_gap(w, ch, R)
     res["partner_gap_spearman"] = spearman(pg["gap"], pg["change"])
     return g, pg, res
@@ -349,16 +349,16 @@ def _error_metrics(hw: pd.DataFrame, sw: pd.DataFrame, g: pd.DataFrame, ch: str,
     per_group = ind.groupby("group_id")[["single_error", "update_error"]].mean()
     hg = group_convergence(hw, ch, R).set_index("group_id")
     conv_err = (g.set_index("group_id")["delta_sd"] - hg["delta_sd"]).abs().dropna()
-    return ind, {"single_error": bootstrap_ci(per_group["single_error"], **boot),
-                 "update_error": bootstrap_ci(per_group["update_error"], **boot),
-                 "convergence_error": bootstrap_ci(conv_err, **boot)}
+    return ind, {"single_error": bootstrap_ci(per_group["single_error"], **boot, resampled="group"),
+                 "update_error": bootstrap_ci(per_group["update_error"], **boot, resampled="group"),
+                 "convergence_error": bootstrap_ci(conv_err, **boot, resampled="group")}
 
 
 def _text_summary(txt: pd.DataFrame, ch: str, boot: dict) -> dict[str, Any]:
     """Text similarity to the human messages of one channel, per group then bootstrapped."""
     tc = txt[txt["channel"] == ch]
     per_g = tc.groupby("group_id")[["rouge_l", "semantic_similarity", "length_deviation"]].mean()
-    res = {mname: bootstrap_ci(per_g[mname], **boot) for mname in ("rouge_l", "semantic_similarity", "length_deviation")}
+    res = {mname: bootstrap_ci(per_g[mname], **boot, resampled="group") for mname in ("rouge_l", "semantic_similarity", "length_deviation")}
     ot = tc["on_topic"]
     res["on_topic_rate"] = _on_topic_rate(ot)
     res["n_on_topic_unlabelled"] = int(ot.isna().sum())

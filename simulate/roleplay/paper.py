@@ -330,13 +330,23 @@ def export(run_dirs: Sequence[str | Path]) -> dict[str, Any]:
 
 def _f(v: Any) -> str:
     if isinstance(v, dict) and "mean" in v:
-        return _f(v["mean"]) + (f" [{_f(v.get('lo'))}, {_f(v.get('hi'))}]" if v.get("lo") is not None else "")
+        return _f(v["mean"]) + (" " + _ci(v) if v.get("lo") is not None else "")
     if isinstance(v, dict) and "rho" in v:
         return f"{_f(v['rho'])} (n={v.get('n')})"
     if isinstance(v, list):
         return ", ".join(Path(x).name if isinstance(x, str) and "/" in x else _f(x) for x in v)
     # a run's path shows as its name; a tiny float in two significant digits
     return Path(v).name if isinstance(v, str) and v.startswith("/") else fmt(v, sig=2)
+
+
+def _ci(v: dict) -> str:
+    """A bootstrap record's interval with its level ("[0.12, 0.31] (95%, 24 groups resampled)"), refused
+    below ``MIN_UNITS`` groups (issue 51); a record that names no unit (resampled "unit", older runs)
+    says its level is not recorded."""
+    from chorus.core.stats import record_level
+    rec = {**v, "resampled": None} if v.get("resampled") in (None, "unit") else v
+    level, refused = record_level(rec, lo="lo", hi="hi", ci=v.get("ci") or 0.95)
+    return f"no interval ({level})" if refused else f"[{_f(v.get('lo'))}, {_f(v.get('hi'))}] ({level})"
 
 
 def _table(cols: list[str], rows: list[dict]) -> str:
