@@ -51,10 +51,12 @@ from chorus.core.runs import MANIFEST, RunDir, check_record, check_run_dir, file
 @dataclass(frozen=True)
 class Reads:
     """The mark of a source field: it names trace files (``traces``) or run directories of one part
-    (``runs``, ``part``); ``named``: each value is ``NAME=PATH`` (a named trace set)."""
+    (``runs``, ``part``); ``named``: each value is ``NAME=PATH`` (a named trace set); ``analyses``: runs
+    of the part's analyses are read too (else one is refused, naming the analysis that wrote it)."""
     kind: str
     part: str | None = None
     named: bool = False
+    analyses: bool = False
 
     def __str__(self) -> str:
         what = "trace files" if self.kind == "traces" else f"{self.part} run directories"
@@ -65,9 +67,10 @@ TRACES = Reads("traces")
 NAMED_TRACES = Reads("traces", named=True)
 
 
-def run_dirs(part: str) -> Any:
-    """The type of a field naming run directories of ``part`` (``debate``, ``council``, ...)."""
-    return Annotated[list[Path], Reads("runs", part)]
+def run_dirs(part: str, *, analyses: bool = False) -> Any:
+    """The type of a field naming run directories of ``part`` (``debate``, ``council``, ...); with
+    ``analyses``, the runs of that group's analyses too (an analysis of analyses)."""
+    return Annotated[list[Path], Reads("runs", part, analyses=analyses)]
 
 
 TRACE_GLOB = ("*.jsonl", "*.jsonl.gz")
@@ -148,11 +151,13 @@ def is_csv(config: type[AnalysisConfig], name: str) -> bool:
 @dataclass
 class Result:
     """What an analysis computed: ``summary`` (summary.json), ``tables`` (name -> DataFrame:
-    tables/NAME.parquet), ``plots`` (name -> draw(path): plots/NAME.png); ``path``: its run directory
+    tables/NAME.parquet), ``plots`` (name -> draw(path): plots/NAME.png), ``texts`` (file name -> text:
+    a rendering a person reads, e.g. ``stats.md``, sealed with the rest); ``path``: its run directory
     once written."""
     summary: dict[str, Any]
     tables: dict[str, Any] = field(default_factory=dict)
     plots: dict[str, Callable[[Path], Any]] = field(default_factory=dict)
+    texts: dict[str, str] = field(default_factory=dict)
     path: Path | None = None
 
     @classmethod
@@ -166,7 +171,7 @@ class Result:
         """The files it wrote, relative to its run directory."""
         if self.path is None:
             return []
-        return [f"tables/{n}.parquet" for n in self.tables] + ["summary.json"] + \
+        return [f"tables/{n}.parquet" for n in self.tables] + ["summary.json"] + list(self.texts) + \
             [f"plots/{n}.png" for n in self.plots if (self.path / "plots" / f"{n}.png").is_file()]
 
 
@@ -221,6 +226,8 @@ class Analysis:
         if plots:
             for name, draw in result.plots.items():
                 draw(run.plot_path(name))
+        for name, text in result.texts.items():
+            (run.path / name).write_text(text)
         run.write_summary(result.summary)
         run.finish()
         result.path = run.path
@@ -331,9 +338,12 @@ def _check_source(path: Path, reads: Reads) -> None:
         return
     if not path.is_dir():
         raise ConfigError(f"run directory not found: {path}")
-    part = RunDir(path).provenance().get("part")
+    prov = RunDir(path).provenance()
+    part = prov.get("part")
     if part is None:
         raise ConfigError(f"{path}: not a chorus run directory (no provenance.json naming its part)")
+    if isinstance(prov.get("analysis"), str) and not reads.analyses:   # it carries its group's part, not its data
+        raise ConfigError(f"{path} is a run of the analysis `{prov['analysis']}`; this analysis reads {reads.part} runs")
     if part != reads.part:
         raise ConfigError(f"{path} is a {part} run; this analysis reads {reads.part} runs")
 

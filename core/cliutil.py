@@ -321,7 +321,9 @@ def _analysis_params(a) -> list:
     ``--field-name`` (``--x/--no-x`` for a boolean; a ``Csv`` list as one comma-separated string), each
     with its default and its description as help."""
     import inspect
+    import typing
     from pathlib import Path
+    from typing import Annotated
 
     P = inspect.Parameter
     positional = a.reads[0][0]
@@ -333,8 +335,12 @@ def _analysis_params(a) -> list:
             ann = Optional[str] if default is None else str
             default = default if default in (None, ...) else ",".join(str(x) for x in default)
         flag = "--" + name.replace("_", "-")
-        if name == positional:
-            params.insert(0, P(name, P.POSITIONAL_OR_KEYWORD, annotation=ann, default=typer.Argument(default, help=help)))
+        if name == positional:   # named as a user types it: RUN..., TRACES..., NAME=FILE...
+            reads = dict(a.reads)[name]
+            metavar = "NAME=FILE" if reads.named else ("RUN" if reads.kind == "runs" else "TRACES")
+            many = typing.get_origin(typing.get_args(ann)[0] if typing.get_origin(ann) is Annotated else ann) is list
+            params.insert(0, P(name, P.POSITIONAL_OR_KEYWORD, annotation=ann, default=typer.Argument(
+                default, help=help, metavar=metavar + ("..." if many else ""))))
         elif ann is bool:
             params.append(P(name, P.KEYWORD_ONLY, annotation=bool,
                             default=typer.Option(default, f"{flag}/--no-{flag[2:]}", help=help)))

@@ -206,7 +206,7 @@ def test_help_shows_the_config_fields_as_options():
 
 
 class _RoundsConfig(AnalysisConfig):
-    runs: run_dirs("aggregate") = Field(description="Aggregate run directories.")
+    runs: run_dirs("aggregate", analyses=True) = Field(description="Aggregate run directories.")
     deep: bool = Field(False, description="Also count the tables.")
     tag: str = Field("x", description="A label.")
 
@@ -264,3 +264,25 @@ def test_chorus_help_stays_lazy():
             "print(sorted(m for m in heavy if m in sys.modules))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == "[]", (r.stdout, r.stderr)
+
+
+def test_belief_models_is_an_analysis_over_belief_runs(tmp_path):
+    """Tables 2 and 3 across models as a sealed analysis: summary.json, the two CSVs, sources fingerprinted;
+    a run of another part is refused naming it."""
+    from chorus.simulate.belief.config import BeliefConfig
+    from chorus.simulate.belief.experiment import run_experiment
+    ocfg = BeliefConfig(name="ok", n_agents=6, rounds=4, seeds=2, population={"kind": "uniform"},
+                        sweep={"population.kappa": [0.5, 2, 8]})
+    orun, _ = run_experiment(ocfg, tmp_path / "oracle", make_plots=False, sweep=True)
+    out = tmp_path / "models"
+    r = invoke("belief", "models", orun.path, "--out", out)
+    assert r.exit_code == 0, r.output
+    assert "Table 2 across models (1 runs)" in r.output and "numbers from: oracle mode" in r.output
+    s = json.loads((out / "summary.json").read_text())
+    assert s["table2"]["oracle"]["kappa_spearman"] == 1.0 and (out / "table2.csv").read_text().startswith("metric,oracle")
+    prov = json.loads((out / "provenance.json").read_text())
+    assert prov["analysis"] == "belief models" and prov["sources"][0]["fingerprint"] != "unsealed"
+    assert brief_of(out)["kappa_spearman (oracle)"] == 1.0
+    assert invoke("verify", out).exit_code == 0
+    r = invoke("belief", "models", tmp_path / "models", "--out", tmp_path / "m2")
+    assert r.exit_code == 2 and "is a run of the analysis `belief models`; this analysis reads belief runs" in r.output

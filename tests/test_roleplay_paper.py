@@ -169,10 +169,10 @@ def test_paper_reads_stats_and_probes_outputs_as_they_are(roleplay_run, tmp_path
     pr, _ = write_probes([path], tmp_path / "pr", make_plots=False)
     P.build_paper([path, st, pr], tmp_path / "paper")
     sec = json.loads((tmp_path / "paper" / "numbers.json").read_text())["sections"]
-    s, p = json.loads((st / "stats.json").read_text()), json.loads((pr / "probes.json").read_text())
+    s, p = json.loads((st / "summary.json").read_text()), json.loads((pr / "summary.json").read_text())
     sha = _sha(Path(path) / "summary.json")
-    assert sec["statistics"]["source"] == {"run": str(st.resolve()), "file": "stats.json",
-                                           "summary_sha256": _sha(st / "stats.json")}
+    assert sec["statistics"]["source"] == {"run": str(st.resolve()), "file": "summary.json",
+                                           "summary_sha256": _sha(st / "summary.json")}
     assert sec["statistics"]["sign_tests"] == [x | {"summary_sha256": [sha]} for x in s["sign_tests"]]
-    assert sec["probes"]["source"]["file"] == "probes.json" and sec["probes"]["baseline"] == p["baseline"]
+    assert sec["probes"]["source"]["file"] == "summary.json" and sec["probes"]["baseline"] == p["baseline"]
     assert sec["probes"]["on_topic"] == [x | {"summary_sha256": sha} for x in p["on_topic"]]

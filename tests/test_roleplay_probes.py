@@ -247,7 +247,7 @@ def test_probes_verb_over_the_session_run(roleplay_run, tmp_path):
     abl = _copy_as(path, tmp_path / "abl", "ablate: []", "ablate: [initial_opinion, first_tweet]")
     r = runner.invoke(app, ["roleplay", "probes", str(path), str(t0), str(abl), "--out", str(tmp_path / "pr")])
     assert r.exit_code == 0, r.output
-    p = json.loads((tmp_path / "pr" / "probes.json").read_text())
+    p = json.loads((tmp_path / "pr" / "summary.json").read_text())
     t = pd.DataFrame(p["temperature"]).query("setup == 'full_dynamics'")
     assert list(t["condition"]) == ["T=0", "default"] and list(t["run"]) == [str(t0), str(path)]
     fd = s_base["cells"]["base/full_dynamics/public"]["delta_sd"]["mean"]
@@ -279,7 +279,7 @@ def test_probes_verb_over_the_session_run(roleplay_run, tmp_path):
 
     # bad input: one line, exit 2
     r = runner.invoke(app, ["roleplay", "probes", str(tmp_path), "--out", str(tmp_path / "bad")])
-    assert r.exit_code == 2 and "not a finished roleplay run directory" in r.output
+    assert r.exit_code == 2 and "not a chorus run directory" in r.output
     seed = _copy_as(path, tmp_path / "seed", "seed: 0", "seed: 1")
     r = runner.invoke(app, ["roleplay", "probes", str(path), str(seed), "--out", str(tmp_path / "bad2")])
     assert r.exit_code == 2 and "differs from the baseline" in r.output and "in seed: 0 -> 1" in " ".join(r.output.split())

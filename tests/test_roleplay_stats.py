@@ -191,7 +191,7 @@ def test_stats_verb_over_the_real_run(roleplay_run, tmp_path):
     s_run = RunDir(path).summary()
     r = runner.invoke(app, ["roleplay", "stats", str(path), "--out", str(tmp_path / "st")])
     assert r.exit_code == 0, r.output
-    s = json.loads((tmp_path / "st" / "stats.json").read_text())
+    s = json.loads((tmp_path / "st" / "summary.json").read_text())
     b = pd.DataFrame(s["bars"]).set_index(["source", "setup", "channel", "metric"])
     # the bars are the run's own cells
     cell = s_run["cells"]["base/full_dynamics/private"]

@@ -9,13 +9,14 @@ from typing import List, Optional
 
 import typer
 
-from chorus.core.cliutil import RECOMPUTE_HELP, add_verbs, deprecated, plots_option
+import chorus.simulate.belief.analyses  # noqa: F401  (registers models)
+from chorus.core.cliutil import RECOMPUTE_HELP, add_analyses, add_verbs, deprecated, plots_option
 from chorus.core.cliutil import fail as _fail
 from chorus.core.headline import declare as declare_headline
 from chorus.core.verbs import Impl, Option, Verb, register
 from chorus.serving.profiles import DEFAULT_PROFILE
+from chorus.serving.standing import standing_text
 from chorus.core.config import ConfigError
-from chorus.core.runs import check_output, write_json
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="Bayesian belief layer (BCA): run, sweep, report, calibrate.")
@@ -306,46 +307,7 @@ register(Verb(
 add_verbs(correct_app, "belief correct")
 
 
-@app.command()
-def models(runs: List[Path] = typer.Argument(..., help="Belief run directories of one or more models (e.g. each "
-                                                        "model's regimes, committed and kappa_recovery sweeps)."),
-           out: Optional[Path] = typer.Option(None, "--out", help="Folder for models.json, table2.csv and table3.csv "
-                                                                   "(default: print only).")) -> None:
-    """The belief-layer paper's Tables 2 and 3 across models: the headline metrics (channel alignment, regimes,
-    kappa recovery, probe audit) with one column per model, and each model's recovered kappa per prescribed kappa."""
-    from rich.console import Console
-    from rich.table import Table
-
-    from chorus.simulate.belief.models_table import TableError, fmt, models_tables, wide_table3
-    try:
-        check_output(out)   # never into (or over) a run directory
-        t2, t3, sources = models_tables([str(p) for p in runs])
-    except (TableError, ConfigError, FileNotFoundError) as err:
-        _fail(err)
-    con = Console()
-    t = Table(title=f"Table 2 across models ({len(runs)} runs)")
-    t.add_column("metric")
-    for m in t2.columns:
-        t.add_column(str(m))
-    for k, row in t2.iterrows():
-        t.add_row(str(k), *(fmt(v) for v in row))
-    con.print(t)
-    w = wide_table3(t3)
-    if len(w):
-        t = Table(title="Table 3: median recovered kappa per prescribed kappa")
-        t.add_column("model")
-        for c in w.columns:
-            t.add_column(c)
-        for m, row in w.iterrows():
-            t.add_row(str(m), *(fmt(v) for v in row))
-        con.print(t)
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        t2.to_csv(out / "table2.csv")
-        t3.to_csv(out / "table3.csv", index=False)
-        write_json(out / "models.json", {"runs": [str(p) for p in runs], "table2": t2.to_dict(),
-                                         "table3": t3.to_dict("records"), "sources": sources})
-        con.print(f"results: [bold]{out}[/bold] (models.json, table2.csv, table3.csv)")
+add_analyses(app, "belief", standing_text)   # models (simulate/belief/analyses/)
 
 
 @app.command()

@@ -7,11 +7,13 @@ from pathlib import Path
 from typing import Optional
 import typer
 
-from chorus.core.cliutil import add_verbs, fail, model_option, plots_option, renamed_option
+import chorus.simulate.roleplay.analyses  # noqa: F401  (registers stats and probes)
+from chorus.core.cliutil import add_analyses, add_verbs, fail, model_option, plots_option, renamed_option
 from chorus.core.headline import declare as declare_headline
 from chorus.core.verbs import Impl, Verb, register
 from chorus.core.config import ConfigError
 from chorus.serving.profiles import ModelError
+from chorus.serving.standing import standing_text
 
 roleplay_app = typer.Typer(no_args_is_help=True, add_completion=False,
                            help="DEBATE-style role-play groups: run both setups, evaluate against the humans.")
@@ -83,6 +85,7 @@ register(Verb(
     recompute_alias="eval", show=print_summary, unit="messages", model="models.*.profile",
     configs="chorus.simulate.roleplay.config:CONFIGS_DIR/roleplay/*.yaml"))
 add_verbs(roleplay_app, "roleplay")
+add_analyses(roleplay_app, "roleplay", standing_text)   # stats, probes (simulate/roleplay/analyses/)
 
 
 def _show_sft(con, path: Path, s: dict) -> None:
@@ -122,30 +125,6 @@ register(Verb(
 add_verbs(sft_app, "sft")
 
 
-@roleplay_app.command("stats", help="Statistics across stored roleplay runs (splits, models): normal approximation "
-                                    "on the bootstrap bars, exact sign tests over condition cells, the model-level "
-                                    "sign check, cross-model error correlations, and the runs' summed compute.")
-def stats_command(runs: list[Path] = typer.Argument(..., metavar="RUN...", help="Roleplay run directories (one per split and model set)."),
-                  out: Path = typer.Option(None, "--out", help="Output directory (default runs/roleplay-stats/stats-TIME)."),
-                  plots: bool = typer.Option(True, "--plots/--no-plots", help="Write plots/errors.png.")) -> None:
-    from rich.console import Console
-
-    from chorus.simulate.roleplay.stats import write_stats
-    try:
-        path, s = write_stats(runs, out, make_plots=plots)
-    except ConfigError as err:
-        fail(err)
-    con = Console()
-    c = s["compute"]["total"]
-    con.print(f"{len(s['runs'])} runs: {len(s['normal_tests'])} normal-approximation tests, {len(s['sign_tests'])} "
-              f"sign tests, {len(s['model_sign_check'])} model-level checks, {len(s['correlations'])} correlations; "
-              f"compute {c['wall_s']:.0f} wall s, {c['gpu_hours']:.3g} GPU-hours ({c['runs_with_compute']} of "
-              f"{c['runs']} runs recorded it)")
-    for m in s["missing"]:
-        con.print(f"[yellow]missing[/yellow] {m['statistic']}: {m['missing']}; run: {m['command']}", soft_wrap=True)
-    con.print(f"results: [bold]{path}[/bold] (stats.json, stats.md, tables/*.parquet, plots/errors.png)")
-
-
 @roleplay_app.command("annotators", help="Annotator robustness: re-classify a stored roleplay run's texts (stance, "
                                          "on-topic) with other classifier models through the run's call store; "
                                          "Cohen's kappa per label against the run's classifier, confusion "
@@ -176,31 +155,6 @@ def annotators_command(run: Path = typer.Argument(..., metavar="RUN", help="A fi
     if r.get("note"):
         con.print(f"[yellow]{r['note']}[/yellow]")
     con.print(f"results: [bold]{path}[/bold] (annotators.json, annotators.md, tables/*.parquet, plots/annotators.png)")
-
-
-@roleplay_app.command("probes", help="The mechanism probes across stored roleplay runs: tweet/private delta SD by "
-                                     "decoding temperature (T=0 / default / T=1) and with the memory ablated, and "
-                                     "the first- vs last-round on-topic rate. The first RUN is the baseline; the "
-                                     "others may differ from it only in generation.temperature or memory.ablate.")
-def probes_command(runs: list[Path] = typer.Argument(..., metavar="RUN...", help="Roleplay run directories, the baseline first."),
-                   out: Path = typer.Option(None, "--out", help="Output directory (default runs/roleplay-probes/probes-TIME)."),
-                   plots: bool = typer.Option(True, "--plots/--no-plots", help="Write plots/probes.png.")) -> None:
-    from rich.console import Console
-    from rich.markup import escape
-
-    from chorus.simulate.roleplay.probes import write_probes
-    try:
-        path, s = write_probes(runs, out, make_plots=plots)
-    except ConfigError as err:
-        fail(err)
-    con = Console()
-    con.print(f"{len(s['runs'])} runs (baseline {s['baseline']}): {len(s['temperature'])} temperature rows, "
-              f"{len(s['memory'])} memory rows, {len(s['on_topic'])} on-topic rows", soft_wrap=True)
-    for m in s["missing"]:
-        # escaped: the commands hold YAML lists ([...]) that rich would read as markup
-        con.print(f"[yellow]missing[/yellow] {m['probe']}: {escape(m['missing'])}; run: {escape(m['command'])}",
-                  soft_wrap=True)
-    con.print(f"results: [bold]{path}[/bold] (probes.json, probes.md, tables/*.parquet, plots/probes.png)")
 
 
 @roleplay_app.command("paper", help="The DEBATE paper's tables and figures in the paper's order, from stored runs "

@@ -23,6 +23,9 @@ from chorus.serving.standing import standing
 SCHEMA = "chorus.roleplay-paper/1"
 OWN_FILE = {"roleplay": "summary.json", "sft": "summary.json", "roleplay-annotators": "annotators.json",
             "roleplay-stats": "stats.json", "roleplay-probes": "probes.json"}
+# the analyses (chorus.core.analyses) whose runs a paper reads, by the kind the sections ask for; their
+# record is summary.json (an output of an earlier chorus, part roleplay-stats / -probes, is read as before)
+ANALYSIS_KIND = {"roleplay stats": "roleplay-stats", "roleplay probes": "roleplay-probes"}
 SETUP_NAMES = {"full_dynamics": "Full Dynamics Simulation", "next_message": "Next Message Prediction",
                "rollout": "DeGroot rollout", "human": "human"}
 STANCE = ("single_error", "update_error", "convergence_error", "delta_sd", "delta_pairwise", "delta_range",
@@ -54,12 +57,13 @@ def _read_run(path: Path) -> dict[str, Any]:
         raise PaperError(f"{path}: not a run directory")
     pp = path / "provenance.json"
     prov = json.loads(pp.read_text()) if pp.is_file() else {}
-    part = prov.get("part")
+    part = ANALYSIS_KIND.get(prov.get("analysis"), prov.get("part"))
     if part not in OWN_FILE:
         raise PaperError(f"{path}: not a roleplay, SFT, annotators, stats or probes output (provenance part {part!r})")
-    f = path / OWN_FILE[part]
+    name = "summary.json" if prov.get("analysis") in ANALYSIS_KIND else OWN_FILE[part]
+    f = path / name
     if not f.is_file():
-        raise PaperError(f"{path}: no {OWN_FILE[part]} (finish the run, or rebuild a roleplay run's summary with "
+        raise PaperError(f"{path}: no {name} (finish the run, or rebuild a roleplay run's summary with "
                          f"chorus roleplay recompute {path})")
     data = json.loads(f.read_text())
     if part == "roleplay" and "cells" not in data:
@@ -68,7 +72,7 @@ def _read_run(path: Path) -> dict[str, Any]:
     if (path / "config.yaml").is_file():
         import yaml
         cfg = yaml.safe_load((path / "config.yaml").read_text()) or {}
-    return {"path": str(path), "part": part, "file": OWN_FILE[part], "sha256": file_sha256(f), "data": data,
+    return {"path": str(path), "part": part, "file": name, "sha256": file_sha256(f), "data": data,
             "config": cfg, "plots": run_plots(path)}
 
 

@@ -253,16 +253,9 @@ def markdown(s: dict[str, Any], tables: dict[str, pd.DataFrame]) -> str:
 
 def write_probes(paths: list[str | Path], out: str | Path | None = None, make_plots: bool = True
                  ) -> tuple[Path, dict[str, Any]]:
-    """Analyse the runs and write OUT/probes.json, probes.md, tables/*.parquet and plots/probes.png."""
-    s, tables = analyse(paths)
-    run = RunDir.create(run_dir_path(out, "roleplay-probes", "probes"), part="roleplay-probes",
-                        command="roleplay probes", inputs=[r["path"] for r in s["runs"]])
-    for name, df in tables.items():
-        if len(df):
-            run.write_table(name, df)
-    write_json(run.path / "probes.json", s)
-    (run.path / "probes.md").write_text(markdown(s, tables))
-    if make_plots:
-        probe_bars(tables["temperature"], tables["memory"], run.plot_path("probes"))
-    run.finish()
-    return run.path, s
+    """``chorus roleplay probes`` from Python: its sealed analysis run (summary.json, probes.md,
+    tables/*.parquet, plots/probes.png) at ``out``; returns (run directory, summary)."""
+    from chorus.core.analyses import get_analysis
+    import chorus.simulate.roleplay.analyses  # noqa: F401  (registers the analysis)
+    r = get_analysis("roleplay probes").run({"runs": [str(p) for p in paths]}, out, plots=make_plots)
+    return r.path, r.summary

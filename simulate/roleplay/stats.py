@@ -460,19 +460,16 @@ def markdown(s: dict[str, Any], tables: dict[str, pd.DataFrame]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def table_for_parquet(df: pd.DataFrame) -> pd.DataFrame:
+    """A statistics table as stored: list cells (runs, cells, models) as one comma-separated string."""
+    return df.assign(**{c: df[c].map(_f) for c in ("runs", "cells", "models") if c in df})
+
+
 def write_stats(paths: list[str | Path], out: str | Path | None = None, make_plots: bool = True
                 ) -> tuple[Path, dict[str, Any]]:
-    """Analyse the runs and write OUT/stats.json, stats.md, tables/*.parquet and plots/errors.png."""
-    s, tables = analyse(paths)
-    run = RunDir.create(run_dir_path(out, "roleplay-stats", "stats"), part="roleplay-stats", command="roleplay stats",
-                        inputs=[r["path"] for r in s["runs"]])
-    for name, df in tables.items():
-        if len(df):
-            run.write_table(name, df.assign(**{c: df[c].map(_f) for c in ("runs", "cells", "models") if c in df}))
-    write_json(run.path / "stats.json", s)
-    (run.path / "stats.md").write_text(markdown(s, tables))
-    if make_plots and len(tables["bars"]):
-        from chorus.simulate.roleplay.plots import error_scatter
-        error_scatter(tables["bars"], run.plot_path("errors"))
-    run.finish()
-    return run.path, s
+    """``chorus roleplay stats`` from Python: its sealed analysis run (summary.json, stats.md, tables/*.parquet,
+    plots/errors.png) at ``out``; returns (run directory, summary)."""
+    from chorus.core.analyses import get_analysis
+    import chorus.simulate.roleplay.analyses  # noqa: F401  (registers the analysis)
+    r = get_analysis("roleplay stats").run({"runs": [str(p) for p in paths]}, out, plots=make_plots)
+    return r.path, r.summary
