@@ -145,4 +145,4 @@ def generate(out: Path = typer.Option(..., "--out", help="Trace file to write (.
     typer.echo(f"wrote {n_tasks} traces to {out}")
 
 
-add_analyses(app, "aggregate", standing_text)   # each prints where its trace files' runs stand   # flips, switch, truncation, lodo, labels, contagion, keys, shift, drift, transfer, check, c8
+add_analyses(app, "aggregate", standing_text)   # flips, switch, truncation, lodo, labels, contagion, keys, shift, drift, transfer, check, c8

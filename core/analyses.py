@@ -67,6 +67,11 @@ TRACES = Reads("traces")
 NAMED_TRACES = Reads("traces", named=True)
 
 
+def run_dir(part: str) -> Any:
+    """The type of a field naming one run directory of ``part``."""
+    return Annotated[Path, Reads("runs", part)]
+
+
 def run_dirs(part: str, *, analyses: bool = False) -> Any:
     """The type of a field naming run directories of ``part`` (``debate``, ``council``, ...); with
     ``analyses``, the runs of that group's analyses too (an analysis of analyses)."""
@@ -158,6 +163,7 @@ class Result:
     tables: dict[str, Any] = field(default_factory=dict)
     plots: dict[str, Callable[[Path], Any]] = field(default_factory=dict)
     texts: dict[str, str] = field(default_factory=dict)
+    provenance: dict[str, Any] = field(default_factory=dict)   # what else the run records (engines it called)
     path: Path | None = None
 
     @classmethod
@@ -206,10 +212,11 @@ class Analysis:
             raise ConfigError("; ".join(_describe(self.config, e) for e in err.errors())) from None
 
     def run(self, cfg: AnalysisConfig | dict[str, Any], out: str | Path | None = None, *,
-            plots: bool = True) -> Result:
+            plots: bool = True, **compute_kw: Any) -> Result:
         """Compute and write the sealed run directory (``out``, default ``runs/GROUP/NAME-TIME``).
         The directory is checked (``check_run_dir``: new, empty, or this analysis's own run of the same
-        config) and the sources fingerprinted before any work."""
+        config) and the sources fingerprinted before any work. ``compute_kw`` go to the implementation
+        (what only Python can hand it: loaded engines, a progress callback)."""
         if isinstance(cfg, dict):
             cfg = self.load(cfg)
         command = " ".join(self.key)
@@ -217,10 +224,10 @@ class Analysis:
         check_run_dir(path, part=self.group, config=cfg, command=command)
         sources = source_records(cfg)
         # the work first, in memory, then the directory: bad input found while computing leaves none behind
-        result = self.factory()(cfg)
+        result = self.factory()(cfg, **compute_kw)
         run = RunDir.create(path, part=self.group, config=cfg, seeds=getattr(cfg, "seed", getattr(cfg, "seeds", None)),
                             command=command, analysis=command, analysis_module=self.factory.__module__,
-                            sources=sources)
+                            sources=sources, **result.provenance)
         for name, df in result.tables.items():
             run.write_table(name, df)
         if plots:

@@ -355,6 +355,23 @@ def _analysis_params(a) -> list:
     return params
 
 
+def show_analysis(a, result, standing: Callable[[Path], str] | None = None) -> None:
+    """What an analysis command prints once its run is written: its table (``a.show``), where the numbers
+    come from and the run directory (stderr: stdout stays what the analysis printed, JSON parseable),
+    and exit 1 for a failed check (after its record is written)."""
+    from rich.console import Console
+
+    a.show(Console(), result)
+    err = Console(stderr=True)
+    if standing is not None and result.path is not None:
+        err.print(f"numbers from: {standing(result.path)}", highlight=False, soft_wrap=True, markup=False)
+    err.print(f"run directory: {result.path} ({', '.join(result.files())})",
+              highlight=False, soft_wrap=True, markup=False)
+    reason = a.fails(result.summary) if a.fails else None
+    if reason:
+        fail(f"FAILED: {reason}", code=1)
+
+
 def _analysis_command(a, standing: Callable[[Path], str] | None = None):
     import inspect
 
@@ -369,16 +386,7 @@ def _analysis_command(a, standing: Callable[[Path], str] | None = None):
             result = a.run(a.load(values), out, plots=plots)
         except bad_input_types() as err:   # not ValueError: one chorus did not raise as bad input is a bug
             fail(err)
-        a.show(Console(), result)
-        # stderr: stdout stays what the analysis printed (JSON stays parseable)
-        err = Console(stderr=True)
-        if standing is not None and result.path is not None:
-            err.print(f"numbers from: {standing(result.path)}", highlight=False, soft_wrap=True, markup=False)
-        err.print(f"run directory: {result.path} ({', '.join(result.files())})",
-                  highlight=False, soft_wrap=True, markup=False)
-        reason = a.fails(result.summary) if a.fails else None
-        if reason:
-            fail(f"FAILED: {reason}", code=1)
+        show_analysis(a, result, standing)
 
     params = _analysis_params(a)
     sig = inspect.Signature(params)

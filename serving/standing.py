@@ -181,8 +181,11 @@ def run_standing(run_dir: str | Path, summary: dict[str, Any] | None = None, *, 
     if isinstance(judge, dict) and isinstance(judge.get("judge_profile"), str):
         models.append(judge["judge_profile"])
     srcs = prov.get("sources")
-    if mode is None and not models and isinstance(srcs, list) and srcs:
-        return sources_standing(srcs, _depth)
+    if isinstance(srcs, list) and srcs and "analysis" in prov:
+        src = sources_standing(srcs, _depth)
+        if mode is None and not models:
+            return src
+        models += list(src.models)   # an analysis that called models of its own rests on its sources' too
     return standing(models, mode=mode, data=_data_note(prov, summ if isinstance(summ, dict) else {}))
 
 

@@ -286,3 +286,21 @@ def test_belief_models_is_an_analysis_over_belief_runs(tmp_path):
     assert invoke("verify", out).exit_code == 0
     r = invoke("belief", "models", tmp_path / "models", "--out", tmp_path / "m2")
     assert r.exit_code == 2 and "is a run of the analysis `belief models`; this analysis reads belief runs" in r.output
+
+
+def test_every_part_registers_its_analyses_with_what_they_read():
+    """The commands over stored runs of council, role-play and belief are analyses too (sealed runs), each
+    declaring what it reads; their command is the registered one (or, for annotators, marked as it)."""
+    import chorus.registry  # noqa: F401
+    from chorus.cli import app
+    from chorus.core.analyses import analyses
+    found = {" ".join(a.key): [str(r) for _, r in a.reads] for a in analyses()}
+    assert found["council compliance"] == ["trace files"]
+    assert found["roleplay stats"] == found["roleplay probes"] == ["roleplay run directories"]
+    assert found["roleplay annotators"] == ["roleplay run directories"]
+    assert found["belief models"] == ["belief run directories"]
+    groups = {g.name: g.typer_instance for g in app.registered_groups}
+    for key in ("council compliance", "roleplay stats", "roleplay probes", "roleplay annotators", "belief models"):
+        group, name = key.split()
+        (cmd,) = [c for c in groups[group].registered_commands if c.name == name]
+        assert getattr(cmd.callback, "analysis", None) is not None, key

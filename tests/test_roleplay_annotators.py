@@ -126,9 +126,13 @@ def test_headline_recomputed_under_a_scripted_classifier(roleplay_run, tmp_path)
     assert r2["headline"]["gemma3-270m"] != r2["headline"]["smollm2-135m-instruct"]
     for name in ("kappa", "confusion", "headline", "labels"):
         assert (out2 / "tables" / f"{name}.parquet").is_file()
-    j = json.loads((out2 / "annotators.json").read_text())
+    j = json.loads((out2 / "summary.json").read_text())
     assert j["run"] == str(path) and j["classifiers"] == ["gemma3-270m"] and "Cohen" in (out2 / "annotators.md").read_text()
     assert (out2 / "plots" / "annotators.png").stat().st_size > 0
+    # an analysis: its record holds the source run's fingerprint and the engines it called
+    prov = json.loads((out2 / "provenance.json").read_text())
+    assert prov["analysis"] == "roleplay annotators" and prov["sources"][0]["path"] == str(path)
+    assert "gemma3-270m" in json.dumps(prov["engines"]) or prov["engines"]["gemma3-270m"]
 
 
 @pytest.mark.slow
@@ -138,7 +142,7 @@ def test_reclassify_the_tiny_run_with_gemma(roleplay_run, tmp_path):
     res = runner.invoke(app, ["roleplay", "annotators", str(path), "-m", "gemma3-270m",
                               "--out", str(tmp_path / "a1"), "--no-plots"])
     assert res.exit_code == 0, res.output
-    r = json.loads((tmp_path / "a1" / "annotators.json").read_text())
+    r = json.loads((tmp_path / "a1" / "summary.json").read_text())
     n = len(run.read_table("labels"))
     assert r["engines"]["gemma3-270m"]["model_calls"] > 0
     assert r["agreement"]["gemma3-270m"]["n_paired_texts"] == n
@@ -148,7 +152,7 @@ def test_reclassify_the_tiny_run_with_gemma(roleplay_run, tmp_path):
     res2 = runner.invoke(app, ["roleplay", "annotators", str(path), "-m", "gemma3-270m", "--out", str(tmp_path / "a2"),
                                "--no-plots"])
     assert res2.exit_code == 0, res2.output
-    r2 = json.loads((tmp_path / "a2" / "annotators.json").read_text())
+    r2 = json.loads((tmp_path / "a2" / "summary.json").read_text())
     assert r2["engines"]["gemma3-270m"]["model_calls"] == 0
     assert r2["agreement"] == r["agreement"]
 
@@ -156,7 +160,7 @@ def test_reclassify_the_tiny_run_with_gemma(roleplay_run, tmp_path):
 @pytest.mark.slow
 def test_bad_input_is_one_line_exit_2(roleplay_run, tmp_path):
     path, _, _ = roleplay_run
-    cases = [([str(tmp_path), "-m", "gemma3-270m"], "not a run directory"),
+    cases = [([str(tmp_path), "-m", "gemma3-270m"], "not a chorus run directory"),
              ([str(path), "-m", "no-such-model"], "unknown model profile"),
              ([str(path), "-m", "smollm2-135m-instruct"], "the run's own classifier")]
     for args, msg in cases:

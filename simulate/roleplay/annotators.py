@@ -26,12 +26,10 @@ import numpy as np
 import pandas as pd
 
 from chorus.core.config import ConfigError
-from chorus.core.runs import RunDir, run_dir_path, write_json
 from chorus.serving.profiles import ModelError, get_profile
 from chorus.serving.standing import standing
 from chorus.simulate.roleplay.classify import classify_texts
 from chorus.simulate.roleplay.experiment import open_finished, recompute
-from chorus.simulate.roleplay.plots import annotator_agreement
 from chorus.simulate.roleplay.prompts import load_prompts
 
 STANCE_LABELS = (1, 2, 3, 4, 5, 6)
@@ -169,10 +167,20 @@ def _own_classifier(cfg: Any, profiles: list[str]) -> str:
 def annotate(run_dir: str | Path, profiles: list[str], out: str | Path | None = None, *,
              engines: dict[str, Any] | None = None, make_plots: bool = True,
              progress: Callable | None = None) -> tuple[Path, dict[str, Any]]:
-    """Re-classify RUN's texts with each profile and write OUT/annotators.json, annotators.md,
-    tables/{kappa,confusion,headline,labels}.parquet and plots/annotators.png. ``engines``: loaded
-    engines by profile (tests); others are built over the run's first model spec with the run's
-    call store, one at a time."""
+    """``chorus roleplay annotators`` from Python: its sealed analysis run at ``out`` (summary.json,
+    annotators.md, tables/{kappa,confusion,headline,labels}.parquet, plots/annotators.png, the source
+    run fingerprinted); returns (run directory, summary). ``engines``: loaded engines by profile
+    (tests); others are built over the run's first model spec with the run's call store, one at a time."""
+    from chorus.core.analyses import get_analysis
+    import chorus.simulate.roleplay.analyses  # noqa: F401  (registers the analysis)
+    r = get_analysis("roleplay annotators").run({"run": str(run_dir), "model": list(profiles)}, out,
+                                                plots=make_plots, engines=engines, progress=progress)
+    return r.path, r.summary
+
+
+def compute_annotations(run_dir: str | Path, profiles: list[str], *, engines: dict[str, Any] | None = None,
+                        progress: Callable | None = None) -> tuple[dict[str, Any], dict[str, pd.DataFrame], str]:
+    """Re-classify RUN's texts with each profile: (the summary, its tables, the run's own classifier)."""
     # the run needs its classifier labels, not a summary: they are what is re-classified
     f = open_finished(Path(run_dir), AnnotatorInputError, needs="tables/labels.parquet",
                       refusal="not a roleplay run with classifier labels (tables/labels.parquet)",
@@ -182,8 +190,6 @@ def annotate(run_dir: str | Path, profiles: list[str], out: str | Path | None = 
     P = load_prompts(cfg.prompts)
     own_labels = run.read_table("labels")
     pairs = list(zip(own_labels["topic"], own_labels["text"]))
-    res = RunDir.create(run_dir_path(out, "roleplay-annotators", "annotators"), part="roleplay-annotators",
-                        command="roleplay annotators", inputs=[str(run.path)], classifiers=[own, *profiles])
     labels = {own: own_labels}
     engine_info: dict[str, Any] = {}
     for p in profiles:
@@ -212,15 +218,8 @@ def annotate(run_dir: str | Path, profiles: list[str], out: str | Path | None = 
               "engines": engine_info,
               "note": standing([m.profile for m in cfg.models] + [own, *profiles]).caveat}
     tables = _rows(result)
-    for name, df in tables.items():
-        res.write_table(name, df)
-    res.write_table("labels", pd.concat([lab.assign(classifier=p) for p, lab in labels.items()], ignore_index=True))
-    write_json(res.path / "annotators.json", result)
-    (res.path / "annotators.md").write_text(markdown(result, tables))
-    if make_plots:
-        annotator_agreement(tables["kappa"], tables["headline"], own, res.plot_path("annotators"))
-    res.finish()
-    return res.path, result
+    tables["labels"] = pd.concat([lab.assign(classifier=p) for p, lab in labels.items()], ignore_index=True)
+    return result, tables, own
 
 
 # -- files ----------------------------------------------------------------------------------------------

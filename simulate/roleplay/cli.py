@@ -8,11 +8,13 @@ from typing import Optional
 import typer
 
 import chorus.simulate.roleplay.analyses  # noqa: F401  (registers stats and probes)
-from chorus.core.cliutil import add_analyses, add_verbs, fail, model_option, plots_option, renamed_option
+from chorus.core.analyses import get_analysis
+from chorus.core.cliutil import (add_analyses, add_verbs, fail, model_option, plots_option, renamed_option,
+                                 show_analysis)
+from chorus.core.config import bad_input_types
 from chorus.core.headline import declare as declare_headline
 from chorus.core.verbs import Impl, Verb, register
 from chorus.core.config import ConfigError
-from chorus.serving.profiles import ModelError
 from chorus.serving.standing import standing_text
 
 roleplay_app = typer.Typer(no_args_is_help=True, add_completion=False,
@@ -85,7 +87,6 @@ register(Verb(
     recompute_alias="eval", show=print_summary, unit="messages", model="models.*.profile",
     configs="chorus.simulate.roleplay.config:CONFIGS_DIR/roleplay/*.yaml"))
 add_verbs(roleplay_app, "roleplay")
-add_analyses(roleplay_app, "roleplay", standing_text)   # stats, probes (simulate/roleplay/analyses/)
 
 
 def _show_sft(con, path: Path, s: dict) -> None:
@@ -125,36 +126,30 @@ register(Verb(
 add_verbs(sft_app, "sft")
 
 
-@roleplay_app.command("annotators", help="Annotator robustness: re-classify a stored roleplay run's texts (stance, "
-                                         "on-topic) with other classifier models through the run's call store; "
-                                         "Cohen's kappa per label against the run's classifier, confusion "
-                                         "matrices, and the headline metrics recomputed under each.")
 def annotators_command(run: Path = typer.Argument(..., metavar="RUN", help="A finished roleplay run directory."),
                        model: Optional[list[str]] = model_option(
                            "Another classifier model (a profile, a model folder or a Hugging Face id from the local "
                            "cache); repeat for several."),
-                       out: Path = typer.Option(None, "--out", help="Output directory (default runs/roleplay-annotators/annotators-TIME)."),
+                       out: Path = typer.Option(None, "--out", help="Run directory (default runs/roleplay/annotators-TIME): "
+                                                                    "config, provenance with the source run's "
+                                                                    "fingerprint, tables/, summary.json, annotators.md, "
+                                                                    "plots/; sealed (chorus verify)."),
                        plots: bool = plots_option("Write plots/annotators.png (--no-plots: skip it)."),
                        classifier_old: Optional[list[str]] = typer.Option(None, "--classifier", "-c",
                                                                           hidden=True)) -> None:
-    from rich.console import Console
-
-    from chorus.simulate.roleplay.annotators import annotate
+    # the analysis "roleplay annotators" with its own options: -m/--model, and --classifier renamed
+    a = get_analysis("roleplay annotators")
     try:
         classifier = renamed_option(classifier_old or None, "--classifier", "-m/--model", model or None) or []
-        path, r = annotate(run, classifier, out, make_plots=plots)
-    except (ConfigError, ModelError, typer.BadParameter) as err:
+        result = a.run(a.load({"run": str(run), "model": classifier}), out, plots=plots)
+    except (*bad_input_types(), typer.BadParameter) as err:
         fail(err)
-    con = Console()
-    for p, ag in r["agreement"].items():
-        st, ot = ag["stance"], ag["on_topic"]
-        calls = r["engines"].get(p, {}).get("model_calls")
-        con.print(f"{p} vs {r['run_classifier']}: stance kappa {_fmt(st['kappa'])} (quadratic "
-                  f"{_fmt(st['kappa_quadratic'])}, n={st['n']}, dropped {st['n_dropped']}), on-topic kappa "
-                  f"{_fmt(ot['kappa'])} (n={ot['n']}, dropped {ot['n_dropped']}); {calls} new model calls")
-    if r.get("note"):
-        con.print(f"[yellow]{r['note']}[/yellow]")
-    con.print(f"results: [bold]{path}[/bold] (annotators.json, annotators.md, tables/*.parquet, plots/annotators.png)")
+    show_analysis(a, result, standing_text)
+
+
+annotators_command.analysis = get_analysis("roleplay annotators")   # add_analyses: mounted already
+roleplay_app.command("annotators", help=annotators_command.analysis.help)(annotators_command)
+add_analyses(roleplay_app, "roleplay", standing_text)   # stats, probes (simulate/roleplay/analyses/)
 
 
 @roleplay_app.command("paper", help="The DEBATE paper's tables and figures in the paper's order, from stored runs "

@@ -25,7 +25,8 @@ OWN_FILE = {"roleplay": "summary.json", "sft": "summary.json", "roleplay-annotat
             "roleplay-stats": "stats.json", "roleplay-probes": "probes.json"}
 # the analyses (chorus.core.analyses) whose runs a paper reads, by the kind the sections ask for; their
 # record is summary.json (an output of an earlier chorus, part roleplay-stats / -probes, is read as before)
-ANALYSIS_KIND = {"roleplay stats": "roleplay-stats", "roleplay probes": "roleplay-probes"}
+ANALYSIS_KIND = {"roleplay stats": "roleplay-stats", "roleplay probes": "roleplay-probes",
+                 "roleplay annotators": "roleplay-annotators"}
 SETUP_NAMES = {"full_dynamics": "Full Dynamics Simulation", "next_message": "Next Message Prediction",
                "rollout": "DeGroot rollout", "human": "human"}
 STANCE = ("single_error", "update_error", "convergence_error", "delta_sd", "delta_pairwise", "delta_range",
