@@ -71,11 +71,6 @@ def _scalar(v: Any) -> bool:
     return v is None or isinstance(v, (str, int, float, bool))
 
 
-def _kv_table(d: dict[str, Any]) -> str:
-    rows = "".join(f"<tr><th>{_esc(k)}</th><td>{_esc(_fmt(v))}</td></tr>" for k, v in d.items())
-    return f"<table>{rows}</table>"
-
-
 def _df_table(df: pd.DataFrame, limit: int = MAX_ROWS, na_rep: str = "–") -> str:
     more = f"<p><i>first {limit} of {len(df)} rows</i></p>" if len(df) > limit else ""
     shown = df.head(limit).copy()
@@ -220,7 +215,9 @@ def _key_numbers(name: str, rec: dict[str, Any] | None, part: str | None) -> str
     if found:
         return "<br>".join(f"{_esc(r.name)}: " + (_esc(r.text()) if r.defined else f"<span class='undef'>{_esc(r.text())}</span>")
                            for r in found)
-    return "<br>".join(f"{_esc(k)} = {_esc(_fmt(v))}" for k, v in list(_scalars(summ).items())[:4])
+    why = summ.get("undefined") or {}
+    return "<br>".join(f"{_esc(k)} = " + (f"{UNDEFINED}: {_esc(why_undefined(k, why))}" if is_undefined(v) else _esc(_fmt(v)))
+                       for k, v in list(_scalars(summ).items())[:4])
 
 
 def _read_json(p: Path) -> dict[str, Any] | None:
