@@ -110,10 +110,20 @@ class Engine:
     def render_many(self, conversations: Sequence[list[dict[str, str]]], offsets: bool = False) -> list[PreparedPrompt]:
         """``render`` of each conversation, tokenised in one call (``offsets``: with each token's
         character range, which ``interventions.spans`` maps message spans through)."""
+        return self.prepare(conversations, offsets=offsets)[0]
+
+    def prepare(self, conversations: Sequence[list[dict[str, str]]], options: Sequence[str] | None = None,
+                offsets: bool = False) -> tuple[list[PreparedPrompt], list[list[list[int]]] | None]:
+        """The rendered prompts and, given ``options``, ``option_ids_many`` of them: the prompts and the
+        joint prompt + option texts in one tokenizer call."""
         texts = [self._template(c) for c in conversations]
-        ids, offs = self._encode(texts, offsets)
-        return [PreparedPrompt(text=t, ids=i, offsets=offs[j] if offs else None)
-                for j, (t, i) in enumerate(zip(texts, ids))]
+        opts = list(options) if options is not None else []
+        joint = [t + o for t in texts for o in opts]
+        ids, offs = self._encode(texts + joint, offsets)
+        prompts = [PreparedPrompt(text=t, ids=ids[j], offsets=offs[j] if offs else None) for j, t in enumerate(texts)]
+        if options is None:
+            return prompts, None
+        return prompts, self._option_ids(prompts, opts, ids[len(texts):])
 
     def _check_len(self, i: int, p: PreparedPrompt, new_tokens: int) -> None:
         if len(p.ids) + new_tokens > self.max_model_len:
@@ -199,22 +209,27 @@ class Engine:
 
     def option_ids_many(self, prompts: Sequence[PreparedPrompt], options: Sequence[str]) -> list[list[list[int]]]:
         """``option_token_ids`` of every option after every prompt (``[prompt][option]``): the joint
-        texts in one tokenizer call, the options alone (where a joint tokenisation merged across the
-        boundary) in one more, once per call rather than once per prompt."""
+        texts in one tokenizer call; an option tokenised alone (where a joint tokenisation merged
+        across the boundary) is kept on the engine, computed once (``_option_alone``)."""
         opts = list(options)
         full, _ = self._encode([p.text + o for p in prompts for o in opts])
-        alone: list[list[int]] | None = None
+        return self._option_ids(prompts, opts, full)
+
+    def _option_alone(self, option: str) -> list[int]:
+        """``option`` tokenised alone, cached per tokenizer (a pure function of the two)."""
+        cache = self.__dict__.setdefault("_alone_ids", {})
+        key = (id(self.tokenizer), option)
+        if key not in cache:
+            cache[key] = list(self.tokenizer(option, add_special_tokens=False).input_ids)
+        return cache[key]
+
+    def _option_ids(self, prompts: Sequence[PreparedPrompt], opts: list[str], full: list[list[int]]) -> list[list[list[int]]]:
         out = []
         for j, p in enumerate(prompts):
             n, row = len(p.ids), []
             for k, o in enumerate(opts):
                 f = full[j * len(opts) + k]
-                if f[:n] == list(p.ids):
-                    ids = f[n:]
-                else:
-                    if alone is None:
-                        alone, _ = self._encode(opts)
-                    ids = alone[k]
+                ids = f[n:] if f[:n] == list(p.ids) else self._option_alone(o)
                 if not ids:
                     raise RequestError(f"option {o!r} tokenises to nothing")
                 row.append(list(ids))
@@ -249,8 +264,7 @@ class Engine:
         # committed chunk by chunk: a kill loses at most one chunk of forward passes
         for c0 in range(0, len(firsts_all), self.OPTION_CHUNK):
             firsts = firsts_all[c0:c0 + self.OPTION_CHUNK]
-            prompts = self.render_many([convs[i] for i in firsts])
-            option_ids = self.option_ids_many(prompts, opts)
+            prompts, option_ids = self.prepare([convs[i] for i in firsts], opts)
             for j, p in enumerate(prompts):
                 self._check_len(firsts[j], p, max(len(x) for x in option_ids[j]))
             t0 = time.perf_counter()

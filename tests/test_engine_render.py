@@ -80,6 +80,10 @@ def test_render_many_equals_one_call_per_text(toks, name):
             merged += list(full[:len(p.ids)]) != p.ids
     # the fallback (the option tokenised alone) is exercised somewhere in the set
     assert merged or name != "embedded"
+    # prompts and joint texts in one call: the same prompts, offsets and option ids
+    both, oids = eng.prepare(cs, OPTIONS, offsets=True)
+    assert both == got and [p.offsets for p in both] == [p.offsets for p in got] and oids == opts
+    assert eng.prepare(cs)[1] is None
 
 
 def test_spans_from_the_render_offsets_equal_recomputed(toks):
