@@ -14,7 +14,8 @@ The keys, in the order they run (the most informative first: the paths the H200 
   the same left-padded ids (greedy; sampled: temperature and nucleus, seeded per request in chorus,
   ``torch.manual_seed`` for the raw call);
 * ``option_logprobs.<short|debate>.b<n>``: ``Engine.option_logprobs`` against one raw forward pass of
-  the same ids (last position's logits only, log-softmax);
+  the same ids (last position's logits only, log-softmax; position ids from the padding mask, as
+  ``generate`` derives them, so both sides compute the same numbers);
 * ``knockout.debate.b<n>``: ``knockout.option_logprobs`` with the peer message cut in every maskable
   layer (the default route) against the same raw forward;
 * ``patch.debate.b<n>``: ``patching.interchange`` (one source row, ``n`` target rows, ``n - 1`` layers
@@ -117,7 +118,11 @@ class Ratios:
     def raw_forward(self, ids, mask):
         torch = self.torch
         with torch.inference_mode():
-            logits = self.model(input_ids=ids, attention_mask=mask, use_cache=False, logits_to_keep=1).logits
+            # left padding: the positions from the mask, as raw ``generate`` derives them itself (without
+            # them a padded row is read at shifted positions: not what chorus computes; issue 52)
+            pos = (mask.cumsum(-1) - 1).clamp(min=0)
+            logits = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False,
+                                logits_to_keep=1).logits
             return torch.log_softmax(logits[:, -1].float(), dim=-1).cpu()
 
     # -- the keys -----------------------------------------------------------------------------

@@ -436,15 +436,16 @@ def prepare_rows(engine: Any, conversations: Sequence[list[dict]], options: Sequ
     per = list(block_message) if isinstance(block_message, list) else [block_message] * len(convs)
     if len(per) != len(convs):
         raise SpanError(f"block_message: {len(per)} targets for {len(convs)} conversations")
+    # one tokenizer call for every prompt (with the offsets the spans are mapped through) and every
+    # prompt + option text: a call per prompt and per option was 6 encodes a row (issue 52)
+    prompts, oids = engine.prepare(convs, options, offsets=any(b is not None for b in per))
     rows = []
-    for i, (c, blk) in enumerate(zip(convs, per)):
-        p = engine.render(c)
-        oid = [engine.option_token_ids(p, o) for o in options]
+    for i, (c, blk, p, oid) in enumerate(zip(convs, per, prompts, oids)):
         engine._check_len(i, p, max(len(x) for x in oid))
         span = None
         if blk is not None:
             try:
-                span = message_token_span(engine.tokenizer, p.text, p.ids, c, blk)
+                span = message_token_span(engine.tokenizer, p.text, p.ids, c, blk, p.offsets)
             except SpanError as err:
                 raise SpanError(f"conversation {i}: {err}") from None
             if span.end > len(p.ids) - 1:

@@ -61,12 +61,12 @@ def greedy(engine: Any, conversation: list[dict], block_message: Any, *, layers:
         raise InputError(f"knockout route must be one of {ko.ROUTES}, got {route!r}")
     be = ko.hf_backend(engine)
     lm = ko.layer_map(engine)
-    p = engine.render(conversation)
+    p = engine.render_many([conversation], offsets=block_message is not None)[0]
     engine._check_len(0, p, max_new_tokens)
     span = None
     masked: list[int] = []
     if block_message is not None:
-        span = message_token_span(engine.tokenizer, p.text, p.ids, conversation, block_message)
+        span = message_token_span(engine.tokenizer, p.text, p.ids, conversation, block_message, p.offsets)
         if span.empty:
             raise SpanError(f"block target {block_message!r} covers no token of the prompt")
         plan = ko.plan(engine, layers)

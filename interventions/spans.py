@@ -102,8 +102,10 @@ def parse_target(block: Any, conversation: Sequence[dict]) -> tuple[int, int | N
 
 
 def message_token_span(tokenizer: Any, text: str, ids: Sequence[int], conversation: Sequence[dict],
-                       block: Any) -> Span:
-    """The token span of a block target in the rendered prompt (``text``, ``ids``)."""
+                       block: Any, offs: Sequence[tuple[int, int]] | None = None) -> Span:
+    """The token span of a block target in the rendered prompt (``text``, ``ids``). ``offs``: the
+    prompt's token offsets where its render computed them in the same tokenizer call as ``ids``
+    (``PreparedPrompt.offsets``); else the text is tokenised again with offsets and checked."""
     idx, cs, ce = parse_target(block, conversation)
     ms, me = message_char_spans(text, conversation)[idx]
     if cs is None:
@@ -111,7 +113,8 @@ def message_token_span(tokenizer: Any, text: str, ids: Sequence[int], conversati
     else:
         a, b = ms + cs, ms + ce
     a, b = max(a, 0), min(b, len(text))
-    offs = offsets(tokenizer, text, ids)
+    if offs is None or len(offs) != len(ids):
+        offs = offsets(tokenizer, text, ids)
     ts, te = char_to_token_span(offs, a, b)
     return Span(ts, te, a, b)
 

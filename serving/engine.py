@@ -80,17 +80,50 @@ class Engine:
     def render(self, conversation: list[dict[str, str]]) -> PreparedPrompt:
         """Apply the tokenizer's own chat template. A final assistant message is a prefill: the
         reply continues it (no new turn is opened)."""
+        return self.render_many([conversation])[0]
+
+    def _template(self, conversation: list[dict[str, str]]) -> str:
         tok = self.tokenizer
         prefill = conversation[-1]["role"] == "assistant"
         if getattr(tok, "chat_template", None):
-            text = tok.apply_chat_template(conversation, tokenize=False, add_generation_prompt=not prefill,
+            return tok.apply_chat_template(conversation, tokenize=False, add_generation_prompt=not prefill,
                                            continue_final_message=prefill)
-        else:
-            text = (tok.bos_token or "") + "".join(PLAIN_TEMPLATE[m["role"]].format(content=m["content"])
-                                                   for m in conversation)
-            text = text[:-2] if prefill else text + PLAIN_GENERATION_PROMPT
-        ids = tok(text, add_special_tokens=False).input_ids
-        return PreparedPrompt(text=text, ids=list(ids))
+        text = (tok.bos_token or "") + "".join(PLAIN_TEMPLATE[m["role"]].format(content=m["content"])
+                                               for m in conversation)
+        return text[:-2] if prefill else text + PLAIN_GENERATION_PROMPT
+
+    def _encode(self, texts: list[str], offsets: bool = False) -> tuple[list[list[int]], list | None]:
+        """Token ids of ``texts`` (no special tokens added) in one batched tokenizer call: the ids one call
+        per text gives (tests/test_engine_render.py), at under half its cost (a call per text was most of
+        a readout's time beside a small model's forward; issue 52). ``offsets``: each token's character
+        range too, from the same call (None where the tokenizer has no offset mapping)."""
+        if not texts:
+            return [], None
+        if offsets:
+            try:
+                enc = self.tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)
+                return [list(x) for x in enc["input_ids"]], [[tuple(o) for o in x] for x in enc["offset_mapping"]]
+            except NotImplementedError:  # a slow (python) tokenizer: no offsets
+                pass
+        return [list(x) for x in self.tokenizer(texts, add_special_tokens=False)["input_ids"]], None
+
+    def render_many(self, conversations: Sequence[list[dict[str, str]]], offsets: bool = False) -> list[PreparedPrompt]:
+        """``render`` of each conversation, tokenised in one call (``offsets``: with each token's
+        character range, which ``interventions.spans`` maps message spans through)."""
+        return self.prepare(conversations, offsets=offsets)[0]
+
+    def prepare(self, conversations: Sequence[list[dict[str, str]]], options: Sequence[str] | None = None,
+                offsets: bool = False) -> tuple[list[PreparedPrompt], list[list[list[int]]] | None]:
+        """The rendered prompts and, given ``options``, ``option_ids_many`` of them: the prompts and the
+        joint prompt + option texts in one tokenizer call."""
+        texts = [self._template(c) for c in conversations]
+        opts = list(options) if options is not None else []
+        joint = [t + o for t in texts for o in opts]
+        ids, offs = self._encode(texts + joint, offsets)
+        prompts = [PreparedPrompt(text=t, ids=ids[j], offsets=offs[j] if offs else None) for j, t in enumerate(texts)]
+        if options is None:
+            return prompts, None
+        return prompts, self._option_ids(prompts, opts, ids[len(texts):])
 
     def _check_len(self, i: int, p: PreparedPrompt, new_tokens: int) -> None:
         if len(p.ids) + new_tokens > self.max_model_len:
@@ -133,7 +166,7 @@ class Engine:
             if r is None:
                 todo.setdefault(keys[i] or f"nocache-{i}", []).append(i)
         firsts = [v[0] for v in todo.values()]
-        prompts = {i: self.render(convs[i]) for i in firsts}  # only what the model must compute
+        prompts = dict(zip(firsts, self.render_many([convs[i] for i in firsts])))  # only what the model must compute
         for i, p in prompts.items():
             self._check_len(i, p, max_tokens)
         done = len(convs) - sum(len(v) for v in todo.values())
@@ -172,13 +205,36 @@ class Engine:
         prompt so a label is scored as the model would write it there; if the joint tokenisation
         changes the prompt's own last tokens (a merge across the boundary), the option is
         tokenised alone and appended."""
-        tok = self.tokenizer
-        full = tok(prompt.text + option, add_special_tokens=False).input_ids
-        n = len(prompt.ids)
-        ids = list(full[n:]) if list(full[:n]) == prompt.ids else list(tok(option, add_special_tokens=False).input_ids)
-        if not ids:
-            raise RequestError(f"option {option!r} tokenises to nothing")
-        return ids
+        return self.option_ids_many([prompt], [option])[0][0]
+
+    def option_ids_many(self, prompts: Sequence[PreparedPrompt], options: Sequence[str]) -> list[list[list[int]]]:
+        """``option_token_ids`` of every option after every prompt (``[prompt][option]``): the joint
+        texts in one tokenizer call; an option tokenised alone (where a joint tokenisation merged
+        across the boundary) is kept on the engine, computed once (``_option_alone``)."""
+        opts = list(options)
+        full, _ = self._encode([p.text + o for p in prompts for o in opts])
+        return self._option_ids(prompts, opts, full)
+
+    def _option_alone(self, option: str) -> list[int]:
+        """``option`` tokenised alone, cached per tokenizer (a pure function of the two)."""
+        cache = self.__dict__.setdefault("_alone_ids", {})
+        key = (id(self.tokenizer), option)
+        if key not in cache:
+            cache[key] = list(self.tokenizer(option, add_special_tokens=False).input_ids)
+        return cache[key]
+
+    def _option_ids(self, prompts: Sequence[PreparedPrompt], opts: list[str], full: list[list[int]]) -> list[list[list[int]]]:
+        out = []
+        for j, p in enumerate(prompts):
+            n, row = len(p.ids), []
+            for k, o in enumerate(opts):
+                f = full[j * len(opts) + k]
+                ids = f[n:] if f[:n] == list(p.ids) else self._option_alone(o)
+                if not ids:
+                    raise RequestError(f"option {o!r} tokenises to nothing")
+                row.append(list(ids))
+            out.append(row)
+        return out
 
     OPTION_CHUNK = 64  # prompts per committed chunk of option_logprobs
 
@@ -208,12 +264,9 @@ class Engine:
         # committed chunk by chunk: a kill loses at most one chunk of forward passes
         for c0 in range(0, len(firsts_all), self.OPTION_CHUNK):
             firsts = firsts_all[c0:c0 + self.OPTION_CHUNK]
-            prompts = [self.render(convs[i]) for i in firsts]
-            option_ids = []
+            prompts, option_ids = self.prepare([convs[i] for i in firsts], opts)
             for j, p in enumerate(prompts):
-                oid = [self.option_token_ids(p, o) for o in opts]
-                self._check_len(firsts[j], p, max(len(x) for x in oid))
-                option_ids.append(oid)
+                self._check_len(firsts[j], p, max(len(x) for x in option_ids[j]))
             t0 = time.perf_counter()
             lps = self.backend.option_logprobs([p.ids for p in prompts], option_ids)
             dt = (time.perf_counter() - t0) / len(firsts)

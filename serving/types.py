@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
 from chorus.core.config import InputError
@@ -92,9 +92,12 @@ class Completion:
 
 @dataclass
 class PreparedPrompt:
-    """A conversation rendered by the tokenizer's chat template, as token ids."""
+    """A conversation rendered by the tokenizer's chat template, as token ids; ``offsets``: each token's
+    character range in ``text`` where the render asked for them (``Engine.render_many(offsets=True)``,
+    from the same tokenizer call as ``ids``), else None."""
     text: str
     ids: list[int]
+    offsets: list[tuple[int, int]] | None = field(default=None, compare=False, repr=False)
 
 
 def validate_conversations(conversations: Sequence[Any]) -> list[Conversation]:
