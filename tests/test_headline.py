@@ -86,6 +86,13 @@ def test_readout_headline_is_committed_at_read_by_condition():
                              "committed at read, reflection, f=0", "committed at read, debate - reflection, f=0"]
     assert found[0].estimate == pytest.approx(2 / 3) and found[0].n == 3 and found[0].level == 0.95
     assert found[3].estimate == pytest.approx(2 / 3 - 1 / 3)
+    # issue 51 item 5: each row names its level (two families here: refused, not printed as bounds)
+    assert found[0].resampled == "question family" and found[0].clusters == 2
+    assert "no interval (only 2 question families to resample" in found[0].text()
+    assert "no interval (only 2 question families to resample" in found[3].text()
+    many = pd.DataFrame([r for i in range(12) for r in rows_(f"q{i}", f"f{i}", "debate", [i % 3 > 0])])
+    one = rows("influence", {"committed_at_read": committed_at_read(many, n_boot=100)})[0]
+    assert "] 95% (12 question families resampled)" in one.text() and one.text().count("[") == 1
 
 
 def test_knockout_headline_is_share_removed_all_layers_then_by_band():
@@ -103,6 +110,9 @@ def test_knockout_headline_is_share_removed_all_layers_then_by_band():
     assert _names(found) == ["share removed, all layers (queries: after)", "share removed, layers 10-29 (queries: after)"]
     assert found[0].estimate == pytest.approx(5 / 6) and found[0].level == 0.9 and found[0].n == 2
     assert found[1].estimate == pytest.approx(2 / 6)
+    # issue 51 item 5: a Fieller share names its method and the families its variances count
+    assert found[0].method == "Fieller" and found[0].resampled == "question family" and found[0].clusters == 2
+    assert "90% (Fieller, 2 question families)" in found[0].text() or "unbounded" in found[0].text(), found[0].text()
     assert _names(rows("influence", {"verb": "knockout", **k})) == _names(found)   # influence knockout: top level
 
 
