@@ -102,3 +102,34 @@ def test_gap_effect_and_cue_bar_captions(tmp_path):
     sets = {"original": {k: s[k] for k in ("record_effect", "status_effect", "record_status_ratio")}}
     text = svg_text(cue_sets(sets, tmp_path / "c.png", ci=0.9))
     assert "error bars: 90%, 6 question families resampled" in text
+
+
+# -- belief and role-play ----------------------------------------------------------------------------------
+def _kappa_rows(units):
+    rows = []
+    for k in (0.5, 1.0, 2.0):
+        rows.append({"gamma": 1.0, "kappa": k, "concept": "c", "K": 3, "kappa_hat_median": k * 1.1,
+                     "kappa_hat_ci_low": k * 0.9 if units >= 10 else np.nan,
+                     "kappa_hat_ci_high": k * 1.3 if units >= 10 else np.nan, "kappa_hat_ci_resampled": "run",
+                     "kappa_hat_ci_units": units, "kappa_hat_ci_level": 0.9})
+    return pd.DataFrame(rows)
+
+
+def test_belief_kappa_plots_caption_their_runs(tmp_path):
+    from chorus.simulate.belief import plots
+    text = svg_text(plots.kappa_recovery({}, {"kappa_recovery": _kappa_rows(12)}, tmp_path / "k.png"))
+    assert "bands (median of the rows' bootstrap bounds): 90%, 12 runs resampled" in text
+    text = svg_text(plots.concept_kappa_recovery({}, {"kappa_recovery": _kappa_rows(12)}, tmp_path / "c.png"))
+    assert "bars: 90%, 12 runs resampled" in text
+    # five runs: the interval is refused (NaN bounds), nothing is drawn, so nothing is captioned
+    text = svg_text(plots.kappa_recovery({}, {"kappa_recovery": _kappa_rows(5)}, tmp_path / "k5.png"))
+    assert "resampled" not in text
+
+
+def test_roleplay_convergence_bars_caption_groups(tmp_path):
+    from chorus.simulate.roleplay import plots
+    cell = lambda n: {"delta_sd": {"mean": 0.1, "lo": 0.0, "hi": 0.2, "n": n, "resampled": "group", "n_units": n}}
+    s = {"ci_level": 0.95, "human": {"public": cell(14), "private": cell(14)},
+         "cells": {"m/full/public": cell(12), "m/full/private": cell(12)}}
+    text = svg_text(plots.convergence_bars(s, tmp_path / "r.png") or tmp_path / "r.png")
+    assert "error bars: 95%, 12-14 groups resampled" in text
