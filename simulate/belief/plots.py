@@ -75,7 +75,7 @@ def transfer(tables, derived, path: Path) -> Path:
     ax.scatter(u.s, u.e, s=4, alpha=0.25, color="grey", label="utterances")
     ok = tc.n.fillna(0) > 0
     ax.errorbar(tc.s_mean[ok], tc.e_mean[ok], yerr=tc.e_std[ok].fillna(0), marker="o",
-                color="tab:blue", label="mean e per s bin")
+                color="tab:blue", label="mean e per s bin (+-1 SD: spread, not an interval)")
     ax.plot([0, 1], [0, 1], ls="--", color="black", lw=0.8, label="faithful")
     ax.set_xlabel("speaker belief s")
     ax.set_ylabel("appraised evidence e")
