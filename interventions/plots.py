@@ -327,6 +327,9 @@ def concept_site(t: pd.DataFrame, probe: pd.DataFrame, path: Path, *, site: str,
                  f"({'peer messages / own previous response' if site == 'reading' else 'decision token'})",
                  fontsize=10)
     fig.tight_layout()
+    # what the drawn bars and band are (issue 51 item 5): no bootstrap here, so no resampled units to name
+    fig.text(0.5, 0.0, "error bars: +-1 standard error of the mean over contexts (not a confidence interval); "
+             "grey band: the shuffled-direction null's 90th percentile of |shift|", ha="center", va="top", fontsize=7)
     save(fig, path)
     return path
 
