@@ -336,3 +336,16 @@ def test_demo_overview_shows_each_stage_headline_and_standing(tmp_path):
     assert "forced-choice readout accuracy: 0.625" in over and "n=8" in over
     assert "undefined: needs at least 3 kappa levels" in over    # shown with its reason, not dropped
     assert "plumbing" in over and "oracle mode: no language model is called" in over
+
+
+def test_belief_headline_prints_no_interval_without_its_level():
+    """Issue 51 item 5: the belief headline's rows are point values (Spearman, median error, shares) and print
+    no bounds; the per-kappa intervals, with their level, live in the kappa table."""
+    from conftest import assert_intervals_name_levels
+    s = json.loads(json.dumps({"mode": "llm", "events": 10, "utterances": 8,
+                               "headline": {"kappa_spearman": 0.9, "kappa_levels": 4, "kappa_median_rel_error": 0.3,
+                                            "kappa_retained": 0.8, "channel_pearson": 0.5,
+                                            "kappa_spearman_seeds": 3, "kappa_spearman_by_seed_min": 0.8}}))
+    found = rows("belief", s)
+    assert len(found) == 5 and all(r.interval is None and r.level is None for r in found)
+    assert assert_intervals_name_levels("\n".join(r.text() for r in found)) == 0
