@@ -105,7 +105,8 @@ def _readout(cfg: InfluenceConfig, verb: str, run: RunDir, eng: Any, P: dict, su
         if make_plots:
             plots.committed(summary["committed_at_read"], run.plot_path("committed_at_read"))
             if len(summary["committed_at_read"].get("gaps_f0", {})) > 1:
-                plots.committed_gaps(summary["committed_at_read"]["gaps_f0"], run.plot_path("committed_gaps"))
+                plots.committed_gaps(summary["committed_at_read"]["gaps_f0"], run.plot_path("committed_gaps"),
+                                     ci=summary["committed_at_read"].get("ci_level") or a.ci)
 
 
 def _margins(cfg: InfluenceConfig, verb: str, run: RunDir, eng: Any, P: dict, summary: dict[str, Any],
@@ -132,9 +133,9 @@ def _margins(cfg: InfluenceConfig, verb: str, run: RunDir, eng: Any, P: dict, su
         d["phrase_tokens"] = ab.phrase_tokens(P, cs, eng.tokenizer)
     if make_plots and summary.get("effects"):
         plots.effect_bars(summary["effects"], run.plot_path(f"{verb}_effects"),
-                          title="message ablations" if verb == "ablate" else "source cues / attribution")
+                          title="message ablations" if verb == "ablate" else "source cues / attribution", ci=a.ci)
         if summary.get("cue_sets"):
-            plots.cue_sets(summary["cue_sets"], run.plot_path("cue_sets"))
+            plots.cue_sets(summary["cue_sets"], run.plot_path("cue_sets"), ci=a.ci)
 
 
 # the behavioural verbs: each fills the summary (and writes its tables) in a started run

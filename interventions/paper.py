@@ -352,7 +352,8 @@ def _t13(r):
 def _long(r):
     c2 = r["summary"].get("c2", {})
     for c in c2.get("final_round_curves", []):
-        yield {"round": c2.get("final_round"), **{k: v for k, v in c.items() if k != "round"}}
+        yield {"round": c2.get("final_round"), **{k: v for k, v in c.items() if k != "round"},
+               **(_lv(c) if "ci_low" in c else {})}
 
 
 @section("fig11_subdomains", "§C.3 / Figure 11: debate - reflection by subdomain (Benjamini-Hochberg across cells)",

@@ -190,7 +190,7 @@ def run_patch_pairs(eng: Any, cps: list[dict], layers: Any, progress: Progress |
 def summarize_patch(t: pd.DataFrame, *, n_boot: int, seed: int, ci: float) -> dict[str, Any]:
     """Per layer: mean patched margin shift (m_patched - m_Y) and the restored share as a ratio
     of means, mean(m_patched - m_Y) / mean(m_X - m_Y)."""
-    out: dict[str, Any] = {"curve": []}
+    out: dict[str, Any] = {"curve": [], "ci_level": ci}   # the level every interval here covers
     if not len(t):
         return out
     one = t.drop_duplicates(["qid", "x_cue"])

@@ -33,7 +33,7 @@ def committed(cr: dict[str, Any], path: Path) -> Path:
     return path
 
 
-def committed_gaps(gaps: dict[str, Any], path: Path) -> Path:
+def committed_gaps(gaps: dict[str, Any], path: Path, *, ci: float = 0.95) -> Path:
     """The f = 0 committed-at-read gap vs reflection side by side: debate and its controls."""
     fig = _fig(5.0, 4.0)
     ax = fig.add_subplot(111)
@@ -51,11 +51,12 @@ def committed_gaps(gaps: dict[str, Any], path: Path) -> Path:
     ax.set_ylabel("committed-at-read at f = 0,\nminus reflection")
     ax.set_title("committed-at-read gap: peers' content vs controls", fontsize=10)
     fig.tight_layout()
+    interval_caption(fig, list(gaps.values()), ci=ci, unit="question family", what="error bars")
     save(fig, path)
     return path
 
 
-def effect_bars(eff: dict[str, Any], path: Path, *, title: str) -> Path:
+def effect_bars(eff: dict[str, Any], path: Path, *, title: str, ci: float = 0.95) -> Path:
     fig = _fig(6.0, 4.0)
     ax = fig.add_subplot(111)
     names = list(eff)
@@ -69,11 +70,12 @@ def effect_bars(eff: dict[str, Any], path: Path, *, title: str) -> Path:
     ax.set_ylabel("adoption-margin shift vs no message (logits)")
     ax.set_title(title, fontsize=10)
     fig.tight_layout()
+    interval_caption(fig, list(eff.values()), ci=ci, unit="question family", what="error bars")
     save(fig, path)
     return path
 
 
-def cue_sets(sets: dict[str, Any], path: Path) -> Path:
+def cue_sets(sets: dict[str, Any], path: Path, *, ci: float = 0.95) -> Path:
     """Record and status effects side by side per cue set (original vs magnitude-matched), each
     set's record/status ratio under its name."""
     fig = _fig(5.5, 4.0)
@@ -97,6 +99,8 @@ def cue_sets(sets: dict[str, Any], path: Path) -> Path:
     ax.set_title("source cues: track record vs status, per cue set", fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()
+    interval_caption(fig, [sets[n][dim] for n in names for dim in ("record_effect", "status_effect")],
+                     ci=ci, unit="question family", what="error bars")
     save(fig, path)
     return path
 
@@ -187,6 +191,10 @@ def knockout_mixers(summary: dict, path: Path) -> Path:
         ax.set_title(f"all layers, queries: {q} (n = {rec['n']})", fontsize=9)
     fig.suptitle(f"{summary.get('model')}: which route carries the peer message", fontsize=10)
     fig.tight_layout()
+    interval_caption(fig, [rec[m] for rec in ms.values() for m in ("attention", "recurrent", "both", "interaction")
+                           if isinstance(rec.get(m), dict) and not rec[m].get("unbounded")],
+                     ci=summary.get("ci_level") or 0.95, unit="question family",
+                     what="error bars (Fieller ratio intervals)", method="Fieller")
     save(fig, path)
     return path
 
@@ -218,6 +226,8 @@ def patch_curve(summary: dict, path: Path) -> Path:
     ax.set_ylabel("share of the X-Y margin difference carried")
     ax.set_title(f"{summary.get('model')}: residual interchange X -> Y ({summary.get('n_pairs')} pairs)", fontsize=9)
     fig.tight_layout()
+    interval_caption(fig, [r for r in c if not r.get("unbounded")], ci=summary.get("ci_level") or 0.95,
+                     unit="question family", what="band (Fieller ratio intervals)", method="Fieller")
     save(fig, path)
     return path
 
@@ -265,6 +275,9 @@ def transfer_curve(summary: dict, path: Path) -> Path:
                  f"site {summary.get('site')})", fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
+    interval_caption(fig, [r for r in summary["curve"] if r["arm"] in colors and not r.get("unbounded")],
+                     ci=summary.get("ci_level") or 0.95, unit="question family",
+                     what="bands (Fieller ratio intervals)", method="Fieller")
     save(fig, path)
     return path
 
@@ -314,6 +327,9 @@ def concept_site(t: pd.DataFrame, probe: pd.DataFrame, path: Path, *, site: str,
                  f"({'peer messages / own previous response' if site == 'reading' else 'decision token'})",
                  fontsize=10)
     fig.tight_layout()
+    # what the drawn bars and band are (issue 51 item 5): no bootstrap here, so no resampled units to name
+    fig.text(0.5, 0.0, "error bars: +-1 standard error of the mean over contexts (not a confidence interval); "
+             "grey band: the shuffled-direction null's 90th percentile of |shift|", ha="center", va="top", fontsize=7)
     save(fig, path)
     return path
 

@@ -435,7 +435,7 @@ def summarize(t: pd.DataFrame, *, n_boot: int, seed: int, ci: float) -> dict[str
     """Per arm and layer pair: share as a ratio of means, mean(m_arm - m_none) /
     mean(m_message - m_none), with a question-clustered (family) bootstrap interval, and the
     mean margin shift in logits."""
-    out: dict[str, Any] = {"curve": []}
+    out: dict[str, Any] = {"curve": [], "ci_level": ci}   # the level every interval here covers
     if not len(t):
         return out
     one = t.drop_duplicates("pair")

@@ -43,10 +43,13 @@ def test_cli_writes_both_tables(attacked, tmp_path):
     f = tmp_path / "att.jsonl"
     dump_traces(attacked, f)
     res = CliRunner().invoke(app, ["aggregate", "truncation", str(f), "--methods", "plurality,stacker",
-                                   "--n-boot", "100", "--out", str(tmp_path / "o")])
+                                   "--n-boot", "100", "--out", str(tmp_path / "o")], env={"COLUMNS": "200"})
     assert res.exit_code == 0, res.output
     j = json.loads((tmp_path / "o" / "summary.json").read_text())
     assert {r["method"] for r in j["deltas"]} == {"plurality", "stacker"} and len(j["metrics"]) == 4
+    flat = " ".join(res.output.split())   # issue 51 item 5: the delta's interval names its level
+    n = j["deltas"][0]["n_units"]
+    assert f"(95%, {n} questions resampled)" in flat or f"no interval (only {n} questions" in flat, flat
     res = CliRunner().invoke(app, ["aggregate", "truncation", str(f), "--methods", "nosuch"])
     assert res.exit_code == 2 and "unknown method 'nosuch'" in res.output
     assert np.isfinite([r["accuracy"] for r in j["metrics"]]).all()

@@ -202,6 +202,8 @@ def test_plots(power3, tmp_path):
     tabs = {n: run.read_table(n) for n in ("utterances", "beliefs")}
     derived = {n: run.read_table(n) for n in ("condition_metrics", "transfer_correction", "correction_arms")}
     assert correction_plots.correction(tabs, derived, tmp_path / "c.png").stat().st_size > 10_000
+    svg = " ".join((tmp_path / "c.svg").read_text().split())   # issue 51 item 5: the bars name their level
+    assert "error bars (panel a): 95%, t-interval, " in svg and "utterances" in svg
     assert correction_plots.correction(tabs, {"condition_metrics": None}, tmp_path / "none.png") is None
 
 

@@ -194,6 +194,11 @@ def test_command_and_report_dispatch(tmp_path):
     assert after["parts"] == before["parts"] and after["cost"] == before["cost"]
     for p in ("cross_transfer_grid", "cross_parts", "cross_pair_bias"):
         assert (out / "plots" / f"{p}.png").is_file()
+    # issue 51 item 5: the plots' intervals say what they rest on (each generator's 30 utterances resampled)
+    svg = lambda p: " ".join((out / "plots" / f"{p}.svg").read_text().split())
+    assert "95%, 60 utterances resampled" in svg("cross_parts")
+    assert "95%, normal theory (mean +- 1.96 SE), " in svg("cross_transfer_grid")
+    assert after["parts"][0]["resampled"] == "utterance" and after["parts"][0]["n_units"] == 60
     r = runner.invoke(app, ["cross", "--model", "synth-a"])
     assert r.exit_code == 2 and "at least two models" in r.output
 

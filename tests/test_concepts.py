@@ -213,5 +213,6 @@ def test_concepts_run_on_the_embedded_model(hf_engine, source_run, tmp_path):
     assert set(s["probe_best_layer"]) == {"confident/reading", "confident/decision", "agreeable/reading",
                                           "agreeable/decision"}
     assert {p.name for p in (run.path / "plots").glob("*.png")} == {"concepts_reading.png", "concepts_decision.png"}
+    assert "(not a confidence interval)" in (run.path / "plots" / "concepts_reading.svg").read_text()   # issue 51
     assert report(run.path)["shift_at_best_layer"] == json.loads((run.path / "summary.json").read_text())[
         "shift_at_best_layer"]  # rebuilt from the run files alone

@@ -122,6 +122,8 @@ def test_planted_kappas_and_gamma_recovered_exactly(synthetic):
     prov = json.loads((out / "provenance.json").read_text())
     assert prov["mapping"]["version"] == 2 and prov["seeds"] == {"seed": 0} and (out / "config.yaml").is_file()
     assert (out / "plots" / "belief.png").is_file() and (out / "manifest.json").is_file()
+    svg = " ".join((out / "plots" / "belief.svg").read_text().split())   # issue 51 item 5: the bars' level
+    assert "kappa error bars: 95%, " in svg and "question families resampled" in svg
 
 
 def test_stance_items_count_what_has_no_stance_axis():

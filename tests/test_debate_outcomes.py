@@ -238,3 +238,30 @@ def test_report_writes_c2_tables_summary_and_plots(tmp_path):
     from chorus.report import render_report
     html = render_report(run.path).read_text()
     assert "c2.split" in html and "unanimity_ratio" in html
+
+
+def test_rows_count_the_families_their_intervals_resample(tmp_path):
+    """Issue 51 item 5: ``n_groups`` counts questions; ``n_clusters`` the question families resampled (here two
+    questions to a family), and the plots caption with it, never with the question count."""
+    from chorus.simulate.debate.plots import curves_with_bands, estimates
+    spec = {}
+    for qid, (ref, r0, deb, refl) in SPLIT.items():
+        fam = "f_s" if qid.startswith("s") else f"f_{qid}"   # s1-s4: one family
+        spec[("debate", qid)] = (ref, fam, [r0, *deb])
+        spec[("reflection", qid)] = (ref, fam, [r0, *refl])
+    q = question_table(_turns(spec))
+    tab = split_outcomes(q, **NB)
+    assert _get(tab, "debate", "unanimity", "n_groups") == 4 and _get(tab, "debate", "unanimity", "n_clusters") == 1
+    assert (tab["resampled"] == "question family").all()
+    curves = by_round(q, **NB)
+    u = curves[(curves["metric"] == "unanimity") & (curves["condition"] == "debate")]
+    assert (u["n_groups"] == 6).all() and (u["n_clusters"] == 3).all()
+    svg = lambda p: " ".join(p.with_suffix(".svg").read_text().split())
+    text = svg(curves_with_bands(curves, tmp_path / "c.png"))
+    assert "bands: 95%, 3 question families resampled; under 10 units the tables refuse" in text
+    text = svg(estimates(tab, tmp_path / "e.png", title="t"))
+    assert "error bars (the ratio's: Fieller): 95%, 1 question family resampled" in text   # s1-s4 only
+    assert "count not recorded" not in text
+    from chorus.core.stats import record_level   # a table row's level cell (Table 14): families, not questions
+    why, refused = record_level(tab[(tab["condition"] == "debate") & (tab["metric"] == "unanimity")].iloc[0].to_dict())
+    assert refused and "only 1 question family to resample" in why

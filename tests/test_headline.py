@@ -86,6 +86,13 @@ def test_readout_headline_is_committed_at_read_by_condition():
                              "committed at read, reflection, f=0", "committed at read, debate - reflection, f=0"]
     assert found[0].estimate == pytest.approx(2 / 3) and found[0].n == 3 and found[0].level == 0.95
     assert found[3].estimate == pytest.approx(2 / 3 - 1 / 3)
+    # issue 51 item 5: each row names its level (two families here: refused, not printed as bounds)
+    assert found[0].resampled == "question family" and found[0].clusters == 2
+    assert "no interval (only 2 question families to resample" in found[0].text()
+    assert "no interval (only 2 question families to resample" in found[3].text()
+    many = pd.DataFrame([r for i in range(12) for r in rows_(f"q{i}", f"f{i}", "debate", [i % 3 > 0])])
+    one = rows("influence", {"committed_at_read": committed_at_read(many, n_boot=100)})[0]
+    assert "] 95% (12 question families resampled)" in one.text() and one.text().count("[") == 1
 
 
 def test_knockout_headline_is_share_removed_all_layers_then_by_band():
@@ -103,6 +110,9 @@ def test_knockout_headline_is_share_removed_all_layers_then_by_band():
     assert _names(found) == ["share removed, all layers (queries: after)", "share removed, layers 10-29 (queries: after)"]
     assert found[0].estimate == pytest.approx(5 / 6) and found[0].level == 0.9 and found[0].n == 2
     assert found[1].estimate == pytest.approx(2 / 6)
+    # issue 51 item 5: a Fieller share names its method and the families its variances count
+    assert found[0].method == "Fieller" and found[0].resampled == "question family" and found[0].clusters == 2
+    assert "90% (Fieller, 2 question families)" in found[0].text() or "unbounded" in found[0].text(), found[0].text()
     assert _names(rows("influence", {"verb": "knockout", **k})) == _names(found)   # influence knockout: top level
 
 
@@ -326,3 +336,16 @@ def test_demo_overview_shows_each_stage_headline_and_standing(tmp_path):
     assert "forced-choice readout accuracy: 0.625" in over and "n=8" in over
     assert "undefined: needs at least 3 kappa levels" in over    # shown with its reason, not dropped
     assert "plumbing" in over and "oracle mode: no language model is called" in over
+
+
+def test_belief_headline_prints_no_interval_without_its_level():
+    """Issue 51 item 5: the belief headline's rows are point values (Spearman, median error, shares) and print
+    no bounds; the per-kappa intervals, with their level, live in the kappa table."""
+    from conftest import assert_intervals_name_levels
+    s = json.loads(json.dumps({"mode": "llm", "events": 10, "utterances": 8,
+                               "headline": {"kappa_spearman": 0.9, "kappa_levels": 4, "kappa_median_rel_error": 0.3,
+                                            "kappa_retained": 0.8, "channel_pearson": 0.5,
+                                            "kappa_spearman_seeds": 3, "kappa_spearman_by_seed_min": 0.8}}))
+    found = rows("belief", s)
+    assert len(found) == 5 and all(r.interval is None and r.level is None for r in found)
+    assert assert_intervals_name_levels("\n".join(r.text() for r in found)) == 0

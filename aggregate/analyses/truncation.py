@@ -22,15 +22,18 @@ class TruncationConfig(AnalysisConfig):
 def show(console, result: Result) -> None:
     from rich.table import Table
 
+    from chorus.core.stats import record_interval_text
+
     metrics, deltas = result.tables["truncation"], result.tables["truncation_deltas"]
     t = Table(title=f"round 0 against the full trace ({result.summary['n_traces']} traces, nested CV per basis)")
-    for c in ("method", "acc round0", "acc full", "delta [CI]", "brier round0", "brier full"):
+    for c in ("method", "acc round0", "acc full", "delta [CI] (level)", "brier round0", "brier full"):
         t.add_column(c)
     for m in result.summary["methods"]:
         r0 = metrics[(metrics.basis == "round0") & (metrics.method == m)].iloc[0]
         fu = metrics[(metrics.basis == "full") & (metrics.method == m)].iloc[0]
         d = deltas[(deltas.method == m) & (deltas.metric == "accuracy")].iloc[0]
-        t.add_row(m, f"{r0.accuracy:.3f}", f"{fu.accuracy:.3f}", f"{d.delta:+.3f} [{d.ci_low:+.3f}, {d.ci_high:+.3f}]",
+        # the interval names what it resamples (questions, and how many), or why it is refused (issue 51)
+        t.add_row(m, f"{r0.accuracy:.3f}", f"{fu.accuracy:.3f}", f"{d.delta:+.3f} {record_interval_text(d.to_dict(), fmt='+.3f')}",
                   f"{r0.brier:.3f}", f"{fu.brier:.3f}")
     console.print(t)
 

@@ -9,7 +9,7 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from chorus.core.plots import save, subplots
+from chorus.core.plots import interval_caption, save, subplots
 
 from .correction_map import CorrectionMap
 
@@ -59,11 +59,13 @@ def correction(tables, derived, path: Path) -> Path | None:
     fig, axes = subplots(1, 3 if len(degroot) else 2, figsize=(14 if len(degroot) else 9.5, 4.3))
     a1, a2 = axes[0], axes[1]
     colours = {a: ARM_COLOURS[i % len(ARM_COLOURS)] for i, a in enumerate(tc.arm.unique())}
+    drawn = []
     for (arm, ev), d in tc.groupby(["arm", "evidence"], sort=False):
         if arm == "none" and ev == "consumed":
             continue  # the uncorrected arm consumes its raw evidence
         d = d[d.n > 0]
         yerr = np.nan_to_num(d.half_width.to_numpy())
+        drawn += [{"resampled": "utterance", "n_units": int(n)} for n in d.n[np.isfinite(d.half_width)]]
         a1.errorbar(d.s_mean, d.e_mean, yerr=yerr, marker="o" if ev == "consumed" else "s", ms=4,
                     capsize=2, ls="-" if ev == "consumed" else ":", color=colours[arm],
                     label=f"{ev} e, arm {arm}")
@@ -99,6 +101,8 @@ def correction(tables, derived, path: Path) -> Path | None:
         a3.set_ylabel("pliable population mean belief")
         a3.set_title("DeGroot consensus per arm", fontsize=9)
         a3.legend(fontsize=7)
+    # correction_measure.diagonal_bins: each bin's 95% t-interval of mean(e - s) over its utterances
+    interval_caption(fig, drawn, ci=0.95, what="error bars (panel a)", method="t-interval")
     return save(fig, path)
 
 

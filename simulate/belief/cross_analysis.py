@@ -155,6 +155,8 @@ def decompose(app: pd.DataFrame, models: list[str], n_boot: int = 1000, seed: in
     bias, slope, bb, bs = bootstrap_pairs(mats, models, n_boot, seed)
     rows, parts, fit_info = [], [], {}
     fits = {}
+    # what every part's interval resamples: each generator's utterances, with all their appraisals
+    level = {"resampled": "utterance", "n_units": int(sum(len(s) for s, _ in mats.values()))}
     for qname, point, boot in (("bias", bias, bb), ("slope", slope, bs)):
         try:
             f = additive_fit(point, k)
@@ -175,12 +177,12 @@ def decompose(app: pd.DataFrame, models: list[str], n_boot: int = 1000, seed: in
                                "pair_sd": float(np.nanstd(point))}
         mu_lo, mu_hi = _interval(fb["mu"], ci) if fb is not None else (np.nan, np.nan)
         parts.append({"quantity": qname, "model": "*", "part": "shared", "estimate": float(f["mu"]),
-                      "lo": float(mu_lo), "hi": float(mu_hi)})
+                      "lo": float(mu_lo), "hi": float(mu_hi), **level})
         for part, key in (("render", "r"), ("read", "q")):
             lo, hi = _interval(fb[key], ci) if fb is not None else (np.full(M, np.nan),) * 2
             for i, m in enumerate(models):
                 parts.append({"quantity": qname, "model": m, "part": part, "estimate": float(f[key][i]),
-                              "lo": float(lo[i]), "hi": float(hi[i])})
+                              "lo": float(lo[i]), "hi": float(hi[i]), **level})
     b_lo, b_hi = _interval(bb, ci) if n_boot else (np.full((M, M), np.nan),) * 2
     s_lo, s_hi = _interval(bs, ci) if n_boot else (np.full((M, M), np.nan),) * 2
     for gi, g in enumerate(models):

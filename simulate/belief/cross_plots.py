@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from chorus.core.plots import save, subplots
+from chorus.core.plots import interval_caption, save, subplots
 
 
 def plot_transfer_grid(app, tc, pairs, parts, cfg, path: Path) -> Path:
@@ -40,6 +40,9 @@ def plot_transfer_grid(app, tc, pairs, parts, cfg, path: Path) -> Path:
             if ai == 0:
                 ax.set_ylabel(f"generator {g}\ne", fontsize=8)
     fig.suptitle("cross-appraisal transfer curves (rows: generator, columns: appraiser; red: self)", fontsize=9)
+    drawn = tc[tc.n.fillna(0) > 1]   # transfer_curves: mean e +- 1.96 SE over the bin's utterances
+    interval_caption(fig, [{"resampled": "utterance", "n_units": int(n)} for n in drawn.n], ci=0.95,
+                     what="error bars (each bin's mean e)", method="normal theory (mean +- 1.96 SE)")
     return save(fig, path)
 
 
@@ -66,6 +69,9 @@ def plot_parts(app, tc, pairs, parts, cfg, path: Path) -> Path:
                                 f"\nshared mu = {sh.estimate:+.3f}{ci}", fontsize=8)
     what = f"anchor {cfg.analysis.anchor} reads faithfully" if cfg.analysis.anchor else "sum-to-zero over the panel"
     fig.suptitle(f"channel bias = mu + rendering(generator) + reading(appraiser); {what}", fontsize=9)
+    drawn = parts[np.isfinite(parts.lo.to_numpy(float))]
+    interval_caption(fig, drawn.to_dict("records"), ci=cfg.analysis.ci, unit="utterance",
+                     what="intervals (each generator's utterances resampled with all their appraisals)")
     return save(fig, path)
 
 

@@ -9,11 +9,26 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from chorus.core.plots import save, subplots
+from chorus.core.plots import interval_caption, save, subplots
 
 MAX_PANELS = 12
 GROUP_COLOURS = {"stubborn": "tab:red", "pliable": "tab:blue", "committed": "black",
                  "free": "tab:blue", "all": "tab:blue"}
+
+
+def kappa_caption(fig, kr: pd.DataFrame, what: str) -> str | None:
+    """The caption of a kappa plot's drawn intervals (issue 51 item 5): what the rows' bootstrap resampled
+    and how many units (``kappa_hat_ci_resampled`` / ``_units`` / ``_level``, recorded by
+    ``analysis.interval_columns``); None where no interval is drawn."""
+    if "kappa_hat_ci_low" not in kr:
+        return None
+    d = kr[kr.kappa_hat_ci_low.notna()]
+    if not len(d):
+        return None
+    recs = [{"resampled": r.get("kappa_hat_ci_resampled"), "n_units": r.get("kappa_hat_ci_units")}
+            for r in d.to_dict("records")]
+    level = d["kappa_hat_ci_level"].dropna() if "kappa_hat_ci_level" in d else pd.Series(dtype=float)
+    return interval_caption(fig, recs, ci=float(level.iloc[0]) if len(level) else 0.95, unit="run", what=what)
 
 
 def trajectories(tables, derived, path: Path) -> Path:
@@ -60,7 +75,7 @@ def transfer(tables, derived, path: Path) -> Path:
     ax.scatter(u.s, u.e, s=4, alpha=0.25, color="grey", label="utterances")
     ok = tc.n.fillna(0) > 0
     ax.errorbar(tc.s_mean[ok], tc.e_mean[ok], yerr=tc.e_std[ok].fillna(0), marker="o",
-                color="tab:blue", label="mean e per s bin")
+                color="tab:blue", label="mean e per s bin (+-1 SD: spread, not an interval)")
     ax.plot([0, 1], [0, 1], ls="--", color="black", lw=0.8, label="faithful")
     ax.set_xlabel("speaker belief s")
     ax.set_ylabel("appraised evidence e")
@@ -88,6 +103,7 @@ def kappa_recovery(tables, derived, path: Path) -> Path | None:
     ax.set_xlabel("prescribed kappa")
     ax.set_ylabel("median kappa_hat (well-conditioned events)")
     ax.legend(fontsize=7)
+    kappa_caption(fig, kr, "bands (median of the rows' bootstrap bounds)")
     return save(fig, path)
 
 
@@ -256,6 +272,7 @@ def concept_kappa_recovery(tables, derived, path: Path) -> Path | None:
     ax.set_ylabel("median kappa_hat (pooled, from s)")
     ax.set_title("kappa recovery per concept", fontsize=9)
     ax.legend(fontsize=7)
+    kappa_caption(fig, kr, "bars")
     return save(fig, path)
 
 

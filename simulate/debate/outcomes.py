@@ -17,7 +17,9 @@ round R of the run; an estimate at round r reads that round's columns.
   ``metrics.question_table``) is not the reference.
 
 Every estimate has a question-clustered (cluster = family) percentile bootstrap interval
-(``chorus.core.stats.cluster_bootstrap``), the number of groups it rests on (``n_groups``) and, for shares,
+(``chorus.core.stats.cluster_bootstrap``; the unanimity ratio a Fieller interval over the same families), the
+number of groups it rests on (``n_groups``), the number of families its interval resamples (``n_clusters``,
+``resampled`` = "question family": a family holds several questions) and, for shares,
 how many of them had the event (``n_events``). A cell without groups is NaN with ``n_groups`` 0, never
 an error. Debate-vs-reflection ratios and deltas are paired: the questions eligible in both
 conditions, resampled together.
@@ -34,7 +36,9 @@ from chorus.simulate.debate.metrics import effective_voters
 from chorus.core.config import InputError
 
 BY_ROUND_METRICS = ("unanimity", "wrong_agreement", "n_eff")
-COLUMNS = ["condition", "metric", "round", "estimate", "ci_low", "ci_high", "n_groups", "n_events"]
+COLUMNS = ["condition", "metric", "round", "estimate", "ci_low", "ci_high", "n_groups", "n_events", "resampled",
+           "n_clusters"]
+UNIT = "question family"   # what every interval here resamples; ``n_clusters`` counts them beside each estimate
 PAIRED = {"ratio": "debate/reflection", "delta": "debate-reflection"}  # the condition label of paired rows
 
 
@@ -113,21 +117,24 @@ def n_eff_stack(X: np.ndarray) -> np.ndarray:
 
 # -- rows ----------------------------------------------------------------------------------------
 def _row(condition: str, metric: str, r: int, est_lo_hi: tuple[float, float, float], n_groups: int,
-         n_events: int | None = None) -> dict[str, Any]:
+         n_events: int | None = None, *, families: Any = ()) -> dict[str, Any]:
+    """A table row; ``families``: the family of each group the estimate rests on, counted as ``n_clusters``
+    (the units its interval resamples: ``n_groups`` counts questions, several to a family)."""
     est, lo, hi = (float(x) for x in est_lo_hi)
     return {"condition": condition, "metric": metric, "round": int(r), "estimate": est, "ci_low": lo,
-            "ci_high": hi, "n_groups": int(n_groups), "n_events": n_events}
+            "ci_high": hi, "n_groups": int(n_groups), "n_events": n_events, "resampled": UNIT,
+            "n_clusters": int(pd.Series(np.asarray(families, dtype=object)).nunique())}
 
 
 def _share(condition: str, metric: str, r: int, events: np.ndarray, fam: np.ndarray, **bk) -> dict[str, Any]:
     events = np.asarray(events, float)
-    return _row(condition, metric, r, mean_ci(events, fam, **bk), len(events), int(events.sum()))
+    return _row(condition, metric, r, mean_ci(events, fam, **bk), len(events), int(events.sum()), families=fam)
 
 
 def _neff_row(condition: str, metric: str, r: int, lab: pd.DataFrame, **bk) -> dict[str, Any]:
     C = _correct(lab, r)
     _, lo, hi = cluster_bootstrap(lambda i: float(n_eff_stack(C[None, i])[0]), lab["family"].to_numpy(), **bk)
-    return _row(condition, metric, r, (_n_eff(C), lo, hi), len(lab))
+    return _row(condition, metric, r, (_n_eff(C), lo, hi), len(lab), families=lab["family"].to_numpy())
 
 
 def _table(rows: list[dict[str, Any]]) -> pd.DataFrame:
@@ -200,7 +207,8 @@ def by_round(q: pd.DataFrame, *, n_boot: int = 2000, seed: int = 0, ci: float = 
             for r in range(R + 1):
                 j = k * (R + 1) + r
                 events = {"unanimity": int(U[:, r].sum()), "wrong_agreement": int(W[L, r].sum())}.get(metric)
-                rows.append(_row(cond, metric, r, (est[j], lo[j], hi[j]), n if metric == "unanimity" else nl, events))
+                rows.append(_row(cond, metric, r, (est[j], lo[j], hi[j]), n if metric == "unanimity" else nl, events,
+                                 families=(e if metric == "unanimity" else lab)["family"].to_numpy()))
     return _table(rows)
 
 
@@ -224,7 +232,7 @@ def split_outcomes(q: pd.DataFrame, *, n_boot: int = 2000, seed: int = 0, ci: fl
         d, r = _paired(q, initially_split, R)
         num, den = d[f"unanimous_{R}"].to_numpy(float), r[f"unanimous_{R}"].to_numpy(float)
         est = ratio_ci(num, den, d["family"].to_numpy(), **bk) if len(d) else (np.nan,) * 3
-        rows.append(_row(PAIRED["ratio"], "unanimity_ratio", R, est, len(d)))
+        rows.append(_row(PAIRED["ratio"], "unanimity_ratio", R, est, len(d), families=d["family"].to_numpy()))
     return _table(rows)
 
 
@@ -260,7 +268,7 @@ def wrong_majority_outcomes(q: pd.DataFrame, *, n_boot: int = 2000, seed: int = 
         a, b = wrong_agreement(d, R), wrong_agreement(r, R)
         est = cluster_bootstrap(lambda i: float(a[i].mean() - b[i].mean()) if len(i) else float("nan"),
                                 d["family"].to_numpy(), **bk)
-        rows.append(_row(PAIRED["delta"], "unanimous_wrong_delta", R, est, len(d)))
+        rows.append(_row(PAIRED["delta"], "unanimous_wrong_delta", R, est, len(d), families=d["family"].to_numpy()))
     return _table(rows)
 
 

@@ -33,6 +33,16 @@ def by_round(summary: dict[str, Any], key: str, path: Path, *, ylabel: str, titl
     return path
 
 
+def _family_records(table) -> list[dict]:
+    """What an outcomes table's intervals resample: each row's families (``n_clusters``); none for a table
+    made before rows counted them (``n_groups`` counts questions, not families: the caption then says the
+    count is not recorded rather than pass questions off as families)."""
+    if "n_clusters" not in table:
+        return []
+    return [{"resampled": r.get("resampled"), "n_clusters": r["n_clusters"]}
+            for r in table.to_dict("records") if r.get("n_clusters") == r.get("n_clusters") and r.get("n_clusters")]
+
+
 def curves_with_bands(table, path: Path, *, title: str = "collective outcomes by round") -> Path:
     """outcomes.by_round's tidy table: one panel per metric, a line per condition, its interval as a band."""
     fig = _fig(12.0, 3.8)
@@ -51,7 +61,7 @@ def curves_with_bands(table, path: Path, *, title: str = "collective outcomes by
         ax.legend(fontsize=7)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    interval_caption(fig, [], unit="question family", what="bands")   # n_groups counts questions, not families
+    interval_caption(fig, _family_records(table), unit="question family", what="bands")
     save(fig, path)
     return path
 
@@ -92,6 +102,7 @@ def estimates(table, path: Path, *, title: str) -> Path:
         ax.legend(fontsize=7)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    interval_caption(fig, [], unit="question family", what="error bars")   # n: questions; families not counted here
+    ratio = "(the ratio's: Fieller) " if table["metric"].astype(str).str.endswith("ratio").any() else ""
+    interval_caption(fig, _family_records(table), unit="question family", what=f"error bars {ratio}".strip())
     save(fig, path)
     return path

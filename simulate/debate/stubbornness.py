@@ -44,7 +44,7 @@ import pandas as pd
 from chorus.core.analyses import reader, reader_provenance
 from chorus.core.config import InputError, validate
 from chorus.core.paper import fmt
-from chorus.core.plots import save, subplots
+from chorus.core.plots import interval_caption, save, subplots
 from chorus.core.runs import RunDir
 from chorus.core.seeding import call_seed
 from chorus.core.stats import MIN_UNITS, cluster_bootstrap, interval_text
@@ -578,6 +578,7 @@ def _plot(table: pd.DataFrame, drift: pd.DataFrame, audit: dict[str, Any], summa
     """Kappa per agent (debate, round 1, placebo) with intervals; drift by round; the transfer curve."""
     fig, (a1, a2, a3) = subplots(1, 3, figsize=(13.0, 3.8))
     x = np.arange(len(table))
+    drawn = []
     for off, col, lab in ((-0.25, "kappa", "debate, every round"), (0.0, "kappa_round1", "debate, round 1"),
                           (0.25, "kappa_placebo", "reflection placebo, round 1")):
         if col not in table:
@@ -587,6 +588,9 @@ def _plot(table: pd.DataFrame, drift: pd.DataFrame, audit: dict[str, Any], summa
         ok = np.isfinite(v) & (v > 0)
         err = np.vstack([np.where(np.isfinite(lo), np.clip(v - lo, 0, None), 0), np.where(np.isfinite(hi), np.clip(hi - v, 0, None), 0)])
         a1.errorbar(x[ok] + off, v[ok], yerr=err[:, ok], fmt="o", capsize=3, label=lab)
+        bounded = ok & np.isfinite(lo) & np.isfinite(hi)   # a refused interval (under MIN_UNITS) draws no bar
+        drawn += [{"resampled": r.get(f"{col}_resampled"), "n_units": r.get(f"{col}_n_units")}
+                  for r, b in zip(table.to_dict("records"), bounded) if b]
     a1.set_yscale("log")
     a1.set_xticks(x, table["agent"])
     a1.set_ylabel("kappa (median, closed form)")
@@ -604,11 +608,13 @@ def _plot(table: pd.DataFrame, drift: pd.DataFrame, audit: dict[str, Any], summa
         a3.errorbar(tc["s_mean"], tc["e_mean"], yerr=tc["e_std"].fillna(0), fmt="o-", capsize=2)
     a3.plot([0, 1], [0, 1], color="grey", lw=0.8, ls="--")
     a3.set_xlabel("speaker's reading s")
-    a3.set_ylabel("appraised e")
+    a3.set_ylabel("appraised e (bin mean +- 1 SD)")
     a3.set_title(f"channel audit: r = {audit['pearson_s_e']:.2f} (n = {audit['n']})", fontsize=9)
     fig.suptitle(f"belief layer over a debate ({summary.get('model')}; reading {summary['reading']}, "
                  f"appraiser {summary['appraiser']})", fontsize=9)
     fig.tight_layout()
+    if drawn:
+        interval_caption(fig, drawn, ci=summary.get("ci") or 0.95, unit=UNIT, what="kappa error bars")
     save(fig, path)
 
 

@@ -428,7 +428,8 @@ def evaluate(labelled: pd.DataFrame, *, embed: Callable | None = None, n_boot: i
     hmsg = labelled[labelled["source"] == "human"]
     boot = dict(n_boot=n_boot, ci=ci, seed=seed)
     summary: dict[str, Any] = {"n_rounds": R, "points": points(R), "cells": {}, "human": {}, "sd_trajectory": {},
-                               "endpoint_distribution": {}, "tests": {}}
+                               "endpoint_distribution": {}, "tests": {},
+                               "ci_level": ci}   # the level every interval here covers (groups resampled)
     t_ind, t_grp, t_txt, t_tr, t_pg = [], [], [], [], []
 
     for ch in CHANNELS:

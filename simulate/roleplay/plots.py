@@ -5,7 +5,7 @@ from pathlib import Path
 
 import numpy as np
 
-from chorus.core.plots import save, subplots
+from chorus.core.plots import interval_caption, save, subplots
 
 
 def _style(label: str) -> dict:
@@ -47,6 +47,7 @@ def endpoint_distributions(summary: dict, path: Path) -> None:
 
 def convergence_bars(summary: dict, path: Path) -> None:
     fig, axes = subplots(1, 2, figsize=(10, 3.8), sharey=True)
+    drawn = []
     for ax, ch in zip(axes, ("public", "private")):
         rows = [("human", summary["human"][ch]["delta_sd"])]
         rows += [(k[: -len(ch) - 1], v["delta_sd"]) for k, v in summary["cells"].items() if k.endswith("/" + ch)]
@@ -54,11 +55,13 @@ def convergence_bars(summary: dict, path: Path) -> None:
         means = [r[1]["mean"] for r in rows]
         err = np.array([[m - r[1]["lo"], r[1]["hi"] - m] for m, r in zip(means, rows)]).T
         ax.bar(xs, means, yerr=np.nan_to_num(err), color=["black"] + ["C%d" % i for i in range(len(rows) - 1)])
+        drawn += [r[1] for r in rows]
         ax.set_xticks(xs, [r[0] for r in rows], rotation=30, ha="right", fontsize=7)
         ax.axhline(0, color="grey", lw=0.8)
         ax.set_title(f"delta SD ({ch}); bootstrap CI over groups")
     axes[0].set_ylabel("end SD - start SD")
     fig.tight_layout()
+    interval_caption(fig, drawn, ci=summary.get("ci_level") or 0.95, unit="group", what="error bars")
     save(fig, path)
 
 
