@@ -27,7 +27,10 @@ class CharTok:
     bos_token = None
 
     def __call__(self, text, add_special_tokens=False):
-        return SimpleNamespace(input_ids=[ord(c) for c in text])
+        # one text or a batch, as a Hugging Face tokenizer (Engine.prepare encodes a batch in one call)
+        if isinstance(text, str):
+            return SimpleNamespace(input_ids=[ord(c) for c in text])
+        return {"input_ids": [[ord(c) for c in t] for t in text]}
 
 
 class ScriptBackend:

@@ -14,7 +14,6 @@ import json
 import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -32,8 +31,21 @@ class CharTokenizer:
     chat_template = None
     bos_token = ""
 
-    def __call__(self, text: str, add_special_tokens: bool = False) -> SimpleNamespace:
-        return SimpleNamespace(input_ids=[ord(c) for c in text])
+    def __call__(self, text: str | list[str], add_special_tokens: bool = False, **_: Any) -> "_Encoding":
+        # one text, or a batch as a Hugging Face tokenizer takes it (Engine.prepare encodes in one call)
+        if isinstance(text, str):
+            return _Encoding(input_ids=[ord(c) for c in text])
+        return _Encoding(input_ids=[[ord(c) for c in t] for t in text])
+
+
+class _Encoding(dict):
+    """``enc["input_ids"]`` and ``enc.input_ids``, as a Hugging Face ``BatchEncoding`` gives both."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
 
 
 _NUMBER = re.compile(r"stance (-?\d+(?:\.\d+)?)")
