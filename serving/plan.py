@@ -22,8 +22,8 @@ Sizes are GiB per device: a vLLM engine with tensor parallelism ``tp`` holds wei
 its devices; the other needs are counted on the same device (an upper bound)."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
-from typing import Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Mapping, Sequence
 
 from chorus.core.config import bad_input
 from chorus.serving import backends
@@ -112,13 +112,16 @@ class DevicePlan:
     max_utilization: float
     phases: tuple[PhasePlan, ...]   # in the order the needs declare them
     reason: str
+    # role -> its chorus.serving.roles.Role, resolved once by plan_roles for building (not in to_dict)
+    roles: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def phase(self, name: str) -> PhasePlan:
         return next(p for p in self.phases if p.name == name)
 
     def to_dict(self) -> dict:
         """JSON-able, for provenance."""
-        d = asdict(self)
+        d = asdict(replace(self, roles={}))
+        del d["roles"]
         for p, pd in zip(self.phases, d["phases"]):
             for e, ed in zip(p.engines, pd["engines"]):
                 ed["name"] = e.name
