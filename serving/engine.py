@@ -483,7 +483,7 @@ def open_engine(prof: Profile, backend: str, *, store: str | Path | CallStore | 
         path = prof.require()
         wh = weights_hash(path)
         if not _installed(trait(cls, "needs")):
-            raise ModelError(f"backend '{backend}' needs {trait(cls, 'install')}")
+            raise ModelError(f"backend '{backend}' needs {trait(cls, 'needs_name')}: {trait(cls, 'install')}")
         if plan is not None:
             _pool_before_load(prof.name, backend, plan, kw)
         be = cls(str(path), dtype=dtype, max_model_len=max_model_len, **kw)

@@ -52,9 +52,13 @@ def _role_of(value: "ModelSpec | Role | str | Mapping | None", name: str, plan: 
     if isinstance(value, Role):
         return value
     spec = spec_of(value, name)
-    planned = (getattr(plan, "roles", None) or {}).get(name)
-    if planned is not None and (planned.spec is spec or planned.spec == spec):
-        return planned
+    planned = getattr(plan, "roles", None) or {}
+    mine = planned.get(name)
+    if mine is not None and (mine.spec is spec or mine.spec == spec):
+        return mine
+    same = next((r for r in planned.values() if r.spec == spec), None)   # planned under another role name
+    if same is not None:   # (a council holds its engines by profile, plans them by seat)
+        return replace(same, name=name)
     backend = resolve_backend(spec.backend)
     dtype = spec.dtype or default_dtype()
     return Role(name, spec, None, backend, dtype, **_plan_options(plan, spec.profile, backend, dtype))

