@@ -335,7 +335,7 @@ def plan_pool(expect: list[tuple[str, str, str]], device: float | None = None) -
     if device is None or not paired:  # nothing shares a device with its own copy: no plan, nothing sized
         return {}
     # each copy sized in its own dtype (the knockout stage's transformers copy is float32 on a GPU too)
-    needs = [Need(f"{p}/{b}", p, b, d, 0.0 if b == "openai" else needs_gib(p, d)) for p, b, d in dict.fromkeys(expect)]
+    needs = [Need(f"{p}/{b}", p, b, d, needs_gib(p, d) if trait(b, "local_weights") else 0.0) for p, b, d in dict.fromkeys(expect)]
     (phase,) = plan_devices(needs, device).phases  # one phase: the pool holds everything at once
     first = {(e.profile, e.backend): e for e in reversed(phase.engines)}  # of several dtypes, the first
     return {name: PoolPlan(phase.mode, first[name, "vllm"], first[name, "hf"], phase.reason) for name in sorted(paired)}
