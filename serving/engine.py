@@ -419,7 +419,7 @@ def check_options(backend: str, options: dict[str, Any] | None, where: str = "mo
     cls = backend_class(backend)
     also = trait(cls, "passthrough")
     if also:
-        more = cls.passthrough_options()
+        more = trait(cls, "passthrough_options")()
         if more is None:
             return   # what it passes through cannot be listed here (not installed): the load says so
         unknown = sorted(set(options or {}) - known - more)
