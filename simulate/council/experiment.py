@@ -45,7 +45,7 @@ UNDEFINED_WHY = {
     "timing.*": "not recorded by this run (an earlier chorus, or a phase that did not run)",
 }
 from chorus.serving.standing import standing
-from chorus.serving.roles import check_new_tokens, close_engines, hold_engines, plan_roles
+from chorus.serving.roles import close_engines, hold_engines, plan_roles
 from chorus.simulate.council import plots
 from chorus.simulate.council.adversary import compliance
 from chorus.simulate.council.config import CouncilConfig
@@ -70,10 +70,10 @@ def plan_engines(cfg: CouncilConfig):
     """The device plan over every role the run declares (seats, baselines, then the judge in its own
     phase: it runs after the council and the baselines are done); checked before any engine loads."""
     roles = cfg.roles()
-    check_new_tokens({r: s for r, s in roles.items() if r != "judge"}, cfg.generation.max_tokens, "generation.max_tokens")
+    new_tokens = {r: (cfg.generation.max_tokens, "generation.max_tokens") for r in roles if r != "judge"}
     if cfg.judge is not None:
-        check_new_tokens({"judge": roles["judge"]}, cfg.judge.max_tokens, "judge.max_tokens")
-    return plan_roles(roles, phase_of=lambda role: "judge" if role == "judge" else "council")
+        new_tokens["judge"] = (cfg.judge.max_tokens, "judge.max_tokens")
+    return plan_roles(roles, phase_of=lambda role: "judge" if role == "judge" else "council", new_tokens=new_tokens)
 
 
 def select_tasks(cfg: CouncilConfig, skipped: list[str] | None = None):

@@ -16,7 +16,7 @@ from chorus.core.runs import RunDir, amends_run, run_dir_path
 from chorus.core.stats import MIN_UNITS
 from chorus.core.undefined import reasons
 from chorus.serving.plan import DevicePlanError
-from chorus.serving.roles import check_new_tokens, plan_roles
+from chorus.serving.roles import plan_roles
 from chorus.simulate.debate import plots
 from chorus.simulate.debate.config import DebateConfig
 from chorus.simulate.debate.metrics import collective_summary, frame_dynamics
@@ -59,9 +59,8 @@ def plan_engines(cfg, phase: str = "debate", roles: dict[str, Any] | None = None
     ``chorus.serving.plan.DevicePlanError`` (one line naming role, sizes and device); so does one that would
     swap, since these runs hold every engine of the phase at once."""
     gen = getattr(cfg, "generation", None)   # the interventions plan their reading model here too
-    if gen is not None:
-        check_new_tokens({"model": cfg.model}, gen.max_tokens, "generation.max_tokens")
-    plan = plan_roles({"model": cfg.model, **(roles or {})}, phase_of=lambda role: phase)
+    new_tokens = {"model": (gen.max_tokens, "generation.max_tokens")} if gen is not None else None
+    plan = plan_roles({"model": cfg.model, **(roles or {})}, phase_of=lambda role: phase, new_tokens=new_tokens)
     swapped = [p for p in plan.phases if p.mode == "swap"]
     if swapped:
         raise DevicePlanError(f"the engines of this run are held together and do not fit: {swapped[0].reason}")
