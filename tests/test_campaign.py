@@ -111,8 +111,8 @@ def test_paper_leads_with_bda_against_plurality_and_says_where_the_numbers_come_
     assert "Numbers from: synthetic mode" in lead
     pooled = n["sections"]["pooled_binary"]["councils"]["syn"]
     b = next(r for r in pooled["bootstrap_clustered"] if r["a"] == "bda_per_agent" and r["metric"] == "accuracy")
-    assert f"{b['delta']:+.3f} [{b['ci_low']:+.3f}, {b['ci_high']:+.3f}] ({b['n_units']} questions resampled)" in lead
-    assert "2 seeds x 16 questions resampled" in lead and lead.count("| syn |") == 3   # per_agent, confusion, +iso
+    assert f"{b['delta']:+.3f} [{b['ci_low']:+.3f}, {b['ci_high']:+.3f}] (95%, {b['n_units']} questions resampled)" in lead
+    assert "(95%, 2 seeds x 16 questions resampled)" in lead and lead.count("| syn |") == 3   # per_agent, confusion, +iso
     # a campaign exported before the standing was recorded says so instead of guessing
     from chorus.simulate.council.paper import Paper
     old = {k: v for k, v in n.items() if k != "standing"}

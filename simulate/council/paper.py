@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from chorus.core.runs import amends_run
-from chorus.core.stats import MIN_UNITS
 from chorus.simulate.council.campaign import read_numbers
 from chorus.simulate.council import paper_more
 from chorus.simulate.council.paper_parts import RUN_ATTACK, RUN_CLEAN, cell, missing, sources, table
@@ -27,19 +26,6 @@ def _ds_starts(u: dict) -> str | None:
         return None
     lls = ", ".join(f"{r['start']} {r['loglik']:.6f}" for r in u["starts"])
     return f"{u['fixed_points']} ({lls}; kept {u['start_kept']})"
-
-
-def _delta(b: dict | None) -> str:
-    """A paired difference with its interval and what the interval resamples ("-" when not computed)."""
-    if b is None:
-        return "-"
-    n, unit = b.get("n_units", b.get("n_clusters")), b.get("resampled")
-    if b.get("seed_clustered"):
-        unit, n = "seed x question", f"{b.get('n_seeds')} seeds x {n} questions"
-    what = f"{n} {unit}s" if unit and not b.get("seed_clustered") else str(n)
-    if isinstance(n, int) and n < MIN_UNITS:
-        return f"{b['delta']:+.3f}, no interval (only {what} to resample; at least {MIN_UNITS} needed)"
-    return f"{b['delta']:+.3f} [{b['ci_low']:+.3f}, {b['ci_high']:+.3f}] ({what} resampled)"
 
 
 # the cell, table, missing-line and sources helpers, shared with the report's later sections (paper_more.py)
@@ -518,7 +504,7 @@ class Paper:
             plur = c["metrics"].get("plurality", {}).get("accuracy")
             for m, v in c["metrics"].items():
                 if m.startswith("bda"):
-                    rows.append([council, m, v.get("accuracy"), plur] + [_delta(b.get((m, "accuracy"))) for b in boots])
+                    rows.append([council, m, v.get("accuracy"), plur] + [paper_ci(b.get((m, "accuracy"))) for b in boots])
         return (f"## Headline: BDA against plurality on the clean binary pool\n\n{where}\n\n"
                 + _table(["council", "method", "accuracy", "plurality", "ΔAcc (question-clustered)",
                           "ΔAcc (seed-clustered)"], rows) + "\n")
