@@ -1,4 +1,4 @@
-"""The belief-layer paper report (``chorus belief paper``) over the oracle sweeps that fill its
+"""The belief-layer paper report (``chorus paper belief``) over the oracle sweeps that fill its
 mechanism sections (regimes, kappa recovery, the forgetting ablation, the gamma sweep): oracle evidence,
 no model, every number exact; the model sections (Table 2 per model, App. B calibration) name the LLM
 runs they need. Times each sweep and the report; keeps paper.md, numbers.json and figures/.
@@ -42,7 +42,7 @@ def main() -> None:
         keep = a.out.with_suffix("")
         shutil.rmtree(keep, ignore_errors=True)
         t = time.perf_counter()
-        from chorus.simulate.belief.paper import build_paper
+        from chorus.papers.belief import build_paper
         md = build_paper(runs, keep)
         info["paper_s"] = round(time.perf_counter() - t, 2)
         for p in (md, keep / "numbers.json"):   # no temporary path in the kept report

@@ -33,7 +33,7 @@ def main() -> None:
     from chorus.simulate.council.campaign import CampaignConfig, build_campaign, verify_campaign
     from chorus.simulate.council.campaign_sections import SECTIONS
     from chorus.simulate.council.campaign_synthetic import write_store
-    from chorus.simulate.council.paper import render_paper
+    from chorus.papers.bda import render_paper
 
     info = {"machine": machine(), "questions_per_dataset": a.questions, "seeds": 3}
     with tempfile.TemporaryDirectory() as tmp:

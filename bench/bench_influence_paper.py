@@ -1,4 +1,4 @@
-"""The peer-influence paper report (``chorus influence paper``) as a user builds it, on the embedded
+"""The peer-influence paper report (``chorus paper influence``) as a user builds it, on the embedded
 model through the CLI: one smoke debate, then every influence verb reading its turns
 (``--set source.run=``), then the report over all of them. Times each command; keeps paper.md,
 numbers.json and figures/. SmolLM2-135M numbers are plumbing, not findings (the report says so per
@@ -57,7 +57,7 @@ def main() -> None:
             runs.append(out)
         keep = a.out.with_suffix("")
         shutil.rmtree(keep, ignore_errors=True)
-        run("influence paper", "influence", "paper", *map(str, runs), "--out", str(keep))
+        run("paper influence", "paper", "influence", *map(str, runs), "--out", str(keep))
         for p in (keep / "paper.md", keep / "numbers.json"):   # no temporary path in the kept report
             p.write_text(p.read_text().replace(tmp, "RUNS"))
         n = json.loads((keep / "numbers.json").read_text())

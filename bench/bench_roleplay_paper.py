@@ -1,4 +1,4 @@
-"""The DEBATE (role-play) paper report (``chorus roleplay paper``) as a user builds it, on the
+"""The DEBATE (role-play) paper report (``chorus paper roleplay``) as a user builds it, on the
 embedded model and the SYNTHETIC fixture through the CLI: the smoke run, its two mechanism-probe
 variants (T = 0; the memory ablated), the annotator re-classification with gemma3-270m, the
 statistics and probes across runs, then the report over all of them. Times each command; keeps
@@ -51,7 +51,7 @@ def main() -> None:
             "--out", str(T / "probes"))
         keep = a.out.with_suffix("")
         shutil.rmtree(keep, ignore_errors=True)
-        run("roleplay paper", "roleplay", "paper", *(str(T / n) for n in ("base", "t0", "ablated", "annotators")),
+        run("paper roleplay", "paper", "roleplay", *(str(T / n) for n in ("base", "t0", "ablated", "annotators")),
             "--out", str(keep))
         for p in (keep / "paper.md", keep / "numbers.json"):   # no temporary path in the kept report
             p.write_text(p.read_text().replace(tmp, "RUNS"))

@@ -12,6 +12,7 @@ from chorus.aggregate.cli import app as aggregate_app
 from chorus.core.cliutil import fail, model_option, renamed_option
 from chorus.core.config import InputError
 from chorus.interventions.cli import app as influence_app
+from chorus.papers.cli import aliases as paper_aliases, paper_app
 from chorus.serving.cli import generate, models_app, serve, store_app
 from chorus.serving.profiles import DEFAULT_PROFILE, ModelError, cache_dir, get_profile
 from chorus.simulate.belief.cli import app as belief_app
@@ -40,6 +41,8 @@ def mount(sub: typer.Typer, name: str, purpose: str) -> None:
     app.add_typer(sub, name=name, help=f"{purpose}: {', '.join(verb_names(sub))}.")
 
 
+# the old spellings of the paper commands, hidden on their groups for one release (chorus.papers.cli)
+paper_aliases({"council": council_app, "influence": influence_app, "roleplay": roleplay_app, "belief": belief_app})
 mount(models_app, "models", "Model profiles")
 mount(store_app, "store", "The SQLite call store")
 mount(belief_app, "belief", "Bayesian belief layer (BCA)")
@@ -49,6 +52,7 @@ mount(influence_app, "influence", "Peer influence: readouts, interventions and t
 mount(council_app, "council", "Live LLM councils (typed-move traces, adversaries, LLM baselines)")
 mount(roleplay_app, "roleplay", "DEBATE-style role-play groups vs human groups")
 mount(sft_app, "sft", "Next-message SFT with TRL (base vs SFT vs human)")
+mount(paper_app, "paper", "Each paper's tables and figures in its order, from stored runs")
 app.command()(generate)
 app.command()(serve)
 

@@ -1,16 +1,99 @@
-"""What the paper renderers share (``chorus belief | influence | roleplay | council paper``): a
-number in a markdown cell, a markdown table, the runs' figures copied beside ``paper.md``, the
-"missing" line of a section without its runs, and writing ``numbers.json`` then ``paper.md`` from
-that file alone. Each renderer keeps its own run reading, source records and section layout; a
-file's sha256 is ``chorus.core.runs.file_sha256``."""
+"""What the paper reports share (``chorus paper bda | influence | roleplay | belief``, the papers in
+``chorus.papers``): the one shape of a section (``Section``, kept in the paper's order by ``Sections``),
+laying sections out under their headings, a number in a markdown cell, a markdown table, the runs'
+figures copied beside ``paper.md``, the "missing" line of a section without its runs, and writing
+``numbers.json`` then ``paper.md`` from that file alone. Each paper keeps its own run reading and page
+frame; a file's sha256 is ``chorus.core.runs.file_sha256``.
+
+``Section`` lives here, below every part, because the BDA paper's numbers are computed by the council
+part (``chorus council campaign``: its sections are this type too) while the papers live at the
+application level."""
 from __future__ import annotations
 
 import json
 import shutil
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Callable, Iterable, Sequence
 from chorus.core.runs import check_output, write_json
+
+
+@dataclass(frozen=True)
+class Section:
+    """One section of a paper report, the shape every paper's sections take.
+
+    ``key``: its entry in ``numbers.json``'s ``sections``; ``title``: its heading in ``paper.md`` (for a
+    section the BDA campaign computes: where the paper reports it); ``export``: its numbers made from the
+    paper's inputs (None where it is laid out from other sections' numbers); ``render``: its markdown body
+    made from the numbers (None where the paper lays it out its common way); ``missing``: the command that
+    makes what it reads, named when the inputs lack it; ``spec``: the paper's own details (the run kinds it
+    reads, the columns it shows, its figures, whether a verifier re-derives it)."""
+    key: str
+    title: str
+    export: Callable[..., Any] | None = None
+    render: Callable[..., str] | None = None
+    missing: str = ""
+    spec: Mapping[str, Any] = field(default_factory=dict)
+
+
+class Sections(list):
+    """A paper's sections in the paper's order (the order they are added in); ``exports`` and ``renders``
+    register a function as a section's export or render (the decorator registry of inspect_ai)."""
+
+    def add(self, key: str, title: str, *, export: Callable[..., Any] | None = None,
+            render: Callable[..., str] | None = None, missing: str = "", **spec: Any) -> Section:
+        if any(s.key == key for s in self):
+            raise ValueError(f"section {key!r} added twice")
+        s = Section(key, title, export, render, missing, MappingProxyType(dict(spec)))
+        self.append(s)
+        return s
+
+    def exports(self, key: str, title: str, *, missing: str = "", **spec: Any):
+        def wrap(fn):
+            self.add(key, title, export=fn, missing=missing, **spec)
+            return fn
+        return wrap
+
+    def renders(self, key: str, title: str, *, missing: str = "", **spec: Any):
+        def wrap(fn):
+            self.add(key, title, render=fn, missing=missing, **spec)
+            return fn
+        return wrap
+
+    def get(self, key: str) -> Section:
+        for s in self:
+            if s.key == key:
+                return s
+        raise KeyError(key)
+
+    def keys(self) -> list[str]:
+        return [s.key for s in self]
+
+
+def is_missing(entry: Mapping[str, Any]) -> bool:
+    """A section entry whose inputs were not given: it says what is missing instead of numbers."""
+    return isinstance(entry.get("missing"), str)
+
+
+def render_sections(sections: Iterable[Section], numbers: Mapping[str, Any], out: Path, *,
+                    body: Callable[[Section, dict], str], missing: Callable[[Section, dict], str]) -> list[str]:
+    """The page under its preamble, one section after another in the paper's order: its heading, then
+    why it is missing or its body (the section's own ``render``, else the paper's ``body``) and the runs'
+    figures it names, copied into ``out/figures``. Lines, to be joined with newlines."""
+    parts: list[str] = []
+    for s in sections:
+        entry = numbers["sections"].get(s.key, {"missing": "not exported"})
+        parts.append(f"\n## {s.title}\n")
+        if is_missing(entry):
+            parts.append(missing(s, entry))
+            continue
+        text = s.render(entry) if s.render is not None else body(s, entry)
+        if text:   # a section with nothing to show but its figures adds no empty line
+            parts.append(text)
+        parts += [f"\n{line}" for line in copy_figures(entry.get("figures", []), out)]
+    return parts
 
 
 def fmt(x: Any, nd: int = 3, *, sig: int | None = 3, nan: str = "nan") -> str:

@@ -10,7 +10,7 @@ from typing import Optional
 
 import typer
 
-from chorus.core.cliutil import add_verbs, fail
+from chorus.core.cliutil import add_verbs
 from chorus.core.headline import declare as declare_headline
 from chorus.core.verbs import Impl, Option, Verb, register
 from chorus.serving.standing import print_headline
@@ -131,25 +131,3 @@ register(Verb(
 add_verbs(app, "influence")
 
 
-@app.command("paper", help="The peer-influence paper's tables and figures in the paper's order from stored runs "
-                           "(debate runs of each model, long debates, and influence runs): DIR/numbers.json, then "
-                           "DIR/paper.md rendered from it alone; each row names its run, each missing section the "
-                           "command that makes it. No model call.")
-def paper(runs: list[Path] = typer.Argument(..., metavar="RUN...", help="Debate and influence run directories."),
-          out: Path = typer.Option(..., "--out", help="Output directory (numbers.json, paper.md, figures/).")) -> None:
-    from rich.console import Console
-
-    from chorus.interventions.paper import PaperError, build_paper
-    try:
-        path, numbers = build_paper(runs, out)
-    except PaperError as err:
-        fail(err)
-    con = Console()
-    secs = numbers["sections"]
-    have = [k for k, s in secs.items() if "missing" not in s]
-    con.print(f"{len(have)} of {len(secs)} sections from {len(numbers['runs'])} runs "
-              f"(models: {', '.join(numbers['models'])})", highlight=False)
-    for k, s in secs.items():
-        if "missing" in s:
-            con.print(f"[yellow]missing[/yellow] {k}: {s['missing']}", soft_wrap=True, highlight=False)
-    con.print(f"results: [bold]{path}[/bold] (numbers.json, figures/)")

@@ -143,7 +143,7 @@ CASES = [
      "--count 'strategy=x': expected SUBDOMAIN=N", "b3.jsonl"),
     ("generate_chat_a_mapping", ["generate", "--chat", "{tmp}/chat_dict.json"], 2,
      "chat_dict.json: conversation 0 must be a non-empty list", None),
-    ("campaign_budgets_not_numbers", ["council", "campaign", "{tmp}", "--out", "{tmp}/camp", "--budgets", "a,b"], 2,
+    ("campaign_budgets_not_numbers", ["paper", "bda", "{tmp}", "--out", "{tmp}/camp", "--budgets", "a,b"], 2,
      "--budgets 'a,b': expected whole numbers", "camp"),
     ("generate_traces_reliabilities_not_numbers", ["aggregate", "generate", "--out", "{tmp}/t.jsonl",
                                                    "--reliabilities", "0.7,high"], 2,

@@ -206,9 +206,9 @@ def test_real_model_end_to_end(tmp_path, hf_engine):
     assert list(w.loc["oracle"]) == [0.5, 2.0, 8.0]
     with pytest.raises(TableError, match="not a belief run directory"):
         models_tables([tmp_path])
-    # the paper report over both runs (chorus belief paper): one numbers file, the paper's order,
+    # the paper report over both runs (chorus paper belief): one numbers file, the paper's order,
     # every section present or naming the run that makes it
-    from chorus.simulate.belief.paper import PaperError, build_paper
+    from chorus.papers.belief import PaperError, build_paper
     md = build_paper([run.path, orun.path], tmp_path / "paper").read_text()
     numbers = json.loads((tmp_path / "paper" / "numbers.json").read_text())
     t2 = {r["metric"]: r for r in numbers["sections"]["table2_models"]["table"]}

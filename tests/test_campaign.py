@@ -84,7 +84,7 @@ def test_verifier_passes_then_catches_an_edited_number_and_a_changed_store(campa
 
 
 def test_paper_lays_out_every_section_in_order(campaign):
-    from chorus.simulate.council.paper import render_paper
+    from chorus.papers.bda import render_paper
     md = render_paper(campaign).read_text()
     heads = [line for line in md.splitlines() if line.startswith("## ")]
     order = ["Headline", "Table 1", "§7", "Figure 2", "Table 2", "Tables 3-8", "Figure 3", "Table 4", "Table 5", "Appendix D.7",
@@ -93,7 +93,7 @@ def test_paper_lays_out_every_section_in_order(campaign):
              "Seat reliabilities", "Appendix C.8"]
     assert [next(o for o in sorted(order, key=len, reverse=True) if h[3:].startswith(o)) for h in heads] == order
     # sections this campaign did not export name the command that makes them
-    assert md.count("*Missing:*") >= 1 and "chorus council campaign RUN... --out CAMPAIGN" in md
+    assert md.count("*Missing:*") >= 1 and "chorus paper bda RUN... --out CAMPAIGN" in md
     for f in ("fig3_label_efficiency", "fig4_reliability", "fig5_ece_cells", "fig6_flips"):
         assert (campaign / "figures" / f"{f}.png").stat().st_size > 1000
     assert "`syn/claims_a/attack-k1`" in md   # cells traceable to their stores
@@ -102,7 +102,7 @@ def test_paper_lays_out_every_section_in_order(campaign):
 def test_paper_leads_with_bda_against_plurality_and_says_where_the_numbers_come_from(campaign):
     """The lead comparison (Table 2's pooled Δ accuracy vs plurality, each interval naming what it resamples)
     opens the page, under the standing the export recorded: a synthetic store says so (its provenance.json)."""
-    from chorus.simulate.council.paper import render_paper
+    from chorus.papers.bda import render_paper
     n = json.loads((campaign / "numbers.json").read_text())
     assert n["standing"]["kind"] == "synthetic" and n["sources"][0]["standing"]["kind"] == "synthetic"
     md = render_paper(campaign).read_text()
@@ -114,7 +114,7 @@ def test_paper_leads_with_bda_against_plurality_and_says_where_the_numbers_come_
     assert f"{b['delta']:+.3f} [{b['ci_low']:+.3f}, {b['ci_high']:+.3f}] (95%, {b['n_units']} questions resampled)" in lead
     assert "(95%, 2 seeds x 16 questions resampled)" in lead and lead.count("| syn |") == 3   # per_agent, confusion, +iso
     # a campaign exported before the standing was recorded says so instead of guessing
-    from chorus.simulate.council.paper import Paper
+    from chorus.papers.bda import Paper
     old = {k: v for k, v in n.items() if k != "standing"}
     assert "Numbers from: not recorded" in Paper(old, campaign).lead()
 
@@ -139,9 +139,9 @@ def test_mixed_councils_and_repeated_tasks_are_refused(store, tmp_path):
 
 
 def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, store):
-    r = CliRunner().invoke(app, ["council", "campaign", str(tmp_path / "nope"), "--out", str(tmp_path / "c")])
+    r = CliRunner().invoke(app, ["paper", "bda", str(tmp_path / "nope"), "--out", str(tmp_path / "c")])
     assert r.exit_code == 2 and "not a directory" in r.output and not (tmp_path / "c").exists()
-    r = CliRunner().invoke(app, ["council", "campaign", str(store), "--out", str(tmp_path / "c"), "--section", "tables"])
+    r = CliRunner().invoke(app, ["paper", "bda", str(store), "--out", str(tmp_path / "c"), "--section", "tables"])
     assert r.exit_code == 2 and "unknown campaign section 'tables'" in r.output
     r = CliRunner().invoke(app, ["council", "campaign-verify", str(tmp_path)])
     assert r.exit_code == 2 and "no campaign numbers file" in r.output
@@ -151,7 +151,7 @@ def test_sweep_runs_are_embedded_verbatim_and_guarded(store, tmp_path):
     """Table 12 / Figure 7 come from chorus aggregate sweep runs (CPU-hours at paper size), embedded with their
     sha256 and regeneration command; the drift guard re-reads them."""
     from chorus.simulate.council.campaign import CampaignConfig, build_campaign, verify_campaign
-    from chorus.simulate.council.paper import render_paper
+    from chorus.papers.bda import render_paper
     r = CliRunner().invoke(app, ["aggregate", "sweep", "sweep_sleeper", "--set", "synthetic.n_tasks=200", "--set",
                                  "methods=[plurality,bda_per_agent]", "--out", str(tmp_path / "sleeper"), "--quiet"])
     assert r.exit_code == 0, r.output

@@ -26,7 +26,7 @@ def store(tmp_path_factory):
 @pytest.fixture(scope="module")
 def campaign(store, tmp_path_factory):
     from chorus.simulate.council.campaign import CampaignConfig, build_campaign
-    from chorus.simulate.council.paper import render_paper
+    from chorus.papers.bda import render_paper
     out = tmp_path_factory.mktemp("camp") / "c"
     build_campaign(CampaignConfig(inputs=[str(store)], sections=SECTIONS, **FAST), out)
     return json.loads((out / "numbers.json").read_text()), render_paper(out).read_text(), out

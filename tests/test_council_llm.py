@@ -73,7 +73,7 @@ def test_real_council_end_to_end(tmp_path, monkeypatch):
     # the campaign over this real run (BDA paper D.7): the numbers file from its stored traces, the drift
     # guard re-deriving it, the paper report with every section rendered or naming what it lacks
     from chorus.simulate.council.campaign import CampaignConfig, build_campaign, verify_campaign
-    from chorus.simulate.council.paper import render_paper
+    from chorus.papers.bda import render_paper
     camp = tmp_path / "campaign"
     build_campaign(CampaignConfig(inputs=[str(run.path)], methods=["plurality", "verbalized"], n_resamples=100,
                                   outer_folds=2, inner_folds=2, sections=["inventory", "cells", "baselines", "contagion"]),

@@ -308,7 +308,7 @@ def test_influence_cues_with_the_magnitude_matched_set(debate_run, hf_engine, tm
 
 
 def test_influence_paper_from_real_runs(debate_run, hf_engine, tmp_path):
-    """``chorus influence paper`` over the embedded model's debate and its readout and cue runs: each
+    """``chorus paper influence`` over the embedded model's debate and its readout and cue runs: each
     section's rows are the runs' summary numbers, named by run; sections without runs name a command."""
     from typer.testing import CliRunner
 
@@ -321,7 +321,7 @@ def test_influence_paper_from_real_runs(debate_run, hf_engine, tmp_path):
                           interventions={"require_disagreement": False})
     ro, s_ro = run_influence(cfg, "readout", tmp_path / "readout", engine=hf_engine, make_plots=False)
     cu, s_cu = run_influence(cfg, "cues", tmp_path / "cues", engine=hf_engine)
-    res = CliRunner().invoke(app, ["influence", "paper", str(run.path), str(ro.path), str(cu.path),
+    res = CliRunner().invoke(app, ["paper", "influence", str(run.path), str(ro.path), str(cu.path),
                                    "--out", str(tmp_path / "paper")])
     assert res.exit_code == 0, res.output
     nb = json.loads((tmp_path / "paper" / "numbers.json").read_text())
@@ -346,5 +346,5 @@ def test_influence_paper_from_real_runs(debate_run, hf_engine, tmp_path):
     assert md.index("Figure 1") < md.index("Table 9") < md.index("Figure 2") < md.index("Table 14")
     assert "*Missing:*" in md and ro.path.name in md
     assert nb["note"] and "smollm2-135m-instruct" in nb["note"] and nb["note"] in md   # plumbing, said once
-    bad = CliRunner().invoke(app, ["influence", "paper", str(tmp_path), "--out", str(tmp_path / "p2")])
+    bad = CliRunner().invoke(app, ["paper", "influence", str(tmp_path), "--out", str(tmp_path / "p2")])
     assert bad.exit_code == 2 and "not a run directory" in bad.output

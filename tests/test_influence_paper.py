@@ -1,4 +1,4 @@
-"""``chorus.interventions.paper`` on hand-made run directories: each section reads its runs' summary numbers
+"""``chorus.papers.influence`` on hand-made run directories: each section reads its runs' summary numbers
 as written, knows a long debate from a short one, and refuses what is not a run. The real-model path:
 tests/test_debate_e2e.py::test_influence_paper_from_real_runs."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from chorus.interventions.paper import PaperError, SECTIONS, build_paper, export
+from chorus.papers.influence import PaperError, SECTIONS, build_paper, export
 
 
 def _run(root, name, part, summary):

@@ -1,4 +1,4 @@
-"""``chorus roleplay paper``: the numbers file read from the session's tiny real roleplay run (every
+"""``chorus paper roleplay``: the numbers file read from the session's tiny real roleplay run (every
 value its summary's), the sections without their runs naming their commands, paper.md's headings in
 the paper's order, an SFT run with its comparison and an annotators output (constructed from the
 real run), and a directory that is no roleplay output refused in one line (exit 2)."""
@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from chorus.core.runs import RunDir, json_safe, write_json
-from chorus.simulate.roleplay import paper as P
+from chorus.papers import roleplay as P
 
 runner = CliRunner()
 SETUP_KEYS = {v: k for k, v in P.SETUP_NAMES.items()}
@@ -35,13 +35,13 @@ def test_paper_over_the_real_run(roleplay_run, tmp_path):
     s = json.loads((path / "summary.json").read_text())
     sha = _sha(path / "summary.json")
     out = tmp_path / "paper"
-    r = runner.invoke(app, ["roleplay", "paper", str(path), "--out", str(out)])
+    r = runner.invoke(app, ["paper", "roleplay", str(path), "--out", str(out)])
     assert r.exit_code == 0, r.output
     n = json.loads((out / "numbers.json").read_text())
     assert n["schema"] == P.SCHEMA and n["runs"] == [{"run": str(path), "file": "summary.json",
                                                       "summary_sha256": sha, "part": "roleplay"}]
     sec = n["sections"]
-    assert list(sec) == [k for k, *_ in P.SECTIONS]
+    assert list(sec) == [s.key for s in P.SECTIONS]
     assert "smollm2-135m-instruct" in n["note"] and n["note"] in (out / "paper.md").read_text()   # plumbing, said once
     # every stance and text value is the run's own summary value, and names the run and its summary's sha256
     for key, metrics in (("stance_fidelity", P.STANCE), ("beyond_stance", P.TEXT)):
@@ -75,7 +75,7 @@ def test_paper_over_the_real_run(roleplay_run, tmp_path):
     assert "--set generation.temperature=0" in cmds and "memory.ablate=[initial_opinion,first_tweet]" in cmds
     # paper.md: the sections' headings in the paper's order, the missing lines, the figures beside it
     md = (out / "paper.md").read_text()
-    assert _headings(md) == [t for _, t, *_ in P.SECTIONS]
+    assert _headings(md) == [s.title for s in P.SECTIONS]
     assert "missing: no run of the topic split; run: `chorus roleplay run topic" in md
     assert f"missing: an annotators output; run: `chorus roleplay annotators {path} -m PROFILE`" in md
     assert (out / "figures" / "run__convergence.png").is_file() and "figures/run__convergence.png" in md
@@ -152,7 +152,7 @@ def test_paper_refuses_what_is_no_roleplay_output(tmp_path, kind):
     else:
         bad.mkdir()
         write_json(bad / "provenance.json", {"part": "belief"})
-    r = runner.invoke(app, ["roleplay", "paper", str(bad), "--out", str(tmp_path / "out")])
+    r = runner.invoke(app, ["paper", "roleplay", str(bad), "--out", str(tmp_path / "out")])
     assert r.exit_code == 2
     msg = ("not a roleplay, SFT, annotators, stats or probes output (provenance part 'belief')" if kind == "belief"
            else "not a run directory")

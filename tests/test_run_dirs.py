@@ -120,7 +120,7 @@ CASES = [
      "manifest.json is one of the record files of the run"),
     ("report_into_another_run", ["report", "{tmp}/sealed", "--out", "{tmp}/debate_run/report.html"],
      "is inside the run directory {tmp}/debate_run"),
-    ("paper_into_a_run", ["belief", "paper", "{tmp}/sealed", "--out", "{tmp}/sealed/paper"],
+    ("paper_into_a_run", ["paper", "belief", "{tmp}/sealed", "--out", "{tmp}/sealed/paper"],
      "--out {tmp}/sealed/paper: {tmp}/sealed/paper is inside the run directory {tmp}/sealed"),
     ("traces_over_a_table", ["aggregate", "generate", "--out", "{tmp}/sealed/tables/runs.parquet", "--n", "20"],
      "tables/runs.parquet is one of the record files of the run"),

@@ -1,4 +1,4 @@
-"""The BDA paper report's sections added for its last items (``paper.py`` calls each with its ``Paper``, in
+"""The BDA paper report's sections added for its last items (``bda.py`` lays each out with its ``Paper``, in
 the paper's order): §7's seed-clustered intervals, Tables 3-8's bench composition and truncation rate,
 Table 8's per-round refit, App. F.11's label-permutation control and App. C.8's numerical checks. Each
 reads only the campaign numbers file (no number beyond a difference of two of its entries) and names the
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from chorus.simulate.council.paper_parts import RUN_CLEAN, ci, missing, sources, table
+from chorus.papers.bda_parts import RUN_CLEAN, ci, missing, sources, table
 
 RUN_SEEDS = "chorus council run full --set 'gen_seeds=[0,1,2]' --out RUN"
 C8_COMMAND = "chorus aggregate c8 TRACES..."
@@ -20,10 +20,9 @@ def _units(b: dict[str, Any]) -> str:
     return f"{b['n_clusters']} questions" if b.get("clustered") else f"{b['n_clusters']} tasks"
 
 
-def seed_clustered(p) -> None:
+def seed_clustered(p) -> str:
     """Per cell (and per council's clean binary pool): each accuracy difference with its question-clustered
     and its seed-clustered interval side by side (the second resamples generation seeds too, and is wider)."""
-    title = "§7: seed-clustered intervals (generation seeds x questions resampled) beside question-clustered ones"
     blocks: list[tuple[str, dict[str, Any]]] = [(k, c) for k in p.n["cells"] if (c := p.metrics(k))]
     pooled = (p.sec("pooled_binary") or {}).get("councils", {})
     blocks += [(f"{council} clean binary pool", c) for council, c in pooled.items() if "error" not in c]
@@ -36,17 +35,16 @@ def seed_clustered(p) -> None:
             rows.append([name, f"{b['a']} - {b['b']}", b["delta"], ci(q), _units(q) if q else "-", ci(b), _units(b)])
     if not rows:
         why = "no cell with two or more generation seeds (or a campaign exported before the seed-clustered interval)"
-        return p.add(title, missing(why, RUN_SEEDS))
-    p.add(title, "Accuracy differences; each interval names what it resampled.\n\n" + table(
+        return missing(why, RUN_SEEDS)
+    return ("Accuracy differences; each interval names what it resampled.\n\n" + table(
         ["cell", "difference", "Δ accuracy", "question-clustered CI", "resampled", "seed-clustered CI", "resampled"],
         rows))
 
 
-def c8(p) -> None:
-    title = "Appendix C.8: numerical checks (implementation against closed forms)"
+def c8(p) -> str:
     s = p.sec("c8")
     if not s:
-        return p.add(title, missing(p.why("c8"), RUN_CLEAN))
+        return missing(p.why("c8"), RUN_CLEAN)
     body = []
     for council, c in s["councils"].items():
         sym = c["symmetric"]
@@ -73,14 +71,13 @@ def c8(p) -> None:
                     table(["check", "max |implemented - closed form|", "holds"],
                           [[t, f"{d:.2g}", "yes" if h else "NO"] for t, d, h in checks]) +
                     "\n\n" + sources(c["cells"]))
-    p.add(title, f"Reproduce with `{C8_COMMAND}` over the same trace files.\n\n" + "\n\n".join(body))
+    return f"Reproduce with `{C8_COMMAND}` over the same trace files.\n\n" + "\n\n".join(body)
 
 
-def composition(p) -> None:
-    title = "Tables 3-8: the bench they read (datasets, K, questions, seeds, trials) and the truncation rate"
+def composition(p) -> str:
     s = p.sec("composition")
     if not s:
-        return p.add(title, missing(p.why("composition"), RUN_CLEAN))
+        return missing(p.why("composition"), RUN_CLEAN)
     rows = []
     for k, v in s["cells"].items():
         t = v["truncation"]
@@ -88,18 +85,17 @@ def composition(p) -> None:
                      v["n_labelled"], v["rounds"], t.get("n_generations"), t.get("n_truncated"),
                      t.get("truncation_rate") if "missing" not in t else "not recorded"])
     notes = sorted({v["truncation"]["missing"] for v in s["cells"].values() if "missing" in v["truncation"]})
-    p.add(title, table(["cell", "K", "questions", "seeds", "trials", "labelled", "rounds", "generations",
+    return (table(["cell", "K", "questions", "seeds", "trials", "labelled", "rounds", "generations",
                         "truncated", "truncation rate"], rows) +
           "".join(f"\n\nNot recorded: {n}." for n in notes) +
           "\n\nThe truncation rate counts every generation the council runner made (retries included) that stopped "
           "at the token limit.")
 
 
-def rounds(p) -> None:
-    title = "Table 8: accuracy and calibration by the last round read (leak-free refit per round)"
+def rounds(p) -> str:
     s = p.sec("rounds")
     if not s:
-        return p.add(title, missing(p.why("rounds"), RUN_CLEAN))
+        return missing(p.why("rounds"), RUN_CLEAN)
     body = []
     for k, v in s["cells"].items():
         if "error" in v:
@@ -111,14 +107,13 @@ def rounds(p) -> None:
         last = max(r["max_round"] for r in v["metrics"])
         body.append(f"**{k}**\n\n" + table(["method", "rounds read (0..r)", "accuracy", "ECE ew", "Brier",
                                              f"Δ acc., round {last} - r (question-clustered CI)"], rows))
-    p.add(title, "\n\n".join(body))
+    return "\n\n".join(body)
 
 
-def permutation(p) -> None:
-    title = "Appendix F.11: per-task label permutation (each method refitted on relabelled traces)"
+def permutation(p) -> str:
     s = p.sec("permutation")
     if not s:
-        return p.add(title, missing(p.why("permutation"), "chorus council run full --out RUN  (attacked conditions)"))
+        return missing(p.why("permutation"), "chorus council run full --out RUN  (attacked conditions)")
     rows = []
     for k, v in s["cells"].items():
         if "error" in v:
@@ -128,6 +123,6 @@ def permutation(p) -> None:
         for m, x in v["metrics"].items():
             a = orig.get(m, {}).get("accuracy")
             rows.append([k.split("/", 1)[1], m, a, x["accuracy"], None if a is None else a - x["accuracy"]])
-    p.add(title, "What a method keeps under the relabelling it wins from the trace's structure; what it loses "
+    return ("What a method keeps under the relabelling it wins from the trace's structure; what it loses "
                  "came from cross-task label identity.\n\n" +
           table(["cell", "method", "acc. as labelled", "acc. permuted", "as labelled - permuted"], rows))

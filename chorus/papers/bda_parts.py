@@ -1,4 +1,4 @@
-"""What every section of the BDA paper report (``paper.py``, ``paper_more.py``) writes with: the campaign's
+"""What every section of the BDA paper report (``bda.py``, ``bda_more.py``) writes with: the campaign's
 cell format, a table, the line of a section whose inputs are missing, the cells a table read."""
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
 
 def missing(what: str, command: str) -> str:
     return f"*Missing:* {what}. Make it with `{command}`, then re-export the campaign " \
-           f"(`chorus council campaign RUN... --out CAMPAIGN`)."
+           f"(`chorus paper bda RUN... --out CAMPAIGN`)."
 
 
 def sources(keys: Iterable[str]) -> str:

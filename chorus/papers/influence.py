@@ -1,5 +1,5 @@
 """The peer-influence paper's tables and figures in the paper's order, from stored runs
-(``chorus influence paper RUN... --out DIR``): debate runs (``chorus debate run``: collective
+(``chorus paper influence RUN... --out DIR``): debate runs (``chorus debate run``: collective
 outcomes, long debates, subdomains, unlabelled and numeric questions, scenario frames) and influence
 runs (``chorus influence readout | ablate | cues | knockout | patch | probe | concepts | transfer``),
 any number of models.
@@ -9,21 +9,22 @@ row naming its run, model and that summary's sha256) and ``DIR/paper.md`` render
 alone, the runs' own figures copied beside it. Nothing is recomputed here (each run's report already
 computed its numbers from its tables; ``chorus debate recompute`` / ``chorus influence <verb>`` rebuild
 them), no model is called, and a section whose runs are missing names the command that makes them.
+Each section's ``export`` maps one run to its rows; ``spec``: the run kinds it reads, its figures, a note.
 """
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Sequence
 
 from chorus.core.config import ConfigError
-from chorus.core.paper import copy_figures, md_table, missing_line, write_paper
+from chorus.core.paper import Sections, md_table, missing_line, render_sections, write_paper
 from chorus.core.runs import file_sha256, json_safe
 from chorus.core.stats import UNBOUNDED, record_level
 from chorus.serving.standing import standing
 
 SCHEMA = "chorus.influence-paper/1"
+COMMAND = "chorus paper influence"
 LONG_ROUNDS = 4   # a debate of more rounds than the paper's three is a long debate (Table 14: twelve)
 DEBATE = "chorus debate run default --set model.profile=PROFILE"
 LONG = "chorus debate run long --set model.profile=PROFILE"
@@ -97,26 +98,13 @@ def _units(d: dict) -> str:
 
 
 # -- the sections, in the paper's order ------------------------------------------------------------
-@dataclass(frozen=True)
-class Section:
-    key: str
-    title: str
-    kinds: tuple[str, ...]
-    rows: Callable[[dict], Iterator[dict]]       # a run -> its rows (flat dicts)
-    missing: str                                  # the command that makes the runs
-    figures: tuple[str, ...] = ()                 # plots/<name>.png of each run, copied beside paper.md
-    note: str = ""
-
-
-SECTIONS: list[Section] = []
+SECTIONS = Sections()
 
 
 def section(key: str, title: str, kinds: Sequence[str], missing: str, figures: Sequence[str] = (), note: str = ""):
-    """Register a section (in the order of registration, which is the paper's)."""
-    def deco(f):
-        SECTIONS.append(Section(key, title, tuple(kinds), f, missing, tuple(figures), note))
-        return f
-    return deco
+    """Register a section whose export maps a run of one of ``kinds`` to its rows (flat dicts), in the
+    order of registration, which is the paper's; ``figures``: plots/<name>.png of each run, copied."""
+    return SECTIONS.exports(key, title, missing=missing, kinds=tuple(kinds), figures=tuple(figures), note=note)
 
 
 _RO = INFLUENCE.format(verb="readout", config="default")
@@ -410,9 +398,10 @@ def export(run_dirs: Sequence[str | Path]) -> dict[str, Any]:
     runs = [_read_run(Path(p).resolve()) for p in run_dirs]
     sections: dict[str, Any] = {}
     for s in SECTIONS:
-        mine = [r for r in runs if r["kind"] in s.kinds]
-        rows = [{**_src(r), **row} for r in mine for row in s.rows(r)]
-        entry: dict[str, Any] = {"title": s.title, "kinds": list(s.kinds), "note": s.note,
+        kinds = s.spec["kinds"]
+        mine = [r for r in runs if r["kind"] in kinds]
+        rows = [{**_src(r), **row} for r in mine for row in s.export(r)]
+        entry: dict[str, Any] = {"title": s.title, "kinds": list(kinds), "note": s.spec["note"],
                                  "runs": [{**_src(r), "path": r["path"], "summary_sha256": r["summary_sha256"]}
                                           for r in mine]}
         if not mine:
@@ -421,7 +410,7 @@ def export(run_dirs: Sequence[str | Path]) -> dict[str, Any]:
             entry["missing"] = f"the runs given ({', '.join(r['name'] for r in mine)}) hold none of it; {s.missing}"
         else:
             entry["rows"] = rows
-            entry["figures"] = [[r["path"], f"plots/{f}.png"] for r in mine for f in s.figures
+            entry["figures"] = [[r["path"], f"plots/{f}.png"] for r in mine for f in s.spec["figures"]
                                 if (Path(r["path"]) / "plots" / f"{f}.png").is_file()]
         sections[s.key] = entry
     models = sorted({str(r["model"]) for r in runs})
@@ -435,23 +424,24 @@ def _table(rows: list[dict]) -> str:
     return md_table(list(dict.fromkeys(k for r in rows for k in r)), rows)
 
 
+def _body(s, entry: dict[str, Any]) -> str:
+    return (f"{entry['note']}\n\n" if entry.get("note") else "") + _table(entry["rows"])
+
+
 def render(numbers: dict[str, Any], out: Path) -> str:
-    """paper.md from the numbers dict; the runs' figures are copied to ``out/figures``."""
+    """paper.md from the numbers dict; the runs' figures are copied to ``out/figures``. A section is laid
+    out by the numbers file's own title (a file exported by another chorus keeps its headings)."""
     parts = ["# Peer influence in debate: paper report", "",
-             f"Rendered by `chorus influence paper` from `numbers.json` alone ({numbers['schema']}); models: "
+             f"Rendered by `{COMMAND}` from `numbers.json` alone ({numbers['schema']}); models: "
              f"{', '.join(numbers['models'])}. Every row names its run. Runs:", ""]
     if numbers.get("note"):
         parts += [f"**{numbers['note']}**", ""]
     parts += [f"- `{r['run']}`: {r['kind']}, model {r['model']} (`{r['path']}`)" for r in numbers["runs"]]
+    stored = Sections()
     for key, s in numbers["sections"].items():
-        parts.append(f"\n## {s['title']}\n")
-        if "missing" in s:
-            parts.append(missing_line(s["missing"], "chorus influence paper RUN... --out DIR"))
-            continue
-        if s.get("note"):
-            parts.append(f"{s['note']}\n")
-        parts.append(_table(s["rows"]))
-        parts += [f"\n{line}" for line in copy_figures(s.get("figures", []), out)]
+        stored.add(key, s["title"])
+    parts += render_sections(stored, numbers, out, body=_body,
+                             missing=lambda s, e: missing_line(e["missing"], f"{COMMAND} RUN... --out DIR"))
     return "\n".join(parts) + "\n"
 
 

@@ -1,4 +1,4 @@
-"""The DEBATE paper's tables and figures in the paper's order, from stored runs (``chorus roleplay paper
+"""The DEBATE paper's tables and figures in the paper's order, from stored runs (``chorus paper roleplay
 RUN... --out DIR``): ``DIR/numbers.json`` (each section's rows read from the runs' ``summary.json`` or
 output files, every row naming its run and that file's sha256) and ``DIR/paper.md`` rendered from it
 alone, the runs' figures copied beside it. No model call, nothing recomputed that a run computed:
@@ -13,14 +13,15 @@ import importlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 from chorus.core.config import ConfigError
-from chorus.core.paper import copy_figures, fmt, md_table, run_plots, write_paper
+from chorus.core.paper import Sections, fmt, md_table, render_sections, run_plots, write_paper
 from chorus.core.runs import file_sha256, json_safe
 from chorus.serving.standing import standing
 
 SCHEMA = "chorus.roleplay-paper/1"
+COMMAND = "chorus paper roleplay"
 OWN_FILE = {"roleplay": "summary.json", "sft": "summary.json", "roleplay-annotators": "annotators.json",
             "roleplay-stats": "stats.json", "roleplay-probes": "probes.json"}
 # the analyses (chorus.core.analyses) whose runs a paper reads, by the kind the sections ask for; their
@@ -99,15 +100,16 @@ def _miss(what: str, command: str) -> dict[str, str]:
     return {"missing": what, "command": command}
 
 
-SECTIONS: list[tuple[str, str, dict[str, list[str]], Callable[[Ctx], dict[str, Any]]]] = []
+SECTIONS = Sections()
 
 
 def section(key: str, title: str, needs_roleplay: bool = False, **cols: list[str]):
-    """Register a section (in the paper's order) with the columns paper.md shows of each of its tables;
-    ``needs_roleplay``: without a roleplay run the section names the command that makes one."""
+    """Register a section (in the paper's order) whose export reads the paper's inputs (``Ctx``), with the
+    columns paper.md shows of each of its tables; ``needs_roleplay``: without a roleplay run the section
+    names the command that makes one."""
     def wrap(fn):
-        SECTIONS.append((key, title, cols, lambda c: _miss("a roleplay run", f"chorus roleplay run default{c.data}")
-                         if needs_roleplay and not c.of("roleplay") else fn(c)))
+        SECTIONS.add(key, title, export=lambda c: _miss("a roleplay run", f"chorus roleplay run default{c.data}")
+                     if needs_roleplay and not c.of("roleplay") else fn(c), cols=cols)
         return fn
     return wrap
 
@@ -330,7 +332,7 @@ def export(run_dirs: Sequence[str | Path]) -> dict[str, Any]:
               if isinstance(m, dict)]
     return json_safe({"schema": SCHEMA, "note": standing(models).text, "runs": [_src(r) | {"part": r["part"], **({"via": r["via"]} if "via" in r else {})}
                                                 for r in c.runs],
-                      "sections": {k: {"title": t, **fn(c)} for k, t, _, fn in SECTIONS}})
+                      "sections": {s.key: {"title": s.title, **s.export(c)} for s in SECTIONS}})
 
 
 def _f(v: Any) -> str:
@@ -358,25 +360,27 @@ def _table(cols: list[str], rows: list[dict]) -> str:
     return md_table(cols, rows, _f) if rows else "(none)"
 
 
+def _body(s, entry: dict[str, Any]) -> str:
+    """A section's tables (each under its name where it has several) and what it still lacks."""
+    cols = s.spec["cols"]
+    parts = []
+    for name, cs in cols.items():
+        if name in entry:
+            parts += ([f"\n**{name}**\n"] if len(cols) > 1 else []) + [_table(cs, entry[name])]
+    parts += [f"\nmissing: {m['missing']}; run: `{m['command']}`" for m in entry.get("also_missing", [])]
+    return "\n".join(parts)
+
+
 def render(numbers: dict[str, Any], out: Path) -> str:
     """paper.md from the numbers dict; the runs' figures are copied to ``out/figures``."""
-    parts = ["# DEBATE role-play paper report", "", f"Rendered by `chorus roleplay paper` from `numbers.json` alone "
+    parts = ["# DEBATE role-play paper report", "", f"Rendered by `{COMMAND}` from `numbers.json` alone "
              f"({numbers['schema']}); run names stand for the paths listed here. Runs:", ""]
     if numbers.get("note"):
         parts[2:2] = [f"**{numbers['note']}**", ""]
     parts += [f"- `{r['run']}`: {r['part']}" + (f" (comparison of {r['via']})" if r.get("via") else "")
               + f", {r['file']} sha256 {r['summary_sha256'][:12]}" for r in numbers["runs"]]
-    for key, title, cols, _ in SECTIONS:
-        s = numbers["sections"][key]
-        parts.append(f"\n## {title}\n")
-        if isinstance(s.get("missing"), str):
-            parts.append(f"missing: {s['missing']}; run: `{s['command']}`, then `chorus roleplay paper RUN... --out DIR`")
-            continue
-        for name, cs in cols.items():
-            if name in s:
-                parts += ([f"\n**{name}**\n"] if len(cols) > 1 else []) + [_table(cs, s[name])]
-        parts += [f"\nmissing: {m['missing']}; run: `{m['command']}`" for m in s.get("also_missing", [])]
-        parts += [f"\n{line}" for line in copy_figures(s.get("figures", []), out)]
+    parts += render_sections(SECTIONS, numbers, out, body=_body, missing=lambda s, e: (
+        f"missing: {e['missing']}; run: `{e['command']}`, then `{COMMAND} RUN... --out DIR`"))
     return "\n".join(parts) + "\n"
 
 

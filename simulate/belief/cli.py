@@ -1,5 +1,5 @@
 """``chorus belief``: run | sweep | multi | calibrate | labelset | cross (built from the verb registry,
-``chorus.core.verbs``) | report | correct | models | paper | topics. Heavy imports (numpy-heavy modules,
+``chorus.core.verbs``) | report | correct | models | topics (the paper: ``chorus paper belief``). Heavy imports (numpy-heavy modules,
 serving, matplotlib) stay inside the commands so ``chorus --help`` stays fast."""
 from __future__ import annotations
 
@@ -310,16 +310,3 @@ add_verbs(correct_app, "belief correct")
 add_analyses(app, "belief", standing_text)   # models (simulate/belief/analyses/)
 
 
-@app.command()
-def paper(runs: List[Path] = typer.Argument(..., help="Belief run directories: regimes, kappa_recovery, gamma_ablation, "
-                                                       "gamma_sweep_oracle, calibrate, channel_biased ... of each model."),
-          out: Path = typer.Option(..., "--out", help="Folder for numbers.json, paper.md and figures/.")) -> None:
-    """The belief-layer paper's tables and figures in the paper's order, from one numbers file read out of the
-    stored runs (no model call); a section without its run names the command that makes it."""
-    from chorus.simulate.belief.models_table import TableError
-    from chorus.simulate.belief.paper import PaperError, build_paper
-    try:
-        p = build_paper(runs, out)
-    except (PaperError, TableError, ConfigError, FileNotFoundError) as err:
-        _fail(err)
-    typer.echo(f"paper: {p}\nnumbers: {out / 'numbers.json'}")

@@ -1,11 +1,11 @@
 """One campaign-wide numbers file (BDA paper D.7): every number of the paper's tables, figures and
 diagnostics, across councils, datasets, conditions and generation seeds, exported from the stored
-traces into ``CAMPAIGN/numbers.json``; the paper report (``chorus.simulate.council.paper``) renders only
+traces into ``CAMPAIGN/numbers.json``; the paper report (``chorus.papers.bda``) renders only
 from it, and ``verify_campaign`` is its drift guard.
 
-    chorus council campaign RUN [RUN ...] --out CAMPAIGN     # export (arithmetic over stored traces)
+    chorus paper bda RUN [RUN ...] --out CAMPAIGN            # export (arithmetic over stored traces), then the paper
     chorus council campaign-verify CAMPAIGN [--all]          # re-derive from the stores; exit 1 on drift
-    chorus council paper CAMPAIGN                            # CAMPAIGN/paper.md + figures/, paper order
+    chorus paper bda CAMPAIGN                                # CAMPAIGN/paper.md + figures/ again, paper order
 
 Campaign directory: ``config.yaml`` (the typed export config), ``provenance.json`` (versions, seeds),
 ``numbers.json`` (``sources``: each input with its council identity; ``cells``: each cell's trace files
@@ -52,8 +52,8 @@ class CampaignConfig(Strict):
     @classmethod
     def _sections(cls, v):
         for s in v or []:
-            if s not in SECTIONS:
-                raise ValueError(f"unknown campaign section {s!r}; known: {', '.join(SECTIONS)}")
+            if s not in SECTIONS.keys():
+                raise ValueError(f"unknown campaign section {s!r}; known: {', '.join(SECTIONS.keys())}")
         return v
 
     @field_validator("methods")
@@ -71,7 +71,7 @@ class CampaignConfig(Strict):
                        protocol=self.protocol, budgets=tuple(self.budgets), label_seeds=tuple(self.label_seeds))
 
     def chosen(self) -> list[str]:
-        return list(self.sections or SECTIONS)
+        return list(self.sections or SECTIONS.keys())
 
 
 def export(cfg: CampaignConfig, progress=None, collected=None) -> dict[str, Any]:
@@ -95,8 +95,8 @@ def export(cfg: CampaignConfig, progress=None, collected=None) -> dict[str, Any]
     if progress is not None:
         progress(len(names), 0)
     for name in names:
-        s = SECTIONS[name]
-        numbers["sections"][name] = {"paper": s.paper, "needs": s.needs, **json_safe(s.fn(ctx))}
+        s = SECTIONS.get(name)
+        numbers["sections"][name] = {"paper": s.title, "needs": s.spec["needs"], **json_safe(s.export(ctx))}
         if progress is not None:
             progress(len(names), 1)   # chorus.core.progress: (total, advance)
     return numbers
@@ -121,7 +121,7 @@ def read_numbers(campaign: str | Path) -> dict[str, Any]:
     p = Path(campaign)
     p = p / NUMBERS if p.is_dir() else p
     if not p.is_file():
-        raise CampaignError(f"no campaign numbers file at {p} (make it with: chorus council campaign RUN... --out DIR)")
+        raise CampaignError(f"no campaign numbers file at {p} (make it with: chorus paper bda RUN... --out DIR)")
     try:
         d = json.loads(p.read_text())
     except json.JSONDecodeError as e:
@@ -228,7 +228,7 @@ def verify_campaign(campaign: str | Path, *, full: bool = False, tolerance: floa
             continue
         derived = plain_inventory([t for f in files for t in load_traces(f)])
         _compare(f"sections.inventory.cells.{key}", {k: stored.get(k) for k in derived}, derived, tolerance, bad, counter)
-    redo = [n for n in numbers["sections"] if n in SECTIONS and (full or SECTIONS[n].cheap)]
+    redo = [n for n in numbers["sections"] if n in SECTIONS.keys() and (full or SECTIONS.get(n).spec["cheap"])]
     if cfg is not None and redo:
         again = export(cfg.model_copy(update={"sections": redo}))
         for n in redo:

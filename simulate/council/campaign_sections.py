@@ -2,7 +2,8 @@
 of the BDA paper, each a pure function of the campaign's stored traces (and, for the LLM baselines,
 their stored rows): no model call anywhere. A section returns JSON-able numbers; a section that
 cannot be computed from these inputs returns ``{"missing": why}`` and the paper report names the
-command that makes its inputs. Registered with ``@section`` (the registry pattern of inspect_ai)."""
+command that makes its inputs. Registered with ``@section`` into ``SECTIONS`` (``chorus.core.paper.Sections``,
+the one section shape of every paper report)."""
 from __future__ import annotations
 
 import math
@@ -14,6 +15,7 @@ from chorus.aggregate.contagion import contagion_summary
 from chorus.aggregate.counts import Pool
 from chorus.aggregate.policy_shift import before_after, coalition, shift_table, shifted_stream
 from chorus.aggregate.results import independent_plurality
+from chorus.core.paper import Sections
 from chorus.core.runs import file_sha256
 from chorus.core.stats import ece, reliability_table
 from chorus.simulate.council.adversary import compliance
@@ -52,23 +54,14 @@ class Context:
         return out
 
 
-@dataclass(frozen=True)
-class Section:
-    name: str
-    paper: str          # where the paper reports it
-    needs: str          # which cells it reads (named in the report when they are missing)
-    cheap: bool         # re-derived by the verifier by default
-    fn: Callable[[Context], dict[str, Any]]
-
-
-SECTIONS: dict[str, Section] = {}
+# one registered section per table, figure or diagnostic, in registration order (chorus.core.paper.Section:
+# its title says where the paper reports it; spec: which cells it reads, named in the report when they
+# are missing, and whether the verifier re-derives it by default)
+SECTIONS = Sections()
 
 
 def section(name: str, *, paper: str, needs: str, cheap: bool = False):
-    def wrap(fn: Callable[[Context], dict[str, Any]]):
-        SECTIONS[name] = Section(name, paper, needs, cheap, fn)
-        return fn
-    return wrap
+    return SECTIONS.exports(name, paper, needs=needs, cheap=cheap)
 
 
 def _err(e: BaseException) -> str:
@@ -362,17 +355,23 @@ def drift(ctx: Context) -> dict[str, Any]:
     return _each(ctx.select(attacked=False), one, "no clean cell")
 
 
+def _refit_per_basis(ctx: Context, table: Callable, *, attacked: bool) -> dict[str, Any]:
+    """Each (attacked or clean) cell's traces refitted per basis by ``table`` (round 0 vs full, or each
+    round r), with the campaign's folds, seed and resamples: its metrics and its paired deltas."""
+    o = ctx.options
+
+    def one(c: CellInput) -> dict[str, Any]:
+        m, d = table(c.traces, list(o.methods), outer_folds=o.outer_folds, inner_folds=o.inner_folds,
+                     seed=o.seed, protocol=o.protocol, on_violation="skip", n_boot=o.n_resamples)
+        return {"metrics": _records(m), "deltas": _records(d)}
+    return _each(ctx.select(attacked=attacked), one, "no attacked cell" if attacked else "no clean cell")
+
+
 @section("truncation", paper="App. F.5, Table 14 (round-0-truncated vs full trace under attack, refit per basis)",
          needs="attacked cells")
 def truncation(ctx: Context) -> dict[str, Any]:
     from chorus.aggregate.truncation import truncation_table  # lazy: pulls in scipy
-    o = ctx.options
-
-    def one(c: CellInput) -> dict[str, Any]:
-        m, d = truncation_table(c.traces, list(o.methods), outer_folds=o.outer_folds, inner_folds=o.inner_folds,
-                                seed=o.seed, protocol=o.protocol, on_violation="skip", n_boot=o.n_resamples)
-        return {"metrics": _records(m), "deltas": _records(d)}
-    return _each(ctx.select(attacked=True), one, "no attacked cell")
+    return _refit_per_basis(ctx, truncation_table, attacked=True)
 
 
 @section("contagion", paper="App. G / F.14 (genuine seats flipped; effective vs nominal corrupted fraction)",
@@ -480,13 +479,7 @@ def composition(ctx: Context) -> dict[str, Any]:
          needs="clean labelled cells")
 def rounds(ctx: Context) -> dict[str, Any]:
     from chorus.aggregate.truncation import per_round_table  # lazy: pulls in scipy
-    o = ctx.options
-
-    def one(c: CellInput) -> dict[str, Any]:
-        m, d = per_round_table(c.traces, list(o.methods), outer_folds=o.outer_folds, inner_folds=o.inner_folds,
-                               seed=o.seed, protocol=o.protocol, on_violation="skip", n_boot=o.n_resamples)
-        return {"metrics": _records(m), "deltas": _records(d)}
-    return _each(ctx.select(attacked=False), one, "no clean cell")
+    return _refit_per_basis(ctx, per_round_table, attacked=False)
 
 
 @section("permutation", paper="App. F.11 (per-task label permutation: every method refitted on traces whose "

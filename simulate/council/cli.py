@@ -21,9 +21,8 @@ from chorus.core.headline import declare as declare_headline
 from chorus.core.verbs import Impl, Option, Verb, register
 from chorus.serving.profiles import DEFAULT_PROFILE
 from chorus.serving.standing import standing_text
-from chorus.core.config import ConfigError, InputError, validate
+from chorus.core.config import ConfigError, InputError
 from chorus.core.runs import check_output
-from chorus.core.progress import progress as _progress
 
 council_app = typer.Typer(no_args_is_help=True, add_completion=False,
                           help="Live LLM councils -> typed-move traces, stealth adversaries, LLM baselines.")
@@ -131,45 +130,10 @@ def tasks(config: str = typer.Argument(..., help="Council config (path or shippe
         _fail(err)
 
 
-# -- the campaign (BDA paper D.7): one numbers file, its drift guard, the paper report ------------------
+# -- the campaign (BDA paper D.7): its drift guard (the export and the paper: chorus paper bda) ------------
 def _campaign_errors():
     from chorus.simulate.council.campaign_inputs import CampaignError
     return (CampaignError,) + _errors()
-
-
-@council_app.command()
-def campaign(inputs: List[Path] = typer.Argument(..., help="Council run directories and/or trace stores "
-                                                            "(a folder with traces/<dataset>__<condition>.jsonl)."),
-             out: Path = typer.Option(..., "--out", help="Campaign directory (numbers.json, paper.md, figures/)."),
-             section: Optional[List[str]] = typer.Option(None, "--section", help="Export only these sections (repeat)."),
-             method: Optional[List[str]] = typer.Option(None, "--method", help="Aggregation methods (repeat; default: "
-                                                                               "the council default)."),
-             n_resamples: int = typer.Option(2000, "--n-resamples", help="Bootstrap resamples."),
-             budgets: str = typer.Option("10,25,50,100", "--budgets", help="Label-efficiency budgets."),
-             sweep: Optional[List[Path]] = typer.Option(None, "--sweep", help="A chorus aggregate sweep run (dose-response "
-                                                                             "or sleeper) to embed (repeat)."),
-             seed: int = typer.Option(0, "--seed"),
-             paper: bool = typer.Option(True, "--paper/--no-paper", help="Render paper.md after the export.")) -> None:
-    """Export one campaign-wide numbers file from stored traces (every table, figure and diagnostic of the
-    BDA paper; no model call), then render the paper report from it."""
-    from rich.console import Console
-
-    from chorus.simulate.council.campaign import CampaignConfig, build_campaign
-    from chorus.simulate.council.paper import render_paper
-    try:
-        if not all(b.strip().isdigit() for b in budgets.split(",") if b.strip()):
-            raise ConfigError(f"--budgets {budgets!r}: expected whole numbers, comma-separated")
-        cfg = validate(CampaignConfig, dict(inputs=[str(p.resolve()) for p in inputs], sections=section or None,
-                                            methods=method or None, n_resamples=n_resamples, seed=seed,
-                                            budgets=[int(b) for b in budgets.split(",") if b.strip()],
-                                            sweeps=[str(p.resolve()) for p in sweep or []]),
-                       source="chorus council campaign")
-        with _progress("campaign", "sections") as prog:
-            path = build_campaign(cfg, out, progress=prog)
-        md = render_paper(out) if paper else None
-    except _campaign_errors() as err:
-        _fail(err)
-    Console().print(f"numbers: [bold]{path}[/bold]" + (f"\npaper: [bold]{md}[/bold]" if md else ""))
 
 
 @council_app.command("campaign-verify")
@@ -194,17 +158,6 @@ def campaign_verify(campaign_dir: Path = typer.Argument(..., help="A campaign di
         raise typer.Exit(1)
     con.print(f"[bold green]OK[/]: {n} numbers re-derived within {tolerance} (trace hashes, inventory, "
               f"sections {', '.join(redo) or 'none'})")
-
-
-@council_app.command()
-def paper(campaign_dir: Path = typer.Argument(..., help="A campaign directory (numbers.json).")) -> None:
-    """Render the BDA paper's tables and figures, in the paper's order, from the campaign numbers file alone."""
-    from chorus.simulate.council.paper import render_paper
-    try:
-        p = render_paper(campaign_dir)
-    except _campaign_errors() as err:
-        _fail(err)
-    typer.echo(f"paper: {p}")
 
 
 @council_app.command()

@@ -14,7 +14,6 @@ from chorus.core.cliutil import (add_analyses, add_verbs, fail, model_option, pl
 from chorus.core.config import bad_input_types
 from chorus.core.headline import declare as declare_headline
 from chorus.core.verbs import Impl, Verb, register
-from chorus.core.config import ConfigError
 from chorus.serving.standing import standing_text
 
 roleplay_app = typer.Typer(no_args_is_help=True, add_completion=False,
@@ -152,26 +151,3 @@ roleplay_app.command("annotators", help=annotators_command.analysis.help)(annota
 add_analyses(roleplay_app, "roleplay", standing_text)   # stats, probes (simulate/roleplay/analyses/)
 
 
-@roleplay_app.command("paper", help="The DEBATE paper's tables and figures in the paper's order, from stored runs "
-                                    "(roleplay, sft, annotators, stats, probes outputs): numbers.json, paper.md "
-                                    "rendered from it, the runs' figures; no model call. A section without its runs "
-                                    "names the command that makes them.")
-def paper_command(runs: list[Path] = typer.Argument(..., metavar="RUN...", help="Run or output directories: roleplay "
-                                                    "runs (each split, model set, probe), sft runs, annotators, "
-                                                    "stats and probes outputs."),
-                  out: Path = typer.Option(..., "--out", help="Folder for numbers.json, paper.md and figures/.")) -> None:
-    from rich.console import Console
-    from rich.markup import escape
-
-    from chorus.simulate.roleplay.paper import build_paper
-    try:
-        p = build_paper(runs, out)
-    except (ConfigError, FileNotFoundError) as err:
-        fail(err)
-    import json
-    con = Console()
-    for key, s in json.loads((out / "numbers.json").read_text())["sections"].items():
-        for m in ([s] if isinstance(s.get("missing"), str) else []) + s.get("also_missing", []):
-            con.print(f"[yellow]missing[/yellow] {key}: {escape(m['missing'])}; run: {escape(m['command'])}",
-                      soft_wrap=True)
-    con.print(f"paper: [bold]{p}[/bold]\nnumbers: {out / 'numbers.json'}")

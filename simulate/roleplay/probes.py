@@ -61,7 +61,7 @@ class ProbeRun:
 
 def load_probe_run(path: str | Path) -> ProbeRun:
     """A finished roleplay run (its record checked), its config and the on-topic rates by round.
-    Kept as a name because the paper renderer (``roleplay paper``) reads probe runs through it."""
+    Kept as a name because the paper renderer (``chorus paper roleplay``) reads probe runs through it."""
     from chorus.simulate.roleplay.metrics import on_topic_by_round  # lazy: pulls in scipy
     f = open_finished(path, ProbesInputError, tables=("messages", "labels"))
     # from the labels, not summary.json: runs made before the on-topic-by-round keys still answer

@@ -1,0 +1,85 @@
+"""The four paper reports in one shape (``chorus.papers``, issue 49): every paper's sections are
+``chorus.core.paper.Section`` objects in the paper's order, laid out the one way (``render_sections``);
+``chorus paper NAME`` is the command, and each old spelling still runs the same command with one
+warning line naming the new one. The papers' numbers and pages are tested in their own files
+(test_influence_paper, test_roleplay_paper, test_campaign*, test_belief_llm)."""
+from __future__ import annotations
+
+import importlib
+
+import pytest
+from typer.testing import CliRunner
+
+from chorus.cli import app
+from chorus.core.paper import Section, Sections, render_sections
+from chorus.papers import PAPERS
+from chorus.papers.cli import ALIASES
+
+runner = CliRunner()
+
+
+def test_every_paper_is_sections_of_the_one_type():
+    from chorus.simulate.council.campaign_sections import SECTIONS as CAMPAIGN
+    for name, module in PAPERS.items():
+        secs = importlib.import_module(module).SECTIONS
+        assert isinstance(secs, Sections) and secs and all(isinstance(s, Section) for s in secs), name
+        assert len(set(secs.keys())) == len(secs), name
+    # the BDA paper's numbers are computed by the campaign with sections of the same type
+    assert isinstance(CAMPAIGN, Sections) and all(s.export is not None and "needs" in s.spec for s in CAMPAIGN)
+    # the command group lists every paper
+    r = runner.invoke(app, ["paper", "--help"])
+    assert r.exit_code == 0 and all(n in r.output for n in PAPERS)
+
+
+def test_sections_keep_order_refuse_a_twice_added_key_and_render_the_one_way(tmp_path):
+    secs = Sections()
+
+    @secs.exports("a", "Section A", missing="make A", cols=("x",))
+    def _a(ctx):
+        return {"x": ctx}
+    secs.add("b", "Section B", render=lambda e: f"B has {e['n']}")
+    secs.add("c", "Section C")
+    with pytest.raises(ValueError, match="section 'a' added twice"):
+        secs.add("a", "again")
+    assert secs.keys() == ["a", "b", "c"] and secs.get("a").export(3) == {"x": 3} and secs.get("a").spec["cols"] == ("x",)
+    with pytest.raises(TypeError):
+        secs.get("a").spec["cols"] = ()   # a section's details are read-only
+    numbers = {"sections": {"a": {"missing": "no A"}, "b": {"n": 2}, "c": {"rows": []}}}
+    parts = render_sections(secs, numbers, tmp_path, body=lambda s, e: "", missing=lambda s, e: f"missing: {e['missing']}")
+    # a missing section says why under its heading; an empty body adds no empty line
+    assert "\n".join(parts) == "\n## Section A\n\nmissing: no A\n\n## Section B\n\nB has 2\n\n## Section C\n"
+
+
+def _influence_runs(root):
+    from test_influence_paper import KNOCK, LONG, _run
+    return [_run(root, "knock", "influence", KNOCK), _run(root, "long", "debate", LONG)]
+
+
+def test_old_spellings_run_the_same_command_and_warn_once(tmp_path):
+    runs = [str(p) for p in _influence_runs(tmp_path)]
+    new = runner.invoke(app, ["paper", "influence", *runs, "--out", str(tmp_path / "new")])
+    old = runner.invoke(app, ["influence", "paper", *runs, "--out", str(tmp_path / "old")])
+    assert new.exit_code == old.exit_code == 0, old.output
+    warning = "chorus influence paper is now chorus paper influence; the old spelling goes in the next release"
+    assert old.stderr.count(warning) == 1 and "is now" not in new.stderr
+    assert (tmp_path / "old" / "numbers.json").read_text() == (tmp_path / "new" / "numbers.json").read_text()
+    assert (tmp_path / "old" / "paper.md").read_text() == (tmp_path / "new" / "paper.md").read_text()
+    # every old spelling is mounted once, hidden, on its group, and answers --help
+    groups = {g.name: g.typer_instance for g in app.registered_groups}
+    for group, name, _, _ in ALIASES:
+        mounted = [c for c in groups[group].registered_commands if c.name == name]
+        assert len(mounted) == 1 and mounted[0].hidden, (group, name)
+        assert runner.invoke(app, [group, name, "--help"]).exit_code == 0, (group, name)
+    bad = runner.invoke(app, ["belief", "paper", str(tmp_path / "nope"), "--out", str(tmp_path / "b")])
+    assert bad.exit_code == 2 and bad.stderr.count("is now chorus paper belief") == 1
+
+
+def test_bda_renders_an_existing_campaign_without_out_and_refuses_many_inputs(tmp_path):
+    r = runner.invoke(app, ["paper", "bda", str(tmp_path / "a"), str(tmp_path / "b")])
+    assert r.exit_code == 2 and "give --out DIR to export a campaign from 2 inputs" in r.output
+    r = runner.invoke(app, ["council", "paper", str(tmp_path)])
+    assert r.exit_code == 2 and "no campaign numbers file" in r.output
+    assert r.stderr.count("chorus council paper is now chorus paper bda CAMPAIGN") == 1
+    r = runner.invoke(app, ["council", "campaign", str(tmp_path / "nope"), "--out", str(tmp_path / "c")])
+    assert r.exit_code == 2 and "not a directory" in r.output and not (tmp_path / "c").exists()
+    assert r.stderr.count("chorus council campaign is now chorus paper bda RUN... --out CAMPAIGN") == 1
