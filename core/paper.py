@@ -6,7 +6,7 @@ figures copied beside ``paper.md``, the "missing" line of a section without its 
 frame; a file's sha256 is ``chorus.core.runs.file_sha256``.
 
 ``Section`` lives here, below every part, because the BDA paper's numbers are computed by the council
-part (``chorus council campaign``: its sections are this type too) while the papers live at the
+part (the campaign, ``chorus.simulate.council.campaign``: its sections are this type too) while the papers live at the
 application level."""
 from __future__ import annotations
 

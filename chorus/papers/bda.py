@@ -485,7 +485,7 @@ def sweeps(p: Paper) -> str:
     if not s:
         return (_missing(
             p.why("sweeps"), "chorus aggregate sweep sweep_dose --out DOSE; chorus aggregate sweep sweep_sleeper "
-                                "--out SLEEPER; then chorus council campaign RUN... --sweep DOSE --sweep SLEEPER"))
+                                "--out SLEEPER; then chorus paper bda RUN... --out CAMPAIGN --sweep DOSE --sweep SLEEPER"))
     body = []
     for path, r in s["runs"].items():
         if "error" in r:

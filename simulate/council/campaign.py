@@ -34,7 +34,7 @@ TOLERANCE = 1.5e-3   # the paper's drift guard: a re-derived number may differ b
 
 
 class CampaignConfig(Strict):
-    """What ``chorus council campaign`` exports: its inputs and the aggregation settings every section shares."""
+    """What a campaign (``chorus paper bda RUN... --out CAMPAIGN``) exports: its inputs and the aggregation settings every section shares."""
     inputs: list[str] = Field(min_length=1, description="council run directories or trace stores")
     methods: Optional[list[str]] = Field(None, description="aggregation methods (default: the council default)")
     outer_folds: int = Field(5, ge=2)
