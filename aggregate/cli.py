@@ -126,7 +126,7 @@ def generate(out: Path = typer.Option(..., "--out", help="Trace file to write (.
              prefix: str = typer.Option("syn", "--prefix", help="Task-id prefix (disjoint sets for lodo / transfer)."),
              K_old: Optional[int] = typer.Option(None, "--K", hidden=True)) -> None:
     """Write a synthetic council trace file (the trace JSONL of ``chorus.aggregate.trace``)."""
-    from chorus.aggregate.synthetic import Adversary, CouncilSpec, generate_council
+    from chorus.aggregate.synthetic_councils import Adversary, CouncilSpec, generate_council
     from chorus.aggregate.trace import dump_traces
 
     K = renamed_option(K_old, "--K", "--candidates", candidates)   # beside --k (adversarial seats), one letter apart

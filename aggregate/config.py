@@ -10,7 +10,7 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 from chorus.aggregate.methods import check_method
 from chorus.core.config import Strict, load_yaml, resolve_config, set_dotted, validate
 from chorus.core.runs import RunName
-from chorus.aggregate.synthetic import CouncilSpec
+from chorus.aggregate.synthetic_councils import CouncilSpec
 
 CONFIGS_DIR = Path(__file__).resolve().parent / "configs"
 

@@ -1,7 +1,7 @@
 """Count-level corruption of existing council traces (BDA paper App. F.1, F.3, F.8 on real traces).
 
 ``corrupt_traces(traces, adversary, seed=...)`` applies the synthetic councils' adversary
-(``chorus.aggregate.synthetic.Adversary``) to traces a live council produced, so the dose-response
+(``chorus.aggregate.synthetic_councils.Adversary``) to traces a live council produced, so the dose-response
 grid and the sleeper axis run over real deliberations:
 
 * **Seats.** ``persistent``: the same seats in every task (``adversary.seats``, default the
@@ -11,8 +11,8 @@ grid and the sleeper axis run over real deliberations:
   that endorses or rejects a candidate: propose, vote, cross-agent concede, challenge) is
   flipped with probability ``p_wrong`` toward a wrong candidate ``w``: uniformly random among
   the non-gold candidates, or ``target="fixed"``: the candidate after gold in the task's list
-  (as in ``synthetic.py``). Abstentions, self-concessions and rejected moves are never touched.
-* **How a move is flipped** (the redirection of ``synthetic.generate_council``): propose/vote
+  (as in ``synthetic_councils.py``). Abstentions, self-concessions and rejected moves are never touched.
+* **How a move is flipped** (the redirection of ``synthetic_councils.generate_council``): propose/vote
   -> the same force with answer ``w``; concede -> a concession to an earlier-round move of
   another seat that endorses ``w`` (picked at random), else a proposal of ``w``; challenge ->
   a challenge of an earlier-round move of another seat that endorses gold, else a proposal of
@@ -48,14 +48,14 @@ from typing import Any, Sequence
 
 from chorus.aggregate.counts import natural_key
 from chorus.aggregate.moves import get_protocol
-from chorus.aggregate.synthetic import Adversary
+from chorus.aggregate.synthetic_councils import Adversary
 from chorus.aggregate.trace import Move, Trace
 from chorus.core.seeding import rng as make_rng
 from chorus.core.seeding import stable_int
 from chorus.core.config import InputError
 
-KEY_CORRUPT = 15  # synthetic.py uses stream keys 10..14
-KEY_SLEEPER_PICK = 14  # the sleeper's calibration pick, as in synthetic.sleeper_traces
+KEY_CORRUPT = 15  # synthetic_councils.py uses stream keys 10..14
+KEY_SLEEPER_PICK = 14  # the sleeper's calibration pick, as in synthetic_councils.sleeper_traces
 KEY_SPLIT = 16
 
 

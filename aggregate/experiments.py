@@ -24,7 +24,8 @@ from chorus.aggregate.metrics import (brier_per_task, line_plot, paired_bootstra
                                reliability_overlay, summarize)
 from chorus.aggregate.results_file import render_markdown, write_results
 from chorus.aggregate.selection import KEY_BOOT, CVResult, fit_predict_split, nested_cv, seed_int
-from chorus.aggregate.synthetic import Adversary, generate_council, permute_labels, sleeper_traces, truncate_traces
+from chorus.aggregate.synthetic_councils import (Adversary, generate_council, permute_labels, sleeper_traces,
+                                                 truncate_traces)
 from chorus.aggregate.trace import FORCES, Trace, dump_traces, load_traces, traces_sha256
 from chorus.core.progress import Progress
 from chorus.core.runs import RunDir, library_versions, run_dir_path

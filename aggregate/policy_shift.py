@@ -6,7 +6,7 @@ arithmetic, no model calls.
 A **policy** says which wrong answer the coalition's seats back and on which questions:
 
 * ``order``: ``forward`` backs the candidate after gold in the shared candidate list (the ``fixed``
-  target of ``synthetic.py`` / ``corrupt.py``), ``reverse`` the candidate before it. At K >= 3 the two
+  target of ``synthetic_councils.py`` / ``corrupt.py``), ``reverse`` the candidate before it. At K >= 3 the two
   differ for every gold answer (a permutation of which wrong answer is backed, each seat's accuracy
   unchanged); at K = 2 they coincide.
 * ``lies_on``: the gold classes (positions in the candidate list) whose questions the coalition
@@ -27,7 +27,7 @@ Traces under a policy are the clean traces corrupted by ``corrupt.corrupt_traces
 ``target="fixed"`` adversary: ``reverse`` corrupts each trace with its candidate list reversed (and
 restores the list after), so the flips, repairs and per-task random streams are ``corrupt.py``'s own;
 a task outside ``lies_on`` keeps its clean trace. Synthetic councils are generated clean by
-``synthetic.generate_council`` and go through the same path. The source traces count as the clean
+``synthetic_councils.generate_council`` and go through the same path. The source traces count as the clean
 council, must share one candidate list (a policy is about label identity) and carry gold.
 """
 from __future__ import annotations
@@ -42,7 +42,7 @@ from chorus.aggregate.corrupt import council_seats, corrupt_traces, split_by_que
 from chorus.aggregate.counts import Pool
 from chorus.aggregate.metrics import summarize
 from chorus.aggregate.selection import fit_predict_split
-from chorus.aggregate.synthetic import Adversary
+from chorus.aggregate.synthetic_councils import Adversary
 from chorus.aggregate.trace import Trace
 from chorus.core.plots import save, subplots
 from chorus.core.config import InputError

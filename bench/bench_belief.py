@@ -30,9 +30,9 @@ import numpy as np  # noqa: E402
 
 def oracle(repeats: int) -> dict:
     from chorus.simulate.belief.config import BeliefConfig
-    from chorus.simulate.belief.engine import prepare, run_group
+    from chorus.simulate.belief.lockstep import prepare, run_group
     from chorus.simulate.belief.experiment import plan
-    from chorus.simulate.belief.roles import OracleProbe
+    from chorus.simulate.belief.channel import OracleProbe
     from chorus.simulate.belief.tables import events_table
 
     cfg = BeliefConfig(mode="oracle", population={"kind": "uniform"},
@@ -64,9 +64,9 @@ from _recorder import Recorder  # noqa: E402  (bench/ is the script directory)
 def llm(runs: int, agents: int, rounds: int, backend: str, max_tokens: int) -> dict:
     from chorus.serving import load_engine
     from chorus.simulate.belief.config import BeliefConfig
-    from chorus.simulate.belief.engine import prepare, run_group
+    from chorus.simulate.belief.lockstep import prepare, run_group
     from chorus.simulate.belief.experiment import plan
-    from chorus.simulate.belief.roles import LLMAppraiser, LLMGenerator
+    from chorus.simulate.belief.channel import LLMAppraiser, LLMGenerator
 
     kappas = [0.5, 1, 2, 4, 8, 16, 32][:max(1, min(7, runs))]
     n_seeds = int(np.ceil(runs / len(kappas)))

@@ -4,7 +4,7 @@
     .venv/bin/python bench/bench_belief_multi.py --runs 50 --repeats 5 --out bench/results/belief_multi.json
 
 Same N, rounds and runs (one lockstep group, uniform kappa = 4, complete graph) three ways, all
-through the one engine (``engine.run_group``): (1) a Beta group (a ``BeliefConfig``: scalar roles,
+through the one engine (``lockstep.run_group``): (1) a Beta group (a ``BeliefConfig``: scalar roles,
 the Beta view of the result); (2) a multi-concept group on a topic with one K = 2 concept (the same
 dynamics, bit for bit); (3) a multi-concept group on the shipped ``aldenvale_council`` topic (three
 concepts, K = 3, 2, 4). Times the updates alone (min and median
@@ -50,7 +50,7 @@ def _time(fn, repeats: int) -> tuple[list[float], object]:
 
 def single(n: int, rounds: int, runs: int, repeats: int, tmp: Path) -> dict:
     from chorus.simulate.belief.config import BeliefConfig
-    from chorus.simulate.belief.engine import prepare, run_group
+    from chorus.simulate.belief.lockstep import prepare, run_group
     from chorus.simulate.belief.experiment import plan
     from chorus.simulate.belief.tables import events_table
     cfg = BeliefConfig(mode="oracle", n_agents=n, rounds=rounds, seeds=runs, population={"kind": "uniform", "kappa": 4})
@@ -64,7 +64,7 @@ def single(n: int, rounds: int, runs: int, repeats: int, tmp: Path) -> dict:
 
 def multi(topic: str, label: str, n: int, rounds: int, runs: int, repeats: int, tmp: Path) -> dict:
     from chorus.simulate.belief.config import MultiBeliefConfig
-    from chorus.simulate.belief.engine import plan, prepare, run_group
+    from chorus.simulate.belief.lockstep import plan, prepare, run_group
     from chorus.simulate.belief.tables import concept_events_table
     cfg = MultiBeliefConfig(mode="oracle", topic=topic, n_agents=n, rounds=rounds, seeds=runs,
                             population={"kind": "uniform", "kappa": 4})

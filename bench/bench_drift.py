@@ -46,7 +46,7 @@ def main() -> None:
     from chorus.aggregate.counts import Pool
     from chorus.aggregate.drift import RowDriftDetector, StreamCounts, alarm_delay, first_alarm
     from chorus.aggregate.policy_shift import SHIFTS, apply_policy, before_after, coalition, shift_kinds, shift_table
-    from chorus.aggregate.synthetic import CouncilSpec, generate_council
+    from chorus.aggregate.synthetic_councils import CouncilSpec, generate_council
     from chorus.core.seeding import rng as make_rng
 
     t0 = time.perf_counter()

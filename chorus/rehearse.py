@@ -34,7 +34,7 @@ from typing import Any, Callable, Sequence
 from chorus.serving.backends import BACKENDS as _BACKENDS, trait
 from chorus.core.runs import library_versions, write_json
 from chorus.registry import run_verb
-from chorus.simulate.belief.roles import LLMAppraiser, LLMGenerator, LLMProbe, ProbeRound, RunKey, Turn
+from chorus.simulate.belief.channel import LLMAppraiser, LLMGenerator, LLMProbe, ProbeRound, RunKey, Turn
 from chorus.simulate.belief.topics import load_topic
 from chorus.serving.launch import free_port, start_server, stop_server, wait_healthy
 from chorus.serving.profiles import all_profiles, get_profile

@@ -12,7 +12,7 @@ from conftest import Scripted
 from chorus.aggregate.corrupt import corrupt_traces, corruption_counts, sleeper_from_traces
 from chorus.aggregate.counts import Pool
 from chorus.aggregate.moves import STRICT
-from chorus.aggregate.synthetic import Adversary
+from chorus.aggregate.synthetic_councils import Adversary
 from chorus.aggregate.trace import Trace, dump_traces, load_traces
 
 

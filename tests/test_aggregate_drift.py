@@ -14,7 +14,7 @@ from chorus.aggregate.drift import (RowDriftDetector, StreamCounts, alarm_delay,
                              shifted_fraction, window_sums)
 from chorus.aggregate.policy_shift import SHIFTS, Policy, apply_policy, coalition, shifted_stream
 from chorus.aggregate.posterior import MU_CLIP, reliabilities
-from chorus.aggregate.synthetic import CouncilSpec, generate_council
+from chorus.aggregate.synthetic_councils import CouncilSpec, generate_council
 from chorus.core.seeding import rng as make_rng
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from chorus.aggregate.flips import decision_flips, flip_summary
 from chorus.aggregate.posterior import one_coin_posterior
-from chorus.aggregate.synthetic import CouncilSpec, generate_council
+from chorus.aggregate.synthetic_councils import CouncilSpec, generate_council
 from chorus.aggregate.trace import Trace, dump_traces
 
 

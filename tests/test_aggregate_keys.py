@@ -9,7 +9,7 @@ import pytest
 from chorus.aggregate.counts import Pool
 from chorus.aggregate.estimators import OneCoinBDA
 from chorus.aggregate.keys import keyed_pool
-from chorus.aggregate.synthetic import CouncilSpec, generate_council
+from chorus.aggregate.synthetic_councils import CouncilSpec, generate_council
 from chorus.aggregate.trace import Move, Trace, dump_traces
 
 PRIOR = {"b": 0.58, "kappa": 1.0, "s": 16.0}

@@ -6,7 +6,7 @@ import pytest
 
 from chorus.aggregate.errors import LabelError
 from chorus.aggregate.label_efficiency import efficiency_curve, label_efficiency
-from chorus.aggregate.synthetic import CouncilSpec, generate_council
+from chorus.aggregate.synthetic_councils import CouncilSpec, generate_council
 from chorus.aggregate.trace import dump_traces
 
 TRACES = generate_council(CouncilSpec(n_tasks=400, K=2, rounds=2, reliabilities=(0.85, 0.6, 0.55)), seed=4)

@@ -5,7 +5,7 @@ import pytest
 
 from chorus.aggregate.errors import TraceError
 from chorus.aggregate.lodo import leave_one_dataset_out, transfer_gap
-from chorus.aggregate.synthetic import CouncilSpec, generate_council
+from chorus.aggregate.synthetic_councils import CouncilSpec, generate_council
 from chorus.aggregate.trace import dump_traces
 
 METHODS = ["plurality", "bda_per_agent"]

@@ -99,7 +99,7 @@ def test_empty_trace_is_an_error():
 
 
 def random_trace(rng, K, agents=("A1", "A2", "A3"), rounds=3, conf=True, task_id="t"):
-    from chorus.aggregate.synthetic import CouncilSpec, generate_council
+    from chorus.aggregate.synthetic_councils import CouncilSpec, generate_council
 
     spec = CouncilSpec(n_tasks=1, K=K, reliabilities=tuple(rng.uniform(0.3, 0.9, len(agents))), rounds=rounds)
     return generate_council(spec, seed=int(rng.integers(1 << 30)), prefix=task_id)[0]
@@ -146,7 +146,7 @@ def test_k2_ceiling():
 def test_confidence_invariance_bit_for_bit():
     # seed C.6: rewriting every self-reported confidence changes no posterior by a bit
     from chorus.aggregate import OneCoinBDA
-    from chorus.aggregate.synthetic import CouncilSpec, generate_council
+    from chorus.aggregate.synthetic_councils import CouncilSpec, generate_council
     from chorus.aggregate.trace import Move
 
     trs = generate_council(CouncilSpec(n_tasks=200, K=3), seed=1)
@@ -231,7 +231,7 @@ def test_sub_chance_seat_weighs_negatively():
 
 def test_vectorised_grid_matches_scalar_api():
     from chorus.aggregate.posterior import one_coin_grid_logits, softmax
-    from chorus.aggregate.synthetic import CouncilSpec, generate_council
+    from chorus.aggregate.synthetic_councils import CouncilSpec, generate_council
 
     trs = generate_council(CouncilSpec(n_tasks=40, K=4), seed=2)
     pool = Pool.from_traces(trs)

@@ -8,7 +8,7 @@ import pytest
 from chorus.aggregate.counts import Pool
 from chorus.aggregate.methods import make_method
 from chorus.aggregate.posterior import reliabilities
-from chorus.aggregate.synthetic import CouncilSpec, generate_council
+from chorus.aggregate.synthetic_councils import CouncilSpec, generate_council
 from chorus.aggregate.trace import Trace
 
 T1 = {"task_id": "t1", "candidates": ["x", "y"], "gold": "x", "moves": [

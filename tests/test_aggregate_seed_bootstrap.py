@@ -13,7 +13,7 @@ from chorus.aggregate.config import RunConfig
 from chorus.aggregate.errors import TraceError
 from chorus.aggregate.experiments import evaluate_run, generation_seeds, run_experiment
 from chorus.aggregate.results_file import render_markdown
-from chorus.aggregate.synthetic import CouncilSpec, generate_council
+from chorus.aggregate.synthetic_councils import CouncilSpec, generate_council
 from chorus.aggregate.trace import dump_traces
 from chorus.core.stats import paired_bootstrap
 

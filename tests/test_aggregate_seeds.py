@@ -10,7 +10,7 @@ import pytest
 from chorus.aggregate.config import RunConfig
 from chorus.aggregate.experiments import evaluate_run, run_experiment
 from chorus.aggregate.metrics import summarize
-from chorus.aggregate.synthetic import CouncilSpec, generate_council
+from chorus.aggregate.synthetic_councils import CouncilSpec, generate_council
 from chorus.aggregate.trace import dump_traces
 
 

@@ -12,7 +12,7 @@ from chorus.aggregate.baselines import DawidSkeneEM
 from chorus.aggregate.counts import Pool
 from chorus.aggregate.label_switching import demonstrate, table
 from chorus.aggregate.spectral import (agreement, mirrored, one_coin_loglik, skills_from_agreement, spectral_skills)
-from chorus.aggregate.synthetic import CouncilSpec, generate_council
+from chorus.aggregate.synthetic_councils import CouncilSpec, generate_council
 
 
 def _population_agreement(p: np.ndarray, K: int) -> np.ndarray:

@@ -215,7 +215,7 @@ def test_counts_hand_computed_k3():
 
 
 def test_pool_vectorised_matches_single_trace_counts():
-    from chorus.aggregate.synthetic import CouncilSpec, generate_council
+    from chorus.aggregate.synthetic_councils import CouncilSpec, generate_council
 
     trs = generate_council(CouncilSpec(n_tasks=30, K=3), seed=3)
     pool = Pool.from_traces(trs)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from chorus.aggregate.errors import TraceError
-from chorus.aggregate.synthetic import CouncilSpec, generate_council
+from chorus.aggregate.synthetic_councils import CouncilSpec, generate_council
 from chorus.aggregate.trace import Move, Trace, dump_traces
 from chorus.aggregate.transfer import cross_domain_transfer, transfer_summary
 

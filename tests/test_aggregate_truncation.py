@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from chorus.aggregate.experiments import run_cell
-from chorus.aggregate.synthetic import Adversary, CouncilSpec, generate_council
+from chorus.aggregate.synthetic_councils import Adversary, CouncilSpec, generate_council
 from chorus.aggregate.truncation import truncation_table
 
 

@@ -13,7 +13,7 @@ from chorus.core.config import ConfigError
 from chorus.simulate.belief import calibration as cal
 from chorus.simulate.belief import correction as C
 from chorus.simulate.belief.config import BeliefConfig, ChannelCfg
-from chorus.simulate.belief.engine import simulate
+from chorus.simulate.belief.lockstep import simulate
 from chorus.simulate.belief.experiment import plan, run_experiment
 from chorus.simulate.belief.tables import events_table, utterances_table
 from chorus.simulate.belief.cli import app

@@ -11,9 +11,9 @@ import yaml
 from typer.testing import CliRunner
 
 from chorus.core.config import ConfigError
-from chorus.simulate.belief import core, dirichlet
-from chorus.simulate.belief.engine import plan as multi_plan
-from chorus.simulate.belief.engine import simulate
+from chorus.simulate.belief import bayes, dirichlet
+from chorus.simulate.belief.lockstep import plan as multi_plan
+from chorus.simulate.belief.lockstep import simulate
 from chorus.simulate.belief.experiment import plan as beta_plan
 from chorus.simulate.belief.config import CONFIGS_DIR, BeliefConfig, MultiBeliefConfig, load_multi_config
 from chorus.simulate.belief.concept_analysis import analyse
@@ -54,24 +54,24 @@ def test_k2_math_is_the_beta_layer_bit_for_bit():
     n = 500
     kappa = g.uniform(0.1, 40, n)
     b0 = g.uniform(0.01, 0.99, n)
-    a0, be0 = core.prior_counts(kappa, b0)
+    a0, be0 = bayes.prior_counts(kappa, b0)
     A0 = dirichlet.prior_counts(kappa, dirichlet.binary(b0))
     assert np.array_equal(A0[:, 0], a0) and np.array_equal(A0[:, 1], be0)
     a, be = a0 + g.uniform(0, 5, n), be0 + g.uniform(0, 5, n)
     e, gamma, w = g.uniform(0, 1, n), g.uniform(0.3, 1.0, n), g.uniform(0.2, 3, n)
-    a1, be1 = core.step(a, be, a0, be0, e, gamma, w)
+    a1, be1 = bayes.step(a, be, a0, be0, e, gamma, w)
     A1 = dirichlet.step(np.stack([a, be], -1), A0, dirichlet.binary(e), gamma[:, None], w[:, None])
     assert np.array_equal(A1[:, 0], a1) and np.array_equal(A1[:, 1], be1)
-    assert np.array_equal(dirichlet.credence(A1)[:, 0], core.credence(a1, be1))
-    b, b1 = core.credence(a, be), core.credence(a1, be1)
+    assert np.array_equal(dirichlet.credence(A1)[:, 0], bayes.credence(a1, be1))
+    b, b1 = bayes.credence(a, be), bayes.credence(a1, be1)
     c = g.integers(0, 30, n)
     assert np.array_equal(dirichlet.fj_step(dirichlet.binary(b), dirichlet.binary(e), dirichlet.binary(b0),
                                             kappa, c, gamma, w)[:, 0],
-                          core.fj_step(b, e, b0, kappa, c, gamma, w))
+                          bayes.fj_step(b, e, b0, kappa, c, gamma, w))
     m = (a + be) - kappa
     assert np.array_equal(dirichlet.kappa_hat(dirichlet.binary(b), dirichlet.binary(b1), dirichlet.binary(e),
                                               dirichlet.binary(b0), m, gamma, w)[:, 0],
-                          core.kappa_hat(b, b1, e, b0, m, gamma, w))
+                          bayes.kappa_hat(b, b1, e, b0, m, gamma, w))
     # the oracle's evidence for K = 2 is the Beta layer's pair (s, 1 - s)
     assert np.array_equal(dirichlet.close_simplex(np.stack([b, be / (a + be)], -1)), dirichlet.binary(b))
 
@@ -86,7 +86,7 @@ def test_kway_step_obeys_the_count_and_fj_identities():
         e = g.dirichlet(np.ones(K))
         b = dirichlet.credence(alpha)
         alpha = dirichlet.step(alpha, a0, e, gamma, w)
-        np.testing.assert_allclose(alpha.sum(), core.total_count(kappa, c + 1, gamma, w), rtol=1e-13)
+        np.testing.assert_allclose(alpha.sum(), bayes.total_count(kappa, c + 1, gamma, w), rtol=1e-13)
         np.testing.assert_allclose(dirichlet.credence(alpha), dirichlet.fj_step(b, e, b0, kappa, c, gamma, w),
                                    rtol=1e-12, atol=1e-14)
 
@@ -98,7 +98,7 @@ def test_kway_fixed_point_is_per_stance_and_on_the_simplex():
     kappa = g.uniform(0.5, 20, N)
     bs = dirichlet.fj_fixed_point(kappa, b0, 0.7, 1.0)
     for k in range(K):
-        np.testing.assert_array_equal(bs[:, k], core.fj_fixed_point(kappa, b0[:, k], 0.7, 1.0))
+        np.testing.assert_array_equal(bs[:, k], bayes.fj_fixed_point(kappa, b0[:, k], 0.7, 1.0))
     np.testing.assert_allclose(bs.sum(-1), 1.0, rtol=1e-12)
     with pytest.raises(ValueError, match="singular"):
         dirichlet.fj_fixed_point(kappa, b0, 1.0, 1.0)
@@ -193,11 +193,11 @@ def test_three_way_events_obey_the_closed_forms_and_recover_kappa_exactly_with_e
     ev = _tables(cfg)["events"]
     ev = ev[ev.concept == "transit"]  # K = 3
     assert ev.k.max() == 2 and len(ev) == 2 * 5 * 8 * 7 * 3
-    np.testing.assert_allclose(ev.m, core.discounted_count(ev.c, 0.8, 1.5), rtol=1e-11, atol=1e-12)
-    pred = core.fj_step(ev.b_before, ev.e, ev.b0, ev.kappa, ev.c, 0.8, 1.5)
+    np.testing.assert_allclose(ev.m, bayes.discounted_count(ev.c, 0.8, 1.5), rtol=1e-11, atol=1e-12)
+    pred = bayes.fj_step(ev.b_before, ev.e, ev.b0, ev.kappa, ev.c, 0.8, 1.5)
     np.testing.assert_allclose(ev.b_after, pred, rtol=1e-11, atol=1e-13)
     ok = dirichlet.well_conditioned(ev.e, ev.b_before)
-    k = core.kappa_hat(ev.b_before, ev.b_after, ev.e, ev.b0, ev.m, 0.8, 1.5)
+    k = bayes.kappa_hat(ev.b_before, ev.b_after, ev.e, ev.b0, ev.m, 0.8, 1.5)
     np.testing.assert_allclose(k[ok], ev.kappa[ok], rtol=1e-7)
     _, derived = analyse(_tables(cfg), cfg)
     kr = derived["kappa_recovery"]

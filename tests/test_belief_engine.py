@@ -4,12 +4,12 @@ import pandas as pd
 import pytest
 
 from chorus.core.config import ConfigError
-from chorus.simulate.belief import core
+from chorus.simulate.belief import bayes
 from chorus.simulate.belief.analysis import analyse
 from chorus.simulate.belief.config import BeliefConfig, expand
-from chorus.simulate.belief.engine import prepare, run_group, simulate
+from chorus.simulate.belief.lockstep import prepare, run_group, simulate
 from chorus.simulate.belief.experiment import plan
-from chorus.simulate.belief.roles import Appraisals, OracleProbe
+from chorus.simulate.belief.channel import Appraisals, OracleProbe
 from chorus.simulate.belief.tables import all_tables, events_table
 
 
@@ -30,14 +30,14 @@ def test_engine_events_match_closed_forms(gamma):
     _, _, ev = _events(cfg)
     assert len(ev) == 2 * 6 * 8 * 7
     # the count is deterministic: m before the c-th update is w(1-gamma^c)/(1-gamma)
-    np.testing.assert_allclose(ev.m, core.discounted_count(ev.c, gamma, 1.5), rtol=1e-11, atol=1e-12)
+    np.testing.assert_allclose(ev.m, bayes.discounted_count(ev.c, gamma, 1.5), rtol=1e-11, atol=1e-12)
     assert (ev.groupby(["run", "listener"]).c.max() == 6 * 7 - 1).all()
     # one step is the FJ identity
-    pred = core.fj_step(ev.b_before, ev.e, ev.b0, ev.kappa, ev.c, gamma, 1.5)
+    pred = bayes.fj_step(ev.b_before, ev.e, ev.b0, ev.kappa, ev.c, gamma, 1.5)
     np.testing.assert_allclose(ev.b_after, pred, rtol=1e-11, atol=1e-13)
     # the estimator returns the prescribed kappa when given e (oracle: e = s)
-    ok = core.well_conditioned(ev.e, ev.b_before)
-    k = core.kappa_hat(ev.b_before, ev.b_after, ev.e, ev.b0, ev.m, gamma, 1.5)
+    ok = bayes.well_conditioned(ev.e, ev.b_before)
+    k = bayes.kappa_hat(ev.b_before, ev.b_after, ev.e, ev.b0, ev.m, gamma, 1.5)
     np.testing.assert_allclose(k[ok], ev.kappa[ok], rtol=1e-7)
     assert (ev.s == ev.e).all()
 

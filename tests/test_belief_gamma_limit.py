@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from chorus.simulate.belief import core
+from chorus.simulate.belief import bayes
 from chorus.simulate.belief.analysis import fixed_points, fj_limit_gamma_to_1, r2_no_intercept
 
 
@@ -15,14 +15,14 @@ def test_limit_hand_computed_and_is_the_limit_of_the_fixed_point():
     # (1*0.2 + 2*0.5 + 3*0.8) / (1 + 2 + 3) = 3.6 / 6 = 0.6 for everyone
     np.testing.assert_allclose(fj_limit_gamma_to_1(kappa, b0), [0.6, 0.6, 0.6], atol=1e-15)
     with pytest.raises(ValueError, match="singular"):
-        core.fj_fixed_point(kappa, b0, 1.0, 1.0)
+        bayes.fj_fixed_point(kappa, b0, 1.0, 1.0)
     for w in (0.5, 2.0):
-        near = core.fj_fixed_point(kappa, b0, 1 - 1e-7, w)
+        near = bayes.fj_fixed_point(kappa, b0, 1 - 1e-7, w)
         np.testing.assert_allclose(near, 0.6, atol=1e-5)
     # a path 0-1-2: degrees 1, 2, 1 weigh in: (1*1*0.2 + 2*2*0.5 + 1*3*0.8) / (1 + 4 + 3) = 4.6 / 8
     A = np.array([[0, 1, 0], [1, 0, 1], [0, 1, 0]], float)
     np.testing.assert_allclose(fj_limit_gamma_to_1(kappa, b0, A), 4.6 / 8, atol=1e-15)
-    np.testing.assert_allclose(core.fj_fixed_point(kappa, b0, 1 - 1e-7, 1.0, adjacency=A), 4.6 / 8, atol=1e-5)
+    np.testing.assert_allclose(bayes.fj_fixed_point(kappa, b0, 1 - 1e-7, 1.0, adjacency=A), 4.6 / 8, atol=1e-5)
 
 
 def test_fixed_points_table_names_the_reference_and_r2_is_defined():
@@ -37,7 +37,7 @@ def test_fixed_points_table_names_the_reference_and_r2_is_defined():
     r0, r1 = fp[fp.run == 0], fp[fp.run == 1]
     assert set(r0.reference) == {"fj_limit_gamma_to_1"} and set(r1.reference) == {"fj_fixed_point"}
     np.testing.assert_allclose(r0.b_star, 0.6)
-    np.testing.assert_allclose(r1.b_star, core.fj_fixed_point([1.0, 2.0, 3.0], [0.2, 0.5, 0.8], 0.7, 1.0))
+    np.testing.assert_allclose(r1.b_star, bayes.fj_fixed_point([1.0, 2.0, 3.0], [0.2, 0.5, 0.8], 0.7, 1.0))
     # terminal beliefs 0.55, 0.6, 0.65 against the consensus 0.6: 1 - 0.005 / 0.005 = 0
     assert r2_no_intercept([0.55, 0.6, 0.65], r0.b_star.to_numpy()) == pytest.approx(0.0, abs=1e-12)
 

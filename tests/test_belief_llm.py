@@ -11,9 +11,9 @@ import pytest
 
 from chorus.simulate.belief import calibration as cal
 from chorus.simulate.belief.config import BeliefConfig
-from chorus.simulate.belief.engine import simulate
+from chorus.simulate.belief.lockstep import simulate
 from chorus.simulate.belief.experiment import plan, run_experiment
-from chorus.simulate.belief.roles import LLMAppraiser, LLMGenerator, LLMProbe, temperature_scale
+from chorus.simulate.belief.channel import LLMAppraiser, LLMGenerator, LLMProbe, temperature_scale
 from chorus.simulate.belief.tables import events_table, utterances_table
 
 

@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 import yaml
 
-from chorus.simulate.belief.engine import plan, prepare, run_group
+from chorus.simulate.belief.lockstep import plan, prepare, run_group
 from chorus.simulate.belief.config import MultiBeliefConfig
 from chorus.simulate.belief.experiment import run_experiment as run_multi_experiment
 from chorus.simulate.belief.tables import concept_tables
 from chorus.simulate.belief.topics import MULTI_TOPICS_DIR, load_multi_topic
-from chorus.simulate.belief.roles import LLMGenerator, MultiLLMAppraiser, parse_ratings
+from chorus.simulate.belief.channel import LLMGenerator, MultiLLMAppraiser, parse_ratings
 
 TOPIC_FILE = MULTI_TOPICS_DIR / "aldenvale_council.yaml"
 TOPIC = load_multi_topic(TOPIC_FILE)  # transit K = 3, levy K = 2, surplus K = 4

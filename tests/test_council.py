@@ -147,7 +147,7 @@ def test_council_aggregates_in_memory_as_an_aggregate_run_does(tmp_path):
     from chorus.aggregate.config import RunConfig
     from chorus.aggregate.experiments import run_experiment
     from chorus.aggregate.results import read_results
-    from chorus.aggregate.synthetic import CouncilSpec, generate_council
+    from chorus.aggregate.synthetic_councils import CouncilSpec, generate_council
     from chorus.simulate.council.config import load
     from chorus.simulate.council.experiment import aggregate_traces
 

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from chorus.simulate.belief import core
+from chorus.simulate.belief import bayes
 from chorus.simulate.belief.trajectory import Trajectories, fit, kappa_closed_form
 from chorus.simulate.debate.config import BeliefReadConfig
 from chorus.simulate.debate.questions import validate_item
@@ -17,18 +17,19 @@ from chorus.simulate.debate.stubbornness import (READ, SPOKE, BeliefReadError, o
 
 def test_closed_form_against_a_hand_computed_pair_of_updates():
     # kappa 2, b0 1/2, gamma 1/2: e = 1 gives (2, 1), b = 2/3; e = 0 gives (1.5, 2), b = 3/7
-    a0, c0 = core.prior_counts(2.0, 0.5)
-    a, c = core.step(a0, c0, a0, c0, 1.0, 0.5)
-    assert core.credence(a, c) == pytest.approx(2 / 3)
-    a, c = core.step(a, c, a0, c0, 0.0, 0.5)
-    assert core.credence(a, c) == pytest.approx(3 / 7)
+    a0, c0 = bayes.prior_counts(2.0, 0.5)
+    a, c = bayes.step(a0, c0, a0, c0, 1.0, 0.5)
+    assert bayes.credence(a, c) == pytest.approx(2 / 3)
+    a, c = bayes.step(a, c, a0, c0, 0.0, 0.5)
+    assert bayes.credence(a, c) == pytest.approx(3 / 7)
     A, M = 0.5 * 1 + 1 * 0, 0.5 + 1  # lags 1 and 0
-    assert core.credence_after(2.0, 0.5, A, M) == pytest.approx(3 / 7, abs=1e-15)
-    assert core.kappa_hat_cumulative(3 / 7, 0.5, A, M) == pytest.approx(2.0, abs=1e-13)
+    assert bayes.credence_after(2.0, 0.5, A, M) == pytest.approx(3 / 7, abs=1e-15)
+    assert bayes.kappa_hat_cumulative(3 / 7, 0.5, A, M) == pytest.approx(2.0, abs=1e-13)
     # one update from the prior: the per-event estimator at b = b0, m = 0
-    b1 = core.credence_after(3.0, 0.2, 0.9, 1.0)
-    assert core.kappa_hat_cumulative(b1, 0.2, 0.9, 1.0) == pytest.approx(float(core.kappa_hat(0.2, b1, 0.9, 0.2, 0.0, 0.7)))
-    assert core.kappa_hat_cumulative(0.2, 0.2, 0.9, 1.0) == np.inf  # never moved: committed
+    b1 = bayes.credence_after(3.0, 0.2, 0.9, 1.0)
+    assert bayes.kappa_hat_cumulative(b1, 0.2, 0.9, 1.0) == pytest.approx(
+        float(bayes.kappa_hat(0.2, b1, 0.9, 0.2, 0.0, 0.7)))
+    assert bayes.kappa_hat_cumulative(0.2, 0.2, 0.9, 1.0) == np.inf  # never moved: committed
 
 
 def _streams(kappa, gamma, n=40, per=(2, 2, 2), seed=0):
@@ -37,16 +38,16 @@ def _streams(kappa, gamma, n=40, per=(2, 2, 2), seed=0):
     b0s, bs, er, el, ee = [], [], [], [], []
     for _ in range(n):
         b0 = rng.uniform(0.05, 0.95)
-        a0, c0 = core.prior_counts(kappa, b0)
+        a0, c0 = bayes.prior_counts(kappa, b0)
         a, c, heard = a0, c0, []
         for k in per:
             for _ in range(k):
                 e = rng.uniform()
-                a, c = core.step(a, c, a0, c0, e, gamma)
+                a, c = bayes.step(a, c, a0, c0, e, gamma)
                 heard.append(e)
             i = len(bs)
             b0s.append(b0)
-            bs.append(float(core.credence(a, c)))
+            bs.append(float(bayes.credence(a, c)))
             for j, e in enumerate(heard):
                 er.append(i)
                 el.append(len(heard) - 1 - j)
@@ -102,7 +103,7 @@ def synthetic(tmp_path_factory):
 
 
 def test_planted_kappas_and_gamma_recovered_exactly(synthetic):
-    """Belief-layer agents in a debate (core.step per heard peer turn, e = s): every well-conditioned reading
+    """Belief-layer agents in a debate (bayes.step per heard peer turn, e = s): every well-conditioned reading
     inverts to its agent's kappa, the joint fit returns (kappa, gamma), the reflection agents never move."""
     run, out, s = synthetic
     obs = pd.read_parquet(out / "tables" / "observations.parquet")

@@ -290,7 +290,7 @@ def test_an_analysis_stands_where_its_sources_stand(tmp_path):
     """An analysis records no model: its numbers stand where its sources do (a trace file where the run it
     lies in stands), sources of different standings are said one by one, and no record reads unrecorded."""
     from chorus.aggregate.trace import dump_traces
-    from chorus.aggregate.synthetic import CouncilSpec, generate_council
+    from chorus.aggregate.synthetic_councils import CouncilSpec, generate_council
     from chorus.simulate.council.campaign_synthetic import write_store
     from chorus.serving.standing import combined, source_standing, sources_standing
     store = tmp_path / "store"

@@ -61,7 +61,7 @@ def test_patch_curve_caption_and_level_recorded(tmp_path):
 
 def test_transfer_curve_caption_and_level_recorded(tmp_path):
     from chorus.interventions.plots import transfer_curve
-    from chorus.interventions.transfer import summarize
+    from chorus.interventions.state_transfer import summarize
     r = np.random.default_rng(2)
     n = 10
     rows = []

@@ -8,7 +8,7 @@ import pytest
 
 from chorus.simulate.roleplay.data import (FIXTURE, GroupFormatError, golden_mask, load_groups, mask_reasons, parse_group,
                                     select_split, to_record)
-from chorus.simulate.roleplay.memory import build_memory
+from chorus.simulate.roleplay.agent_memory import build_memory
 from chorus.simulate.roleplay.prompts import load_prompts, render
 from chorus.simulate.roleplay.setups import human_rows, steps
 

@@ -62,13 +62,13 @@ def test_paper_over_the_real_run(roleplay_run, tmp_path):
                                                        "command": "chorus roleplay run topic --set data.path=groups.jsonl"}]
     assert sec["sft_comparison"]["command"].startswith("chorus sft train default")
     assert sec["annotators"]["command"] == f"chorus roleplay annotators {path} -m PROFILE"
-    # statistics from stats.analyse over the run: the bars are the run's cells
-    from chorus.simulate.roleplay.stats import analyse
+    # statistics from across_runs.analyse over the run: the bars are the run's cells
+    from chorus.simulate.roleplay.across_runs import analyse
     st = analyse([path])[0]
     assert sec["statistics"]["normal_tests"] == json_safe([x | {"summary_sha256": [sha]} for x in st["normal_tests"]])
     assert any("Fig. 12" in m["missing"] for m in sec["fig12_correlations"]["also_missing"])
     assert not any("Fig. 12" in m["missing"] for m in sec["statistics"]["also_missing"])
-    # probes from probes.analyse: the baseline's on-topic rows, the missing temperature/memory runs
+    # probes from mechanism_probes.analyse: the baseline's on-topic rows, the missing temperature/memory runs
     pr = sec["probes"]
     assert pr["baseline"] == str(path) and all(x["run"] == str(path) for x in pr["on_topic"])
     cmds = " ".join(m["command"] for m in pr["also_missing"])
@@ -112,7 +112,8 @@ def test_paper_sft_comparison_and_annotators(roleplay_run, tmp_path, monkeypatch
     write_json(ann / "annotators.json", {"run": str(cmp_), "run_classifier": "own", "agreement": {"judge2": ag},
                                          "headline": {"own": {"base/full_dynamics/public/delta_sd": -0.2},
                                                       "judge2": {"base/full_dynamics/public/delta_sd": -0.3}}})
-    monkeypatch.setitem(sys.modules, "chorus.simulate.roleplay.probes", None)   # no probes module: name the command
+    # no probes module: name the command
+    monkeypatch.setitem(sys.modules, "chorus.simulate.roleplay.mechanism_probes", None)
     out = tmp_path / "paper"
     P.build_paper([sft, ann], out)
     n = json.loads((out / "numbers.json").read_text())
@@ -162,8 +163,8 @@ def test_paper_refuses_what_is_no_roleplay_output(tmp_path, kind):
 
 
 def test_paper_reads_stats_and_probes_outputs_as_they_are(roleplay_run, tmp_path):
-    from chorus.simulate.roleplay.probes import write_probes
-    from chorus.simulate.roleplay.stats import write_stats
+    from chorus.simulate.roleplay.mechanism_probes import write_probes
+    from chorus.simulate.roleplay.across_runs import write_stats
     path, _, _ = roleplay_run
     st, _ = write_stats([path], tmp_path / "st", make_plots=False)
     pr, _ = write_probes([path], tmp_path / "pr", make_plots=False)

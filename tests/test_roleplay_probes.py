@@ -15,9 +15,9 @@ from typer.testing import CliRunner
 from conftest import roleplay_e2e_cfg
 from chorus.cli import app
 from chorus.core.runs import RunDir
-from chorus.simulate.roleplay import probes as PR
+from chorus.simulate.roleplay import mechanism_probes as PR
 from chorus.simulate.roleplay.data import parse_group
-from chorus.simulate.roleplay.memory import ablated, build_memory
+from chorus.simulate.roleplay.agent_memory import ablated, build_memory
 from chorus.simulate.roleplay.metrics import on_topic_by_round, on_topic_change
 from chorus.simulate.roleplay.prompts import load_prompts, render
 

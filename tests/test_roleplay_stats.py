@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from chorus.core.compute import measure, total_compute
 from chorus.core.runs import RunDir
-from chorus.simulate.roleplay import stats as S
+from chorus.simulate.roleplay import across_runs as S
 
 runner = CliRunner()
 

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from chorus.interventions import transfer as tr
+from chorus.interventions import state_transfer as tr
 from chorus.serving.engine import engine_from_model
 
 OPTS = [" A", " B"]

@@ -2,8 +2,8 @@
 RUN... --out DIR``): ``DIR/numbers.json`` (each section's rows read from the runs' ``summary.json`` or
 output files, every row naming its run and that file's sha256) and ``DIR/paper.md`` rendered from it
 alone, the runs' figures copied beside it. No model call, nothing recomputed that a run computed:
-statistics and Fig. 12 from ``stats.analyse`` (or a ``roleplay stats`` output), the mechanism probes
-from ``probes.analyse`` (or a ``roleplay probes`` output), annotator robustness from a ``roleplay
+statistics and Fig. 12 from ``across_runs.analyse`` (or a ``roleplay stats`` output), the mechanism probes
+from ``mechanism_probes.analyse`` (or a ``roleplay probes`` output), annotator robustness from a ``roleplay
 annotators`` output. A section without its runs names the command that makes them. Inputs are
 recognised by ``provenance.json`` ``part``: roleplay (``run``/``eval``; summary with ``cells``), sft
 (its ``compare_run`` read too), roleplay-annotators, roleplay-stats, roleplay-probes."""
@@ -279,8 +279,8 @@ PROBE_COLS = ["run", "condition", "source", "setup", "tweet_delta_sd", "private_
 def _probes(c: Ctx) -> dict[str, Any]:
     s = _given(c, "roleplay-probes", "probes")
     if s is None:
-        try:   # probes.py may be absent (a checkout without the mechanism probes)
-            P = importlib.import_module("chorus.simulate.roleplay.probes")
+        try:   # mechanism_probes.py may be absent (a checkout without the mechanism probes)
+            P = importlib.import_module("chorus.simulate.roleplay.mechanism_probes")
         except ImportError:
             P = None
         if not hasattr(P, "analyse"):
@@ -296,7 +296,7 @@ def _stats(c: Ctx) -> dict[str, Any]:
     if "stats" not in c.cache:
         s = _given(c, "roleplay-stats", "errors")
         if s is None and _plain(c):
-            from chorus.simulate.roleplay.stats import analyse
+            from chorus.simulate.roleplay.across_runs import analyse
             s = analyse([r["path"] for r in _plain(c)])[0]
         c.cache["stats"] = s or _miss("roleplay runs of both splits", "chorus roleplay stats RUN_GROUP RUN_TOPIC [RUN...]")
     return c.cache["stats"]

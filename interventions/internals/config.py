@@ -71,7 +71,7 @@ class TransferMapSpec(Strict):
 
 
 class TransferSpec(Strict):
-    """``chorus influence transfer``: the receiver is ``model.profile``; see interventions/transfer.py."""
+    """``chorus influence transfer``: the receiver is ``model.profile``; see interventions/state_transfer.py."""
     sender: Union[Literal["same"], RoleSpec] = Field(
         "same", description="the sender's model role: 'same' (the receiver's model), a profile name, or a model "
         "spec; its residual states are read through transformers, in the receiver's dtype unless it sets one")

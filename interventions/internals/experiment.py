@@ -3,7 +3,7 @@ share, over a debate run directory or a bench file. Each verb's pipeline sits be
 as its module's ``MECHANIC`` (``chorus.interventions.mechanic.Mechanic``): knockout in
 ``chorus.interventions.knockout_pairs`` (mechanics: ``chorus.interventions.knockout``), patch in
 ``chorus.interventions.patching``, probe in ``chorus.interventions.probes``, transfer in
-``chorus.interventions.transfer``, concepts in ``chorus.interventions.concepts`` (a run of its own).
+``chorus.interventions.state_transfer``, concepts in ``chorus.interventions.concepts`` (a run of its own).
 
 Contexts come from round 0 of a debate run (``source.run``) or are generated here from the
 bench (the debate part's helpers), one (receiver, peer) pair per question whose answers differ
@@ -26,7 +26,7 @@ from chorus.core.config import ConfigError, load_config
 from chorus.core.progress import Progress
 from chorus.core.runs import RunDir, amends_run
 from chorus.interventions import ablations as ab
-from chorus.interventions import concepts, knockout_pairs, patching, probes, transfer
+from chorus.interventions import concepts, knockout_pairs, patching, probes, state_transfer
 from chorus.interventions.experiment import source_turns, start_run
 from chorus.interventions.internals.config import InternalsConfig
 from chorus.interventions.mechanic import Mechanic
@@ -38,7 +38,7 @@ VERBS = ("knockout", "patch", "probe", "transfer", "concepts")
 # -- runs -----------------------------------------------------------------------------------------
 def held_beside(cfg: InternalsConfig, verb: str) -> dict[str, Any]:
     """The engines a verb holds beside the receiver (role "model", transformers), for the device
-    plan: a transfer's own sender (``TransferSpec.sender_spec``, as ``chorus.interventions.transfer``
+    plan: a transfer's own sender (``TransferSpec.sender_spec``, as ``chorus.interventions.state_transfer``
     builds it; held with the receiver, so in the same phase); none for the other verbs."""
     sender = cfg.transfer.sender_spec(cfg.model) if verb == "transfer" else None
     return {"sender": sender} if sender is not None else {}
@@ -66,7 +66,7 @@ MECHANICS: dict[str, Mechanic] = {
     "knockout": knockout_pairs.MECHANIC,
     "patch": patching.MECHANIC,
     "probe": probes.MECHANIC,
-    "transfer": transfer.MECHANIC,
+    "transfer": state_transfer.MECHANIC,
     "concepts": concepts.MECHANIC,
 }
 assert tuple(MECHANICS) == VERBS  # one list of the internals verbs

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from . import core
+from . import bayes
 from .config import BeliefConfig
 from chorus.core.stats import MIN_UNITS, Interval, cluster_bootstrap
 from chorus.core.config import InputError
@@ -177,7 +177,7 @@ def fixed_points(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
             adj[e.v.to_numpy(), e.u.to_numpy()] = 1.0
         ref = FJ_REFERENCES[0]
         try:
-            bstar = core.fj_fixed_point(a.kappa.to_numpy(), a.b0.to_numpy(), rr.gamma, rr.w,
+            bstar = bayes.fj_fixed_point(a.kappa.to_numpy(), a.b0.to_numpy(), rr.gamma, rr.w,
                                         adjacency=adj)
         except ValueError:
             bstar, ref = np.full(n, np.nan), None
@@ -256,10 +256,10 @@ def _kappa_events(tables: dict[str, pd.DataFrame], cfg: BeliefConfig) -> pd.Data
     gamma = g.gamma.reindex(ev.run).to_numpy()
     w = g.w.reindex(ev.run).to_numpy()
     b, b1, s, e = (ev[c].to_numpy() for c in ("b_before", "b_after", "s", "e"))
-    k_s = core.kappa_hat(b, b1, s, ev.b0.to_numpy(), ev.m.to_numpy(), gamma, w)
-    k_e = core.kappa_hat(b, b1, e, ev.b0.to_numpy(), ev.m.to_numpy(), gamma, w)
-    keep_s = core.well_conditioned(s, b, thr) & np.isfinite(k_s)
-    keep_e = core.well_conditioned(e, b, thr) & np.isfinite(k_e)
+    k_s = bayes.kappa_hat(b, b1, s, ev.b0.to_numpy(), ev.m.to_numpy(), gamma, w)
+    k_e = bayes.kappa_hat(b, b1, e, ev.b0.to_numpy(), ev.m.to_numpy(), gamma, w)
+    keep_s = bayes.well_conditioned(s, b, thr) & np.isfinite(k_s)
+    keep_e = bayes.well_conditioned(e, b, thr) & np.isfinite(k_e)
     kappa = ev.kappa.to_numpy()
     return pd.DataFrame({"condition": ev.condition.to_numpy(), "run": ev.run.to_numpy(),
                          "seed": runs.set_index("run").seed.reindex(ev.run).to_numpy(), "gamma": gamma,
@@ -321,7 +321,7 @@ def dose_response(cm: pd.DataFrame, runs: pd.DataFrame, tipping_ratio: float) ->
     c["f"] = c.n_committed / c.n_agents
     fam_cols = ["gamma", "w", "kappa", "n_agents", "rounds", "topology", "topic"]
     free_b0 = c.initial_mean  # free agents start at free_b0
-    c["reference"] = [float(core.committed_minority_meanfield(f, b, k, r, g, w))
+    c["reference"] = [float(bayes.committed_minority_meanfield(f, b, k, r, g, w))
                       for f, b, k, r, g, w in zip(c.f, free_b0, c.kappa, c.rounds, c.gamma, c.w)]
     fams = []
     for key, d in c.groupby(fam_cols, sort=True):

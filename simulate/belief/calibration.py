@@ -25,7 +25,7 @@ from chorus.core.seeding import call_seed, rng
 from chorus.core.stats import ece as core_ece
 from chorus.serving.profiles import cache_dir
 
-from .roles import APPRAISE, LLMAppraiser, temperature_scale
+from .channel import APPRAISE, LLMAppraiser, temperature_scale
 from .topics import TOPICS_DIR, load_topic
 
 CAL_DIR = TOPICS_DIR / "calibration"

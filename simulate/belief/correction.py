@@ -60,7 +60,7 @@ from .correction_map import (EPS, FAMILIES, FOLDS, MIN_EVENTS, CorrectionMap, di
                              s_bins, usable_pairs)
 from .correction_map import _logit, _sigmoid
 from .correction_measure import applies, condition_arms, diagonal_bins, headline, measure  # noqa: F401
-from .roles import Appraisals, OracleAppraiser, Turn, Utterances
+from .channel import Appraisals, OracleAppraiser, Turn, Utterances
 from .topics import load_topic
 
 FORMAT = 1

@@ -68,7 +68,7 @@ from .cross_config import (COMMAND, TABLES, CrossAnalysisCfg, CrossConfig, Gener
                            is_cross_run)
 from .cross_plots import PLOTS, plot_pair_bias, plot_parts, plot_transfer_grid  # noqa: F401
 from .cross_report import CONSTRAINTS, report, summary_rows  # noqa: F401
-from .roles import APPRAISE, LLMAppraiser, LLMGenerator, RunKey, Turn, temperature_scale
+from .channel import APPRAISE, LLMAppraiser, LLMGenerator, RunKey, Turn, temperature_scale
 from .topics import list_topics, load_topic
 from .calibration import find_fit, load_fit
 from chorus.serving.roles import plan_roles

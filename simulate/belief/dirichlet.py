@@ -8,12 +8,12 @@ appraised evidence ``e`` (a point of the simplex) takes the update
 
     alpha_k <- alpha0_k + gamma * (alpha_k - alpha0_k) + w * e_k            (every k)
 
-The Beta layer (``core.step``) is the K = 2 case with ``e = (e, 1 - e)`` (``binary``); the
+The Beta layer (``bayes.step``) is the K = 2 case with ``e = (e, 1 - e)`` (``binary``); the
 arithmetic is the same, operation for operation, so K = 2 results equal the Beta layer's bit for
 bit (tested). The total count ``n = sum(alpha)`` follows the same deterministic schedule as the
-Beta's (``core.total_count``), so the mean update is linear per stance with the Beta's
+Beta's (``bayes.total_count``), so the mean update is linear per stance with the Beta's
 coefficients: ``b'_k = b_k + eta_c (e_k - b_k) + rho_c (b0_k - b_k)``. Every closed form of
-``core`` therefore holds per stance coordinate: the FJ step, the FJ fixed point (per stance,
+``bayes`` therefore holds per stance coordinate: the FJ step, the FJ fixed point (per stance,
 no coupling) and the kappa estimator (exact per coordinate when fed the consumed evidence; the
 pooled least-squares estimate over coordinates is then exact too).
 
@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import core
+from . import bayes
 
 __all__ = [
     "binary", "check_simplex", "close_simplex", "coupling_target", "credence", "fj_fixed_point",
@@ -52,7 +52,7 @@ def step(alpha, alpha0, e, gamma=0.7, w=1.0):
     """One update: ``alpha0 + gamma * (alpha - alpha0) + w * e`` per stance (``e`` on the simplex).
 
     ``gamma`` and ``w`` broadcast against ``alpha`` as given (pass a trailing length-1 axis for
-    per-agent values). With K = 2 and ``e = binary(e)`` this is ``core.step`` exactly."""
+    per-agent values). With K = 2 and ``e = binary(e)`` this is ``bayes.step`` exactly."""
     alpha = np.asarray(alpha, dtype=float)
     e = np.asarray(e, dtype=float)
     return alpha0 + gamma * (alpha - alpha0) + w * e
@@ -93,8 +93,8 @@ def close_simplex(p, last=None):
 
 
 def fj_step(b, e, b0, kappa, c, gamma=0.7, w=1.0):
-    """b' = b + eta_c (e - b) + rho_c (b0 - b) per stance (``core.fj_step`` per coordinate)."""
-    return core.fj_step(b, e, b0, _k(kappa), _k(c), _k(gamma), _k(w))
+    """b' = b + eta_c (e - b) + rho_c (b0 - b) per stance (``bayes.fj_step`` per coordinate)."""
+    return bayes.fj_step(b, e, b0, _k(kappa), _k(c), _k(gamma), _k(w))
 
 
 def fj_fixed_point(kappa, b0, gamma=0.7, w=1.0, *, adjacency=None):
@@ -102,18 +102,18 @@ def fj_fixed_point(kappa, b0, gamma=0.7, w=1.0, *, adjacency=None):
 
     ``b0``: (..., N, K); ``kappa``: (N,) or (..., N) (``inf`` = committed). Returns (..., N, K);
     each row sums to 1 (the system maps the simplex to itself). Raises ValueError where
-    ``core.fj_fixed_point`` does (gamma = 1 without committed agents)."""
+    ``bayes.fj_fixed_point`` does (gamma = 1 without committed agents)."""
     b0 = np.asarray(b0, dtype=float)
     per_stance = np.moveaxis(b0, -1, -2)                                  # (..., K, N)
     kappa = np.asarray(kappa, dtype=float)[..., None, :]
     kappa = np.broadcast_to(kappa, per_stance.shape)
-    return np.moveaxis(core.fj_fixed_point(kappa, per_stance, gamma, w, adjacency=adjacency), -1, -2)
+    return np.moveaxis(bayes.fj_fixed_point(kappa, per_stance, gamma, w, adjacency=adjacency), -1, -2)
 
 
 def kappa_hat(b, b_next, s, b0, m, gamma=0.7, w=1.0):
-    """Per-stance kappa estimator (``core.kappa_hat`` per coordinate), no filtering inside.
+    """Per-stance kappa estimator (``bayes.kappa_hat`` per coordinate), no filtering inside.
     Given the consumed evidence e in place of s it returns kappa on every coordinate that moved."""
-    return core.kappa_hat(b, b_next, s, b0, _k(m), _k(gamma), _k(w))
+    return bayes.kappa_hat(b, b_next, s, b0, _k(m), _k(gamma), _k(w))
 
 
 def kappa_terms(b, b_next, s, b0, m, gamma=0.7, w=1.0):
@@ -142,7 +142,7 @@ def kappa_hat_pooled(b, b_next, s, b0, m, gamma=0.7, w=1.0, mask=None):
 
 def well_conditioned(s, b, threshold=0.05):
     """Coordinates worth inverting: |s_k - b_k| > threshold (the seed's filter, per stance)."""
-    return core.well_conditioned(s, b, threshold)
+    return bayes.well_conditioned(s, b, threshold)
 
 
 def coupling_target(e_from, M, weight):

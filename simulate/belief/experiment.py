@@ -19,9 +19,9 @@ from chorus.core.runs import RunDir, amends_run, run_dir_path
 from . import analysis, concept_analysis, correction, correction_measure, correction_plots, plots
 from .calibration import find_fit, fit_path, load_fit
 from .config import BeliefConfig, Condition, expand
-from .engine import RunSpec, prepare, run_group
-from .engine import plan as plan_concepts
-from .roles import LLMAppraiser, LLMGenerator, LLMProbe, MultiLLMAppraiser, OracleProbe
+from .lockstep import RunSpec, prepare, run_group
+from .lockstep import plan as plan_concepts
+from .channel import LLMAppraiser, LLMGenerator, LLMProbe, MultiLLMAppraiser, OracleProbe
 from .tables import all_tables, concept_tables
 from .topics import TOPICS_DIR, list_multi_topics, list_topics, load_multi_topic, load_topic, topic_kind
 from chorus.serving.roles import plan_roles

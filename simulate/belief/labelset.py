@@ -35,7 +35,7 @@ from chorus.serving.spec import ModelSpec
 
 from .calibration import min_labelled
 from .config import GeneratorCfg, load_command_config
-from .roles import GEN, LLMGenerator, RunKey, Turn
+from .channel import GEN, LLMGenerator, RunKey, Turn
 from .topics import _LOWER, _LOWER2, _UPPER, Topic, load_topic
 from chorus.serving.roles import plan_roles
 from chorus.core.runs import check_output, RunDir

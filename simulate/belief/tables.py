@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from .config import Condition
-from .engine import GroupResult, Result
+from .lockstep import GroupResult, Result
 from .topics import MultiTopic
 
 

@@ -1,8 +1,8 @@
 """kappa and gamma from belief readings taken now and then along a stream of heard evidence.
 
-The belief engine logs every update, so ``core.kappa_hat`` inverts one event at a time. Elsewhere
+The belief engine logs every update, so ``bayes.kappa_hat`` inverts one event at a time. Elsewhere
 (a debater's belief, read once per round after it heard several peers) only some beliefs are seen.
-The update still has a closed form from the prior (``core.credence_after``):
+The update still has a closed form from the prior (``bayes.credence_after``):
 
     b = (kappa*b0 + A(gamma)) / (kappa + M(gamma)),   A = sum_k w e_k gamma^lag_k,   M = sum_k w gamma^lag_k,
 
@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from .core import check_gamma, kappa_hat_cumulative
+from .bayes import check_gamma, kappa_hat_cumulative
 
 LOG_KAPPA_BOUNDS = (-10.0, 15.0)  # kappa in [4.5e-5, 3.3e6]: a reading that never moves ends at the top
 GAMMA_FLOOR = 1e-3

@@ -486,7 +486,7 @@ def rounds(ctx: Context) -> dict[str, Any]:
                               "candidates are relabelled per task, beside the unpermuted cell)", needs="attacked cells")
 def permutation(ctx: Context) -> dict[str, Any]:
     from chorus.aggregate.experiments import cell_metrics, run_cell  # lazy: pulls in scipy
-    from chorus.aggregate.synthetic import permute_labels  # lazy: pulls in scipy
+    from chorus.aggregate.synthetic_councils import permute_labels  # lazy: pulls in scipy
     o = ctx.options
 
     def one(c: CellInput) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """A synthetic campaign store: the BDA paper's grid of datasets (three binary claim sets, a K = 3 and a
 K = 4 set), conditions (clean, persistent stealth coalitions of k = 1 and 2 with systematic errors) and
-three generation seeds, as count-level councils (``chorus.aggregate.synthetic``) written in the live council's
+three generation seeds, as count-level councils (``chorus.aggregate.synthetic_councils``) written in the live council's
 trace layout (``traces/<dataset>__<condition>.jsonl.gz``, each trace carrying dataset, condition,
 adversaries and gen_seed). The paper report is then checkable end to end with no model at all.
 
@@ -10,7 +10,7 @@ no ``part``: a store is not a run directory."""
 from __future__ import annotations
 
 from pathlib import Path
-from chorus.aggregate.synthetic import Adversary, CouncilSpec, generate_council
+from chorus.aggregate.synthetic_councils import Adversary, CouncilSpec, generate_council
 from chorus.aggregate.trace import Trace, dump_traces
 from chorus.core.config import InputError
 from chorus.core.runs import library_versions, write_json

@@ -10,14 +10,14 @@ The reading (``MAPPING``, written into the summary):
   speaker's belief s is its reading right after the turn it spoke, and its belief after hearing round
   r - 1 is its reading at round r before it writes anything (f = 0). A synthetic run may plant the
   latent beliefs instead (``reading: planted``);
-* evidence: the belief layer's appraiser (``chorus.simulate.belief.roles.LLMAppraiser``, the topic built from the
+* evidence: the belief layer's appraiser (``chorus.simulate.belief.channel.LLMAppraiser``, the topic built from the
   question with ``prompts/stance_appraiser_v1.yaml``) reads each debate turn once into e, and every peer
   consumes the same e (the belief layer's rule); ``appraiser: oracle`` puts e = s. An empty turn or a
   failed appraisal is NaN evidence and updates nobody; an unparsed turn is still an utterance (its
   text is read) and is counted;
 * an agent at round r has heard its peers' turns of rounds 0..r-1, round by round in seat order, one
   update each (w, gamma); its own turns are not evidence (the belief layer's speakers do not listen to
-  themselves). The closed form ``core.credence_after`` then gives kappa per reading at a given gamma
+  themselves). The closed form ``bayes.credence_after`` then gives kappa per reading at a given gamma
   (``trajectory.kappa_closed_form``, exact for an agent that follows the update) and (kappa, gamma)
   jointly by least squares (``trajectory.fit``), per agent and pooled, with question-clustered
   (family) bootstrap intervals;
@@ -49,9 +49,9 @@ from chorus.core.runs import RunDir
 from chorus.core.seeding import call_seed
 from chorus.core.stats import MIN_UNITS, cluster_bootstrap, interval_text
 from chorus.serving.roles import build_engines, plan_roles
-from chorus.simulate.belief import core as belief_core
+from chorus.simulate.belief import bayes
 from chorus.simulate.belief.analysis import pearson, transfer_curve
-from chorus.simulate.belief.roles import LLMAppraiser, temperature_scale
+from chorus.simulate.belief.channel import LLMAppraiser, temperature_scale
 from chorus.simulate.belief.topics import Topic
 from chorus.simulate.belief.trajectory import Trajectories, fit, kappa_closed_form
 from chorus.simulate.debate.bda import DebateTraceError, read_run
@@ -623,10 +623,10 @@ def synthetic_belief_debate(out: str | Path, kappas: list[float], *, gamma: floa
                             rounds: int = 3, seed: int = 0, update: str = "sequential") -> Path:
     """A finished debate run directory over ``n`` two-option questions whose agent i is a belief-layer agent with
     kappa ``kappas[i]``: its b0 is drawn per question, every turn says its belief (the oracle's e = s), each agent
-    takes one ``core.step`` per peer turn of the round before, in seat order, and answers a+ when b > 1/2. The
+    takes one ``bayes.step`` per peer turn of the round before, in seat order, and answers a+ when b > 1/2. The
     reflection agents hear nothing and keep b0. The latent beliefs are ``tables/beliefs.parquet`` (the readings'
     schema), so ``reading=planted appraiser=oracle`` must return every kappa (and gamma) exactly.
-    ``update="averaged"`` plants the other reading: each agent takes one ``core.step`` per round, its e the
+    ``update="averaged"`` plants the other reading: each agent takes one ``bayes.step`` per round, its e the
     mean of its peers' beliefs (``kappa_readings``): then the averaged columns are the exact ones."""
     if update not in READINGS:
         raise BeliefReadError(f"update must be one of {list(READINGS)}, got {update!r}")
@@ -639,11 +639,11 @@ def synthetic_belief_debate(out: str | Path, kappas: list[float], *, gamma: floa
     turns, beliefs = [], []
     for it in items:
         b0 = rng.uniform(0.05, 0.95, N)
-        a0, c0 = belief_core.prior_counts(kap, b0)
+        a0, c0 = bayes.prior_counts(kap, b0)
         for cond in ("debate", "reflection"):
             al, be = a0.copy(), c0.copy()
             for r in range(rounds + 1):
-                b = belief_core.credence(al, be)
+                b = bayes.credence(al, be)
                 for a in range(N):
                     ans = "yes" if b[a] > 0.5 else "no"
                     turns.append({"qid": it.id, "family": it.family, "domain": it.domain, "subdomain": it.subdomain,
@@ -658,11 +658,11 @@ def synthetic_belief_debate(out: str | Path, kappas: list[float], *, gamma: floa
                     s = b.copy()  # every turn of this round says its speaker's belief; heard in seat order
                     for a in range(N):
                         if update == "averaged":
-                            al[a], be[a] = belief_core.step(al[a], be[a], a0[a], c0[a], np.delete(s, a).mean(), gamma, w)
+                            al[a], be[a] = bayes.step(al[a], be[a], a0[a], c0[a], np.delete(s, a).mean(), gamma, w)
                             continue
                         for j in range(N):
                             if j != a:
-                                al[a], be[a] = belief_core.step(al[a], be[a], a0[a], c0[a], s[j], gamma, w)
+                                al[a], be[a] = bayes.step(al[a], be[a], a0[a], c0[a], s[j], gamma, w)
     run = RunDir.create(Path(out), part="debate", seeds={"seed": seed},
                         synthetic={"kappas": list(map(float, kappas)), "gamma": gamma, "w": w, "update": update})
     write_bench(items, run.path / "bench.jsonl")

@@ -11,7 +11,7 @@ from pydantic import Field, field_validator
 from chorus.core.config import Strict, load_named, resolve_config
 from chorus.core.runs import RunName
 from chorus.serving.spec import MaxTokens, ModelSpec, RoleSpec, Sampling
-from chorus.simulate.roleplay.memory import ABLATABLE
+from chorus.simulate.roleplay.agent_memory import ABLATABLE
 
 CONFIGS_DIR = Path(__file__).resolve().parent / "configs"   # configs/roleplay/ and configs/sft/
 RESERVED = {"human", "degroot", "classifier"}
@@ -60,7 +60,7 @@ class Analysis(Strict):
 
 class MemorySpec(Strict):
     """What each agent's memory leaves out (the DEBATE paper's memory-ablation probe); empty: the
-    full memory module. Applied when the memory is built (``memory.build_memory``), in every setup."""
+    full memory module. Applied when the memory is built (``agent_memory.build_memory``), in every setup."""
     ablate: list[str] = Field(default_factory=list, description="components to drop: initial_opinion, first_tweet")
 
     @field_validator("ablate")

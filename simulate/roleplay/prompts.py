@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from chorus.core.config import load_prompt_file
-from chorus.simulate.roleplay.memory import Memory
+from chorus.simulate.roleplay.agent_memory import Memory
 
 PROMPTS_DIR = Path(__file__).resolve().parent / "prompts"
 DEFAULT_PROMPTS = "roleplay_v1"

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from chorus.simulate.roleplay.data import Group
-from chorus.simulate.roleplay.memory import build_memory
+from chorus.simulate.roleplay.agent_memory import build_memory
 from chorus.simulate.roleplay.prompts import render
 from chorus.core.seeding import stable_int
 from chorus.core.config import InputError
@@ -129,7 +129,7 @@ def simulate(engine: Any, groups: list[Group], setup: str, P: dict, *, source: s
              memory_ablate: Iterable[str] = (),
              progress: Callable[[int, int], None] | None = None) -> tuple[pd.DataFrame, dict]:
     """Run one setup on every group; returns (messages, info). ``memory_ablate``: memory components
-    every agent's prompt leaves out (``memory.ABLATABLE``; the memory-ablation probe)."""
+    every agent's prompt leaves out (``agent_memory.ABLATABLE``; the memory-ablation probe)."""
     if setup not in SETUPS:
         raise InputError(f"setup must be one of {SETUPS}, got {setup!r}")
     human = [truncate_chats(g, max_utterances) for g in groups]

@@ -38,7 +38,7 @@ from chorus.simulate.roleplay.classify import classify_texts
 from chorus.simulate.roleplay.config import RoleplayConfig, SftConfig, load
 from chorus.simulate.roleplay.data import FIXTURE, Group, golden_mask, load_groups, select_split
 from chorus.simulate.roleplay.experiment import run_roleplay
-from chorus.simulate.roleplay.memory import build_memory
+from chorus.simulate.roleplay.agent_memory import build_memory
 from chorus.simulate.roleplay.prompts import load_prompts, render
 from chorus.simulate.roleplay.setups import steps
 from chorus.simulate.roleplay.sft_memory import (AUTO_PRECISIONS, BNB_OPTIMIZERS, PRECISIONS, choose_precision,

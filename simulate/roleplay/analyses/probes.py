@@ -1,5 +1,5 @@
 """``chorus roleplay probes``: the mechanism probes across stored role-play runs (math:
-``chorus.simulate.roleplay.probes``), as a sealed analysis run: summary.json (what ``probes.json`` held),
+``chorus.simulate.roleplay.mechanism_probes``), as a sealed analysis run: summary.json (what ``probes.json`` held),
 probes.md, tables/*.parquet, plots/probes.png."""
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def probes():
     """The mechanism probes across stored roleplay runs: tweet/private delta SD by decoding temperature
     (T=0 / default / T=1) and with the memory ablated, and the first- vs last-round on-topic rate. The first
     RUN is the baseline; the others may differ from it only in generation.temperature or memory.ablate."""
-    from chorus.simulate.roleplay.probes import analyse, markdown
+    from chorus.simulate.roleplay.mechanism_probes import analyse, markdown
 
     def compute(cfg: ProbesConfig) -> Result:
         s, tables = analyse(cfg.runs)

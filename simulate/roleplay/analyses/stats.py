@@ -1,4 +1,4 @@
-"""``chorus roleplay stats``: statistics across stored role-play runs (math: ``chorus.simulate.roleplay.stats``),
+"""``chorus roleplay stats``: statistics across stored role-play runs (math: ``chorus.simulate.roleplay.across_runs``),
 as a sealed analysis run: summary.json (what ``stats.json`` held), stats.md, tables/*.parquet, plots/errors.png."""
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def stats():
     """Statistics across stored roleplay runs (splits, models): normal approximation on the bootstrap bars,
     exact sign tests over condition cells, the model-level sign check, cross-model error correlations, and
     the runs' summed compute."""
-    from chorus.simulate.roleplay.stats import analyse, markdown, table_for_parquet
+    from chorus.simulate.roleplay.across_runs import analyse, markdown, table_for_parquet
 
     def compute(cfg: StatsConfig) -> Result:
         s, tables = analyse(cfg.runs)

@@ -25,11 +25,12 @@ from dataclasses import dataclass, field
 import networkx as nx
 import numpy as np
 
-from . import core, dirichlet
+from . import bayes, dirichlet
 from .config import BeliefConfig, check_against_topic
 from .population import build_graph, concept_stream, initial_credences, turn_order
 from .population import population as build_concept_population
-from .roles import Appraiser, Generator, OracleAppraiser, OracleGenerator, OracleProbe, Probe, ProbeRound, RunKey, Turn
+from .channel import (Appraiser, Generator, OracleAppraiser, OracleGenerator, OracleProbe, Probe, ProbeRound, RunKey,
+                      Turn)
 from .topics import MultiTopic, load_multi_topic, load_topic
 
 __all__ = ["RunSpec", "Group", "GroupResult", "Result", "plan", "prepare", "run_group", "simulate"]
@@ -133,7 +134,7 @@ def _stack(specs: Sequence[RunSpec], root_seed: int, topic: MultiTopic | None, t
     for i, sp in enumerate(specs):
         cfg = sp.config
         cs = _concepts(cfg, topic)
-        core.check_gamma(np.array([c[1] for c in cs]))
+        bayes.check_gamma(np.array([c[1] for c in cs]))
         for ci, (K, _, _, p) in enumerate(cs):
             b = initial_credences(p, K, n, lambda ci=ci, s=sp.seed: concept_stream(root_seed, s, ci))
             kappa[i, :, ci], groups[i, :, ci], b0[i, :, ci, :K] = build_concept_population(p, b)

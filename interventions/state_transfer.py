@@ -131,7 +131,7 @@ def check_pair(sender: Any, receiver: Any, layer_s: int, layer_r: int, map: Line
     if map is None:
         if si["width"] != ri["width"]:
             raise TransferError(f"widths differ ({si['width']} vs {ri['width']}) and no linear map was given "
-                                f"(fit one with transfer.fit_map): {both}")
+                                f"(fit one with state_transfer.fit_map): {both}")
         return
     want = (ri["width"], si["width"])
     if tuple(map.W.shape) != want or tuple(map.b.shape) != (ri["width"],):
