@@ -1,5 +1,6 @@
-"""The analyses of ``chorus roleplay`` over stored role-play runs (stats, probes): one module
-each, an ``@analysis`` of ``chorus.core.analyses``. Importing this package imports every module in it,
+"""The analyses of ``chorus roleplay`` over stored role-play runs: one module each, named as the module
+it wraps (stats: ``across_runs.py``, probes: ``mechanism_probes.py``, annotators), an ``@analysis`` of
+``chorus.core.analyses``. Importing this package imports every module in it,
 so a new module here is a new command (``add_analyses`` mounts it)."""
 from __future__ import annotations
 
