@@ -374,14 +374,14 @@ def source_records(cfg: AnalysisConfig) -> list[dict[str, Any]]:
 
 
 def check_sources(run_dir: str | Path) -> list[str] | None:
-    """What differs from an analysis run's recorded sources: one line per source changed, missing or
-    (a run directory) whose own files no longer match its record; None for a run that is not an
-    analysis."""
+    """What differs from an analysis run's (or a paper report's) recorded sources: one line per source
+    changed, missing or (a run directory) whose own files no longer match its record; None for a run
+    that is neither."""
     try:
         prov = RunDir(run_dir).provenance()
     except (OSError, ValueError):   # unreadable: the record check names provenance.json as changed
         return None
-    if "analysis" not in prov:
+    if "analysis" not in prov and "paper" not in prov:   # a paper report records its runs as an analysis does
         return None
     bad = []
     for s in prov.get("sources") or []:

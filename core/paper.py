@@ -17,7 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Callable, Iterable, Sequence
+from chorus.core.config import InputError, Strict
 from chorus.core.runs import check_output, write_json
+
+
+class PaperError(InputError):
+    """An input that cannot be read into a paper report (one line naming it; exit 2)."""
 
 
 @dataclass(frozen=True)
@@ -145,15 +150,38 @@ def copy_figures(figures: Iterable[Sequence[str]], out: Path) -> list[str]:
     return lines
 
 
-def write_paper(out: Path, numbers: dict[str, Any],
-                render: Callable[[dict[str, Any], Path], str]) -> tuple[Path, dict[str, Any]]:
-    """``out/numbers.json``, then ``out/paper.md`` rendered from that file as read back (so the report
-    shows only what the file holds, JSON-normalised); (paper.md, the numbers read back). ``out`` is
-    never a run directory nor inside one (``chorus.core.runs.check_output``): a paper is not a run's record."""
-    check_output(out)
-    out.mkdir(parents=True, exist_ok=True)
-    write_json(out / "numbers.json", numbers)
-    numbers = json.loads((out / "numbers.json").read_text())
-    p = out / "paper.md"
-    p.write_text(render(numbers, out))
+class PaperConfig(Strict):
+    """What a paper report was made from: which paper, and the run directories given, as given."""
+    paper: str
+    runs: list[str]
+
+
+def paper_sources(runs: Sequence[str | Path]) -> list[dict[str, Any]]:
+    """Each run a paper read, with the fingerprint ``chorus verify`` checks it against later (its
+    manifest's sha256, "unsealed" for a run without one), in the record an analysis keeps."""
+    from chorus.core.analyses import Reads, fingerprint
+    return [{"field": "runs", "reads": "runs", "kind": "runs", "path": str(r), "resolved": str(Path(r).resolve()),
+             "fingerprint": fingerprint(Path(r), Reads("runs"))} for r in runs]
+
+
+def write_paper(out: Path, numbers: dict[str, Any], render: Callable[[dict[str, Any], Path], str], *,
+                paper: str, runs: Sequence[str | Path]) -> tuple[Path, dict[str, Any]]:
+    """The paper's own sealed run directory ``out`` (part ``paper``): ``numbers.json``, then ``paper.md``
+    rendered from that file as read back (so the report shows only what the file holds, JSON-normalised)
+    and the figures it copies; provenance names the paper and each run it read with its fingerprint, so
+    ``chorus verify OUT`` catches an edited page or a run changed since. (paper.md, the numbers read back).
+    ``out`` is new, empty, or this paper's earlier report of the same runs (``RunDir.create``); it never
+    lies inside another run (``chorus.core.runs.check_output``): a paper is not that run's record."""
+    from chorus.core.runs import RunDir
+    earlier = RunDir(out).provenance().get("part") if (out / "provenance.json").is_file() else None
+    if earlier != "paper":   # an earlier paper report in ``out`` is RunDir.create's to accept or refuse
+        check_output(out)
+    cfg = PaperConfig(paper=paper, runs=[str(r) for r in runs])
+    run = RunDir.create(out, part="paper", config=cfg, command=f"paper {paper}", paper=paper,
+                        sources=paper_sources(runs))
+    write_json(run.path / "numbers.json", numbers)
+    numbers = json.loads((run.path / "numbers.json").read_text())
+    p = run.path / "paper.md"
+    p.write_text(render(numbers, run.path))
+    run.finish()
     return p, numbers

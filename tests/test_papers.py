@@ -6,6 +6,7 @@ warning line naming the new one. The papers' numbers and pages are tested in the
 from __future__ import annotations
 
 import importlib
+import json
 
 import pytest
 from typer.testing import CliRunner
@@ -83,3 +84,34 @@ def test_bda_renders_an_existing_campaign_without_out_and_refuses_many_inputs(tm
     r = runner.invoke(app, ["council", "campaign", str(tmp_path / "nope"), "--out", str(tmp_path / "c")])
     assert r.exit_code == 2 and "not a directory" in r.output and not (tmp_path / "c").exists()
     assert r.stderr.count("chorus council campaign is now chorus paper bda RUN... --out CAMPAIGN") == 1
+
+
+def test_a_paper_is_its_own_sealed_record_of_the_runs_it_read(tmp_path):
+    """``chorus verify`` covers a paper report: its own files against its record, and each run it read
+    against the fingerprint it recorded; rerunning into it resumes, other runs there are refused."""
+    from chorus.core.runs import RunDir, write_json
+    from test_influence_paper import KNOCK
+    src = RunDir.create(tmp_path / "knock", part="influence", command="influence knockout")
+    write_json(src.path / "summary.json", KNOCK)
+    src.finish()
+    out = tmp_path / "paper"
+    assert runner.invoke(app, ["paper", "influence", str(src.path), "--out", str(out)]).exit_code == 0
+    prov = json.loads((out / "provenance.json").read_text())
+    assert prov["part"] == "paper" and prov["paper"] == "influence" and prov["finished"]
+    assert [s["path"] for s in prov["sources"]] == [str(src.path)] and prov["sources"][0]["fingerprint"] != "unsealed"
+    ok = runner.invoke(app, ["verify", str(out)])
+    assert ok.exit_code == 0 and "every source is the one it read" in ok.output
+    # the same runs again: the same record; other runs into it: refused, nothing changed
+    assert runner.invoke(app, ["paper", "influence", str(src.path), "--out", str(out)]).exit_code == 0
+    before = (out / "numbers.json").read_bytes()
+    r = runner.invoke(app, ["paper", "influence", str(src.path), str(tmp_path / "knock"), "--out", str(out)])
+    assert r.exit_code == 2 and "holds a run with another config" in r.output and (out / "numbers.json").read_bytes() == before
+    # an edited page, then a source changed after the paper read it: each named, exit 1
+    md = (out / "paper.md").read_text()
+    (out / "paper.md").write_text(md.replace("message effect", "message effekt"))
+    r = runner.invoke(app, ["verify", str(out)])
+    assert r.exit_code == 1 and "changed: paper.md" in r.output
+    (out / "paper.md").write_text(md)
+    write_json(src.path / "summary.json", {**KNOCK, "n_pairs": 5})
+    r = runner.invoke(app, ["verify", str(out)])
+    assert r.exit_code == 1 and f"source changed: {src.path}" in r.output and "changed: summary.json" in r.output

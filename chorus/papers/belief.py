@@ -13,19 +13,14 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
-from chorus.core.paper import Sections, fmt, md_table, missing_line, render_sections, run_plots, write_paper
+from chorus.core.paper import PaperError, Sections, fmt, md_table, missing_line, render_sections, run_plots, write_paper
 from chorus.core.runs import file_sha256, json_safe
 from chorus.core.stats import interval_text
-from chorus.core.config import InputError
 from chorus.serving.standing import combined, run_standing
 
 SCHEMA = "chorus.belief-paper/1"
 COMMAND = "chorus paper belief"
 LLM = "--set mode=llm --set llm.model=PROFILE"
-
-
-class PaperError(InputError):
-    """A run that cannot be read into the report (one line naming it)."""
 
 
 def _kappa_interval(c: dict[str, Any], run: dict[str, Any]) -> str:
@@ -253,4 +248,4 @@ def render(numbers: dict[str, Any], out: Path) -> str:
 
 def build_paper(run_dirs: Sequence[str | Path], out: str | Path) -> Path:
     """``out/numbers.json`` from the runs, then ``out/paper.md`` from it; returns paper.md."""
-    return write_paper(Path(out), export(run_dirs), render)[0]   # write_paper makes the folder, never in a run
+    return write_paper(Path(out), export(run_dirs), render, paper="belief", runs=run_dirs)[0]

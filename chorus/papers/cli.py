@@ -19,10 +19,8 @@ paper_app = typer.Typer(no_args_is_help=True, add_completion=False,
 RUNS_OUT = "Folder for numbers.json, paper.md and figures/."
 
 
-def _bda_errors() -> tuple:
-    from chorus.aggregate.errors import LabelError, TraceError
-    from chorus.simulate.council.campaign_inputs import CampaignError
-    return (CampaignError, ConfigError, TraceError, LabelError, FileNotFoundError, InputError)
+#: what a paper command refuses in one line (exit 2): bad input of any part, a file that is not there
+BAD_INPUT = (InputError, FileNotFoundError)
 
 
 @paper_app.command("bda")
@@ -51,7 +49,7 @@ def bda(inputs: List[Path] = typer.Argument(..., metavar="RUN...", help="Council
                  "to render its paper again")
         try:
             p = render_paper(inputs[0])
-        except _bda_errors() as err:
+        except BAD_INPUT as err:
             fail(err)
         typer.echo(f"paper: {p}")
         return
@@ -67,7 +65,7 @@ def bda(inputs: List[Path] = typer.Argument(..., metavar="RUN...", help="Council
         with progress("campaign", "sections") as prog:
             path = build_campaign(cfg, out, progress=prog)
         md = render_paper(out) if paper else None
-    except _bda_errors() as err:
+    except BAD_INPUT as err:
         fail(err)
     Console().print(f"numbers: [bold]{path}[/bold]" + (f"\npaper: [bold]{md}[/bold]" if md else ""))
 
@@ -80,10 +78,10 @@ def influence(runs: List[Path] = typer.Argument(..., metavar="RUN...", help="Deb
     row names its run, each missing section the command that makes it. No model call."""
     from rich.console import Console
 
-    from chorus.papers.influence import PaperError, build_paper
+    from chorus.papers.influence import build_paper
     try:
         path, numbers = build_paper(runs, out)
-    except PaperError as err:
+    except BAD_INPUT as err:
         fail(err)
     con = Console()
     secs = numbers["sections"]
@@ -112,7 +110,7 @@ def roleplay(runs: List[Path] = typer.Argument(..., metavar="RUN...", help="Run 
     from chorus.papers.roleplay import build_paper
     try:
         p = build_paper(runs, out)
-    except (ConfigError, FileNotFoundError) as err:
+    except BAD_INPUT as err:
         fail(err)
     con = Console()
     for key, s in json.loads((out / "numbers.json").read_text())["sections"].items():
@@ -129,11 +127,10 @@ def belief(runs: List[Path] = typer.Argument(..., metavar="RUN...", help="Belief
            out: Path = typer.Option(..., "--out", help=RUNS_OUT)) -> None:
     """The belief-layer paper's tables and figures in the paper's order, from one numbers file read out of the
     stored runs (no model call); a section without its run names the command that makes it."""
-    from chorus.papers.belief import PaperError, build_paper
-    from chorus.simulate.belief.models_table import TableError
+    from chorus.papers.belief import build_paper
     try:
         p = build_paper(runs, out)
-    except (PaperError, TableError, ConfigError, FileNotFoundError) as err:
+    except BAD_INPUT as err:
         fail(err)
     typer.echo(f"paper: {p}\nnumbers: {out / 'numbers.json'}")
 

@@ -17,8 +17,7 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
-from chorus.core.config import ConfigError
-from chorus.core.paper import Sections, md_table, missing_line, render_sections, write_paper
+from chorus.core.paper import PaperError, Sections, md_table, missing_line, render_sections, write_paper
 from chorus.core.runs import file_sha256, json_safe
 from chorus.core.stats import UNBOUNDED, record_level
 from chorus.serving.standing import standing
@@ -29,10 +28,6 @@ LONG_ROUNDS = 4   # a debate of more rounds than the paper's three is a long deb
 DEBATE = "chorus debate run default --set model.profile=PROFILE"
 LONG = "chorus debate run long --set model.profile=PROFILE"
 INFLUENCE = "chorus influence {verb} {config} --set source.run=DEBATE_RUN --set model.profile=PROFILE"
-
-
-class PaperError(ConfigError):
-    """A directory that cannot be read into the report (one line naming it; exit 2)."""
 
 
 def _read_run(path: Path) -> dict[str, Any]:
@@ -447,4 +442,4 @@ def render(numbers: dict[str, Any], out: Path) -> str:
 
 def build_paper(run_dirs: Sequence[str | Path], out: str | Path) -> tuple[Path, dict[str, Any]]:
     """``out/numbers.json`` from the runs, then ``out/paper.md`` from that file; (paper.md, numbers)."""
-    return write_paper(Path(out), export(run_dirs), render)
+    return write_paper(Path(out), export(run_dirs), render, paper="influence", runs=run_dirs)

@@ -15,8 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from chorus.core.config import ConfigError
-from chorus.core.paper import Sections, fmt, md_table, render_sections, run_plots, write_paper
+from chorus.core.paper import PaperError, Sections, fmt, md_table, render_sections, run_plots, write_paper
 from chorus.core.runs import file_sha256, json_safe
 from chorus.serving.standing import standing
 
@@ -33,10 +32,6 @@ SETUP_NAMES = {"full_dynamics": "Full Dynamics Simulation", "next_message": "Nex
 STANCE = ("single_error", "update_error", "convergence_error", "delta_sd", "delta_pairwise", "delta_range",
           "partner_gap_spearman")
 TEXT = ("rouge_l", "semantic_similarity", "length_deviation", "on_topic_rate")
-
-
-class PaperError(ConfigError):
-    """An input that cannot be read into the report (one line naming it; exit 2)."""
 
 
 @dataclass
@@ -386,4 +381,5 @@ def render(numbers: dict[str, Any], out: Path) -> str:
 
 def build_paper(run_dirs: Sequence[str | Path], out: str | Path) -> Path:
     """``out/numbers.json`` from the runs, then ``out/paper.md`` from it; returns paper.md."""
-    return write_paper(Path(out), export(run_dirs), render)[0]
+    numbers = export(run_dirs)   # the runs read: those given and each SFT run's comparison run
+    return write_paper(Path(out), numbers, render, paper="roleplay", runs=[r["run"] for r in numbers["runs"]])[0]
