@@ -115,3 +115,21 @@ def test_a_paper_is_its_own_sealed_record_of_the_runs_it_read(tmp_path):
     write_json(src.path / "summary.json", {**KNOCK, "n_pairs": 5})
     r = runner.invoke(app, ["verify", str(out)])
     assert r.exit_code == 1 and f"source changed: {src.path}" in r.output and "changed: summary.json" in r.output
+
+
+def test_the_bda_campaign_records_the_trace_files_it_read(tmp_path):
+    """The campaign (the BDA paper's record) names every trace file with its sha256, so ``chorus verify``
+    catches a store changed after the export."""
+    from chorus.simulate.council.campaign import CampaignConfig, build_campaign
+    from chorus.simulate.council.campaign_synthetic import write_store
+    store = tmp_path / "store"
+    write_store(store, n_questions=12, seeds=1, datasets=(("claims_a", 2, (0.8, 0.7, 0.65)),))
+    out = tmp_path / "camp"
+    build_campaign(CampaignConfig(inputs=[str(store)], sections=["inventory"], methods=["plurality"]), out)
+    prov = json.loads((out / "provenance.json").read_text())
+    files = sorted((store / "traces").glob("*.jsonl*"))
+    assert prov["paper"] == "bda" and [s["path"] for s in prov["sources"]] == [str(f) for f in files]
+    assert runner.invoke(app, ["verify", str(out)]).exit_code == 0
+    files[0].write_bytes(files[0].read_bytes() + b"\n")
+    r = runner.invoke(app, ["verify", str(out)])
+    assert r.exit_code == 1 and f"source changed: {files[0]}" in r.output

@@ -7,7 +7,7 @@ from it, and ``verify_campaign`` is its drift guard.
     chorus council campaign-verify CAMPAIGN [--all]          # re-derive from the stores; exit 1 on drift
     chorus paper bda CAMPAIGN                                # CAMPAIGN/paper.md + figures/ again, paper order
 
-Campaign directory: ``config.yaml`` (the typed export config), ``provenance.json`` (versions, seeds),
+Campaign directory: ``config.yaml`` (the typed export config), ``provenance.json`` (versions, seeds, every trace file read with its sha256: ``chorus verify`` checks them),
 ``numbers.json`` (``sources``: each input with its council identity; ``cells``: each cell's trace files
 with their sha256; ``sections``: one entry per registered section), ``paper.md``, ``figures/*.png``."""
 from __future__ import annotations
@@ -105,7 +105,12 @@ def export(cfg: CampaignConfig, progress=None, collected=None) -> dict[str, Any]
 def build_campaign(cfg: CampaignConfig, out: str | Path, progress=None) -> Path:
     """Export ``cfg`` into ``out``: config, provenance, ``numbers.json``; returns the numbers file."""
     collected = collect(cfg.inputs)   # bad inputs are refused before the campaign directory is touched
-    run = RunDir.create(out, part="campaign", config=cfg, seeds={"root": cfg.seed}, command="council campaign")
+    # every trace file read, with its sha256, where ``chorus verify`` checks the sources of an analysis or a
+    # paper: the campaign is the BDA paper's record
+    traces = [{"field": "inputs", "reads": "traces", "kind": "traces", "path": str(f), "resolved": str(f.resolve()),
+               "fingerprint": file_sha256(f)} for src in collected[0] for f in src.files]
+    run = RunDir.create(out, part="campaign", config=cfg, seeds={"root": cfg.seed}, command="council campaign",
+                        paper="bda", sources=traces)
     try:
         numbers = export(cfg, progress, collected)
     except BaseException as e:
