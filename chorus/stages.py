@@ -123,7 +123,7 @@ def serving_headline(summary: dict[str, Any]) -> list[Row]:
                        why="no structured request was made")]
 
 
-declare("serving", "chorus.stages:serving_headline")
+declare("serving", serving_headline)
 
 
 def _bar_plot(rd, profile: str, path: Path) -> None:

@@ -1,8 +1,7 @@
 """A run's headline: the comparison its paper leads with, as a few rows, declared once per part.
 
-Each part declares one function ``headline(summary) -> list[Row]`` beside its summary code and names it
-here (``declare("debate", "chorus.simulate.debate.headline:headline")``, from the part's CLI module, so
-nothing is imported until a headline is asked for). The console table a run prints, the top of its
+Each part declares one function ``headline(summary) -> list[Row]`` beside its summary code (a light module:
+it imports only this one) and hands it here from the part's CLI module (``declare("debate", headline)``). The console table a run prints, the top of its
 report and the demo's overview all ask ``rows(part, summary)``: one list of rows, rendered three ways.
 
 A row is an estimate with its interval, the interval's level and the number of units behind it. A row
@@ -171,21 +170,20 @@ def proportion(name: str, share: Any, n: Any, *, level: float = 0.95, why: str |
 
 
 # -- the declarations --------------------------------------------------------------------------------
-HEADLINES: dict[str, str] = {}
+HEADLINES: dict[str, Callable[[dict[str, Any]], list[Row]]] = {}
 
 
-def declare(part: str, ref: str) -> None:
-    """Name ``part``'s headline function ("module:function", imported when asked); once per part."""
-    if HEADLINES.get(part, ref) != ref:
-        raise ValueError(f"part {part!r} declares two headlines: {HEADLINES[part]} and {ref}")
-    HEADLINES[part] = ref
+def declare(part: str, fn: Callable[[dict[str, Any]], list[Row]]) -> None:
+    """``part``'s headline function; once per part."""
+    if not callable(fn):
+        raise TypeError(f"part {part!r}: a headline is a function of the summary, got {fn!r}")
+    if HEADLINES.get(part, fn) is not fn:
+        raise ValueError(f"part {part!r} declares two headlines: {HEADLINES[part].__qualname__} and {fn.__qualname__}")
+    HEADLINES[part] = fn
 
 
 def headline_function(part: str | None) -> Callable[[dict[str, Any]], list[Row]] | None:
-    if part not in HEADLINES:
-        return None
-    from chorus.core.verbs import resolve
-    return resolve(HEADLINES[part])
+    return HEADLINES.get(part) if part is not None else None
 
 
 def rows(part: str | None, summary: dict[str, Any] | None) -> list[Row] | None:

@@ -12,6 +12,7 @@ import typer
 
 from chorus.core.cliutil import add_verbs
 from chorus.core.headline import declare as declare_headline
+from chorus.interventions.headline import headline
 from chorus.core.verbs import Impl, Option, Verb, register
 from chorus.serving.standing import print_headline
 
@@ -100,7 +101,7 @@ def _show_counterfactual(console, path: Path, s: dict) -> None:
 
 # over a stored debate: RUN_DIR in place of CONFIG (into the config's run), the shipped default config
 # with the options over it; --layers parsed (all, A-B, 3,4,7) into the config's list
-declare_headline("influence", "chorus.interventions.headline:headline")   # the lead comparison its report, console and the demo show first
+declare_headline("influence", headline)   # the lead comparison its report, console and the demo show first
 
 
 def _impl_counterfactual() -> Impl:

@@ -13,6 +13,7 @@ import chorus.simulate.belief.analyses  # noqa: F401  (registers models)
 from chorus.core.cliutil import RECOMPUTE_HELP, add_analyses, add_verbs, deprecated, plots_option
 from chorus.core.cliutil import fail as _fail
 from chorus.core.headline import declare as declare_headline
+from chorus.simulate.belief.headline import headline
 from chorus.core.verbs import Impl, Option, Verb, register
 from chorus.serving.profiles import DEFAULT_PROFILE
 from chorus.serving.standing import standing_text
@@ -88,7 +89,7 @@ def report_renamed(run_dir: Path = typer.Argument(..., help="A belief run direct
     recompute(run_dir, plots)
 
 
-declare_headline("belief", "chorus.simulate.belief.headline:headline")   # the lead comparison its report, console and the demo show first
+declare_headline("belief", headline)   # the lead comparison its report, console and the demo show first
 
 
 def _impl_belief_multi() -> Impl:

@@ -18,6 +18,7 @@ from chorus.core.cliutil import add_analyses, add_verbs, model_option, plots_opt
 from chorus.core.cliutil import fail as _fail
 from chorus.core.cliutil import parse_overrides as _overrides
 from chorus.core.headline import declare as declare_headline
+from chorus.simulate.council.headline import headline
 from chorus.core.verbs import Impl, Option, Verb, register
 from chorus.serving.profiles import DEFAULT_PROFILE
 from chorus.serving.standing import standing_text
@@ -64,7 +65,7 @@ def _show(console, path: Path, s: dict) -> None:
     _print(path, s)
 
 
-declare_headline("council", "chorus.simulate.council.headline:headline")   # the lead comparison its report, console and the demo show first
+declare_headline("council", headline)   # the lead comparison its report, console and the demo show first
 
 
 def _impl_council_run() -> Impl:

@@ -12,6 +12,7 @@ from chorus.core.analyses import readers_in
 from chorus.core.cliutil import add_verbs, model_option, parse_overrides, plots_option, renamed_option
 from chorus.core.cliutil import fail as _fail
 from chorus.core.headline import declare as declare_headline
+from chorus.simulate.debate.headline import headline
 from chorus.core.verbs import Impl, Option, Verb, register
 from chorus.serving.profiles import DEFAULT_PROFILE
 from chorus.serving.standing import print_headline, standing
@@ -113,7 +114,7 @@ def bench_cmd(out: Path = typer.Option(Path("runs/bench/mad_bench.jsonl"), "--ou
         typer.echo(f"  {k}: {v}")
 
 
-declare_headline("debate", "chorus.simulate.debate.headline:headline")   # the lead comparison its report, console and the demo show first
+declare_headline("debate", headline)   # the lead comparison its report, console and the demo show first
 
 
 def _impl_debate_run() -> Impl:

@@ -13,6 +13,7 @@ from chorus.core.cliutil import (add_analyses, add_verbs, fail, model_option, pl
                                  show_analysis)
 from chorus.core.config import bad_input_types
 from chorus.core.headline import declare as declare_headline
+from chorus.simulate.roleplay.headline import headline
 from chorus.core.verbs import Impl, Verb, register
 from chorus.serving.standing import standing_text
 
@@ -69,7 +70,7 @@ def print_summary(console, path: Path, s: dict) -> None:
     console.print(f"results: [bold]{path}[/bold] (summary.json, tables/*.parquet, plots/*.png)")
 
 
-declare_headline("roleplay", "chorus.simulate.roleplay.headline:headline")   # the lead comparison its report, console and the demo show first
+declare_headline("roleplay", headline)   # the lead comparison its report, console and the demo show first
 
 
 def _impl_roleplay_run() -> Impl:
