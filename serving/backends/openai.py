@@ -45,6 +45,8 @@ from chorus.serving.profiles import ModelError, Profile
 from chorus.serving.types import RequestSampling
 from chorus.core.config import InputError
 
+BACKEND = "OpenAIBackend", 3  # this module is backend "openai", listed third (serving.backends)
+
 
 class EndpointError(RuntimeError):
     """A server could not be reached or answered with an error."""

@@ -20,6 +20,8 @@ from chorus.serving.profiles import ModelError, cache_dir
 from chorus.serving.types import RequestSampling
 from chorus.core.logs import engine_log, vllm_logging_ready
 
+BACKEND = "VLLMBackend", 2  # this module is backend "vllm", listed second (serving.backends)
+
 # Single-token readouts ask vLLM for the log-probabilities of exactly the option tokens
 # (``logprob_token_ids``, at most vLLM's MAX_LOGPROB_TOKEN_IDS = 128 per request, with
 # ``logprobs`` equal to their count); more options are split over several requests. The engine's
