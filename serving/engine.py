@@ -98,13 +98,16 @@ class Engine:
         range too, from the same call (None where the tokenizer has no offset mapping)."""
         if not texts:
             return [], None
+        # a fast tokenizer is not asked for the attention masks and type ids nothing here reads
+        kw = {"return_attention_mask": False, "return_token_type_ids": False} \
+            if getattr(self.tokenizer, "is_fast", False) else {}
         if offsets:
             try:
-                enc = self.tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)
+                enc = self.tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True, **kw)
                 return [list(x) for x in enc["input_ids"]], [[tuple(o) for o in x] for x in enc["offset_mapping"]]
             except NotImplementedError:  # a slow (python) tokenizer: no offsets
                 pass
-        return [list(x) for x in self.tokenizer(texts, add_special_tokens=False)["input_ids"]], None
+        return [list(x) for x in self.tokenizer(texts, add_special_tokens=False, **kw)["input_ids"]], None
 
     def render_many(self, conversations: Sequence[list[dict[str, str]]], offsets: bool = False) -> list[PreparedPrompt]:
         """``render`` of each conversation, tokenised in one call (``offsets``: with each token's
