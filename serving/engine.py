@@ -98,13 +98,16 @@ class Engine:
         range too, from the same call (None where the tokenizer has no offset mapping)."""
         if not texts:
             return [], None
+        # a fast tokenizer is not asked for the attention masks and type ids nothing here reads
+        kw = {"return_attention_mask": False, "return_token_type_ids": False} \
+            if getattr(self.tokenizer, "is_fast", False) else {}
         if offsets:
             try:
-                enc = self.tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)
+                enc = self.tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True, **kw)
                 return [list(x) for x in enc["input_ids"]], [[tuple(o) for o in x] for x in enc["offset_mapping"]]
             except NotImplementedError:  # a slow (python) tokenizer: no offsets
                 pass
-        return [list(x) for x in self.tokenizer(texts, add_special_tokens=False)["input_ids"]], None
+        return [list(x) for x in self.tokenizer(texts, add_special_tokens=False, **kw)["input_ids"]], None
 
     def render_many(self, conversations: Sequence[list[dict[str, str]]], offsets: bool = False) -> list[PreparedPrompt]:
         """``render`` of each conversation, tokenised in one call (``offsets``: with each token's
@@ -113,16 +116,21 @@ class Engine:
 
     def prepare(self, conversations: Sequence[list[dict[str, str]]], options: Sequence[str] | None = None,
                 offsets: bool = False) -> tuple[list[PreparedPrompt], list[list[list[int]]] | None]:
-        """The rendered prompts and, given ``options``, ``option_ids_many`` of them: the prompts and the
-        joint prompt + option texts in one tokenizer call."""
+        """The rendered prompts and, given ``options``, ``option_ids_many`` of them. Each prompt is
+        tokenised once; each option with the prompt's short tail (``_tail_option_ids``) where the
+        tokenizer allows it, else the prompts and the joint prompt + option texts in one call."""
         texts = [self._template(c) for c in conversations]
         opts = list(options) if options is not None else []
-        joint = [t + o for t in texts for o in opts]
-        ids, offs = self._encode(texts + joint, offsets)
+        if options is not None and not self._tail_ok():
+            ids, offs = self._encode(texts + [t + o for t in texts for o in opts], offsets)
+            prompts = [PreparedPrompt(text=t, ids=ids[j], offsets=offs[j] if offs else None)
+                       for j, t in enumerate(texts)]
+            return prompts, self._option_ids(prompts, opts, ids[len(texts):])
+        ids, offs = self._encode(texts, offsets)
         prompts = [PreparedPrompt(text=t, ids=ids[j], offsets=offs[j] if offs else None) for j, t in enumerate(texts)]
         if options is None:
             return prompts, None
-        return prompts, self._option_ids(prompts, opts, ids[len(texts):])
+        return prompts, self._tail_option_ids(prompts, opts)
 
     def _check_len(self, i: int, p: PreparedPrompt, new_tokens: int) -> None:
         if len(p.ids) + new_tokens > self.max_model_len:
@@ -207,12 +215,119 @@ class Engine:
         return self.option_ids_many([prompt], [option])[0][0]
 
     def option_ids_many(self, prompts: Sequence[PreparedPrompt], options: Sequence[str]) -> list[list[list[int]]]:
-        """``option_token_ids`` of every option after every prompt (``[prompt][option]``): the joint
-        texts in one tokenizer call; an option tokenised alone (where a joint tokenisation merged
+        """``option_token_ids`` of every option after every prompt (``[prompt][option]``): each option
+        tokenised after the prompt's tail (``_tail_option_ids``) where the tokenizer allows it, else the
+        joint texts in one tokenizer call; an option tokenised alone (where a joint tokenisation merged
         across the boundary) is kept on the engine, computed once (``_option_alone``)."""
         opts = list(options)
+        if self._tail_ok():
+            return self._tail_option_ids(prompts, opts)
         full, _ = self._encode([p.text + o for p in prompts for o in opts])
         return self._option_ids(prompts, opts, full)
+
+    # -- option ids from the prompt's tail ----------------------------------------------------
+    # A Hugging Face fast tokenizer splits its text at its added tokens (the chat template's special
+    # tokens) before anything else and tokenises the pieces between them independently, so the ids of
+    # ``prompt + option`` are the prompt's ids up to its last added token followed by the ids of
+    # ``tail + option``, where ``tail`` is the prompt's text from that token on (a few tokens: the
+    # generation prompt). Tokenising each option after the tail, not after the whole prompt, is what a
+    # readout's tokenisation cost was: the long prompt once per option (issue 52). An option whose
+    # joint ids change the tail's own ids changes the prompt's: it is tokenised alone, as the joint way
+    # does. Checked, not assumed: the tail alone must give the prompt's last ids, else that prompt's
+    # options are tokenised with the whole prompt; and once per tokenizer one prompt's option ids are
+    # compared with the joint way's (a tokenizer that disagrees is not split again). The ids are the
+    # joint way's on every paper template (tests/test_engine_render.py).
+    TAIL_CACHE = 4096  # tail and tail + option texts whose ids are kept on the engine
+    TAIL_CACHED_CHARS = 512  # the longest kept (a tail with a long prefill is encoded each call)
+
+    def _tail_ok(self) -> bool:
+        """Whether the tail split applies: a Hugging Face fast tokenizer with added tokens."""
+        return (bool(getattr(self.tokenizer, "is_fast", False)) and self.__dict__.get("_tail_off") != id(self.tokenizer)
+                and bool(self._added_tokens()))
+
+    def _added_tokens(self) -> dict[int, str]:
+        """The tokenizer's added tokens, id to text, read once per tokenizer."""
+        key = id(self.tokenizer)
+        got = self.__dict__.get("_added")
+        if got is None or got[0] != key:
+            try:
+                dec = {int(i): str(t) for i, t in self.tokenizer.added_tokens_decoder.items()}
+            except (AttributeError, TypeError):
+                dec = {}
+            got = self.__dict__["_added"] = (key, {i: t for i, t in dec.items() if t})
+        return got[1]
+
+    def _cut(self, p: PreparedPrompt) -> int | None:
+        """Where ``p``'s tail starts, as a token index: its last added token (None: it has none)."""
+        added = self._added_tokens()
+        for i in range(len(p.ids) - 1, -1, -1):
+            if p.ids[i] in added:
+                return i
+        return None
+
+    def _short_ids(self, texts: list[str]) -> list[list[int]]:
+        """Ids of tails and tail + option texts in one call; the short ones (most tails are the generation
+        prompt's few tokens) are kept per tokenizer, each encoded once."""
+        cache = self.__dict__.setdefault("_tail_ids", {})
+        tk = id(self.tokenizer)
+        todo = list(dict.fromkeys(t for t in texts if (tk, t) not in cache))
+        new = dict(zip(todo, self._encode(todo)[0]))
+        if len(cache) + len(todo) > self.TAIL_CACHE:
+            cache.clear()
+        cache.update(((tk, t), ids) for t, ids in new.items() if len(t) <= self.TAIL_CACHED_CHARS)
+        return [new[t] if t in new else cache[(tk, t)] for t in texts]
+
+    def _check_tail_split(self, prompts: Sequence[PreparedPrompt], opts: list[str], got: list[list[Any]],
+                          j: int) -> None:
+        """Once per tokenizer, prompt ``j``'s option ids by the tail split against the joint way: a
+        tokenizer whose pieces between added tokens are not independent is not split again (its later
+        calls take the joint way) and this call's ids are the joint way's."""
+        full, _ = self._encode([prompts[j].text + o for o in opts])
+        if [self._joint_or_alone(prompts[j], o, f) for o, f in zip(opts, full)] == got[j]:
+            self.__dict__["_tail_checked"] = id(self.tokenizer)
+            return
+        self.__dict__["_tail_off"] = id(self.tokenizer)
+        full, _ = self._encode([p.text + o for p in prompts for o in opts])
+        got[:] = self._option_ids(prompts, opts, full)
+
+    def _tail_option_ids(self, prompts: Sequence[PreparedPrompt], opts: list[str]) -> list[list[list[int]]]:
+        """``option_ids_many`` by the tail split (see above); what fails its check is done the old way."""
+        added = self._added_tokens()
+        tails: list[tuple[int, str] | None] = []
+        for p in prompts:
+            i = self._cut(p)
+            at = p.text.rfind(added[p.ids[i]]) if i is not None else -1
+            tails.append((i, p.text[at:]) if at >= 0 else None)
+        short = [t[1] for t in tails if t] + [t[1] + o for t in tails if t for o in opts]
+        got = dict(zip(short, self._short_ids(short)))
+        out: list[list[list[int] | None]] = []
+        redo: list[tuple[int, int]] = []
+        split = None  # a prompt whose options were split at its tail
+        for j, (p, t) in enumerate(zip(prompts, tails)):
+            tail = list(p.ids[t[0]:]) if t else None
+            if t is None or got[t[1]] != tail:  # the tail alone is not the prompt's last ids: the old way
+                out.append([None] * len(opts))
+                redo += [(j, k) for k in range(len(opts))]
+                continue
+            # the joint ids keep the tail's ids exactly when the whole prompt + option's keep the prompt's
+            # (the pieces before the tail are the same): else the option alone, as the joint way does
+            row: list[list[int] | None] = []
+            for o in opts:
+                f = got[t[1] + o]
+                row.append(f[len(tail):] if f[:len(tail)] == tail else self._option_alone(o))
+            out.append(row)
+            split = j if split is None else split
+        if redo:
+            full, _ = self._encode([prompts[j].text + opts[k] for j, k in redo])
+            for (j, k), f in zip(redo, full):
+                out[j][k] = self._joint_or_alone(prompts[j], opts[k], f)
+        if split is not None and self.__dict__.get("_tail_checked") != id(self.tokenizer):
+            self._check_tail_split(prompts, opts, out, split)
+        for row in out:
+            for o, ids in zip(opts, row):
+                if not ids:
+                    raise RequestError(f"option {o!r} tokenises to nothing")
+        return [[list(ids) for ids in row] for row in out]  # type: ignore[arg-type]
 
     def _option_alone(self, option: str) -> list[int]:
         """``option`` tokenised alone, cached per tokenizer (a pure function of the two)."""
@@ -222,13 +337,18 @@ class Engine:
             cache[key] = list(self.tokenizer(option, add_special_tokens=False).input_ids)
         return cache[key]
 
+    def _joint_or_alone(self, p: PreparedPrompt, option: str, full: list[int]) -> list[int]:
+        """The option's ids from the joint ids ``full`` of ``p.text + option``: what follows the prompt's
+        ids, or the option alone where the joint ids changed the prompt's own."""
+        n = len(p.ids)
+        return full[n:] if full[:n] == list(p.ids) else self._option_alone(option)
+
     def _option_ids(self, prompts: Sequence[PreparedPrompt], opts: list[str], full: list[list[int]]) -> list[list[list[int]]]:
         out = []
         for j, p in enumerate(prompts):
-            n, row = len(p.ids), []
+            row = []
             for k, o in enumerate(opts):
-                f = full[j * len(opts) + k]
-                ids = f[n:] if f[:n] == list(p.ids) else self._option_alone(o)
+                ids = self._joint_or_alone(p, o, full[j * len(opts) + k])
                 if not ids:
                     raise RequestError(f"option {o!r} tokenises to nothing")
                 row.append(list(ids))
