@@ -1,4 +1,4 @@
-"""``chorus aggregate``: run | sweep | verify | generate, and the trace analyses (flips, switch, truncation,
+"""``chorus aggregate``: run | sweep | generate, and the analyses of stored traces and runs (verify, flips, switch, truncation,
 lodo, labels, contagion, keys, shift, drift, transfer, check, c8: ``chorus.aggregate.analyses``, one module each,
 mounted from the analysis registry).
 
@@ -16,10 +16,9 @@ import chorus.aggregate.analyses  # noqa: F401  (registers the trace analyses)
 from chorus.serving.standing import standing_text
 from chorus.core.cliutil import add_analyses, add_verbs, renamed_option
 from chorus.core.cliutil import fail as _fail
-from chorus.core.progress import progress
 from chorus.core.verbs import Impl, Option, Verb, register
 from chorus.core.config import ConfigError, InputError
-from chorus.core.runs import RecordError, check_output, require_sealed
+from chorus.core.runs import check_output
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="BDA aggregation over council traces: run, sweep, verify.")
@@ -68,49 +67,6 @@ register(Verb(
     options=(Option("traces", "--traces", Optional[Path], None, "A council trace file (.jsonl / .jsonl.gz) to "
                     "corrupt instead of the config's synthetic council.", "config:traces"), _QUIET)))
 add_verbs(app, "aggregate")
-
-
-@app.command()
-def verify(run_dir: Path = typer.Argument(..., help="A run directory holding results.json."),
-           all_cells: bool = typer.Option(False, "--all", help="Recompute every cell of a sweep."),
-           cells: Optional[int] = typer.Option(None, "--cells", help="Recompute N evenly spaced cells (sweeps; default 4)."),
-           tolerance: float = typer.Option(1e-6, "--tolerance", help="Largest allowed absolute difference."),
-           no_bootstrap: bool = typer.Option(False, "--no-bootstrap", help="Skip recomputing the bootstrap."),
-           quiet: bool = typer.Option(False, "--quiet")) -> None:
-    """Recompute numbers of results.json from the stored traces; exit 1 on any mismatch."""
-    from rich.console import Console
-    from rich.table import Table
-
-    from chorus.aggregate.errors import VerifyError
-    from chorus.aggregate.results import verify as do_verify
-    from chorus.core.stats import check_tolerance
-
-
-    try:
-        check_tolerance(tolerance)   # before the record is hashed: NaN would pass every difference
-        require_sealed(run_dir, exempt=("results.json",))   # the rest as written (no record: unverified); results.json is recomputed below
-        with progress("verify", "fold x method", enabled=not quiet) as update:
-            checks = do_verify(run_dir, cells="all" if all_cells else cells, tolerance=tolerance,
-                               bootstrap=not no_bootstrap, progress=update)
-    except (VerifyError, RecordError, *_user_errors()) as err:
-        _fail(str(err), 1 if isinstance(err, RecordError) else 2)   # an edited record: verification failed
-    con = Console()
-    bad = [c for c in checks if not c.ok]
-    cells_seen = sorted({c.cell for c in checks if c.cell != "-"})
-    if bad:
-        t = Table(title="mismatches")
-        for col in ("cell", "quantity", "stored", "recomputed"):
-            t.add_column(col, overflow="fold")
-        for c in bad[:50]:
-            t.add_row(c.cell, c.what, repr(c.stored), repr(c.recomputed))
-        con.print(t)
-        con.print(f"[bold red]FAILED[/]: {len(bad)} of {len(checks)} checks differ "
-                  f"(tolerance {tolerance}) in {run_dir / 'results.json'}")
-        raise typer.Exit(1)
-    worst = max((c.diff for c in checks if c.diff is not None), default=0.0)
-    con.print(f"[bold green]OK[/]: {len(checks)} checks over {len(cells_seen)} cell(s) "
-              f"({', '.join(cells_seen)}) recompute within {tolerance} (largest difference {worst:.3g}) "
-              f"for {run_dir / 'results.json'}")
 
 
 @app.command()

@@ -53,9 +53,13 @@ def test_run_writes_the_run_directory(run_dir):
 
 
 def test_verify_passes_then_catches_tampering(run_dir, tmp_path):
-    res = runner.invoke(app, ["verify", str(run_dir), "--quiet"])
+    res = runner.invoke(app, ["verify", str(run_dir), "--quiet", "--out", str(tmp_path / "v")])
     assert res.exit_code == 0, res.output
     assert "OK" in res.output
+    # the check is a sealed record of its own: every comparison, and the run it read with its fingerprint
+    v = json.loads((tmp_path / "v" / "summary.json").read_text())
+    assert v["n_mismatches"] == 0 and v["checks"] > 0 and (tmp_path / "v" / "tables" / "checks.parquet").is_file()
+    assert json.loads((tmp_path / "v" / "provenance.json").read_text())["sources"][0]["resolved"] == str(run_dir.resolve())
     # a hand-typed number in results.json
     import shutil
 
@@ -64,14 +68,14 @@ def test_verify_passes_then_catches_tampering(run_dir, tmp_path):
     d = json.loads((bad / "results.json").read_text())
     d["cells"][0]["metrics"]["bda_per_agent"]["accuracy"] += 0.01
     (bad / "results.json").write_text(json.dumps(d))
-    res = runner.invoke(app, ["verify", str(bad), "--quiet", "--no-bootstrap"])
+    res = runner.invoke(app, ["verify", str(bad), "--quiet", "--no-bootstrap", "--out", str(tmp_path / "vb")])
     assert res.exit_code == 1
     assert "FAILED" in res.output and "metrics.bda_per_agent.accuracy" in res.output
     # a hand edit of the markdown table
     bad2 = tmp_path / "bad2"
     shutil.copytree(run_dir, bad2)
     (bad2 / "results.md").write_text((bad2 / "results.md").read_text().replace("| plurality |", "| plurality  |"))
-    res = runner.invoke(app, ["verify", str(bad2), "--quiet", "--no-bootstrap"])
+    res = runner.invoke(app, ["verify", str(bad2), "--quiet", "--no-bootstrap", "--out", str(tmp_path / "vb2")])
     assert res.exit_code == 1 and "results.md" in res.output
 
 
@@ -87,7 +91,7 @@ def test_run_from_trace_file_and_controls(tmp_path):
     assert res.exit_code == 0, res.output
     cell = json.loads((out / "results.json").read_text())["cells"][0]
     assert cell["move_inventory"]["propose"] == 360 and cell["move_inventory"]["concede"] == 0
-    assert runner.invoke(app, ["verify", str(out), "--quiet"]).exit_code == 0
+    assert runner.invoke(app, ["verify", str(out), "--quiet", "--out", str(tmp_path / "v")]).exit_code == 0
     res = runner.invoke(app, ["check", str(traces), "--out", str(tmp_path / "chk")])
     assert res.exit_code == 0 and '"rejected": 0' in res.output
 
@@ -114,8 +118,8 @@ def test_bad_inputs_fail_clearly(tmp_path):
                              for j in range(6)))
     res = runner.invoke(app, ["run", str(cfg), "--out", str(tmp_path / "o")])
     assert res.exit_code == 2 and "too few labels" in res.output
-    res = runner.invoke(app, ["verify", str(tmp_path / "nowhere")])
-    assert res.exit_code == 2 and "no results file" in res.output
+    res = runner.invoke(app, ["verify", str(tmp_path / "nowhere"), "--out", str(tmp_path / "v")])
+    assert res.exit_code == 2 and "run directory not found" in res.output and not (tmp_path / "v").exists()
 
 
 def test_sweeps_end_to_end(tmp_path):
@@ -131,7 +135,7 @@ def test_sweeps_end_to_end(tmp_path):
     assert (out / "plots" / "dose_response.png").is_file()
     acc = {(c["params"]["regime"], c["params"]["p_wrong"]): c["metrics"] for c in d["cells"]}
     assert acc[("persistent", 1.0)]["bda_per_agent"]["accuracy"] > acc[("persistent", 1.0)]["plurality"]["accuracy"]
-    res = runner.invoke(app, ["verify", str(out), "--all", "--quiet"])
+    res = runner.invoke(app, ["verify", str(out), "--all", "--quiet", "--out", str(tmp_path / "vd")])
     assert res.exit_code == 0, res.output
     sl = tmp_path / "sleeper.yaml"
     sl.write_text("name: s\nkind: sleeper\nmethods: [plurality, bda_per_agent]\nf: [0.0, 1.0]\n"
@@ -143,4 +147,4 @@ def test_sweeps_end_to_end(tmp_path):
     f0, f1 = d["cells"]
     assert f0["n_evaluated"] == 100
     assert f1["metrics"]["bda_per_agent"]["accuracy"] > f0["metrics"]["bda_per_agent"]["accuracy"]
-    assert runner.invoke(app, ["verify", str(out), "--quiet"]).exit_code == 0
+    assert runner.invoke(app, ["verify", str(out), "--quiet", "--out", str(tmp_path / "vs")]).exit_code == 0

@@ -143,8 +143,8 @@ def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, store):
     assert r.exit_code == 2 and "not a directory" in r.output and not (tmp_path / "c").exists()
     r = CliRunner().invoke(app, ["paper", "bda", str(store), "--out", str(tmp_path / "c"), "--section", "tables"])
     assert r.exit_code == 2 and "unknown campaign section 'tables'" in r.output
-    r = CliRunner().invoke(app, ["council", "campaign-verify", str(tmp_path)])
-    assert r.exit_code == 2 and "no campaign numbers file" in r.output
+    r = CliRunner().invoke(app, ["council", "campaign-verify", str(tmp_path), "--out", str(tmp_path / "v")])
+    assert r.exit_code == 2 and "not a chorus run directory" in r.output and not (tmp_path / "v").exists()
 
 
 def test_sweep_runs_are_embedded_verbatim_and_guarded(store, tmp_path):

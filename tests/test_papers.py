@@ -130,6 +130,15 @@ def test_the_bda_campaign_records_the_trace_files_it_read(tmp_path):
     files = sorted((store / "traces").glob("*.jsonl*"))
     assert prov["paper"] == "bda" and [s["path"] for s in prov["sources"]] == [str(f) for f in files]
     assert runner.invoke(app, ["verify", str(out)]).exit_code == 0
-    files[0].write_bytes(files[0].read_bytes() + b"\n")
+    # its drift guard is an analysis with a sealed record of its own (every difference it found)
+    r = runner.invoke(app, ["council", "campaign-verify", str(out), "--out", str(tmp_path / "cv")])
+    assert r.exit_code == 0 and "OK" in r.output, r.output
+    assert json.loads((tmp_path / "cv" / "summary.json").read_text())["differences"] == []
+    import gzip
+    lines = gzip.decompress(files[0].read_bytes()).splitlines(keepends=True)
+    files[0].write_bytes(gzip.compress(b"".join(lines[:-1])))   # one trace fewer: still a valid store
     r = runner.invoke(app, ["verify", str(out)])
     assert r.exit_code == 1 and f"source changed: {files[0]}" in r.output
+    r = runner.invoke(app, ["council", "campaign-verify", str(out), "--out", str(tmp_path / "cv2")])
+    assert r.exit_code == 1 and "differs" in r.output and "FAILED" in r.output
+    assert json.loads((tmp_path / "cv2" / "summary.json").read_text())["differences"]

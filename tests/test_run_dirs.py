@@ -198,9 +198,9 @@ def test_a_run_without_its_manifest_is_unverified(tmp_path, capsys, sealed_src):
     (tmp_path / "agg.yaml").write_text(AGG_YAML)
     agg = tmp_path / "agg"
     assert _cli(capsys, "aggregate", "run", tmp_path / "agg.yaml", "--out", agg)[0] == 0
-    assert _cli(capsys, "aggregate", "verify", agg, "--quiet", "--no-bootstrap")[0] == 0
+    assert _cli(capsys, "aggregate", "verify", agg, "--quiet", "--no-bootstrap", "--out", tmp_path / "v1")[0] == 0
     (agg / "manifest.json").unlink()
-    rc, out, err = _cli(capsys, "aggregate", "verify", agg, "--quiet", "--no-bootstrap")
+    rc, out, err = _cli(capsys, "aggregate", "verify", agg, "--quiet", "--no-bootstrap", "--out", tmp_path / "v2")
     assert rc == 1 and "UNVERIFIED: no manifest.json" in err
 
 

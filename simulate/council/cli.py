@@ -131,34 +131,11 @@ def tasks(config: str = typer.Argument(..., help="Council config (path or shippe
         _fail(err)
 
 
-# -- the campaign (BDA paper D.7): its drift guard (the export and the paper: chorus paper bda) ------------
+# -- the campaign (BDA paper D.7): a synthetic store (its export and paper: chorus paper bda; its drift guard: the
+# analysis campaign-verify, simulate/council/analyses/) ----------------------------------------------------------
 def _campaign_errors():
     from chorus.simulate.council.campaign_inputs import CampaignError
     return (CampaignError,) + _errors()
-
-
-@council_app.command("campaign-verify")
-def campaign_verify(campaign_dir: Path = typer.Argument(..., help="A campaign directory (numbers.json)."),
-                    all_: bool = typer.Option(False, "--all", help="Re-derive every section, not only the cheap ones."),
-                    tolerance: float = typer.Option(1.5e-3, "--tolerance")) -> None:
-    """The drift guard: re-derive the numbers file from its stores (trace hashes, the inventory recounted in plain
-    Python, the cheap sections or --all); exit 1 on any difference beyond the tolerance."""
-    from rich.console import Console
-
-    from chorus.simulate.council.campaign import verify_campaign
-    con = Console()
-    try:
-        n, bad, redo = verify_campaign(campaign_dir, full=all_, tolerance=tolerance)
-    except _campaign_errors() as err:
-        _fail(err)
-    if bad:
-        for b in bad[:20]:
-            con.print(f"[red]differs[/] {b.where}: stored {b.stored!r}, re-derived {b.derived!r}", highlight=False)
-        con.print(f"[bold red]FAILED[/]: {len(bad)} of {n} numbers differ beyond {tolerance} in "
-                  f"{campaign_dir / 'numbers.json'}")
-        raise typer.Exit(1)
-    con.print(f"[bold green]OK[/]: {n} numbers re-derived within {tolerance} (trace hashes, inventory, "
-              f"sections {', '.join(redo) or 'none'})")
 
 
 @council_app.command()
