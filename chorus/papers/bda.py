@@ -16,7 +16,7 @@ from chorus.core.paper import Sections
 from chorus.core.runs import amends_run
 from chorus.simulate.council.campaign import read_numbers
 from chorus.papers import bda_more
-from chorus.papers.bda_parts import RUN_ATTACK, RUN_CLEAN, cell, missing, sources, table
+from chorus.papers.bda_parts import RUN_ATTACK, RUN_CLEAN, cell, missing, reads, sources, table
 from chorus.papers.bda_parts import ci as paper_ci
 from chorus.core.plots import save, subplots
 
@@ -114,7 +114,12 @@ class Paper:
 
     def render(self) -> str:
         for s in SECTIONS:
-            self.add(s.title, s.render(self))
+            key = s.spec.get("reads")
+            if key is None:
+                self.add(s.title, s.render(self))
+            else:   # a section made from one exported section: said missing here when the campaign lacks it
+                got = self.sec(key)
+                self.add(s.title, s.render(self, got) if got else _missing(self.why(key), s.missing))
         srcs = "\n".join(f"- `{s['path']}`: council `{s['council']}` ({s['kind']}), seats {', '.join(s['seats'])}, "
                          f"{s['rounds']} rounds" + (f"; {s['standing']['kind']}" if s.get("standing") else "")
                          for s in self.n["sources"])
@@ -139,10 +144,8 @@ def table1(p: Paper) -> str:
     return _table(["method"] + [k.split("/", 1)[1] for k in keys], rows + refs) + "\n\n" + _sources(keys)
 
 
-def table2(p: Paper) -> str:
-    s = p.sec("pooled_binary")
-    if not s:
-        return _missing(p.why("pooled_binary"), RUN_CLEAN)
+@reads("pooled_binary", RUN_CLEAN)
+def table2(p: Paper, s: dict) -> str:
     body = []
     for council, c in s["councils"].items():
         if "error" in c:
@@ -167,10 +170,8 @@ def table2(p: Paper) -> str:
     return "\n\n".join(body)
 
 
-def fig3(p: Paper) -> str:
-    s = p.sec("label_efficiency")
-    if not s:
-        return _missing(p.why("label_efficiency"), RUN_CLEAN)
+@reads("label_efficiency", RUN_CLEAN)
+def fig3(p: Paper, s: dict) -> str:
     body, ok = [], {k: v for k, v in s["cells"].items() if "error" not in v}
     for k, v in s["cells"].items():
         if "error" in v:
@@ -254,10 +255,8 @@ def fig5(p: Paper) -> str:
              _table(["cell", "method", "accuracy", "ECE ew", "Brier"], summ) + "\n\n" + _sources(keys))
 
 
-def table7(p: Paper) -> str:
-    s = p.sec("table7")
-    if not s:
-        return _missing(p.why("table7"), RUN_CLEAN)
+@reads("table7", RUN_CLEAN)
+def table7(p: Paper, s: dict) -> str:
     body = []
     for council, c in s["councils"].items():
         if "error" in c:
@@ -314,10 +313,8 @@ def table9(p: Paper) -> str:
     return _table(["method"] + [k.split("/", 1)[1] for k in keys], rows) + "\n\n" + _sources(keys)
 
 
-def fig6(p: Paper) -> str:
-    s = p.sec("flips")
-    if not s:
-        return _missing(p.why("flips"), RUN_CLEAN)
+@reads("flips", RUN_CLEAN)
+def fig6(p: Paper, s: dict) -> str:
     body, series = [], {}
     for council, c in s["councils"].items():
         body.append(f"**{council}**\n\n" + _table(
@@ -337,10 +334,8 @@ def fig6(p: Paper) -> str:
     return p.fig("fig6_flips", draw) + "\n\n" + "\n\n".join(body)
 
 
-def table14(p: Paper) -> str:
-    s = p.sec("truncation")
-    if not s:
-        return _missing(p.why("truncation"), RUN_ATTACK)
+@reads("truncation", RUN_ATTACK)
+def table14(p: Paper, s: dict) -> str:
     rows = []
     for k, v in s["cells"].items():
         if "error" in v:
@@ -355,10 +350,8 @@ def table14(p: Paper) -> str:
     return _table(["cell", "method", "acc. round 0", "acc. full", "full - round 0 (question-clustered CI)"], rows)
 
 
-def contagion(p: Paper) -> str:
-    s = p.sec("contagion")
-    if not s:
-        return _missing(p.why("contagion"), RUN_ATTACK)
+@reads("contagion", RUN_ATTACK)
+def contagion(p: Paper, s: dict) -> str:
     rows = [[k.split("/", 1)[1], v.get("flip_rate"), v.get("flip_rate_when_challenged"),
              v.get("nominal_corrupted_fraction"), v.get("effective_corrupted_fraction")] if "error" not in v
             else [k.split("/", 1)[1], "not computed: " + v["error"], None, None, None]
@@ -366,10 +359,8 @@ def contagion(p: Paper) -> str:
     return _table(["cell", "flip rate", "flip rate when challenged", "nominal", "effective"], rows)
 
 
-def switch(p: Paper) -> str:
-    s = p.sec("switch")
-    if not s:
-        return _missing(p.why("switch"), RUN_ATTACK)
+@reads("switch", RUN_ATTACK)
+def switch(p: Paper, s: dict) -> str:
     rows = []
     for k, v in s["cells"].items():
         if "error" in v:
@@ -399,10 +390,8 @@ def drift(p: Paper) -> str:
     return "\n\n".join(body)
 
 
-def seats(p: Paper) -> str:
-    s = p.sec("inventory")
-    if not s:
-        return _missing(p.why("inventory"), RUN_CLEAN)
+@reads("inventory", RUN_CLEAN)
+def seats(p: Paper, s: dict) -> str:
     rows = []
     for k, v in s["cells"].items():
         m = (p.metrics(k) or {}).get("metrics", {})
@@ -415,10 +404,8 @@ def seats(p: Paper) -> str:
              _table(["cell", "seat r (round 0)", "plurality", "BDA per-agent", "BDA confusion", "confusion ECE"], rows))
 
 
-def inventory(p: Paper) -> str:
-    s = p.sec("inventory")
-    if not s:
-        return _missing(p.why("inventory"), RUN_CLEAN)
+@reads("inventory", RUN_CLEAN)
+def inventory(p: Paper, s: dict) -> str:
     rows = [[k.split("/", 1)[1], v["n_traces"], v["n_questions"], ",".join(v["gen_seeds"]) or "-",
              ", ".join(f"{f} {n}" for f, n in v["moves_by_force"].items()), v["move_parse_rate"],
              v["plurality_accuracy"], v["plurality_ece_ew"]] for k, v in s["cells"].items()]
@@ -427,10 +414,8 @@ def inventory(p: Paper) -> str:
              "\n\nRe-derived from the stores by `chorus council campaign-verify CAMPAIGN` (tolerance 1.5e-3).")
 
 
-def fig2(p: Paper) -> str:
-    b = p.sec("baselines")
-    if not b:
-        return _missing(p.why("baselines"), RUN_ATTACK)
+@reads("baselines", RUN_ATTACK)
+def fig2(p: Paper, b: dict) -> str:
     rows = []
     for k, ms in sorted(b["cells"].items()):
         for m, v in sorted(ms.items()):
@@ -480,12 +465,9 @@ def table10(p: Paper) -> str:
                      "one-coin ECE", "tempered acc.", "tempered ECE", "confusion acc.", "confusion ECE"], rows))
 
 
-def sweeps(p: Paper) -> str:
-    s = p.sec("sweeps")
-    if not s:
-        return (_missing(
-            p.why("sweeps"), "chorus aggregate sweep sweep_dose --out DOSE; chorus aggregate sweep sweep_sleeper "
-                                "--out SLEEPER; then chorus paper bda RUN... --out CAMPAIGN --sweep DOSE --sweep SLEEPER"))
+@reads("sweeps", "chorus aggregate sweep sweep_dose --out DOSE; chorus aggregate sweep sweep_sleeper "
+                                "--out SLEEPER; then chorus paper bda RUN... --out CAMPAIGN --sweep DOSE --sweep SLEEPER")
+def sweeps(p: Paper, s: dict) -> str:
     body = []
     for path, r in s["runs"].items():
         if "error" in r:
@@ -572,7 +554,8 @@ for _key, _title, _render in (
         ("drift", "§8 / App. F: policy shift and row drift", drift),
         ("seats", "Seat reliabilities per condition (swap-in seats, App. F: weak and near-chance seats)", seats),
         ("c8", "Appendix C.8: numerical checks (implementation against closed forms)", bda_more.c8)):
-    SECTIONS.add(_key, _title, render=_render)
+    _reads, _command = getattr(_render, "reads", (None, ""))
+    SECTIONS.add(_key, _title, render=_render, missing=_command, **({"reads": _reads} if _reads else {}))
 
 
 @amends_run(exempt=("paper.md", "figures/"))   # into the sealed campaign: held, checked, its record renewed

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from chorus.papers.bda_parts import RUN_CLEAN, ci, missing, sources, table
+from chorus.papers.bda_parts import RUN_CLEAN, ci, missing, reads, sources, table
 
 RUN_SEEDS = "chorus council run full --set 'gen_seeds=[0,1,2]' --out RUN"
 C8_COMMAND = "chorus aggregate c8 TRACES..."
@@ -41,10 +41,8 @@ def seed_clustered(p) -> str:
         rows))
 
 
-def c8(p) -> str:
-    s = p.sec("c8")
-    if not s:
-        return missing(p.why("c8"), RUN_CLEAN)
+@reads("c8", RUN_CLEAN)
+def c8(p, s: dict) -> str:
     body = []
     for council, c in s["councils"].items():
         sym = c["symmetric"]
@@ -74,10 +72,8 @@ def c8(p) -> str:
     return f"Reproduce with `{C8_COMMAND}` over the same trace files.\n\n" + "\n\n".join(body)
 
 
-def composition(p) -> str:
-    s = p.sec("composition")
-    if not s:
-        return missing(p.why("composition"), RUN_CLEAN)
+@reads("composition", RUN_CLEAN)
+def composition(p, s: dict) -> str:
     rows = []
     for k, v in s["cells"].items():
         t = v["truncation"]
@@ -92,10 +88,8 @@ def composition(p) -> str:
           "at the token limit.")
 
 
-def rounds(p) -> str:
-    s = p.sec("rounds")
-    if not s:
-        return missing(p.why("rounds"), RUN_CLEAN)
+@reads("rounds", RUN_CLEAN)
+def rounds(p, s: dict) -> str:
     body = []
     for k, v in s["cells"].items():
         if "error" in v:
@@ -110,10 +104,8 @@ def rounds(p) -> str:
     return "\n\n".join(body)
 
 
-def permutation(p) -> str:
-    s = p.sec("permutation")
-    if not s:
-        return missing(p.why("permutation"), "chorus council run full --out RUN  (attacked conditions)")
+@reads("permutation", "chorus council run full --out RUN  (attacked conditions)")
+def permutation(p, s: dict) -> str:
     rows = []
     for k, v in s["cells"].items():
         if "error" in v:

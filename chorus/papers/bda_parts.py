@@ -2,7 +2,7 @@
 cell format, a table, the line of a section whose inputs are missing, the cells a table read."""
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from chorus.core.paper import fmt, md_table
 
@@ -36,3 +36,13 @@ def ci(d: dict | None) -> str:
         return "-"
     from chorus.core.stats import record_interval_text
     return f"{d['delta']:+.3f} " + record_interval_text(d, fmt="+.3f")
+
+
+def reads(section: str, command: str) -> Callable[[Callable], Callable]:
+    """A section's body made from one section of the numbers file (``render(p, that section)``); the page
+    frame says it is missing (``missing``: why, and ``command``, what makes its inputs) when the campaign
+    lacks it, so no section repeats that preamble."""
+    def mark(fn: Callable) -> Callable:
+        fn.reads = (section, command)
+        return fn
+    return mark
