@@ -18,7 +18,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Callable, Iterable, Sequence
 from chorus.core.config import InputError, Strict
-from chorus.core.runs import check_output, write_json
+from chorus.core.runs import RunDir, check_output, write_json
 
 
 class PaperError(InputError):
@@ -172,7 +172,6 @@ def write_paper(out: Path, numbers: dict[str, Any], render: Callable[[dict[str, 
     ``chorus verify OUT`` catches an edited page or a run changed since. (paper.md, the numbers read back).
     ``out`` is new, empty, or this paper's earlier report of the same runs (``RunDir.create``); it never
     lies inside another run (``chorus.core.runs.check_output``): a paper is not that run's record."""
-    from chorus.core.runs import RunDir
     earlier = RunDir(out).provenance().get("part") if (out / "provenance.json").is_file() else None
     if earlier != "paper":   # an earlier paper report in ``out`` is RunDir.create's to accept or refuse
         check_output(out)
