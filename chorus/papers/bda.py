@@ -16,7 +16,7 @@ from chorus.core.paper import Sections
 from chorus.core.runs import amends_run
 from chorus.simulate.council.campaign import read_numbers
 from chorus.papers import bda_more
-from chorus.papers.bda_parts import RUN_ATTACK, RUN_CLEAN, cell, missing, reads, sources, table
+from chorus.papers.bda_parts import RUN_ATTACK, RUN_CLEAN, cell, each, missing, reads, sources, table
 from chorus.papers.bda_parts import ci as paper_ci
 from chorus.core.plots import save, subplots
 
@@ -146,11 +146,7 @@ def table1(p: Paper) -> str:
 
 @reads("pooled_binary", RUN_CLEAN)
 def table2(p: Paper, s: dict) -> str:
-    body = []
-    for council, c in s["councils"].items():
-        if "error" in c:
-            body.append(f"**{council}**: not computed ({c['error']}).")
-            continue
+    def one(council: str, c: dict) -> str:
         boot = {(b["a"], b["metric"]): b for b in c.get("bootstrap") or []}
         bc = {(b["a"], b["metric"]): b for b in c.get("bootstrap_clustered") or []}
 
@@ -164,10 +160,10 @@ def table2(p: Paper, s: dict) -> str:
             for m, v in base.get(k, {}).items():
                 rows.append([f"{m} ({k.split('/')[1]})", v.get("accuracy"), v.get("ece_ew"), None, v.get("brier"),
                              "-", "-"])
-        body.append(f"**{council}** ({c['n_traces']} trials)\n\n" + _table(
+        return f"**{council}** ({c['n_traces']} trials)\n\n" + _table(
             ["method", "accuracy", "ECE ew", "ECE em", "Brier", "ΔAcc vs plurality (pooled CI)",
-             "ΔAcc (question-clustered CI)"], rows) + "\n\n" + _sources(c["cells"]))
-    return "\n\n".join(body)
+             "ΔAcc (question-clustered CI)"], rows) + "\n\n" + _sources(c["cells"])
+    return "\n\n".join(each(s["councils"], one, lambda k: f"**{k}**"))
 
 
 @reads("label_efficiency", RUN_CLEAN)
@@ -257,16 +253,10 @@ def fig5(p: Paper) -> str:
 
 @reads("table7", RUN_CLEAN)
 def table7(p: Paper, s: dict) -> str:
-    body = []
-    for council, c in s["councils"].items():
-        if "error" in c:
-            body.append(f"**{council}**: not computed ({c['error']}).")
-            continue
-        body.append(f"**{council}**\n\n" + _table(
-            ["half", "arm", "prior", "pseudo-seats", "moves per seat", "accuracy", "ECE ew", "Brier"],
-            [[r["half"], r["arm"], r["prior"], r["n_seats"], r["moves_per_seat"], r["accuracy"], r["ece_ew"],
-              r["brier"]] for r in c["rows"]]) + "\n\n" + _sources(c["cells"]))
-    return "\n\n".join(body)
+    return "\n\n".join(each(s["councils"], lambda council, c: f"**{council}**\n\n" + _table(
+        ["half", "arm", "prior", "pseudo-seats", "moves per seat", "accuracy", "ECE ew", "Brier"],
+        [[r["half"], r["arm"], r["prior"], r["n_seats"], r["moves_per_seat"], r["accuracy"], r["ece_ew"],
+          r["brier"]] for r in c["rows"]]) + "\n\n" + _sources(c["cells"]), lambda k: f"**{k}**"))
 
 
 def transfer(p: Paper) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from chorus.papers.bda_parts import RUN_CLEAN, ci, missing, reads, sources, table
+from chorus.papers.bda_parts import RUN_CLEAN, ci, each, missing, reads, sources, table
 
 RUN_SEEDS = "chorus council run full --set 'gen_seeds=[0,1,2]' --out RUN"
 C8_COMMAND = "chorus aggregate c8 TRACES..."
@@ -90,18 +90,14 @@ def composition(p, s: dict) -> str:
 
 @reads("rounds", RUN_CLEAN)
 def rounds(p, s: dict) -> str:
-    body = []
-    for k, v in s["cells"].items():
-        if "error" in v:
-            body.append(f"`{k}`: not computed ({v['error']}).")
-            continue
+    def one(k: str, v: dict) -> str:
         d = {(r["method"], r["max_round"]): r for r in v["deltas"] if r["metric"] == "accuracy"}
         rows = [[r["method"], r["max_round"], r["accuracy"], r["ece_ew"], r["brier"], ci(d.get((r["method"], r["max_round"])))]
                 for r in v["metrics"]]
         last = max(r["max_round"] for r in v["metrics"])
-        body.append(f"**{k}**\n\n" + table(["method", "rounds read (0..r)", "accuracy", "ECE ew", "Brier",
-                                             f"Δ acc., round {last} - r (question-clustered CI)"], rows))
-    return "\n\n".join(body)
+        return f"**{k}**\n\n" + table(["method", "rounds read (0..r)", "accuracy", "ECE ew", "Brier",
+                                        f"Δ acc., round {last} - r (question-clustered CI)"], rows)
+    return "\n\n".join(each(s["cells"], one))
 
 
 @reads("permutation", "chorus council run full --out RUN  (attacked conditions)")

@@ -38,6 +38,12 @@ def ci(d: dict | None) -> str:
     return f"{d['delta']:+.3f} " + record_interval_text(d, fmt="+.3f")
 
 
+def each(entries: dict, block: Callable[[str, dict], str], name: Callable[[str], str] = lambda k: f"`{k}`") -> list[str]:
+    """Each entry's markdown block (``block(key, entry)``), or the line saying it was not computed (its
+    error), in the file's order: the loop every per-council and per-cell table shares."""
+    return [f"{name(k)}: not computed ({v['error']})." if "error" in v else block(k, v) for k, v in entries.items()]
+
+
 def reads(section: str, command: str) -> Callable[[Callable], Callable]:
     """A section's body made from one section of the numbers file (``render(p, that section)``); the page
     frame says it is missing (``missing``: why, and ``command``, what makes its inputs) when the campaign
