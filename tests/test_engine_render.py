@@ -218,3 +218,52 @@ def test_tokenizers_that_are_not_fast_take_the_joint_way():
     eng = engine_for(CharTokenizer())
     prompts, oids = eng.prepare([[{"role": "user", "content": "hi"}]], ["A", " B"])
     assert not eng._tail_ok() and oids == [[[ord("A")], [ord(" "), ord("B")]]]
+
+
+# -- the tokenizers library called directly -----------------------------------------------------
+TEXTS = ["<|im_start|>user\nHello there, 123 héllo\n\n", "x", "  two  spaces\tand\na tab", ""]
+
+
+@pytest.mark.parametrize("name", ["embedded", *ARCHS])
+def test_the_library_called_directly_gives_the_wrappers_ids_and_offsets(toks, name):
+    """A fast tokenizer's ``tokenizers.Tokenizer`` is called directly (its wrapper's BatchEncoding was a
+    third of a short prompt's tokenising; issue 52): the ids and offsets the wrapper gives, one text or
+    many."""
+    tok = toks[name]
+    eng = engine_for(tok)
+    assert eng._rust_tokenizer() is tok.backend_tokenizer
+    want = tok(TEXTS, add_special_tokens=False, return_offsets_mapping=True)
+    ids, offs = eng._encode(TEXTS, offsets=True)
+    assert ids == [list(x) for x in want["input_ids"]]
+    assert offs == [[tuple(o) for o in x] for x in want["offset_mapping"]]
+    assert eng._encode(TEXTS) == (ids, None)
+    for t, i in zip(TEXTS, ids):
+        assert eng._encode([t]) == ([i], None)
+
+
+def test_the_wrapper_is_called_where_the_library_alone_would_differ(tokenizer):
+    """Truncation or padding left set on the library's tokenizer, special tokens split, or a subclass
+    with its own call path: the wrapper is called, and the ids are the wrapper's."""
+    import copy
+    text = "<|im_start|>user\n" + "word " * 40
+    want = list(tokenizer(text, add_special_tokens=False).input_ids)
+
+    tok = copy.deepcopy(tokenizer)
+    tok.backend_tokenizer.enable_truncation(max_length=5)
+    eng = engine_for(tok)
+    assert eng._rust_tokenizer() is None and eng._encode([text])[0] == [want]
+
+    tok = copy.deepcopy(tokenizer)
+    tok.split_special_tokens = True
+    eng = engine_for(tok)
+    assert eng._rust_tokenizer() is None
+    assert eng._encode([text])[0] == [list(tok(text, add_special_tokens=False).input_ids)] != [want]
+
+    class Own(type(tokenizer)):
+        def _encode_plus(self, *a, **k):
+            return super()._encode_plus(*a, **k)
+
+    tok = copy.deepcopy(tokenizer)
+    tok.__class__ = Own
+    eng = engine_for(tok)
+    assert eng._rust_tokenizer() is None and eng._encode([text])[0] == [want]
