@@ -15,7 +15,10 @@ The keys, in the order they run (the most informative first: the paths the H200 
   ``torch.manual_seed`` for the raw call);
 * ``option_logprobs.<short|debate>.b<n>``: ``Engine.option_logprobs`` against one raw forward pass of
   the same ids (last position's logits only, log-softmax; position ids from the padding mask, as
-  ``generate`` derives them, so both sides compute the same numbers);
+  ``generate`` derives them, so both sides compute the same numbers). Chorus is handed conversations
+  and the raw side their ids, so the ratio includes chorus's template and tokenisation; beside it,
+  ``ratio_vs_raw_from_text`` against the raw script that starts from the same conversations (template,
+  one tokenizer call, forward);
 * ``knockout.debate.b<n>``: ``knockout.option_logprobs`` with the peer message cut in every maskable
   layer (the default route) against the same raw forward;
 * ``patch.debate.b<n>``: ``patching.interchange`` (one source row, ``n`` target rows, ``n - 1`` layers
@@ -23,12 +26,17 @@ The keys, in the order they run (the most informative first: the paths the H200 
 * ``knockout_generate``: a greedy reply with the peer message cut against raw greedy ``model.generate``
   of the same prompt (and ``plain_loop_s``: chorus's own loop without a cut).
 
+Each key runs ``repeats`` interleaved passes after a warm-up, or more where they would take under
+``min_seconds`` (a batch-1 readout gets tens: its ratio swung by several percent between runs of 7
+passes); ``passes`` in each key says how many.
+
 Goals (issue 52): generation and readouts at most 1/0.9 of raw's time (``>= 0.9x raw`` speed),
 knockout and patching at batch 32 at most 1.1x the plain forward.
 """
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 import warnings
@@ -42,8 +50,12 @@ for p in (str(ROOT), str(ROOT / "bench")):
 
 GOAL_SPEED = 0.9   # generation and readouts: chorus at least 0.9x raw's speed
 GOAL_KO = 1.1      # knockout and patching at batch 32: at most 1.1x the plain forward
-SIZES = {"tiny": {"words": 120, "new_tokens": 8, "batches": (1, 8, 32), "repeats": 3},
-         "full": {"words": 600, "new_tokens": 16, "batches": (1, 8, 32), "repeats": 3}}
+# ``repeats``: the fewest interleaved passes; ``min_seconds``: more passes (up to MAX_REPEATS) until the
+# passes take about that long, so a key of milliseconds (a readout at batch 1) gets a median of tens
+# of passes, not of 3 (its ratio swung by several percent between runs of 7)
+SIZES = {"tiny": {"words": 120, "new_tokens": 8, "batches": (1, 8, 32), "repeats": 3, "min_seconds": 3.0},
+         "full": {"words": 600, "new_tokens": 16, "batches": (1, 8, 32), "repeats": 3, "min_seconds": 1.0}}
+MAX_REPEATS = 61
 PEER = "My friend is certain that the answer is B."
 QUESTIONS = [("Which is a fruit?", "apple", "chair"), ("Which is larger?", "the sun", "the moon"),
              ("Which is a colour?", "seven", "blue"), ("Which animal says moo?", "a cow", "a cat")]
@@ -74,12 +86,20 @@ def chats(n: int, words: int) -> tuple[list[list[dict]], tuple[int, int, int] | 
     return out, ((0, 0, len(peer)) if words else None)
 
 
-def _medians(fns: dict[str, Callable[[], Any]], repeats: int) -> dict[str, float]:
+def _medians(fns: dict[str, Callable[[], Any]], repeats: int, min_seconds: float = 0.0) -> dict[str, float]:
+    """Medians of interleaved passes after one warm-up pass: ``repeats`` of them, or more (at most
+    ``MAX_REPEATS``) where the warm-up pass says ``repeats`` would take under ``min_seconds``. The
+    number of passes is returned as ``med["passes"]``."""
     from _recorder import interleaved_medians
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a hybrid names its recurrent layers once per call
-        med, _ = interleaved_medians(fns, repeats=repeats)
-    return med
+        t0 = time.perf_counter()
+        for f in fns.values():
+            f()
+        one = max(time.perf_counter() - t0, 1e-6)
+        n = max(repeats, min(MAX_REPEATS, math.ceil(min_seconds / one)))
+        med, _ = interleaved_medians(fns, repeats=n, warmup=False)
+    return {**med, "passes": n}
 
 
 def _rec(chorus_s: float, raw_s: float, goal: float, kind: str, **extra: Any) -> dict[str, Any]:
@@ -99,6 +119,9 @@ class Ratios:
         self.model = self.be.model
         self.cfg = {**SIZES[size], **{k: v for k, v in over.items() if v is not None}}
         self.dev = next(self.model.parameters()).device
+
+    def _passes(self) -> tuple[int, float]:
+        return self.cfg["repeats"], self.cfg["min_seconds"]
 
     # -- raw baselines: what a researcher writes against transformers directly ----------------
     def _ids(self, convs):
@@ -133,17 +156,31 @@ class Ratios:
         kw = {"temperature": 0.7, "top_p": 0.95, "seed": list(range(b))} if sampled else {"temperature": 0.0}
         n = self.cfg["new_tokens"]
         med = _medians({"chorus": lambda: self.eng.chat(convs, max_tokens=n, **kw),
-                        "raw": lambda: self.raw_generate(ids, mask, sampled)}, self.cfg["repeats"])
+                        "raw": lambda: self.raw_generate(ids, mask, sampled)}, *self._passes())
         got = self.eng.chat(convs, max_tokens=n, **kw)
-        return _rec(med["chorus"], med["raw"], 1 / GOAL_SPEED, "generation", rows=b, prompt_tokens=int(ids.shape[1]),
+        return _rec(med["chorus"], med["raw"], 1 / GOAL_SPEED, "generation", passes=med["passes"], rows=b,
+                    prompt_tokens=int(ids.shape[1]),
                     new_tokens=n, chorus_tokens=sum(c.completion_tokens for c in got))
+
+    def raw_from_text(self, convs):
+        """What a researcher's own script does from the same conversations: the chat template, one
+        left-padded tokenizer call, the forward. Beside ``raw_forward`` (handed the ids) it says how
+        much of a readout's ratio is turning text into ids, which both sides must do."""
+        tok = self.be.tokenizer
+        texts = [tok.apply_chat_template(c, tokenize=False, add_generation_prompt=True) for c in convs]
+        enc = tok(texts, add_special_tokens=False, padding=True, padding_side="left", return_tensors="pt")
+        return self.raw_forward(enc["input_ids"].to(self.dev), enc["attention_mask"].to(self.dev))
 
     def option_logprobs(self, length: str, b: int) -> dict[str, Any]:
         convs, _ = chats(b, self.cfg["words"] if length == "debate" else 0)
         ids, mask = self._ids(convs)
         med = _medians({"chorus": lambda: self.eng.option_logprobs(convs, OPTIONS),
-                        "raw": lambda: self.raw_forward(ids, mask)}, self.cfg["repeats"])
-        return _rec(med["chorus"], med["raw"], 1 / GOAL_SPEED, "readout", rows=b, prompt_tokens=int(ids.shape[1]))
+                        "raw": lambda: self.raw_forward(ids, mask),
+                        "raw_from_text": lambda: self.raw_from_text(convs)}, *self._passes())
+        return _rec(med["chorus"], med["raw"], 1 / GOAL_SPEED, "readout", passes=med["passes"], rows=b,
+                    prompt_tokens=int(ids.shape[1]),
+                    raw_from_text_s=round(med["raw_from_text"], 5),
+                    ratio_vs_raw_from_text=round(med["chorus"] / med["raw_from_text"], 3))
 
     def knockout(self, b: int) -> dict[str, Any]:
         from chorus.interventions import knockout
@@ -152,8 +189,9 @@ class Ratios:
         med = _medians({"chorus": lambda: knockout.option_logprobs(self.eng, convs, OPTIONS, target, layers="all",
                                                                    queries="after"),
                         "chorus_plain": lambda: knockout.option_logprobs(self.eng, convs, OPTIONS, None),
-                        "raw": lambda: self.raw_forward(ids, mask)}, self.cfg["repeats"])
-        return _rec(med["chorus"], med["raw"], GOAL_KO if b == 32 else float("inf"), "knockout", rows=b,
+                        "raw": lambda: self.raw_forward(ids, mask)}, *self._passes())
+        return _rec(med["chorus"], med["raw"], GOAL_KO if b == 32 else float("inf"), "knockout", passes=med["passes"],
+                    rows=b,
                     prompt_tokens=int(ids.shape[1]), chorus_plain_s=round(med["chorus_plain"], 5),
                     ratio_plain_vs_raw=round(med["chorus_plain"] / med["raw"], 3),
                     ratio_vs_chorus_plain=round(med["chorus"] / med["chorus_plain"], 3))
@@ -178,8 +216,9 @@ class Ratios:
             return torch.log_softmax(a[:, -1].float(), -1).cpu(), torch.log_softmax(c[:, -1].float(), -1).cpu()
 
         med = _medians({"chorus": lambda: patching.interchange(self.eng, x, y, positions, layers), "raw": raw},
-                       self.cfg["repeats"])
-        return _rec(med["chorus"], med["raw"], GOAL_KO if b == 32 else float("inf"), "patching", rows=b,
+                       *self._passes())
+        return _rec(med["chorus"], med["raw"], GOAL_KO if b == 32 else float("inf"), "patching", passes=med["passes"],
+                    rows=b,
                     prompt_tokens=len(x), layers_patched=len(layers))
 
     def knockout_generate(self) -> dict[str, Any]:
@@ -197,9 +236,10 @@ class Ratios:
 
         med = _medians({"chorus": lambda: greedy(self.eng, convs[0], target, max_new_tokens=n),
                         "chorus_plain": lambda: greedy(self.eng, convs[0], None, max_new_tokens=n),
-                        "raw": raw}, self.cfg["repeats"])
+                        "raw": raw}, *self._passes())
         rep = greedy(self.eng, convs[0], target, max_new_tokens=n)
-        return _rec(med["chorus"], med["raw"], float("inf"), "knockout_generate", prompt_tokens=int(ids.shape[1]),
+        return _rec(med["chorus"], med["raw"], float("inf"), "knockout_generate", passes=med["passes"],
+                    prompt_tokens=int(ids.shape[1]),
                     new_tokens=n, chorus_tokens=len(rep.ids), cached=rep.cached,
                     plain_loop_s=round(med["chorus_plain"], 5),
                     ratio_plain_loop_vs_raw=round(med["chorus_plain"] / med["raw"], 3),
@@ -268,6 +308,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--words", type=int, default=None)
     ap.add_argument("--new-tokens", type=int, default=None)
     ap.add_argument("--repeats", type=int, default=None)
+    ap.add_argument("--min-seconds", type=float, default=None, help="more passes for a fast key, until about "
+                                                                     "this long (default 3; 0: --repeats only)")
     ap.add_argument("--batches", default=None, help="comma-separated batch sizes (default 1,8,32)")
     a = ap.parse_args(argv)
     batches = tuple(int(x) for x in a.batches.split(",")) if a.batches else None
@@ -281,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
             eng = load_engine("smollm2-135m-instruct", "hf")
         res["model"] = a.arch or "smollm2-135m-instruct"
         res.update(measure(eng, "tiny", only=only, words=a.words, new_tokens=a.new_tokens, repeats=a.repeats,
-                           batches=batches))
+                           min_seconds=a.min_seconds, batches=batches))
         eng.close()
     write_result(a.out, res)
     print(json.dumps({k: v.get("ratio") for k, v in res["ratios"].items()}))

@@ -105,8 +105,6 @@ class Engine:
             if offsets:
                 enc = rust.encode_batch(texts, add_special_tokens=False)
                 return [e.ids for e in enc], [e.offsets for e in enc]
-            if len(texts) == 1:  # one text: not handed to the library's thread pool
-                return [rust.encode(texts[0], add_special_tokens=False).ids], None
             fast = getattr(rust, "encode_batch_fast", rust.encode_batch)  # no offsets computed (tokenizers>=0.21)
             return [e.ids for e in fast(texts, add_special_tokens=False)], None
         # a fast tokenizer is not asked for the attention masks and type ids nothing here reads
