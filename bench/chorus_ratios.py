@@ -20,7 +20,7 @@ The keys, in the order they run (the most informative first: the paths the H200 
   ``ratio_vs_raw_from_text`` against the raw script that starts from the same conversations (template,
   one tokenizer call, forward);
 * ``knockout.debate.b<n>``: ``knockout.option_logprobs`` with the peer message cut in every maskable
-  layer (the default route) against the same raw forward;
+  layer (the default route) against the same raw forward (and ``ratio_vs_raw_from_text``, as for readouts);
 * ``patch.debate.b<n>``: ``patching.interchange`` (one source row, ``n`` target rows, ``n - 1`` layers
   patched) against the same two forwards unpatched;
 * ``knockout_generate``: a greedy reply with the peer message cut against raw greedy ``model.generate``
@@ -189,12 +189,15 @@ class Ratios:
         med = _medians({"chorus": lambda: knockout.option_logprobs(self.eng, convs, OPTIONS, target, layers="all",
                                                                    queries="after"),
                         "chorus_plain": lambda: knockout.option_logprobs(self.eng, convs, OPTIONS, None),
-                        "raw": lambda: self.raw_forward(ids, mask)}, *self._passes())
+                        "raw": lambda: self.raw_forward(ids, mask),
+                        "raw_from_text": lambda: self.raw_from_text(convs)}, *self._passes())
         return _rec(med["chorus"], med["raw"], GOAL_KO if b == 32 else float("inf"), "knockout", passes=med["passes"],
                     rows=b,
                     prompt_tokens=int(ids.shape[1]), chorus_plain_s=round(med["chorus_plain"], 5),
                     ratio_plain_vs_raw=round(med["chorus_plain"] / med["raw"], 3),
-                    ratio_vs_chorus_plain=round(med["chorus"] / med["chorus_plain"], 3))
+                    ratio_vs_chorus_plain=round(med["chorus"] / med["chorus_plain"], 3),
+                    raw_from_text_s=round(med["raw_from_text"], 5),
+                    ratio_vs_raw_from_text=round(med["chorus"] / med["raw_from_text"], 3))
 
     def patch(self, b: int) -> dict[str, Any]:
         from chorus.interventions import knockout, patching
