@@ -100,8 +100,9 @@ class Engine:
             return [], None
         rust = self._rust_tokenizer()
         if rust is not None:
-            # the library the wrapper calls, called as the wrapper calls it (``_rust_tokenizer``): its
-            # BatchEncoding and per-row conversion were a third of a short prompt's tokenising (issue 52)
+            # the library the wrapper calls, called as the wrapper calls it (``_rust_tokenizer``): the
+            # wrapper's BatchEncoding and per-row conversion were a fifth to a third of a prompt's
+            # tokenising (issue 52)
             if offsets:
                 enc = rust.encode_batch(texts, add_special_tokens=False)
                 return [e.ids for e in enc], [e.offsets for e in enc]
@@ -125,21 +126,20 @@ class Engine:
         library's tokenizer (the wrapper would switch them off first), and special tokens split as the
         wrapper would split them. Else None: the wrapper is called."""
         tok = self.tokenizer
-        key = id(tok)
         got = self.__dict__.get("_rust")
-        if got is None or got[0] != key:
+        if got is None or got[0] is not tok:  # the object itself, not its id (a new tokenizer may reuse it)
             rust = None
             try:
                 from transformers import PreTrainedTokenizerFast
                 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
-                cls = type(tok)
+                cls = type(tok)  # transformers' own method names: a subclass that overrides one is not assumed
                 if (isinstance(tok, PreTrainedTokenizerFast)
                         and cls._encode_plus is PreTrainedTokenizerFast._encode_plus
                         and cls.__call__ is PreTrainedTokenizerBase.__call__):
                     rust = tok.backend_tokenizer
             except (ImportError, AttributeError):
                 rust = None
-            got = self.__dict__["_rust"] = (key, rust)
+            got = self.__dict__["_rust"] = (tok, rust)
         rust = got[1]
         if rust is None or rust.truncation is not None or rust.padding is not None \
                 or rust.encode_special_tokens != bool(getattr(tok, "split_special_tokens", False)):

@@ -239,6 +239,10 @@ def test_the_library_called_directly_gives_the_wrappers_ids_and_offsets(toks, na
     assert eng._encode(TEXTS) == (ids, None)
     for t, i in zip(TEXTS, ids):
         assert eng._encode([t]) == ([i], None)
+    other = toks["embedded" if name != "embedded" else ARCHS[0]]
+    eng.tokenizer = other  # a tokenizer swapped in is called, not the one found before
+    assert eng._rust_tokenizer() is other.backend_tokenizer
+    assert eng._encode(TEXTS)[0] == [list(x) for x in other(TEXTS, add_special_tokens=False).input_ids]
 
 
 def test_the_wrapper_is_called_where_the_library_alone_would_differ(tokenizer):
