@@ -4,7 +4,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -20,6 +20,44 @@ from chorus.serving.types import (Completion, ContextLengthError, PreparedPrompt
 # A base model has no chat template; this plain one is documented in docs/models.md.
 PLAIN_TEMPLATE = {"system": "{content}\n\n", "user": "User: {content}\n\n", "assistant": "Assistant: {content}\n\n"}
 PLAIN_GENERATION_PROMPT = "Assistant:"
+
+
+@dataclass(eq=False)
+class TokenizerFacts:
+    """What an engine finds out about its tokenizer once and keeps (``Engine._known``): the
+    ``tokenizers`` library object it may call directly (``Engine._rust_tokenizer``), the added
+    tokens, the ids of short tails and of options alone, and the tail split's check (``"unchecked"``,
+    ``"checked"``, or ``"off"`` for a tokenizer whose split was found wrong)."""
+    tokenizer: Any
+    rust: Any = None
+    added: dict[int, str] = field(default_factory=dict)
+    tail_ids: dict[str, list[int]] = field(default_factory=dict)
+    alone_ids: dict[str, list[int]] = field(default_factory=dict)
+    tail: str = "unchecked"
+
+    @classmethod
+    def of(cls, tok: Any) -> "TokenizerFacts":
+        try:
+            dec = {int(i): str(t) for i, t in tok.added_tokens_decoder.items()}
+        except (AttributeError, TypeError):
+            dec = {}
+        return cls(tok, rust=_library_tokenizer(tok), added={i: t for i, t in dec.items() if t})
+
+
+def _library_tokenizer(tok: Any) -> Any:
+    """The ``tokenizers.Tokenizer`` of a transformers fast tokenizer whose call is transformers' own
+    (a subclass that overrides ``__call__`` or ``_encode_plus``, transformers' own method names, is
+    not assumed to call it the same way); else None."""
+    try:
+        from transformers import PreTrainedTokenizerFast
+        from transformers.tokenization_utils_base import PreTrainedTokenizerBase
+        cls = type(tok)
+        if (isinstance(tok, PreTrainedTokenizerFast) and cls._encode_plus is PreTrainedTokenizerFast._encode_plus
+                and cls.__call__ is PreTrainedTokenizerBase.__call__):
+            return tok.backend_tokenizer
+    except (ImportError, AttributeError):
+        pass
+    return None
 
 
 class Engine:
@@ -125,26 +163,20 @@ class Engine:
         wrapper's own call path (no subclass overrides it), no truncation or padding left set on the
         library's tokenizer (the wrapper would switch them off first), and special tokens split as the
         wrapper would split them. Else None: the wrapper is called."""
-        tok = self.tokenizer
-        got = self.__dict__.get("_rust")
-        if got is None or got[0] is not tok:  # the object itself, not its id (a new tokenizer may reuse it)
-            rust = None
-            try:
-                from transformers import PreTrainedTokenizerFast
-                from transformers.tokenization_utils_base import PreTrainedTokenizerBase
-                cls = type(tok)  # transformers' own method names: a subclass that overrides one is not assumed
-                if (isinstance(tok, PreTrainedTokenizerFast)
-                        and cls._encode_plus is PreTrainedTokenizerFast._encode_plus
-                        and cls.__call__ is PreTrainedTokenizerBase.__call__):
-                    rust = tok.backend_tokenizer
-            except (ImportError, AttributeError):
-                rust = None
-            got = self.__dict__["_rust"] = (tok, rust)
-        rust = got[1]
+        tok, rust = self.tokenizer, self._known().rust
         if rust is None or rust.truncation is not None or rust.padding is not None \
                 or rust.encode_special_tokens != bool(getattr(tok, "split_special_tokens", False)):
             return None
         return rust
+
+    def _known(self) -> TokenizerFacts:
+        """What this engine has found out about its tokenizer and kept (``TokenizerFacts``): one object
+        per tokenizer, compared by identity, so a tokenizer swapped in starts afresh (an id, which a
+        new object may reuse, could hand it another tokenizer's ids)."""
+        got = self.__dict__.get("_facts")
+        if got is None or got.tokenizer is not self.tokenizer:
+            got = self.__dict__["_facts"] = TokenizerFacts.of(self.tokenizer)
+        return got
 
     def render_many(self, conversations: Sequence[list[dict[str, str]]], offsets: bool = False) -> list[PreparedPrompt]:
         """``render`` of each conversation, tokenised in one call (``offsets``: with each token's
@@ -279,20 +311,12 @@ class Engine:
 
     def _tail_ok(self) -> bool:
         """Whether the tail split applies: a Hugging Face fast tokenizer with added tokens."""
-        return (bool(getattr(self.tokenizer, "is_fast", False)) and self.__dict__.get("_tail_off") != id(self.tokenizer)
+        return (bool(getattr(self.tokenizer, "is_fast", False)) and self._known().tail != "off"
                 and bool(self._added_tokens()))
 
     def _added_tokens(self) -> dict[int, str]:
         """The tokenizer's added tokens, id to text, read once per tokenizer."""
-        key = id(self.tokenizer)
-        got = self.__dict__.get("_added")
-        if got is None or got[0] != key:
-            try:
-                dec = {int(i): str(t) for i, t in self.tokenizer.added_tokens_decoder.items()}
-            except (AttributeError, TypeError):
-                dec = {}
-            got = self.__dict__["_added"] = (key, {i: t for i, t in dec.items() if t})
-        return got[1]
+        return self._known().added
 
     def _cut(self, p: PreparedPrompt) -> int | None:
         """Where ``p``'s tail starts, as a token index: its last added token (None: it has none)."""
@@ -305,14 +329,13 @@ class Engine:
     def _short_ids(self, texts: list[str]) -> list[list[int]]:
         """Ids of tails and tail + option texts in one call; the short ones (most tails are the generation
         prompt's few tokens) are kept per tokenizer, each encoded once."""
-        cache = self.__dict__.setdefault("_tail_ids", {})
-        tk = id(self.tokenizer)
-        todo = list(dict.fromkeys(t for t in texts if (tk, t) not in cache))
+        cache = self._known().tail_ids
+        todo = list(dict.fromkeys(t for t in texts if t not in cache))
         new = dict(zip(todo, self._encode(todo)[0]))
         if len(cache) + len(todo) > self.TAIL_CACHE:
             cache.clear()
-        cache.update(((tk, t), ids) for t, ids in new.items() if len(t) <= self.TAIL_CACHED_CHARS)
-        return [new[t] if t in new else cache[(tk, t)] for t in texts]
+        cache.update((t, ids) for t, ids in new.items() if len(t) <= self.TAIL_CACHED_CHARS)
+        return [new[t] if t in new else cache[t] for t in texts]
 
     def _check_tail_split(self, prompts: Sequence[PreparedPrompt], opts: list[str], got: list[list[Any]],
                           j: int) -> None:
@@ -321,9 +344,9 @@ class Engine:
         calls take the joint way) and this call's ids are the joint way's."""
         full, _ = self._encode([prompts[j].text + o for o in opts])
         if [self._joint_or_alone(prompts[j], o, f) for o, f in zip(opts, full)] == got[j]:
-            self.__dict__["_tail_checked"] = id(self.tokenizer)
+            self._known().tail = "checked"
             return
-        self.__dict__["_tail_off"] = id(self.tokenizer)
+        self._known().tail = "off"
         full, _ = self._encode([p.text + o for p in prompts for o in opts])
         got[:] = self._option_ids(prompts, opts, full)
 
@@ -358,7 +381,7 @@ class Engine:
             full, _ = self._encode([prompts[j].text + opts[k] for j, k in redo])
             for (j, k), f in zip(redo, full):
                 out[j][k] = self._joint_or_alone(prompts[j], opts[k], f)
-        if split is not None and self.__dict__.get("_tail_checked") != id(self.tokenizer):
+        if split is not None and self._known().tail != "checked":
             self._check_tail_split(prompts, opts, out, split)
         for row in out:
             for o, ids in zip(opts, row):
@@ -368,11 +391,10 @@ class Engine:
 
     def _option_alone(self, option: str) -> list[int]:
         """``option`` tokenised alone, cached per tokenizer (a pure function of the two)."""
-        cache = self.__dict__.setdefault("_alone_ids", {})
-        key = (id(self.tokenizer), option)
-        if key not in cache:
-            cache[key] = list(self.tokenizer(option, add_special_tokens=False).input_ids)
-        return cache[key]
+        cache = self._known().alone_ids
+        if option not in cache:
+            cache[option] = list(self.tokenizer(option, add_special_tokens=False).input_ids)
+        return cache[option]
 
     def _joint_or_alone(self, p: PreparedPrompt, option: str, full: list[int]) -> list[int]:
         """The option's ids from the joint ids ``full`` of ``p.text + option``: what follows the prompt's
