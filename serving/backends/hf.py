@@ -104,9 +104,6 @@ class HFBackend(BackendTraits):
     def _pad(self, seqs: list[list[int]]):
         torch = self.torch
         T = max(len(s) for s in seqs)
-        if all(len(s) == T for s in seqs):  # nothing to pad (one row, most often): two tensor calls, not 4 + 2n
-            ids = torch.tensor(seqs, dtype=torch.long)
-            return ids.to(self.device), torch.ones_like(ids).to(self.device)
         ids = torch.full((len(seqs), T), self.pad_id, dtype=torch.long)
         mask = torch.zeros((len(seqs), T), dtype=torch.long)
         for i, s in enumerate(seqs):
@@ -198,13 +195,9 @@ class HFBackend(BackendTraits):
             order = sorted(range(len(prompts)), key=lambda i: -lengths[i])
             for batch in self._batches(order, lengths):
                 lp = self._last_logprobs([prompts[i] for i in batch])
-                # every option of every row read in one indexing (not a tensor lookup per option)
-                rows = [r for r, i in enumerate(batch) for _ in options[i]]
-                vals = lp[rows, [o[0] for i in batch for o in options[i]]].tolist()
-                at = 0
-                for i in batch:
-                    out[i] = vals[at:at + len(options[i])]
-                    at += len(options[i])
+                for r, i in enumerate(batch):
+                    for k, o in enumerate(options[i]):
+                        out[i][k] = float(lp[r, o[0]])
             return out
         pairs = [(i, k) for i, opts in enumerate(options) for k in range(len(opts))]
         seqs = [prompts[i] + options[i][k] for i, k in pairs]
