@@ -30,12 +30,32 @@ def test_ratio_harness_produces_every_key_at_tiny_size(tiny):
         assert "error" not in v, (k, v)
         assert v["chorus_s"] > 0 and v["raw_s"] > 0 and math.isclose(v["ratio"], v["chorus_s"] / v["raw_s"], rel_tol=2e-2)
         assert isinstance(v["meets_goal"], bool) and v["passes"] >= 1
+        # one pass: the interval is refused, saying why, never printed from one draw
+        assert v["ratio_ci"]["resampled"] == "interleaved pass" and v["ratio_ci"]["interval"] == [None, None]
+        assert "refused" in v["ratio_ci"] and v["miss_beyond_noise"] is False
         if k.startswith(("option_logprobs.", "knockout.debate.")):  # text to ids on both sides, beside the ratio
             assert math.isclose(v["ratio_vs_raw_from_text"], v["chorus_s"] / v["raw_from_text_s"], rel_tol=2e-2)
     assert d["ratios"]["knockout.debate.b32"]["goal_ratio_max"] == cr.GOAL_KO
     assert d["ratios"]["chat.greedy.short.b32"]["goal_ratio_max"] == pytest.approx(1 / cr.GOAL_SPEED, abs=1e-3)
     assert d["ratios"]["chat.greedy.short.b32"]["chorus_tokens"] == 32 * 2  # random weights: no early stop
     assert set(d["misses"]) <= set(d["ratios"])
+
+
+def test_ratio_interval_resamples_whole_passes():
+    cr = _bench("chorus_ratios")
+    den = [0.10, 0.13, 0.11, 0.19, 0.12, 0.15, 0.10, 0.14]
+    # chorus a fixed 1.25x raw pass by pass: every resample's ratio of medians is 1.25, so the interval
+    # is the point (a slow pass slows both sides of it: resampling passes keeps them paired)
+    iv = cr.ratio_interval([1.25 * t for t in den], den)
+    assert iv["interval"] == [1.25, 1.25] and iv["resampled"] == "interleaved pass" and iv["n_units"] == 8
+    # unpaired noise: the interval holds the point estimate and is seeded (the same bounds twice)
+    num = [0.13, 0.12, 0.16, 0.14, 0.15, 0.11, 0.17, 0.13]
+    a, b = cr.ratio_interval(num, den), cr.ratio_interval(num, den)
+    est = sorted(num)[3:5]
+    point = (sum(est) / 2) / (sum(sorted(den)[3:5]) / 2)
+    assert a == b and a["interval"][0] <= round(point, 3) <= a["interval"][1] and a["interval"][0] < a["interval"][1]
+    assert cr.ratio_interval(num[:4], den[:4])["interval"] == [None, None]  # under 5 passes: refused
+    assert "4" in cr.ratio_interval(num[:4], den[:4])["refused"]
 
 
 def test_ratio_harness_records_a_budget_cut_instead_of_dropping_keys(tiny):
