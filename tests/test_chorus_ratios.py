@@ -83,3 +83,35 @@ def test_bf16_batch_invariance_measure_on_tiny_models(tokenizer, family):
         assert all(math.isfinite(x) for x in r["per_row"] + r["layer_drift"]) and r["layer_drift"][0] == 0.0
     assert d["eager"]["max_abs_diff"] == 0.0 and d["eager"]["drift_per_layer"] == 0.0
     assert d["sdpa"]["max_abs_diff"] < 0.05
+
+
+def test_ratios_table_reads_runs_into_one_table(tmp_path, capsys):
+    """bench/ratios_table.py: each run's ratio with its interval, the median across runs against the goal,
+    and the side ratios' medians; files of two models, or not ratio runs, are one clear line and exit 2."""
+    rt = _bench("ratios_table")
+    import json
+
+    def run(name, ratio, ci, model="llama", share=1.0):
+        d = {"model": model, "machine": {"cpu_model": "cpu X", "cores": 2, "loadavg_at_start": [0.5, 0, 0]},
+             "engine": {"torch_threads": 1}, "size": "tiny",
+             "ratios": {"knockout.debate.b32": {"ratio": ratio, "goal_ratio_max": 1.1, "ratio_vs_chorus_plain": ratio - 0.05,
+                                                "ratio_ci": {"interval": ci}, "raw_s": 0.2, "raw_from_text_s": 0.2 * share},
+                        "chat.greedy.short.b1": {"ratio": 0.98, "goal_ratio_max": 1.111, "ratio_ci": {"interval": [None, None]}}}}
+        p = tmp_path / name
+        p.write_text(json.dumps(d))
+        return p
+    files = [run("a.json", 1.08, [1.05, 1.11], share=1.05), run("b.json", 1.12, [1.10, 1.15], share=1.2),
+             run("c.json", 1.13, [1.1, 1.2], share=1.1)]
+    assert rt.main([str(f) for f in files]) == 0
+    out = capsys.readouterr().out
+    row = next(l for l in out.splitlines() if l.startswith("| `knockout.debate.b32`"))
+    assert row == ("| `knockout.debate.b32` | <= 1.100 | 1.080 [1.050, 1.110] | 1.120 [1.100, 1.150] | "
+                   "1.130 [1.100, 1.200] | 1.120 | **no** | - | 1.100 | 1.070 |")
+    assert "| `chat.greedy.short.b1` | <= 1.111 | 0.980 | 0.980 | 0.980 | 0.980 | yes | - | - | - |" in out
+    assert "cpu X, 2 cores, load 0.50 at start, torch threads 1, tiny size" in out
+    assert rt.main([str(files[0]), str(run("d.json", 1.0, [1, 1], model="gemma"))]) == 2
+    assert "different models" in capsys.readouterr().err
+    (tmp_path / "bad.json").write_text("{}")
+    assert rt.main([str(tmp_path / "bad.json")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "bad.json" in err and "not a ratio run" in err
