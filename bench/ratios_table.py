@@ -68,7 +68,7 @@ def table(runs: list[dict[str, Any]], keys: list[str] | None = None) -> str:
     order: list[str] = []
     for r in runs:
         order += [k for k in r["ratios"] if k not in order]
-    keys = [k for k in (keys or order)]
+    keys = list(keys or order)
     missing = [k for k in keys if not any(k in r["ratios"] for r in runs)]
     if missing:
         raise TableError(f"no run has key(s) {missing}; keys present: {order}")
