@@ -91,10 +91,10 @@ def chats(n: int, words: int) -> tuple[list[list[dict]], tuple[int, int, int] | 
     return out, ((0, 0, len(peer)) if words else None)
 
 
-def _medians(fns: dict[str, Callable[[], Any]], repeats: int, min_seconds: float = 0.0) -> dict[str, float]:
+def _medians(fns: dict[str, Callable[[], Any]], repeats: int, min_seconds: float = 0.0) -> dict[str, Any]:
     """Medians of interleaved passes after one warm-up pass: ``repeats`` of them, or more (at most
     ``MAX_REPEATS``) where the warm-up pass says ``repeats`` would take under ``min_seconds``. The
-    number of passes is returned as ``med["passes"]``."""
+    number of passes is returned as ``med["passes"]``, every pass's time by name as ``med["times"]``."""
     from _recorder import interleaved_medians
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a hybrid names its recurrent layers once per call
@@ -124,17 +124,21 @@ def ratio_interval(num: list[float], den: list[float], *, n_boot: int = N_BOOT, 
             **({"refused": iv.refused} if iv.refused else {})}
 
 
+def _against(med: dict[str, Any], den: str, name: str) -> dict[str, Any]:
+    """``name``: chorus's median over ``den``'s, and ``{name}_ci``: its interval over the passes."""
+    return {name: round(med["chorus"] / med[den], 3), f"{name}_ci": ratio_interval(med["times"]["chorus"],
+                                                                                  med["times"][den])}
+
+
 def _rec(med: dict[str, Any], goal: float, kind: str, **extra: Any) -> dict[str, Any]:
     """One key from ``_medians``' result: both medians, the time ratio chorus/raw with its interval over
     the passes, and whether it meets its goal (by the median ratio; ``miss_beyond_noise``: the whole
     interval is above the goal)."""
-    chorus_s, raw_s = med["chorus"], med["raw"]
-    r = chorus_s / raw_s
-    iv = ratio_interval(med["times"]["chorus"], med["times"]["raw"])
-    return {"chorus_s": round(chorus_s, 5), "raw_s": round(raw_s, 5), "ratio": round(r, 3), "ratio_ci": iv,
-            "goal_ratio_max": round(goal, 3), "meets_goal": r <= goal,
-            "miss_beyond_noise": iv["interval"][0] is not None and iv["interval"][0] > goal,
-            "kind": kind, "passes": med["passes"], **extra}
+    r = _against(med, "raw", "ratio")
+    lo = r["ratio_ci"]["interval"][0]
+    return {"chorus_s": round(med["chorus"], 5), "raw_s": round(med["raw"], 5), **r,
+            "goal_ratio_max": round(goal, 3), "meets_goal": med["chorus"] / med["raw"] <= goal,
+            "miss_beyond_noise": lo is not None and lo > goal, "kind": kind, "passes": med["passes"], **extra}
 
 
 class Ratios:
@@ -205,11 +209,9 @@ class Ratios:
         med = _medians({"chorus": lambda: self.eng.option_logprobs(convs, OPTIONS),
                         "raw": lambda: self.raw_forward(ids, mask),
                         "raw_from_text": lambda: self.raw_from_text(convs)}, *self._passes())
-        return _rec(med, 1 / GOAL_SPEED, "readout", rows=b,
-                    prompt_tokens=int(ids.shape[1]),
+        return _rec(med, 1 / GOAL_SPEED, "readout", rows=b, prompt_tokens=int(ids.shape[1]),
                     raw_from_text_s=round(med["raw_from_text"], 5),
-                    ratio_vs_raw_from_text=round(med["chorus"] / med["raw_from_text"], 3),
-                    ratio_vs_raw_from_text_ci=ratio_interval(med["times"]["chorus"], med["times"]["raw_from_text"]))
+                    **_against(med, "raw_from_text", "ratio_vs_raw_from_text"))
 
     def knockout(self, b: int) -> dict[str, Any]:
         from chorus.interventions import knockout
@@ -220,15 +222,12 @@ class Ratios:
                         "chorus_plain": lambda: knockout.option_logprobs(self.eng, convs, OPTIONS, None),
                         "raw": lambda: self.raw_forward(ids, mask),
                         "raw_from_text": lambda: self.raw_from_text(convs)}, *self._passes())
-        return _rec(med, GOAL_KO if b == 32 else float("inf"), "knockout",
-                    rows=b,
-                    prompt_tokens=int(ids.shape[1]), chorus_plain_s=round(med["chorus_plain"], 5),
+        return _rec(med, GOAL_KO if b == 32 else float("inf"), "knockout", rows=b, prompt_tokens=int(ids.shape[1]),
+                    chorus_plain_s=round(med["chorus_plain"], 5),
                     ratio_plain_vs_raw=round(med["chorus_plain"] / med["raw"], 3),
-                    ratio_vs_chorus_plain=round(med["chorus"] / med["chorus_plain"], 3),
-                    ratio_vs_chorus_plain_ci=ratio_interval(med["times"]["chorus"], med["times"]["chorus_plain"]),
+                    **_against(med, "chorus_plain", "ratio_vs_chorus_plain"),
                     raw_from_text_s=round(med["raw_from_text"], 5),
-                    ratio_vs_raw_from_text=round(med["chorus"] / med["raw_from_text"], 3),
-                    ratio_vs_raw_from_text_ci=ratio_interval(med["times"]["chorus"], med["times"]["raw_from_text"]))
+                    **_against(med, "raw_from_text", "ratio_vs_raw_from_text"))
 
     def patch(self, b: int) -> dict[str, Any]:
         from chorus.interventions import knockout, patching
@@ -251,9 +250,8 @@ class Ratios:
 
         med = _medians({"chorus": lambda: patching.interchange(self.eng, x, y, positions, layers), "raw": raw},
                        *self._passes())
-        return _rec(med, GOAL_KO if b == 32 else float("inf"), "patching",
-                    rows=b,
-                    prompt_tokens=len(x), layers_patched=len(layers))
+        return _rec(med, GOAL_KO if b == 32 else float("inf"), "patching", rows=b, prompt_tokens=len(x),
+                    layers_patched=len(layers))
 
     def knockout_generate(self) -> dict[str, Any]:
         from chorus.interventions.knockout_generate import greedy
